@@ -1,0 +1,245 @@
+"""Timing, isolation, metadata and result files shared by every benchmark suite."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import multiprocessing as mp
+import os
+import platform
+import statistics
+import subprocess
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpufeed.backends import cuda_available, version_of
+
+#: Distributions whose versions go into every result's metadata.
+PACKAGES = (
+    "gpufeed", "torch", "torchvision", "kornia", "numpy", "pandas", "polars", "pyarrow",
+    "narwhals", "pillow", "nvidia-dali-cuda130", "nvidia-dali-cuda120", "cupy-cuda13x",
+    "cupy-cuda12x", "cudf-cu13", "cudf-cu12", "dask",
+)
+
+
+@dataclass
+class Timing:
+    """Seconds of each timed repeat, with the statistics reports use."""
+
+    seconds: list[float]
+    work: float = 1.0  # items processed per repeat (images, rows, ...)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.seconds)
+
+    @property
+    def rate(self) -> float:
+        """Items per second at the median repeat."""
+        return self.work / self.median
+
+    @property
+    def rate_min(self) -> float:
+        return self.work / max(self.seconds)
+
+    @property
+    def rate_max(self) -> float:
+        return self.work / min(self.seconds)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "seconds": self.seconds, "median_s": self.median, "work": self.work,
+            "rate": self.rate, "rate_min": self.rate_min, "rate_max": self.rate_max, **self.extra,
+        }
+
+
+def synchronize() -> None:
+    """Wait for queued GPU work, so a timed region never ends at an asynchronous launch."""
+    if cuda_available():
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def measure(run: Callable[[], float], *, warmup: int = 1, repeats: int = 5) -> Timing:
+    """Time ``run`` ``repeats`` times after ``warmup`` untimed calls.
+
+    Args:
+        run: does one unit of work (an epoch, a pass over a table) and returns how many
+            items it processed; the GPU is synchronised before the clock stops.
+        warmup: untimed calls first (JIT, caches, worker start-up).
+        repeats: timed calls.
+
+    Returns:
+        A :class:`Timing` whose ``work`` is the item count of the last timed call.
+    """
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    for _ in range(warmup):
+        run()
+        synchronize()
+    seconds, work = [], 1.0
+    for _ in range(repeats):
+        start = time.perf_counter()
+        work = run()
+        synchronize()
+        seconds.append(time.perf_counter() - start)
+    return Timing(seconds, float(work))
+
+
+def _child(conn: Any, target: Callable[..., dict], args: tuple, kwargs: dict) -> None:
+    try:
+        conn.send(("ok", target(*args, **kwargs)))
+    except BaseException as exc:  # noqa: BLE001 - the parent reports whatever broke
+        conn.send(("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
+    finally:
+        conn.close()
+
+
+def run_isolated(target: Callable[..., dict], *args: Any, timeout: float = 3600, **kwargs: Any) -> dict:
+    """Run ``target(*args, **kwargs)`` in a fresh (spawned) process and return its dict.
+
+    Each pipeline of a benchmark runs alone: DataLoader workers forked from a process that
+    holds DALI pipelines have crashed, and one pipeline's threads must not steal the next
+    one's cores. A failure comes back as ``{"error": "..."}`` instead of killing the suite.
+    """
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_child, args=(child, target, args, kwargs))
+    proc.start()
+    child.close()
+    try:
+        if parent.poll(timeout):
+            status, payload = parent.recv()
+        else:
+            status, payload = "error", f"timed out after {timeout:.0f} s"
+    except EOFError:
+        status, payload = "error", "the benchmark process died without a result"
+    proc.join(10)
+    if proc.is_alive():
+        proc.kill()
+    if status == "error":
+        return {"error": payload}
+    return payload
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+            cwd=Path(__file__).resolve().parent,
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+            text=True, timeout=5, cwd=Path(__file__).resolve().parent,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    return out.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
+def gpu_metadata() -> dict[str, Any] | None:
+    """GPU name, driver and CUDA version, or None without a GPU."""
+    if not cuda_available():
+        return None
+    import torch
+
+    info: dict[str, Any] = {
+        "name": torch.cuda.get_device_name(0),
+        "cuda_runtime": torch.version.cuda,
+        "count": torch.cuda.device_count(),
+    }
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version,memory.total", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=10,
+        )
+        driver, memory = (s.strip() for s in out.stdout.splitlines()[0].split(","))
+        info.update(driver=driver, memory=memory)
+    except (OSError, subprocess.SubprocessError, IndexError, ValueError):
+        info["driver"] = None
+    return info
+
+
+def machine_metadata() -> dict[str, Any]:
+    """Everything a reader needs to judge a result: commit, versions, CPU, GPU, time."""
+    return {
+        "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "git_commit": _git_commit(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu_model": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "gpu": gpu_metadata(),
+        "packages": {p: v for p in PACKAGES if (v := version_of(p))},
+    }
+
+
+def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]]) -> str:
+    """Render ``rows`` as a Markdown table; ``columns`` are ``(key, header)`` pairs."""
+
+    def cell(v: Any) -> str:
+        if v is None:
+            return "—"
+        if isinstance(v, float):
+            return f"{v:,.2f}" if abs(v) >= 0.1 else f"{v:.3g}"
+        return str(v)
+
+    head = "| " + " | ".join(h for _, h in columns) + " |"
+    sep = "|" + "|".join("---" for _ in columns) + "|"
+    body = ["| " + " | ".join(cell(r.get(k)) for k, _ in columns) + " |" for r in rows]
+    return "\n".join([head, sep, *body])
+
+
+def write_results(
+    suite: str, payload: dict[str, Any], summary_md: str, out_dir: str | os.PathLike[str],
+) -> tuple[Path, Path]:
+    """Write ``<suite>-<host-kind>-<UTC time>.json`` and ``.md`` under ``out_dir``.
+
+    The JSON holds ``payload`` plus machine metadata; the Markdown holds ``summary_md``
+    followed by the key metadata, so a reader of either file knows where it came from.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    meta = machine_metadata()
+    kind = "gpu" if meta["gpu"] else "cpu"
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    base = out / f"{suite}-{kind}{meta['cpu_count']}-{stamp}"
+    doc = {"suite": suite, "metadata": meta, **payload}
+    json_path = base.with_suffix(".json")
+    json_path.write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    gpu = meta["gpu"]
+    gpu_line = f"{gpu['name']} (driver {gpu.get('driver')}, CUDA {gpu['cuda_runtime']})" if gpu else "none"
+    md = (
+        f"# gpufeed bench {suite}\n\n{summary_md}\n\n"
+        f"- commit: `{meta['git_commit']}`\n- when: {meta['timestamp']}\n"
+        f"- CPU: {meta['cpu_model']} × {meta['cpu_count']}\n- GPU: {gpu_line}\n"
+        f"- packages: {', '.join(f'{k} {v}' for k, v in meta['packages'].items())}\n"
+        f"- raw numbers: `{json_path.name}`\n"
+    )
+    md_path = base.with_suffix(".md")
+    md_path.write_text(md)
+    return json_path, md_path
+
+
+def as_plain(obj: Any) -> Any:
+    """Dataclasses to dicts, for JSON."""
+    return asdict(obj) if hasattr(obj, "__dataclass_fields__") else obj

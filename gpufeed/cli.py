@@ -1,0 +1,80 @@
+"""The ``gpufeed`` command line (also ``python -m gpufeed``).
+
+``gpufeed bench [SUITE]`` runs a benchmark suite (``images`` when none is named),
+``gpufeed doctor`` reports the machine and the backend each loader will pick,
+``gpufeed data`` generates synthetic datasets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+#: Benchmark suites: name -> module with ``add_arguments(parser)`` and ``run(args) -> int``.
+#: Modules are imported only when their suite runs, so one suite's heavy imports
+#: (DALI, cuDF, ...) never load for another.
+BENCH_SUITES = {
+    "images": "gpufeed.bench.images",
+    "augment": "gpufeed.bench.augment",
+    "tabular": "gpufeed.bench.tabular",
+    "formats": "gpufeed.bench.formats",
+}
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gpufeed", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    bench = sub.add_parser("bench", help="run a benchmark suite (default: images)")
+    suites = bench.add_subparsers(dest="suite")
+    for name, module in BENCH_SUITES.items():
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name != module:
+                raise
+            continue  # suite not built yet
+        p = suites.add_parser(name, help=(mod.__doc__ or name).strip().splitlines()[0])
+        mod.add_arguments(p)
+        p.set_defaults(_run=mod.run)
+
+    doctor = sub.add_parser("doctor", help="GPU, driver, library versions and backend choices")
+    doctor.add_argument("--json", action="store_true", help="print the report as JSON")
+
+    data = sub.add_parser("data", help="generate synthetic datasets")
+    kinds = data.add_subparsers(dest="kind", required=True)
+    images = kinds.add_parser("images", help="ImageNet-like JPEG folder (one sub-folder per class)")
+    images.add_argument("out", help="output folder")
+    images.add_argument("--images", type=int, default=1000, help="number of images (default 1000)")
+    images.add_argument("--classes", type=int, default=10, help="number of classes (default 10)")
+    images.add_argument("--seed", type=int, default=0)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``gpufeed`` command; returns the process exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["bench"] and (len(argv) == 1 or argv[1].startswith("-") and argv[1] not in ("-h", "--help")):
+        argv.insert(1, "images")  # `gpufeed bench` alone is the main job
+    args = _build_parser().parse_args(argv)
+    if args.command == "bench":
+        return int(args._run(args) or 0)
+    if args.command == "doctor":
+        from gpufeed.doctor import run as run_doctor
+
+        return run_doctor(as_json=args.json)
+    if args.command == "data":
+        from gpufeed.datasets.images import generate_image_folder
+
+        root = generate_image_folder(
+            args.out, num_images=args.images, num_classes=args.classes, seed=args.seed, progress=True
+        )
+        print(f"wrote {args.images} images in {args.classes} classes under {root}")
+        return 0
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

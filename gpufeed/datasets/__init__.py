@@ -1,0 +1,1 @@
+"""Synthetic data generators (ImageNet-like JPEG folders, sensor tables) and format converters."""

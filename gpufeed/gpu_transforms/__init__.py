@@ -1,0 +1,1 @@
+"""Device-side batch transforms: image augmentation, array interop and table preprocessing."""
