@@ -128,7 +128,8 @@ def run_isolated(target: Callable[..., dict], *args: Any, timeout: float = 3600,
     return payload
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
+    """The CPU model name."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -185,7 +186,7 @@ def machine_metadata() -> dict[str, Any]:
         "git_commit": _git_commit(),
         "python": platform.python_version(),
         "platform": platform.platform(),
-        "cpu_model": _cpu_model(),
+        "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
         "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         "gpu": gpu_metadata(),

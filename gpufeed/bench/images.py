@@ -1,0 +1,194 @@
+"""Image loaders: the kit's DALI (CPU, GPU) and torch backends against DataLoader + PIL + transforms.v2.
+
+Every contender runs in its own process, over the same files, with the same cores (N
+DataLoader workers or N DALI threads) and the same output contract: float32 normalised
+NCHW batches on the target device, ``size`` x ``size``. The decode-only row is the
+ceiling for full-image CPU decoding with those cores (a train pipeline that decodes only
+the crop's region can pass it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from gpufeed.bench.harness import markdown_table, measure, run_isolated, write_results
+
+BASELINE = "torch-pil"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data", help="ImageFolder tree (default: a generated, cached ImageNet-like set)")
+    parser.add_argument("--images", type=int, default=1024, help="size of the generated default set")
+    parser.add_argument("--mode", choices=("train", "val"), default="train")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--size", type=int, default=224)
+    parser.add_argument("--workers", type=int, default=None, help="workers/threads each (default: all cores)")
+    parser.add_argument("--repeats", type=int, default=3, help="timed epochs per pipeline")
+    parser.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    parser.add_argument("--only", nargs="*", help="run only these pipelines")
+    parser.add_argument("--out", default="bench/results", help="results folder")
+
+
+def _epoch_runner(batches: Callable[[], Iterable], device: str, check: dict) -> Callable[[], float]:
+    """One epoch: pull every batch onto ``device``; remember what came out for the checks."""
+    import torch
+
+    target = torch.device(device)
+
+    def run() -> float:
+        n, labels, lo, hi, shapes, dtypes = 0, set(), float("inf"), float("-inf"), set(), set()
+        for images, y in batches():
+            images = images.to(target, non_blocking=True)
+            n += len(y)
+            labels.update(y.tolist())
+            lo, hi = min(lo, float(images.min())), max(hi, float(images.max()))
+            shapes.add(tuple(images.shape[1:]))
+            dtypes.add(str(images.dtype))
+        check.update(samples=n, labels=sorted(labels), min=lo, max=hi, shapes=sorted(shapes),
+                     dtypes=sorted(dtypes), device=str(target))
+        return n
+
+    return run
+
+
+def _contender(name: str, root: str, mode: str, batch_size: int, size: int, workers: int,
+               device: str, repeats: int) -> dict[str, Any]:
+    """Build pipeline ``name`` and time it (runs in a fresh process)."""
+    import torch
+
+    torch.set_num_threads(1)  # the work belongs to the workers/threads, as configured
+    train = mode == "train"
+    check: dict[str, Any] = {}
+    if name == "decode-only":
+        import torchvision.io as tvio
+
+        from gpufeed.pipelines.sources import read_bytes, scan_image_folder
+
+        paths = scan_image_folder(root).paths
+        pool = ThreadPoolExecutor(workers)  # decode_image releases the GIL
+
+        def decode(p: str) -> int:
+            return tvio.decode_image(torch.from_numpy(read_bytes(p)), mode=tvio.ImageReadMode.RGB).shape[0]
+
+        def run() -> float:
+            list(pool.map(decode, paths, chunksize=16))
+            check.update(samples=len(paths))
+            return len(paths)
+
+        timing = measure(run, warmup=1, repeats=repeats)
+        return {"name": name, **timing.as_dict(), "check": check}
+    if name == BASELINE:
+        from torchvision import datasets
+        from torchvision.transforms import v2
+
+        from gpufeed.pipelines.options import IMAGENET_MEAN, IMAGENET_STD
+
+        geometric = (
+            [v2.RandomResizedCrop(size, antialias=True), v2.RandomHorizontalFlip()] if train
+            else [v2.Resize(round(size / 0.875), antialias=True), v2.CenterCrop(size)]
+        )
+        tf = v2.Compose([*geometric, v2.PILToTensor(), v2.ToDtype(torch.float32, scale=True),
+                         v2.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
+        loader = torch.utils.data.DataLoader(
+            datasets.ImageFolder(root, transform=tf), batch_size=batch_size, shuffle=train,
+            num_workers=workers, pin_memory=device.startswith("cuda"), persistent_workers=True,
+            prefetch_factor=4,
+        )
+        timing = measure(_epoch_runner(lambda: loader, device, check), warmup=1, repeats=repeats)
+        return {"name": name, **timing.as_dict(), "check": check}
+    from gpufeed.pipelines import classification_loader
+
+    backend, where = name.split("-")
+    loader = classification_loader(
+        root, train=train, batch_size=batch_size, size=size, backend=backend,
+        device="cuda" if where == "gpu" else "cpu", num_workers=workers,
+    )
+    timing = measure(_epoch_runner(lambda: loader, device, check), warmup=1, repeats=repeats)
+    check["skipped"] = len(loader.skipped)
+    return {"name": name, **timing.as_dict(), "check": check}
+
+
+def _verify(row: dict[str, Any], files: int, classes: int, size: int) -> str:
+    """'ok' or what is wrong with a contender's output."""
+    c = row.get("check", {})
+    if c.get("samples") != files:
+        return f"yielded {c.get('samples')} of {files} samples"
+    if "labels" not in c:
+        return "ok"
+    if c["labels"] != list(range(classes)):
+        return f"labels {c['labels']} != 0..{classes - 1}"
+    if c["shapes"] != [(3, size, size)] or c["dtypes"] != ["torch.float32"]:
+        return f"output {c['shapes']} {c['dtypes']}, expected (3, {size}, {size}) float32"
+    if not (c["min"] >= -2.2 and c["max"] <= 2.7):
+        return f"values in [{c['min']:.2f}, {c['max']:.2f}], outside ImageNet-normalised range"
+    return "ok"
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the suite, print the side-by-side table, write JSON + Markdown results."""
+    from gpufeed.backends import cuda_available, dali_installed, resolve_device
+    from gpufeed.datasets.images import default_image_dataset
+    from gpufeed.pipelines.options import usable_cpus
+    from gpufeed.pipelines.sources import scan_image_folder
+
+    root = Path(args.data) if args.data else default_image_dataset(args.images)
+    samples = scan_image_folder(root)
+    files = len(samples)
+    sizes = [os.path.getsize(p) for p in samples.paths]
+    device = str(resolve_device(args.device))
+    workers = args.workers or usable_cpus()
+    names = ["decode-only", BASELINE, "torch-cpu"]
+    if dali_installed():
+        names.append("dali-cpu")
+        if cuda_available():
+            names.append("dali-gpu")
+    if cuda_available():
+        names.append("torch-gpu")
+    if args.only:
+        names = [n for n in names if n in args.only or n == BASELINE]
+    print(f"gpufeed bench images: {files} files ({sum(sizes) / files / 1024:.0f} KiB mean) in "
+          f"{len(samples.classes)} classes at {root}; {args.mode}, batch {args.batch_size}, "
+          f"{args.size}px, {workers} workers/threads each, output float32 NCHW on {device}")
+    rows = []
+    for name in names:
+        print(f"  running {name} ...", flush=True)
+        row = run_isolated(_contender, name, str(root), args.mode, args.batch_size, args.size, workers,
+                           device, args.repeats)
+        row.setdefault("name", name)
+        rows.append(row)
+        if "error" in row:
+            print(f"    failed: {row['error'].splitlines()[0]}")
+    base = next((r for r in rows if r["name"] == BASELINE and "rate" in r), None)
+    ceiling = next((r for r in rows if r["name"] == "decode-only" and "rate" in r), None)
+    for r in rows:
+        if "rate" not in r:
+            r["verdict"] = "failed"
+            continue
+        r["ratio"] = r["rate"] / base["rate"] if base else None
+        r["of_ceiling"] = r["rate"] / ceiling["rate"] if ceiling else None
+        r["spread"] = f"{r['rate_min']:.0f}–{r['rate_max']:.0f}"
+        r["verdict"] = _verify(r, files, len(samples.classes), args.size)
+    table = markdown_table(rows, [
+        ("name", "pipeline"), ("rate", "images/s (median)"), ("spread", "min–max"),
+        ("ratio", f"× {BASELINE}"), ("of_ceiling", "× decode-only"), ("verdict", "output check"),
+    ])
+    print(table)
+    setup = {
+        "data": str(root), "files": files, "classes": len(samples.classes),
+        "mean_file_kib": sum(sizes) / files / 1024, "mode": args.mode, "batch_size": args.batch_size,
+        "size": args.size, "workers": workers, "device": device, "repeats": args.repeats,
+        "baseline": f"{BASELINE}: torchvision ImageFolder (PIL) + transforms.v2 + DataLoader("
+                    f"num_workers={workers}, persistent_workers, prefetch_factor=4, pin_memory on CUDA)",
+    }
+    summary = (
+        f"{args.mode}, {files} JPEGs ({setup['mean_file_kib']:.0f} KiB mean), batch {args.batch_size}, "
+        f"{args.size}px, {workers} workers/threads each, float32 normalised NCHW on {device}.\n\n{table}"
+    )
+    json_path, md_path = write_results(f"images-{args.mode}", {"setup": setup, "rows": rows}, summary, args.out)
+    print(f"results: {json_path} and {md_path.name}")
+    return 0 if all(r["verdict"] == "ok" for r in rows) else 1

@@ -1,0 +1,14 @@
+"""Image-classification loaders behind one contract: DALI (GPU or CPU-only) or PyTorch.
+
+Use :func:`classification_loader`; it picks the backend once, here at the edge.
+"""
+
+from gpufeed.pipelines.base import ClassificationLoader
+from gpufeed.pipelines.loader import classification_loader
+from gpufeed.pipelines.options import LastBatch, LoaderOptions, OnError
+from gpufeed.pipelines.sources import BadImageError, Skipped
+
+__all__ = [
+    "BadImageError", "ClassificationLoader", "LastBatch", "LoaderOptions", "OnError", "Skipped",
+    "classification_loader",
+]

@@ -1,0 +1,109 @@
+"""What every image-classification loader shares: the contract, whatever the backend.
+
+A backend only implements :meth:`ClassificationLoader._epoch_batches`; epochs, shards,
+``len()``, the skipped-file report and the optional device augmentation live here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import torch
+
+from gpufeed.backends import Choice
+from gpufeed.pipelines.options import LoaderOptions
+from gpufeed.pipelines.plan import EpochPlan
+from gpufeed.pipelines.sources import SampleList, SkipLog, Skipped
+
+Batch = tuple[torch.Tensor, torch.Tensor]
+Augment = Callable[[torch.Tensor, torch.Tensor], Batch]
+
+
+class ClassificationLoader:
+    """An iterable of ``(images, labels)`` batches; re-iterable epoch after epoch.
+
+    - ``images``: ``(B, 3, size, size)`` (``NCHW``) or ``(B, size, size, 3)`` (``NHWC``),
+      of the requested dtype, on the requested device; float dtypes are normalised with
+      ``mean``/``std``, ``uint8`` holds raw 0..255 pixels.
+    - ``labels``: ``(B,)`` int64 on the same device.
+
+    Attributes:
+        backend: ``"dali"`` or ``"torch"``; ``choice.reason`` says why it was picked.
+        classes: class names, index = label.
+        skipped: the files the last epoch left out, with reasons.
+        epoch: the number of the epoch last started (0 for the first).
+        samples_yielded: samples yielded so far in the current epoch.
+    """
+
+    backend = "abstract"
+
+    def __init__(self, samples: SampleList, options: LoaderOptions, device: torch.device,
+                 choice: Choice, gpu_augment: Augment | None = None) -> None:
+        self.samples, self.options, self.device, self.choice = samples, options, device, choice
+        self.gpu_augment = gpu_augment
+        self.plan = EpochPlan(
+            len(samples), options.batch_size, shuffle=options.shuffles, seed=options.seed,
+            shard_id=options.shard_id, num_shards=options.num_shards, last_batch=options.last_batch,
+        )
+        self.log = SkipLog(options.on_error)
+        self.epoch = -1
+        self.samples_yielded = 0
+
+    @property
+    def classes(self) -> tuple[str, ...]:
+        return self.samples.classes
+
+    @property
+    def skipped(self) -> list[Skipped]:
+        return self.log.skipped
+
+    def __len__(self) -> int:
+        """Planned batches per epoch for this shard (a batch whose files were all
+        skipped is not yielded, so an epoch with bad files can come out shorter)."""
+        return len(self.plan)
+
+    def __iter__(self) -> Iterator[Batch]:
+        self.epoch += 1
+        self.log.start_epoch()
+        self.samples_yielded = 0
+        for images, labels in self._epoch_batches(self.epoch):
+            self.samples_yielded += len(labels)
+            if self.gpu_augment is not None:
+                images, labels = self.gpu_augment(images, labels)
+            yield images, labels
+        self.log.warn_new(self.epoch, self.plan.shard_size)
+
+    def _epoch_batches(self, epoch: int) -> Iterator[Batch]:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        o = self.options
+        return (
+            f"{type(self).__name__}(samples={len(self.samples)}, classes={len(self.classes)}, "
+            f"train={o.train}, batch_size={o.batch_size}, size={o.size}, dtype={o.dtype}, "
+            f"layout={o.layout}, device={self.device}, shard={o.shard_id}/{o.num_shards}, "
+            f"last_batch={o.last_batch.value})"
+        )
+
+
+class Normalizer:
+    """uint8 NCHW batch -> the contract's dtype and layout, in one fused multiply-add.
+
+    ``(x / 255 - mean) / std`` is ``x * scale + bias`` with ``scale = 1 / (255 std)`` and
+    ``bias = -mean / std``, so normalisation costs one pass over the batch.
+    """
+
+    def __init__(self, options: LoaderOptions) -> None:
+        std = torch.tensor(options.std, dtype=torch.float32).view(1, 3, 1, 1)
+        mean = torch.tensor(options.mean, dtype=torch.float32).view(1, 3, 1, 1)
+        self.scale, self.bias = 1.0 / (255.0 * std), -mean / std
+        self.options = options
+
+    def __call__(self, images: torch.Tensor) -> torch.Tensor:
+        o = self.options
+        if o.normalizes:
+            scale, bias = self.scale.to(images.device), self.bias.to(images.device)
+            images = torch.addcmul(bias, images.to(torch.float32), scale).to(o.dtype)
+        if o.layout == "NHWC":
+            images = images.permute(0, 2, 3, 1).contiguous()
+        return images

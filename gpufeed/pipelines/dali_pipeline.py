@@ -1,0 +1,162 @@
+"""The kit's DALI pipeline: encoded files in, a normalised crop out, on the GPU or CPU.
+
+Importing this module imports DALI; only the DALI backend does, after the backend
+choice, so torch-only installs never need it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+
+import numpy as np
+import nvidia.dali.fn as fn
+import nvidia.dali.types as types
+from nvidia.dali import math as dmath
+from nvidia.dali import pipeline_def
+from nvidia.dali.pipeline import Pipeline
+
+from gpufeed.pipelines.options import LoaderOptions
+from gpufeed.pipelines.plan import EpochPlan
+from gpufeed.pipelines.sources import SampleList, SkipLog, read_bytes, undecodable_reason
+
+_DALI_DTYPE = {"torch.float32": types.FLOAT, "torch.float16": types.FLOAT16, "torch.uint8": types.UINT8}
+
+
+class FileFeed:
+    """The pipeline's ``external_source``: each ``next()`` is one planned batch of
+    encoded files and their labels.
+
+    Files are read and checked here (in the Python thread that schedules DALI runs), so a
+    file that is empty, not an image or a cut-short JPEG is skipped before DALI sees it.
+    ``iter()`` starts the next epoch of the plan, unless :meth:`resume` set a batch to
+    go on from (after a pipeline was rebuilt mid-epoch).
+    """
+
+    def __init__(self, samples: SampleList, plan: EpochPlan, log: SkipLog) -> None:
+        self.samples, self.plan, self.log = samples, plan, log
+        #: The epoch the next plain ``iter()`` starts (DALI calls it as soon as an epoch
+        #: runs dry, to be ready for ``reset()``).
+        self.next_epoch = 0
+        self.epoch = -1
+        self._batches: list[np.ndarray] = []
+        self._pos = 0
+        self._resume: tuple[int, int] | None = None
+        #: ``(epoch, batch number, paths)`` handed to DALI and not yet taken out, in order.
+        self.in_flight: deque[tuple[int, int, list[str]]] = deque()
+
+    def __iter__(self) -> FileFeed:
+        if self._resume is None:
+            self.epoch, self._pos = self.next_epoch, 0
+            self.next_epoch += 1
+        else:
+            (self.epoch, self._pos), self._resume = self._resume, None
+            self.next_epoch = self.epoch + 1
+        self._batches = self.plan.batches(self.epoch)
+        return self
+
+    def resume(self, epoch: int, batch_number: int) -> None:
+        """Make the next ``iter()`` go on from ``batch_number`` of ``epoch``."""
+        self._resume = (epoch, batch_number)
+
+    def __next__(self) -> tuple[list[np.ndarray], np.ndarray]:
+        while self._pos < len(self._batches):
+            number, self._pos = self._pos, self._pos + 1
+            encoded, labels = [], []
+            for i in self._batches[number]:
+                path = self.samples.paths[i]
+                reason = self.log.known(path)
+                data = None
+                if reason is None:
+                    data = read_bytes(path)
+                    reason = undecodable_reason(data)
+                if reason is not None:
+                    self.log.add(path, reason)
+                    continue
+                encoded.append(data)
+                labels.append(self.samples.labels[i])
+            if encoded:
+                self.in_flight.append((self.epoch, number, [self.samples.paths[i] for i in self._batches[number]]))
+                return encoded, np.asarray(labels, dtype=np.int32)
+        raise StopIteration
+
+
+def _round_half_even(x):
+    """Python's round() for DALI nodes holding halves of integers (torchvision's crop offsets)."""
+    k = dmath.floor(x)
+    odd_k = k - 2.0 * dmath.floor(k / 2.0)
+    return k + (x - k) * 2.0 * odd_k  # x - k is 0 or 0.5: .5 rounds k up only when k is odd
+
+
+def _resize_and_centre_crop(encoded, images, shorter: int, size: int):
+    """Validation geometry computed exactly as torchvision does it, so the kit's val batches
+    match a torchvision reference pixel for pixel in position: the longer side is
+    floor(shorter * long / short) and the crop offset is round((side - size) / 2)."""
+    shape = fn.peek_image_shape(encoded)
+    h, w = fn.cast(shape[0], dtype=types.FLOAT), fn.cast(shape[1], dtype=types.FLOAT)
+    h_short = fn.cast(h <= w, dtype=types.FLOAT)
+    out_h = h_short * shorter + (1.0 - h_short) * dmath.floor(shorter * h / w)
+    out_w = (1.0 - h_short) * shorter + h_short * dmath.floor(shorter * w / h)
+    images = fn.resize(images, resize_y=out_h, resize_x=out_w)
+    top = _round_half_even((out_h - size) / 2.0)
+    left = _round_half_even((out_w - size) / 2.0)
+    return fn.slice(images, fn.stack(top, left), np.array([size, size], np.float32),
+                    axis_names="HW", normalized_anchor=False, normalized_shape=False)
+
+
+def build_pipeline(source: Callable | FileFeed | None, options: LoaderOptions, device_id: int | None,
+                   *, batch_size: int | None = None, prefetch: int = 2) -> Pipeline:
+    """Build the classification pipeline.
+
+    Args:
+        source: the ``external_source`` (a :class:`FileFeed`), or None to feed by name
+            (``"encoded"``, ``"label"``) with ``feed_input``.
+        options: the loader settings (train or val, size, dtype, layout, mean/std).
+        device_id: CUDA device for GPU decoding (``device="mixed"``: the hardware JPEG
+            decoder where the GPU has one), or None for DALI's CPU-only mode.
+        batch_size: maximum batch size (default ``options.batch_size``).
+        prefetch: batches DALI prepares ahead.
+
+    Returns:
+        A built pipeline with outputs ``(images, labels)``.
+    """
+    o = options
+    decoder = "cpu" if device_id is None else "mixed"
+    std = [255.0 * s for s in o.std] if o.normalizes else [1.0, 1.0, 1.0]
+    mean = [255.0 * m for m in o.mean] if o.normalizes else [0.0, 0.0, 0.0]
+
+    @pipeline_def(enable_conditionals=False)
+    def classification():
+        if source is None:
+            encoded = fn.external_source(name="encoded", dtype=types.UINT8, ndim=1)
+            labels = fn.external_source(name="label", dtype=types.INT32, ndim=0)
+        else:
+            encoded, labels = fn.external_source(
+                source=source, num_outputs=2, dtype=[types.UINT8, types.INT32], ndim=[1, 0],
+                cycle="raise",  # StopIteration ends the epoch; reset() calls iter() for the next
+            )
+        if o.train:
+            # Fused decode + random crop: only the crop's region of each JPEG is decoded.
+            images = fn.decoders.image_random_crop(
+                encoded, device=decoder, output_type=types.RGB,
+                random_area=list(o.scale), random_aspect_ratio=list(o.ratio), num_attempts=10,
+            )
+            images = fn.resize(images, resize_x=o.size, resize_y=o.size)
+            mirror = fn.random.coin_flip(probability=0.5)
+            crop = None
+        else:
+            images = fn.decoders.image(encoded, device=decoder, output_type=types.RGB)
+            images = _resize_and_centre_crop(encoded, images, o.resize_shorter, o.size)
+            mirror, crop = 0, None
+        images = fn.crop_mirror_normalize(
+            images, dtype=_DALI_DTYPE[str(o.dtype)], output_layout="CHW" if o.layout == "NCHW" else "HWC",
+            crop=crop, mean=mean, std=std, mirror=mirror,
+        )
+        return images, labels
+
+    pipe = classification(
+        batch_size=batch_size or o.batch_size, num_threads=max(1, o.threads), device_id=device_id,
+        seed=o.seed + 7919 * o.shard_id, prefetch_queue_depth=prefetch,
+    )
+    pipe.build()
+    return pipe

@@ -1,0 +1,132 @@
+"""The loader contract's settings, validated once, shared by every backend."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from enum import Enum
+
+import torch
+
+#: ImageNet statistics in [0, 1] units, the default normalisation.
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+_DTYPES = (torch.float32, torch.float16, torch.uint8)
+
+
+class LastBatch(str, Enum):
+    """What happens to a shard's last, incomplete batch (DALI's ``LastBatchPolicy``).
+
+    For a shard of 10 samples ``s0..s9`` and ``batch_size=4``:
+
+    ========  ===========================================  =========  ================
+    policy    batches                                      len()      samples yielded
+    ========  ===========================================  =========  ================
+    partial   [s0-s3] [s4-s7] [s8 s9]                      3          10 (each once)
+    drop      [s0-s3] [s4-s7]                              2          8
+    fill      [s0-s3] [s4-s7] [s8 s9 s0 s1]                3          12 (s0, s1 twice)
+    ========  ===========================================  =========  ================
+
+    ``fill`` pads with the first samples of the shard's own epoch order, so every batch
+    has ``batch_size`` samples (what DALI's FILL does when the reader wraps around).
+    """
+
+    PARTIAL = "partial"
+    DROP = "drop"
+    FILL = "fill"
+
+
+class OnError(str, Enum):
+    """What a loader does with a file it cannot decode."""
+
+    SKIP = "skip"  # leave it out, record it in ``loader.skipped`` and warn once
+    RAISE = "raise"  # raise :class:`BadImageError` naming the file
+
+
+def default_shard() -> tuple[int, int]:
+    """``(shard_id, num_shards)`` from torch.distributed, else from torchrun's env, else (0, 1)."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    rank, world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
+    if rank is not None and world is not None:
+        return int(rank), int(world)
+    return 0, 1
+
+
+def usable_cpus() -> int:
+    """Cores this process may run on (affinity-aware, so containers are not oversubscribed)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+@dataclass(frozen=True)
+class LoaderOptions:
+    """Validated loader settings; see :func:`gpufeed.pipelines.classification_loader`."""
+
+    train: bool
+    batch_size: int
+    size: int = 224
+    dtype: torch.dtype = torch.float32
+    layout: str = "NCHW"
+    shuffle: bool | None = None
+    seed: int = 0
+    shard_id: int = 0
+    num_shards: int = 1
+    last_batch: LastBatch = LastBatch.PARTIAL
+    num_workers: int | None = None
+    on_error: OnError = OnError.SKIP
+    mean: tuple[float, float, float] = IMAGENET_MEAN
+    std: tuple[float, float, float] = IMAGENET_STD
+    val_resize: int | None = None
+    scale: tuple[float, float] = (0.08, 1.0)
+    ratio: tuple[float, float] = (3 / 4, 4 / 3)
+
+    def __post_init__(self) -> None:
+        def bad(name: str, value: object, want: str) -> ValueError:
+            return ValueError(f"{name} must be {want}, got {value!r}")
+
+        if not isinstance(self.batch_size, int) or self.batch_size < 1:
+            raise bad("batch_size", self.batch_size, "a positive int")
+        if not isinstance(self.size, int) or self.size < 1:
+            raise bad("size", self.size, "a positive int")
+        if self.dtype not in _DTYPES:
+            raise bad("dtype", self.dtype, "torch.float32, torch.float16 or torch.uint8")
+        if self.layout not in ("NCHW", "NHWC"):
+            raise bad("layout", self.layout, "'NCHW' or 'NHWC'")
+        if self.num_shards < 1 or not 0 <= self.shard_id < self.num_shards:
+            raise ValueError(
+                f"shard_id must be in [0, num_shards), got shard_id={self.shard_id}, num_shards={self.num_shards}"
+            )
+        if self.num_workers is not None and self.num_workers < 0:
+            raise bad("num_workers", self.num_workers, "None or >= 0")
+        if len(self.mean) != 3 or len(self.std) != 3 or any(s <= 0 for s in self.std):
+            raise ValueError(f"mean and std need 3 values each, std > 0; got mean={self.mean}, std={self.std}")
+        if not 0 < self.scale[0] <= self.scale[1] <= 1:
+            raise bad("scale", self.scale, "(lo, hi) with 0 < lo <= hi <= 1")
+        if not 0 < self.ratio[0] <= self.ratio[1]:
+            raise bad("ratio", self.ratio, "(lo, hi) with 0 < lo <= hi")
+        if self.val_resize is not None and self.val_resize < self.size:
+            raise bad("val_resize", self.val_resize, f">= size ({self.size})")
+
+    @property
+    def shuffles(self) -> bool:
+        """Shuffle by default when training, never by default for validation."""
+        return self.train if self.shuffle is None else self.shuffle
+
+    @property
+    def resize_shorter(self) -> int:
+        """Validation: the shorter side before the centre crop (256 for 224, as in ImageNet)."""
+        return self.val_resize or round(self.size / 0.875)
+
+    @property
+    def threads(self) -> int:
+        """Worker processes (torch) or threads (DALI): all usable cores unless told."""
+        return usable_cpus() if self.num_workers is None else self.num_workers
+
+    @property
+    def normalizes(self) -> bool:
+        """uint8 output is the raw 0..255 pixels; float outputs are normalised."""
+        return self.dtype != torch.uint8

@@ -1,0 +1,210 @@
+"""Where samples come from: ImageFolder trees and file lists, and the byte-level checks
+that keep an undecodable file from ever reaching a decoder.
+
+Both backends read files here, so a file is judged the same way whichever one runs.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from gpufeed.pipelines.options import OnError
+
+
+class BadImageError(ValueError):
+    """A file that cannot be decoded as an image, with the reason (``on_error="raise"``)."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path, self.reason = path, reason
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A file left out of an epoch, and why."""
+
+    path: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class SampleList:
+    """The files of a dataset, their integer labels and the class names behind them."""
+
+    paths: tuple[str, ...]
+    labels: tuple[int, ...]
+    classes: tuple[str, ...]
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+
+def scan_image_folder(root: str | os.PathLike[str]) -> SampleList:
+    """List ``root/<class>/**/<file>``: one label per class folder, in sorted order.
+
+    Every regular, non-hidden file is a sample, whatever its extension: a file that is
+    not an image is reported when it is read, never silently dropped. Empty class
+    folders keep their label (so label numbers do not shift) and raise one warning.
+
+    Raises:
+        FileNotFoundError: ``root`` does not exist.
+        ValueError: ``root`` is not a folder or has no class folders.
+    """
+    root = Path(root)
+    if not root.exists():
+        raise FileNotFoundError(f"image root {root} does not exist")
+    if not root.is_dir():
+        raise ValueError(f"image root {root} is not a folder")
+    classes = sorted(d.name for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
+    if not classes:
+        raise ValueError(f"image root {root} has no class folders (expected root/<class>/<image>)")
+    paths: list[str] = []
+    labels: list[int] = []
+    empty: list[str] = []
+    for label, name in enumerate(classes):
+        files = sorted(
+            str(p) for p in (root / name).rglob("*")
+            if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts)
+        )
+        if not files:
+            empty.append(name)
+        paths += files
+        labels += [label] * len(files)
+    if empty:
+        warnings.warn(
+            f"gpufeed: {len(empty)} empty class folder(s) under {root}: {', '.join(empty)} "
+            "(their labels are kept, no samples)", stacklevel=3,
+        )
+    if not paths:
+        raise ValueError(f"image root {root} has class folders but no files")
+    return SampleList(tuple(paths), tuple(labels), tuple(classes))
+
+
+def read_file_list(
+    file_list: str | os.PathLike[str] | Sequence[tuple[str, int]], root: str | os.PathLike[str] | None = None,
+) -> SampleList:
+    """Samples from a file list: DALI's text format (``relative/path label`` per line) or
+    a sequence of ``(path, label)`` pairs. Relative paths are taken from ``root``, by
+    default the list file's folder.
+
+    Raises:
+        FileNotFoundError: the list file does not exist.
+        ValueError: a line without a path and an integer label (its number is named).
+    """
+    pairs: list[tuple[str, int]] = []
+    if isinstance(file_list, (str, os.PathLike)):
+        list_path = Path(file_list)
+        if not list_path.is_file():
+            raise FileNotFoundError(f"file list {list_path} does not exist")
+        base = Path(root) if root is not None else list_path.parent
+        for lineno, line in enumerate(list_path.read_text().splitlines(), 1):
+            if not line.strip() or line.lstrip().startswith("#"):
+                continue
+            path, _, label = line.strip().rpartition(" ")
+            try:
+                pairs.append((str(base / path.strip()), int(label)))
+            except ValueError:
+                raise ValueError(
+                    f"{list_path}:{lineno}: expected '<path> <integer label>', got {line!r}"
+                ) from None
+    else:
+        base = Path(root) if root is not None else Path()
+        pairs = [(str(base / p), int(lbl)) for p, lbl in file_list]
+    if not pairs:
+        raise ValueError(f"file list {file_list!r} has no samples")
+    if min(lbl for _, lbl in pairs) < 0:
+        raise ValueError(f"file list {file_list!r} has a negative label")
+    classes = tuple(str(i) for i in range(max(lbl for _, lbl in pairs) + 1))
+    return SampleList(tuple(p for p, _ in pairs), tuple(lbl for _, lbl in pairs), classes)
+
+
+_SIGNATURES = (
+    (b"\xff\xd8\xff", "jpeg"),
+    (b"\x89PNG\r\n\x1a\n", "png"),
+    (b"BM", "bmp"),
+    (b"II*\x00", "tiff"),
+    (b"MM\x00*", "tiff"),
+)
+
+
+def image_format(data: bytes | memoryview) -> str | None:
+    """The image format named by the file's first bytes, or None."""
+    head = bytes(data[:12])
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return "webp"
+    return next((fmt for sig, fmt in _SIGNATURES if head.startswith(sig)), None)
+
+
+def undecodable_reason(data: bytes | memoryview) -> str | None:
+    """Why these bytes cannot be an intact image, or None when they may be one.
+
+    Cheap checks only (the bytes are already in memory): an empty file, an unknown
+    signature, a JPEG cut short (no end-of-image marker near its end; in entropy-coded
+    data 0xFF is always stuffed, so 0xFFD9 only appears as a real marker). What passes
+    here can still fail in a decoder; the loaders handle that too.
+    """
+    if len(data) == 0:
+        return "empty file (0 bytes)"
+    fmt = image_format(data)
+    if fmt is None:
+        return "not an image (unknown file signature)"
+    if fmt == "jpeg" and bytes(data[-1024:]).rfind(b"\xff\xd9") < 0:
+        return "truncated JPEG (no end-of-image marker)"
+    return None
+
+
+def read_bytes(path: str) -> np.ndarray:
+    """The file's bytes as a writable uint8 array (what DALI and torch both take without a copy)."""
+    return np.fromfile(path, dtype=np.uint8)
+
+
+class SkipLog:
+    """The files an epoch left out, and the policy that decides whether to skip or raise.
+
+    Known-bad files are remembered across epochs (so they are not decoded again) and
+    listed in every epoch's :attr:`skipped`, so that, with ``last_batch="partial"``,
+    samples yielded + ``len(skipped)`` = files in the shard, every epoch.
+    """
+
+    def __init__(self, on_error: OnError) -> None:
+        self.on_error = OnError(on_error)
+        self.skipped: list[Skipped] = []
+        self._known: dict[str, str] = {}
+        self._this_epoch: set[str] = set()
+        self._warned: set[str] = set()
+
+    def start_epoch(self) -> None:
+        """Forget the last epoch's list (the known-bad files stay known)."""
+        self.skipped, self._this_epoch = [], set()
+
+    def known(self, path: str) -> str | None:
+        """The reason ``path`` was found bad before, or None."""
+        return self._known.get(path)
+
+    def add(self, path: str, reason: str) -> None:
+        """Record a bad file (once per epoch), or raise :class:`BadImageError` under ``raise``."""
+        if self.on_error == OnError.RAISE:
+            raise BadImageError(path, reason)
+        self._known[path] = reason
+        if path not in self._this_epoch:
+            self._this_epoch.add(path)
+            self.skipped.append(Skipped(path, reason))
+
+    def warn_new(self, epoch: int, planned: int) -> None:
+        """One warning line per epoch that found files not warned about before."""
+        new = [s for s in self.skipped if s.path not in self._warned]
+        if not new:
+            return
+        self._warned.update(s.path for s in new)
+        shown = "; ".join(f"{s.path} ({s.reason})" for s in new[:3])
+        more = f"; and {len(new) - 3} more" if len(new) > 3 else ""
+        warnings.warn(
+            f"gpufeed: epoch {epoch} skipped {len(self.skipped)} of {planned} files "
+            f"(loader.skipped lists each with its reason): {shown}{more}", stacklevel=3,
+        )

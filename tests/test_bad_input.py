@@ -1,0 +1,109 @@
+"""Bad files never kill an epoch: skipped and reported (exact counts), or raised by name."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from gpufeed.datasets.images import generate_image_folder
+from gpufeed.pipelines import BadImageError, classification_loader
+from tests.test_loader_contract import BACKENDS, load
+
+BAD = {  # file name -> words the reason must contain
+    "truncated.jpg": "truncated",
+    "zero.jpg": "empty file",
+    "notes.jpg": "not an image",
+    "readme.txt": "not an image",
+    "broken_header.jpg": "decode",
+}
+DECODABLE = ("picture.png", "gray.jpg", "cmyk.jpg")
+
+
+@pytest.fixture(scope="module")
+def messy_folder(tmp_path_factory) -> Path:
+    """12 good JPEGs in 2 classes, the bad files above, PNG/grayscale/CMYK images that must
+    decode, and an empty class folder."""
+    root = tmp_path_factory.mktemp("messy") / "train"
+    generate_image_folder(root, num_images=12, num_classes=2, seed=4, min_side=64, max_side=96)
+    good = root / "class_000" / "img_000000.jpg"
+    data = good.read_bytes()
+    bad = root / "class_000"
+    (bad / "truncated.jpg").write_bytes(data[: len(data) // 2])
+    (bad / "zero.jpg").write_bytes(b"")
+    (bad / "notes.jpg").write_text("not a picture at all")
+    (bad / "readme.txt").write_text("hello")
+    header = bytearray(data)
+    sos = header.find(b"\xff\xda")  # scramble the Huffman tables before the scan
+    header[sos - 200: sos] = bytes(range(200))
+    (bad / "broken_header.jpg").write_bytes(bytes(header))
+    with Image.open(good) as img:
+        img.save(root / "class_001" / "picture.png")
+        img.convert("L").save(root / "class_001" / "gray.jpg")
+        img.convert("CMYK").save(root / "class_001" / "cmyk.jpg")
+    (root / "class_002").mkdir()
+    return root
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bad_files_are_skipped_reported_and_counted_exactly(messy_folder, backend):
+    with pytest.warns(UserWarning, match="empty class folder"):
+        loader = load(messy_folder, backend, train=True, batch_size=4, size=32)
+    assert len(loader.samples) == 12 + len(BAD) + len(DECODABLE)
+    assert loader.classes == ("class_000", "class_001", "class_002")
+    for epoch in range(2):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            yielded = sum(len(y) for _, y in loader)
+        reasons = {os.path.basename(s.path): s.reason for s in loader.skipped}
+        assert set(reasons) == set(BAD), reasons
+        for name, words in BAD.items():
+            assert words in reasons[name], (name, reasons[name])
+        assert yielded + len(loader.skipped) == len(loader.samples) == loader.samples_yielded + len(BAD)
+        gpufeed_warnings = [w for w in caught if "skipped" in str(w.message)]
+        # one warning line the first time these files turn up, none after
+        assert len(gpufeed_warnings) == (1 if epoch == 0 else 0)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_png_grayscale_and_cmyk_images_are_decoded_as_rgb(messy_folder, backend):
+    files = [(str(messy_folder / "class_001" / n), i) for i, n in enumerate(DECODABLE)]
+    loader = load(None, backend, file_list=files, train=False, batch_size=3, size=32)
+    (x, y), = list(loader)
+    assert x.shape == (3, 3, 32, 32) and y.tolist() == [0, 1, 2] and not loader.skipped
+    # the grayscale image's three channels hold one value per pixel (before normalisation)
+    loader_u8 = load(None, backend, file_list=files, train=False, batch_size=3, size=32, dtype=__import__("torch").uint8)
+    (xu, _), = list(loader_u8)
+    gray = xu[1].int()
+    assert (gray[0] - gray[1]).abs().max() <= 2 and (gray[1] - gray[2]).abs().max() <= 2
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_on_error_raise_names_the_file(messy_folder, backend, name):
+    files = [(str(messy_folder / "class_000" / "img_000000.jpg"), 0), (str(messy_folder / "class_000" / name), 0)]
+    loader = load(None, backend, file_list=files, train=False, batch_size=2, size=32, on_error="raise")
+    with pytest.raises(BadImageError, match=name) as info:
+        list(loader)
+    assert info.value.path.endswith(name) and BAD[name] in info.value.reason
+
+
+def test_missing_root_names_the_folder(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nowhere"):
+        classification_loader(tmp_path / "nowhere", train=True, batch_size=4, backend="torch")
+
+
+def test_a_root_without_class_folders_is_refused(tmp_path):
+    (tmp_path / "a.jpg").write_bytes(b"x")
+    with pytest.raises(ValueError, match="no class folders"):
+        classification_loader(tmp_path, train=True, batch_size=4, backend="torch")
+
+
+def test_malformed_file_list_line_is_named(tmp_path):
+    listing = tmp_path / "list.txt"
+    listing.write_text("a.jpg 0\nb.jpg zero\n")
+    with pytest.raises(ValueError, match=r"list.txt:2"):
+        classification_loader(tmp_path, file_list=listing, train=True, batch_size=4, backend="torch")

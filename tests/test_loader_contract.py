@@ -1,0 +1,181 @@
+"""The loader contract, checked on every backend the same way."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from torchvision.transforms.v2 import functional as F
+
+from gpufeed.backends import dali_installed
+from gpufeed.pipelines import classification_loader
+from gpufeed.pipelines.options import IMAGENET_MEAN, IMAGENET_STD
+from tests.helpers import indexed_file_list
+
+BACKENDS = [
+    "torch",
+    pytest.param("dali", marks=pytest.mark.skipif(not dali_installed(), reason="DALI not installed")),
+]
+
+
+def load(root, backend, **kw):
+    kw.setdefault("num_workers", 0 if backend == "torch" else 2)
+    kw.setdefault("device", "cpu")
+    return classification_loader(root, backend=backend, **kw)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(
+    ("dtype", "layout"), [(torch.float32, "NCHW"), (torch.float16, "NHWC"), (torch.uint8, "NCHW")]
+)
+def test_batches_have_the_contract_shape_dtype_layout_and_labels(image_folder, backend, dtype, layout):
+    loader = load(image_folder, backend, train=True, batch_size=16, size=48, dtype=dtype, layout=layout)
+    assert loader.backend == backend
+    batches = list(loader)
+    assert len(batches) == len(loader) == 3  # 40 samples, batch 16, partial
+    expected = (3, 48, 48) if layout == "NCHW" else (48, 48, 3)
+    labels = torch.cat([y for _, y in batches])
+    for x, y in batches:
+        assert x.dtype == dtype and x.device.type == "cpu" and tuple(x.shape[1:]) == expected
+        assert y.dtype == torch.int64 and y.shape == (x.shape[0],)
+    assert len(labels) == 40 and set(labels.tolist()) == {0, 1, 2}
+    x = torch.cat([b[0] for b in batches]).float()
+    if dtype == torch.uint8:
+        assert x.max() > 100  # raw 0..255 pixels, not normalised
+    else:
+        lo = min((0 - m) / s for m, s in zip(IMAGENET_MEAN, IMAGENET_STD, strict=True))
+        hi = max((1 - m) / s for m, s in zip(IMAGENET_MEAN, IMAGENET_STD, strict=True))
+        assert lo - 0.01 <= x.min() and x.max() <= hi + 0.01 and x.min() < -0.5
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_loader_is_reiterable_and_epochs_differ_when_shuffling(image_folder, backend):
+    loader = load(image_folder, backend, train=True, batch_size=8, size=32)
+    first = [y for _, y in loader]
+    second = [y for _, y in loader]
+    assert loader.epoch == 1
+    assert sum(len(y) for y in first) == sum(len(y) for y in second) == 40
+    assert not all(torch.equal(a, b) for a, b in zip(first, second, strict=True))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_seeded_run_repeats(image_folder, backend):
+    def run(seed):
+        loader = load(image_folder, backend, train=True, batch_size=8, size=32, seed=seed)
+        return [(x.clone(), y.clone()) for _ in range(2) for x, y in loader]
+
+    a, b, c = run(5), run(5), run(6)
+    assert all(torch.equal(xa, xb) and torch.equal(ya, yb) for (xa, ya), (xb, yb) in zip(a, b, strict=True))
+    assert not all(torch.equal(xa, xc) for (xa, _), (xc, _) in zip(a, c, strict=True))
+
+
+def reference_val(path, size, resize):
+    """torchvision's validation transform on a PIL image: the numbers users expect."""
+    img = F.pil_to_tensor(Image.open(path).convert("RGB"))
+    img = F.center_crop(F.resize(img, resize, antialias=True), size)
+    return F.normalize(img.float() / 255, IMAGENET_MEAN, IMAGENET_STD)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_validation_output_matches_the_torchvision_reference(image_folder, backend):
+    loader = load(image_folder, backend, train=False, batch_size=40, size=64)
+    (x, _), = list(loader)
+    ref = torch.stack([reference_val(p, 64, 73) for p in loader.samples.paths])
+    diff = (x - ref).abs()
+    # Same geometry as torchvision; DALI's resampling filter differs by at most a level or two.
+    assert diff.mean() < 0.01, diff.mean()
+    assert diff.max() < 0.05, diff.max()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("shards", [2, 3])
+def test_partial_epoch_yields_every_sample_exactly_once_across_shards(tmp_path, backend, shards):
+    files = indexed_file_list(tmp_path, 23)
+    seen = []
+    for shard in range(shards):
+        loader = load(None, backend, file_list=files, train=True, batch_size=4, size=32,
+                      shard_id=shard, num_shards=shards)
+        seen += [v for _, y in loader for v in y.tolist()]
+    assert sorted(seen) == list(range(23))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_drop_and_fill_follow_the_documented_counts(tmp_path, backend):
+    files = indexed_file_list(tmp_path, 10)
+    drop = load(None, backend, file_list=files, train=False, batch_size=4, size=32, last_batch="drop")
+    fill = load(None, backend, file_list=files, train=False, batch_size=4, size=32, last_batch="fill")
+    assert [y.tolist() for _, y in drop] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert [y.tolist() for _, y in fill] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 0, 1]]
+    assert len(drop) == 2 and len(fill) == 3
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_shard_defaults_come_from_torchrun_environment(tmp_path, monkeypatch, backend):
+    files = indexed_file_list(tmp_path, 10)
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    loader = load(None, backend, file_list=files, train=False, batch_size=8, size=32)
+    assert (loader.options.shard_id, loader.options.num_shards) == (1, 2)
+    assert [y.tolist() for _, y in loader] == [[5, 6, 7, 8, 9]]
+
+
+def test_torch_backend_with_worker_processes_matches_in_process(image_folder):
+    one = load(image_folder, "torch", train=True, batch_size=8, size=32, num_workers=0)
+    two = load(image_folder, "torch", train=True, batch_size=8, size=32, num_workers=2)
+    for (xa, ya), (xb, yb) in zip(one, two, strict=True):
+        assert torch.equal(xa, xb) and torch.equal(ya, yb)
+
+
+@pytest.mark.skipif(not dali_installed(), reason="DALI not installed")
+def test_dali_backend_gives_a_real_dali_classification_iterator(image_folder):
+    from nvidia.dali.plugin.pytorch import DALIClassificationIterator
+
+    loader = load(image_folder, "dali", train=True, batch_size=16, size=32)
+    it = loader.dali_iterator()
+    assert isinstance(it, DALIClassificationIterator)
+    for _ in range(2):  # auto_reset: a second epoch too
+        out = [d[0] for d in it]
+        assert sum(d["data"].shape[0] for d in out) == 40
+        assert out[0]["data"].shape[1:] == (3, 32, 32)
+        assert set(torch.cat([d["label"].view(-1) for d in out]).tolist()) == {0, 1, 2}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"batch_size": 0}, "batch_size"),
+        ({"layout": "CHW"}, "layout"),
+        ({"dtype": torch.int32}, "dtype"),
+        ({"shard_id": 2, "num_shards": 2}, "shard_id"),
+        ({"last_batch": "pad"}, "pad"),
+        ({"backend": "tf"}, "backend"),
+        ({"on_error": "ignore"}, "ignore"),
+        ({"num_workers": 1, "num_threads": 2}, "disagree"),
+    ],
+)
+def test_bad_arguments_raise_errors_naming_them(image_folder, kwargs, match):
+    args = {"train": True, "batch_size": 4, "device": "cpu", "backend": "torch", **kwargs}
+    with pytest.raises(ValueError, match=match):
+        classification_loader(image_folder, **args)
+
+
+def test_cuda_on_a_machine_without_it_is_a_clear_error(image_folder):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with pytest.raises(RuntimeError, match="no CUDA GPU"):
+        classification_loader(image_folder, train=True, batch_size=4, device="cuda")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_gpu_batches_live_on_the_gpu_and_match_the_cpu_contract(image_folder, backend):
+    loader = load(image_folder, backend, train=False, batch_size=40, size=64, device="cuda")
+    (x, y), = list(loader)
+    assert x.is_cuda and y.is_cuda and x.dtype == torch.float32 and x.shape == (40, 3, 64, 64)
+    cpu = load(image_folder, backend, train=False, batch_size=40, size=64, device="cpu")
+    (xc, yc), = list(cpu)
+    assert torch.equal(y.cpu(), yc)
+    # GPU decoders (nvJPEG) differ slightly from libjpeg-turbo
+    assert (x.cpu() - xc).abs().mean() < 0.05
+    assert np.isfinite(x.cpu().numpy()).all()
