@@ -1,0 +1,59 @@
+"""The command line: doctor, data generation and a small images benchmark end to end."""
+
+import json
+import subprocess
+import sys
+
+from gpufeed.cli import main
+
+
+def test_doctor_reports_versions_and_backend_choices(capsys):
+    assert main(["doctor", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["versions"]["torch"]
+    choice = report["choices"]["image loader (classification_loader backend='auto')"]
+    assert choice["backend"] in ("dali", "torch") and choice["why"]
+    assert main(["doctor"]) == 0
+    assert "backend choices" in capsys.readouterr().out
+
+
+def test_data_images_writes_an_image_folder(tmp_path, capsys):
+    assert main(["data", "images", str(tmp_path / "d"), "--images", "6", "--classes", "2"]) == 0
+    assert len(list((tmp_path / "d").rglob("*.jpg"))) == 6
+    assert sorted(p.name for p in (tmp_path / "d").iterdir()) == ["class_000", "class_001"]
+
+
+def test_bench_images_writes_results_with_metadata(image_folder, tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "gpufeed", "bench", "images", "--data", str(image_folder), "--size", "32",
+         "--batch-size", "8", "--repeats", "1", "--workers", "1", "--only", "dali-cpu", "torch-cpu",
+         "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "× torch-pil" in out.stdout
+    (result,) = tmp_path.glob("images-train-*.json")
+    doc = json.loads(result.read_text())
+    assert doc["metadata"]["packages"]["torch"] and doc["metadata"]["cpu_count"]
+    rows = {r["name"]: r for r in doc["rows"]}
+    assert rows["torch-pil"]["ratio"] == 1.0
+    for row in rows.values():
+        assert row["verdict"] == "ok" and row["check"]["samples"] == 40
+    assert result.with_suffix(".md").exists()
+
+
+def test_cpu_only_workflow_never_imports_gpu_libraries():
+    code = (
+        "import sys, torch\n"
+        "from gpufeed.pipelines import classification_loader\n"
+        "from gpufeed.datasets.images import generate_image_folder\n"
+        "import tempfile, gpufeed.doctor\n"
+        "root = generate_image_folder(tempfile.mkdtemp(), num_images=4, num_classes=2, min_side=40, max_side=50)\n"
+        "for x, y in classification_loader(root, train=True, batch_size=2, size=32, backend='torch', device='cpu', num_workers=0): pass\n"
+        "gpufeed.doctor.report()\n"
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('cudf', 'cupy', 'dask_cudf') or m.startswith('nvidia.dali')]\n"
+        "print('GPU modules:', bad)\n"
+        "assert not bad\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr[-2000:]

@@ -1,0 +1,32 @@
+"""The example training script runs a few steps with each loader (in its own process,
+as a user runs it)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.test_loader_contract import BACKENDS
+
+SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "train_resnet18.py"
+
+
+def run_example(*args: str) -> str:
+    out = subprocess.run([sys.executable, str(SCRIPT), "--steps", "3", "--batch-size", "8", "--size", "32", *args],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_example_trains_a_few_steps(image_folder, backend):
+    out = run_example("--loader", backend, "--data", str(image_folder), "--workers", "2")
+    assert f"loader: {backend}" in out
+    assert "step   2  loss" in out and "trained 3 steps, 24 images" in out
+
+
+@pytest.mark.parametrize("backend", [b for b in BACKENDS if "dali" in str(b)])
+def test_example_runs_on_dalis_own_classification_iterator(image_folder, backend):
+    out = run_example("--loader", "dali", "--dali-iterator", "--data", str(image_folder))
+    assert "trained 3 steps" in out
