@@ -179,3 +179,34 @@ def test_gpu_batches_live_on_the_gpu_and_match_the_cpu_contract(image_folder, ba
     # GPU decoders (nvJPEG) differ slightly from libjpeg-turbo
     assert (x.cpu() - xc).abs().mean() < 0.05
     assert np.isfinite(x.cpu().numpy()).all()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_gpu_augment_runs_on_every_batch_after_loading(image_folder, backend):
+    seen = []
+
+    def augment(images, labels):
+        seen.append((images.dtype, images.shape[0]))
+        return images.float() / 255, labels + 100
+
+    loader = load(image_folder, backend, train=True, batch_size=16, size=32, dtype=torch.uint8,
+                  gpu_augment=augment)
+    out = list(loader)
+    assert seen == [(torch.uint8, 16), (torch.uint8, 16), (torch.uint8, 8)]
+    assert all(x.dtype == torch.float32 and x.max() <= 1 and y.min() >= 100 for x, y in out)
+    assert loader.samples_yielded == 40
+
+
+def test_reused_output_buffers_never_overwrite_a_batch_someone_holds():
+    from gpufeed.pipelines.base import ReusedBuffers
+
+    pool = ReusedBuffers(keep=2)
+    kept = pool.empty((4, 3), torch.float32).fill_(1)
+    view = pool.empty((4, 3), torch.float32).fill_(2)[1:]
+    third = pool.empty((4, 3), torch.float32).fill_(3)  # pool full and busy: a new tensor
+    assert kept.eq(1).all() and view.eq(2).all() and third.eq(3).all()
+    ptr = kept.data_ptr()
+    del kept
+    again = pool.empty((4, 3), torch.float32)
+    assert again.data_ptr() == ptr  # freed memory is reused
+    assert view.eq(2).all()

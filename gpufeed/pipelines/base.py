@@ -86,24 +86,78 @@ class ClassificationLoader:
         )
 
 
-class Normalizer:
-    """uint8 NCHW batch -> the contract's dtype and layout, in one fused multiply-add.
+class ReusedBuffers:
+    """CPU output tensors whose memory is reused once nobody holds them any more.
 
-    ``(x / 255 - mean) / std`` is ``x * scale + bias`` with ``scale = 1 / (255 std)`` and
-    ``bias = -mean / std``, so normalisation costs one pass over the batch.
+    A fresh 38 MB tensor per batch (64 x 3 x 224 x 224 float32) cost about 0.4 ms of CPU
+    per image here in page faults: glibc maps large blocks anew on every allocation. A
+    pooled buffer is handed out again only when its storage has no reference but the
+    pool's (no batch, view or numpy array of it alive), so a batch a user keeps is never
+    overwritten.
     """
 
-    def __init__(self, options: LoaderOptions) -> None:
+    def __init__(self, keep: int = 4) -> None:
+        self.keep = keep
+        self._storages: list[torch.UntypedStorage] = []
+        self._can_count = hasattr(torch._C, "_storage_Use_Count")
+
+    def _free(self, storage: torch.UntypedStorage) -> bool:
+        return torch._C._storage_Use_Count(storage._cdata) == 1
+
+    def empty(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        """An uninitialised contiguous CPU tensor of ``shape`` and ``dtype``."""
+        if not self._can_count:
+            return torch.empty(shape, dtype=dtype)
+        nbytes = torch.Size(shape).numel() * dtype.itemsize
+        for storage in self._storages:
+            if storage.nbytes() == nbytes and self._free(storage):
+                return torch.empty(0, dtype=dtype).set_(storage, 0, shape)
+        out = torch.empty(shape, dtype=dtype)
+        if len(self._storages) >= self.keep:  # make room: forget a free buffer of another size
+            free = [s for s in self._storages if self._free(s)]
+            if not free:
+                return out
+            self._storages.remove(free[0])
+        self._storages.append(out.untyped_storage())
+        return out
+
+
+class Normalizer:
+    """uint8 ``(B, 3, H, W)`` batch (any memory layout) -> the contract's dtype and layout.
+
+    ``(x / 255 - mean) / std`` is ``x * scale + bias`` with ``scale = 1 / (255 std)`` and
+    ``bias = -mean / std``: one conversion pass and one in-place multiply-add, written
+    straight into the output's layout (no separate transpose).
+    """
+
+    def __init__(self, options: LoaderOptions, buffers: ReusedBuffers | None = None) -> None:
         std = torch.tensor(options.std, dtype=torch.float32).view(1, 3, 1, 1)
         mean = torch.tensor(options.mean, dtype=torch.float32).view(1, 3, 1, 1)
         self.scale, self.bias = 1.0 / (255.0 * std), -mean / std
-        self.options = options
+        self.options, self.buffers = options, buffers
+
+    def _empty(self, shape: tuple[int, ...], device: torch.device) -> torch.Tensor:
+        if self.buffers is not None and device.type == "cpu":
+            return self.buffers.empty(shape, self.options.dtype)
+        return torch.empty(shape, dtype=self.options.dtype, device=device)
 
     def __call__(self, images: torch.Tensor) -> torch.Tensor:
         o = self.options
-        if o.normalizes:
-            scale, bias = self.scale.to(images.device), self.bias.to(images.device)
-            images = torch.addcmul(bias, images.to(torch.float32), scale).to(o.dtype)
+        if not o.normalizes and o.layout == "NCHW" and images.is_contiguous():
+            return images
+        b, c, h, w = images.shape
         if o.layout == "NHWC":
-            images = images.permute(0, 2, 3, 1).contiguous()
-        return images
+            out = self._empty((b, h, w, c), images.device)
+            view = out.permute(0, 3, 1, 2)
+        else:
+            out = view = self._empty((b, c, h, w), images.device)
+        if not o.normalizes:
+            view.copy_(images)
+            return out
+        scale, bias = self.scale.to(images.device), self.bias.to(images.device)
+        if o.dtype == torch.float32:
+            view.copy_(images)
+            torch.addcmul(bias, view, scale, out=view)
+        else:  # compute in float32, store in half
+            view.copy_(torch.addcmul(bias, images.to(torch.float32), scale))
+        return out

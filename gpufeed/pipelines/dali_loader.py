@@ -1,10 +1,19 @@
-"""The DALI backend: the kit's pipeline behind DALI's own PyTorch iterator.
+"""The DALI backend: the kit's pipeline, on the GPU or in DALI's CPU-only mode.
 
-The loader is a thin layer over ``nvidia.dali.plugin.pytorch.DALIGenericIterator`` (which
-copies each output once into a torch tensor); it adds what DALI leaves to the user: the
-shared epoch plan, skipped-file accounting, and recovery when a decoder fails on a file
-the byte checks let through (the pipeline is rebuilt and the epoch goes on from the
-failed batch, without the bad file).
+On a GPU the whole pipeline runs in DALI: hardware JPEG decode (``device="mixed"``),
+resize and normalisation on the device, copied once into a torch tensor.
+
+In CPU-only mode DALI decodes (only the random crop's region of each JPEG, on DALI's
+threads) and torch does the geometry and normalisation on the decoded pixels while DALI
+decodes the next batch: DALI's CPU resampler measured about 5x slower here than torch's
+SIMD uint8 antialiased bilinear kernel (1.3 ms vs 0.25 ms for a 330x340 -> 224x224
+crop), and resizing is half of the pipeline's work. The val geometry is torchvision's
+own, so val batches match the torch backend's.
+
+Either way the loader adds what DALI leaves to the user: the shared epoch plan,
+skipped-file accounting, and recovery when a decoder fails on a file the byte checks let
+through (the pipeline is rebuilt and the epoch goes on from the failed batch, without
+the bad file).
 """
 
 from __future__ import annotations
@@ -13,15 +22,15 @@ from collections.abc import Iterator
 
 import numpy as np
 import torch
-from nvidia.dali.plugin.pytorch import (
-    DALIClassificationIterator,
-    DALIGenericIterator,
-    LastBatchPolicy,
-)
+import torch.nn.functional as F
+from nvidia.dali.plugin.pytorch import DALIClassificationIterator, LastBatchPolicy, feed_ndarray
+from torchvision.transforms.v2 import functional as TF
 
-from gpufeed.pipelines.base import Batch, ClassificationLoader
+from gpufeed.pipelines.base import Batch, ClassificationLoader, Normalizer, ReusedBuffers
 from gpufeed.pipelines.dali_pipeline import FileFeed, build_pipeline
 from gpufeed.pipelines.sources import SkipLog, read_bytes, undecodable_reason
+
+_TORCH_DTYPE = {"FLOAT": torch.float32, "FLOAT16": torch.float16, "UINT8": torch.uint8}
 
 
 class DaliLoader(ClassificationLoader):
@@ -32,43 +41,65 @@ class DaliLoader(ClassificationLoader):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.device_id = None if self.device.type == "cpu" else (self.device.index or 0)
+        self._on_cpu = self.device_id is None
+        self._finish = Normalizer(self.options, ReusedBuffers())
         self._feed = FileFeed(self.samples, self.plan, self.log)
-        self._iterator: DALIGenericIterator | None = None
+        self._pipe = None
         self._finished_epoch = False
         self._probe = None
 
-    def _new_iterator(self) -> DALIGenericIterator:
-        pipe = build_pipeline(self._feed, self.options, self.device_id)
-        # The feed already applied the last-batch policy; PARTIAL passes its batches through.
-        return DALIGenericIterator(
-            [pipe], ["images", "labels"], last_batch_policy=LastBatchPolicy.PARTIAL,
-            auto_reset=False, prepare_first_batch=False,
-        )
+    def _new_pipeline(self):
+        # CPU: a deeper queue lets DALI's threads decode ahead while torch resizes.
+        return build_pipeline(self._feed, self.options, self.device_id, decode_only=self._on_cpu,
+                              prefetch=3 if self._on_cpu else 2)
 
     def _epoch_batches(self, epoch: int) -> Iterator[Batch]:
-        if self._iterator is not None and self._finished_epoch:
-            self._iterator.reset()  # iter(feed): the next epoch of the plan
+        if self._pipe is not None and self._finished_epoch:
+            self._pipe.reset()  # iter(feed): the next epoch of the plan
         else:
             # First epoch, or the last one was left half-way: batches of it may still be
             # queued inside DALI, so start from a fresh pipeline.
-            self._iterator = None
+            self._pipe = None
             self._feed.next_epoch = epoch
             self._feed.in_flight.clear()
-            self._iterator = self._new_iterator()
+            self._pipe = self._new_pipeline()
         self._finished_epoch = False
         while True:
             try:
-                out = next(self._iterator)[0]
+                images, labels = self._pipe.run()
             except StopIteration:
                 break
             except RuntimeError as err:
                 self._recover(err)
                 continue
             self._feed.in_flight.popleft()
-            images = out["images"]
-            labels = out["labels"].view(-1).to(torch.int64)
+            # Both conversions read DALI's buffers before the next run() reuses them.
+            labels = torch.from_numpy(np.asarray(labels.as_tensor())).view(-1).to(torch.int64)
+            images = self._geometry_on_cpu(images) if self._on_cpu else self._from_gpu(images)
             yield images, labels.to(images.device, non_blocking=True)
         self._finished_epoch = True
+
+    def _geometry_on_cpu(self, decoded) -> torch.Tensor:
+        """Variable-size uint8 HWC images -> the contract's batch (resize, crop, normalise)."""
+        o, size = self.options, self.options.size
+        batch = torch.empty((len(decoded), 3, size, size), dtype=torch.uint8,
+                            memory_format=torch.channels_last)
+        for i in range(len(decoded)):
+            # (1, 3, h, w) view of DALI's HWC buffer: channels-last, the fast uint8 path.
+            image = torch.from_numpy(np.asarray(decoded[i])).permute(2, 0, 1).unsqueeze(0)
+            if o.train:
+                batch[i] = F.interpolate(image, size=(size, size), mode="bilinear", antialias=True)[0]
+            else:
+                image = TF.resize(image, [o.resize_shorter], antialias=True)
+                batch[i] = TF.center_crop(image, [size, size])[0]
+        return self._finish(batch)
+
+    def _from_gpu(self, images) -> torch.Tensor:
+        tensor = images.as_tensor()
+        out = torch.empty(tensor.shape(), dtype=_TORCH_DTYPE[str(tensor.dtype).split(".")[-1]],
+                          device=self.device)
+        feed_ndarray(tensor, out, cuda_stream=torch.cuda.current_stream(self.device))
+        return out
 
     def _recover(self, err: RuntimeError) -> None:
         """Find the file(s) DALI failed on among the batches in flight, record them, and
@@ -89,8 +120,8 @@ class DaliLoader(ClassificationLoader):
                                f"yet each decodes on its own: {err}") from err
         self._feed.resume(*in_flight[0][:2])
         self._feed.in_flight.clear()
-        self._iterator = None
-        self._iterator = self._new_iterator()
+        self._pipe = None
+        self._pipe = self._new_pipeline()
 
     def _probe_file(self, path: str) -> str | None:
         """Decode one file through the same pipeline, alone: the reason it fails, or None."""
@@ -118,11 +149,11 @@ class DaliLoader(ClassificationLoader):
         scripts written against DALI.
 
         It yields ``[{"data": images, "label": labels}]`` like any DALI classification
-        iterator (labels ``(B, 1)`` int32), follows this loader's plan (shuffle, shard,
-        last-batch policy) with its own epoch count, and skips files that fail the byte
-        checks (listed in the returned iterator's ``gpufeed_skipped`` log). Decoder
-        failures beyond those end the epoch with DALI's error, as in DALI; the loader
-        itself recovers from them.
+        iterator, with the whole pipeline in DALI (decode, resize, normalise) on this
+        loader's device, follows this loader's plan (shuffle, shard, last-batch policy)
+        with its own epoch count, and skips files that fail the byte checks (listed in
+        the returned iterator's ``gpufeed_skipped`` log). Decoder failures beyond those
+        end the epoch with DALI's error, as in DALI; the loader itself recovers from them.
         """
         log = SkipLog(self.options.on_error)
         feed = FileFeed(self.samples, self.plan, log)

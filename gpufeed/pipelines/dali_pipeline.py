@@ -105,7 +105,7 @@ def _resize_and_centre_crop(encoded, images, shorter: int, size: int):
 
 
 def build_pipeline(source: Callable | FileFeed | None, options: LoaderOptions, device_id: int | None,
-                   *, batch_size: int | None = None, prefetch: int = 2) -> Pipeline:
+                   *, batch_size: int | None = None, prefetch: int = 2, decode_only: bool = False) -> Pipeline:
     """Build the classification pipeline.
 
     Args:
@@ -116,6 +116,9 @@ def build_pipeline(source: Callable | FileFeed | None, options: LoaderOptions, d
             decoder where the GPU has one), or None for DALI's CPU-only mode.
         batch_size: maximum batch size (default ``options.batch_size``).
         prefetch: batches DALI prepares ahead.
+        decode_only: stop after decoding (train: the random crop's region, randomly
+            flipped; val: the whole image), leaving variable-size uint8 HWC images for
+            the caller to resize (see :class:`gpufeed.pipelines.dali_loader.DaliLoader`).
 
     Returns:
         A built pipeline with outputs ``(images, labels)``.
@@ -141,16 +144,19 @@ def build_pipeline(source: Callable | FileFeed | None, options: LoaderOptions, d
                 encoded, device=decoder, output_type=types.RGB,
                 random_area=list(o.scale), random_aspect_ratio=list(o.ratio), num_attempts=10,
             )
-            images = fn.resize(images, resize_x=o.size, resize_y=o.size)
             mirror = fn.random.coin_flip(probability=0.5)
-            crop = None
+            if decode_only:
+                return fn.flip(images, horizontal=mirror), labels
+            images = fn.resize(images, resize_x=o.size, resize_y=o.size)
         else:
             images = fn.decoders.image(encoded, device=decoder, output_type=types.RGB)
+            if decode_only:
+                return images, labels
             images = _resize_and_centre_crop(encoded, images, o.resize_shorter, o.size)
-            mirror, crop = 0, None
+            mirror = 0
         images = fn.crop_mirror_normalize(
             images, dtype=_DALI_DTYPE[str(o.dtype)], output_layout="CHW" if o.layout == "NCHW" else "HWC",
-            crop=crop, mean=mean, std=std, mirror=mirror,
+            mean=mean, std=std, mirror=mirror,
         )
         return images, labels
 
