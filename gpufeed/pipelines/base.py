@@ -86,6 +86,16 @@ class ClassificationLoader:
         )
 
 
+Allocator = Callable[[tuple[int, ...], torch.dtype], torch.Tensor]
+
+
+def shared_empty(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """An uninitialised CPU tensor in shared memory: what a DataLoader worker returns
+    travels to the main process without the copy ``share_memory_()`` would make."""
+    storage = torch.UntypedStorage._new_shared(torch.Size(shape).numel() * dtype.itemsize)
+    return torch.empty(0, dtype=dtype).set_(storage, 0, shape)
+
+
 class ReusedBuffers:
     """CPU output tensors whose memory is reused once nobody holds them any more.
 
@@ -130,15 +140,15 @@ class Normalizer:
     straight into the output's layout (no separate transpose).
     """
 
-    def __init__(self, options: LoaderOptions, buffers: ReusedBuffers | None = None) -> None:
+    def __init__(self, options: LoaderOptions, allocate: Allocator | None = None) -> None:
         std = torch.tensor(options.std, dtype=torch.float32).view(1, 3, 1, 1)
         mean = torch.tensor(options.mean, dtype=torch.float32).view(1, 3, 1, 1)
         self.scale, self.bias = 1.0 / (255.0 * std), -mean / std
-        self.options, self.buffers = options, buffers
+        self.options, self.allocate = options, allocate
 
     def _empty(self, shape: tuple[int, ...], device: torch.device) -> torch.Tensor:
-        if self.buffers is not None and device.type == "cpu":
-            return self.buffers.empty(shape, self.options.dtype)
+        if self.allocate is not None and device.type == "cpu":
+            return self.allocate(shape, self.options.dtype)
         return torch.empty(shape, dtype=self.options.dtype, device=device)
 
     def __call__(self, images: torch.Tensor) -> torch.Tensor:

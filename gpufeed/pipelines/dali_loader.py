@@ -42,7 +42,7 @@ class DaliLoader(ClassificationLoader):
         super().__init__(*args, **kwargs)
         self.device_id = None if self.device.type == "cpu" else (self.device.index or 0)
         self._on_cpu = self.device_id is None
-        self._finish = Normalizer(self.options, ReusedBuffers())
+        self._finish = Normalizer(self.options, ReusedBuffers().empty)
         self._feed = FileFeed(self.samples, self.plan, self.log)
         self._pipe = None
         self._finished_epoch = False

@@ -16,7 +16,7 @@ from PIL import Image
 from torch.utils.data import DataLoader, Dataset, Sampler
 from torchvision.transforms import v2
 
-from gpufeed.pipelines.base import Batch, ClassificationLoader, Normalizer
+from gpufeed.pipelines.base import Batch, ClassificationLoader, Normalizer, shared_empty
 from gpufeed.pipelines.options import LoaderOptions
 from gpufeed.pipelines.plan import EpochPlan
 from gpufeed.pipelines.sources import image_format, read_bytes, undecodable_reason
@@ -86,10 +86,11 @@ class _Collate:
     def __call__(self, items: list[tuple[int, torch.Tensor | None, str | None]]):
         good = [(i, img) for i, img, _ in items if img is not None]
         bad = [(i, reason) for i, img, reason in items if img is None]
+        in_worker = torch.utils.data.get_worker_info() is not None
+        shape = (len(good), 3, self.size, self.size)
+        images = (shared_empty if in_worker and self.finish is None else torch.empty)(shape, dtype=torch.uint8)
         if good:
-            images = torch.stack([img for _, img in good])
-        else:
-            images = torch.empty((0, 3, self.size, self.size), dtype=torch.uint8)
+            torch.stack([img for _, img in good], out=images)
         labels = torch.tensor([self.labels[i] for i, _ in good], dtype=torch.int64)
         if self.finish is not None:
             images = self.finish(images)
@@ -120,6 +121,8 @@ class TorchLoader(ClassificationLoader):
         o = self.options
         on_gpu = self.device.type == "cuda"
         self._finish = Normalizer(o)
+        # Workers normalise straight into shared memory, which the batch crosses to this process in.
+        in_workers = Normalizer(o, shared_empty if o.threads > 0 else None)
         self._sampler = _PlanSampler(self.plan)
         workers = o.threads
         # Workers forked from a process holding DALI pipelines have crashed: fork only
@@ -129,7 +132,7 @@ class TorchLoader(ClassificationLoader):
             _Files(self.samples.paths, o),
             batch_sampler=self._sampler,
             num_workers=workers,
-            collate_fn=_Collate(self.samples.labels, o, None if on_gpu else self._finish),
+            collate_fn=_Collate(self.samples.labels, o, None if on_gpu else in_workers),
             pin_memory=on_gpu,
             persistent_workers=workers > 0,
             prefetch_factor=4 if workers > 0 else None,
