@@ -48,10 +48,10 @@ class DaliLoader(ClassificationLoader):
         self._finished_epoch = False
         self._probe = None
 
-    def _new_pipeline(self):
+    def _new_pipeline(self, stream: int):
         # CPU: a deeper queue lets DALI's threads decode ahead while torch resizes.
         return build_pipeline(self._feed, self.options, self.device_id, decode_only=self._on_cpu,
-                              prefetch=3 if self._on_cpu else 2)
+                              prefetch=3 if self._on_cpu else 2, stream=stream)
 
     def _epoch_batches(self, epoch: int) -> Iterator[Batch]:
         if self._pipe is not None and self._finished_epoch:
@@ -62,7 +62,7 @@ class DaliLoader(ClassificationLoader):
             self._pipe = None
             self._feed.next_epoch = epoch
             self._feed.in_flight.clear()
-            self._pipe = self._new_pipeline()
+            self._pipe = self._new_pipeline(epoch)
         self._finished_epoch = False
         while True:
             try:
@@ -118,10 +118,11 @@ class DaliLoader(ClassificationLoader):
             shown = ", ".join(suspects[:4]) + (" ..." if len(suspects) > 4 else "")
             raise RuntimeError(f"DALI failed on a batch of {len(suspects)} files ({shown}), "
                                f"yet each decodes on its own: {err}") from err
-        self._feed.resume(*in_flight[0][:2])
+        epoch, batch_number = in_flight[0][:2]
+        self._feed.resume(epoch, batch_number)
         self._feed.in_flight.clear()
         self._pipe = None
-        self._pipe = self._new_pipeline()
+        self._pipe = self._new_pipeline(epoch * 1_000 + batch_number + 1)
 
     def _probe_file(self, path: str) -> str | None:
         """Decode one file through the same pipeline, alone: the reason it fails, or None."""

@@ -105,7 +105,8 @@ def _resize_and_centre_crop(encoded, images, shorter: int, size: int):
 
 
 def build_pipeline(source: Callable | FileFeed | None, options: LoaderOptions, device_id: int | None,
-                   *, batch_size: int | None = None, prefetch: int = 2, decode_only: bool = False) -> Pipeline:
+                   *, batch_size: int | None = None, prefetch: int = 2, decode_only: bool = False,
+                   stream: int = 0) -> Pipeline:
     """Build the classification pipeline.
 
     Args:
@@ -119,12 +120,18 @@ def build_pipeline(source: Callable | FileFeed | None, options: LoaderOptions, d
         decode_only: stop after decoding (train: the random crop's region, randomly
             flipped; val: the whole image), leaving variable-size uint8 HWC images for
             the caller to resize (see :class:`gpufeed.pipelines.dali_loader.DaliLoader`).
+        stream: which random stream the pipeline draws from (part of its seed): a pipeline
+            rebuilt mid-run gets a new one, so it does not replay earlier random crops.
 
     Returns:
         A built pipeline with outputs ``(images, labels)``.
     """
     o = options
     decoder = "cpu" if device_id is None else "mixed"
+    # GPU decoding: preallocate (sizes from DALI's ResNet-50 example) so the first epochs
+    # do not stall on buffer growth.
+    padding = {} if device_id is None else {"device_memory_padding": 211_025_920,
+                                            "host_memory_padding": 140_544_512}
     std = [255.0 * s for s in o.std] if o.normalizes else [1.0, 1.0, 1.0]
     mean = [255.0 * m for m in o.mean] if o.normalizes else [0.0, 0.0, 0.0]
 
@@ -142,14 +149,14 @@ def build_pipeline(source: Callable | FileFeed | None, options: LoaderOptions, d
             # Fused decode + random crop: only the crop's region of each JPEG is decoded.
             images = fn.decoders.image_random_crop(
                 encoded, device=decoder, output_type=types.RGB,
-                random_area=list(o.scale), random_aspect_ratio=list(o.ratio), num_attempts=10,
+                random_area=list(o.scale), random_aspect_ratio=list(o.ratio), num_attempts=10, **padding,
             )
             mirror = fn.random.coin_flip(probability=0.5)
             if decode_only:
                 return fn.flip(images, horizontal=mirror), labels
             images = fn.resize(images, resize_x=o.size, resize_y=o.size)
         else:
-            images = fn.decoders.image(encoded, device=decoder, output_type=types.RGB)
+            images = fn.decoders.image(encoded, device=decoder, output_type=types.RGB, **padding)
             if decode_only:
                 return images, labels
             images = _resize_and_centre_crop(encoded, images, o.resize_shorter, o.size)
@@ -162,7 +169,7 @@ def build_pipeline(source: Callable | FileFeed | None, options: LoaderOptions, d
 
     pipe = classification(
         batch_size=batch_size or o.batch_size, num_threads=max(1, o.threads), device_id=device_id,
-        seed=o.seed + 7919 * o.shard_id, prefetch_queue_depth=prefetch,
+        seed=o.seed + 7919 * o.shard_id + 104_729 * stream, prefetch_queue_depth=prefetch,
     )
     pipe.build()
     return pipe
