@@ -210,3 +210,14 @@ def test_reused_output_buffers_never_overwrite_a_batch_someone_holds():
     again = pool.empty((4, 3), torch.float32)
     assert again.data_ptr() == ptr  # freed memory is reused
     assert view.eq(2).all()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_set_epoch_resumes_the_same_order_as_an_uninterrupted_run(tmp_path, backend):
+    files = indexed_file_list(tmp_path, 12)
+    run = load(None, backend, file_list=files, train=True, batch_size=4, size=32, seed=3)
+    orders = [[v for _, y in run for v in y.tolist()] for _ in range(3)]
+    resumed = load(None, backend, file_list=files, train=True, batch_size=4, size=32, seed=3)
+    resumed.set_epoch(2)
+    assert [v for _, y in resumed for v in y.tolist()] == orders[2]
+    assert orders[0] != orders[1]

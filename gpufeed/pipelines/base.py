@@ -57,6 +57,17 @@ class ClassificationLoader:
     def skipped(self) -> list[Skipped]:
         return self.log.skipped
 
+    def set_epoch(self, epoch: int) -> None:
+        """Make the next ``iter()`` run epoch ``epoch`` (its shuffle order and random
+        stream), e.g. when resuming training from a checkpoint."""
+        if epoch < 0:
+            raise ValueError(f"epoch must be >= 0, got {epoch}")
+        self.epoch = epoch - 1
+        self._restart()
+
+    def _restart(self) -> None:
+        """Backends that keep state across epochs drop it here."""
+
     def __len__(self) -> int:
         """Planned batches per epoch for this shard (a batch whose files were all
         skipped is not yielded, so an epoch with bad files can come out shorter)."""

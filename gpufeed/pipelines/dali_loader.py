@@ -48,6 +48,9 @@ class DaliLoader(ClassificationLoader):
         self._finished_epoch = False
         self._probe = None
 
+    def _restart(self) -> None:
+        self._finished_epoch = False  # the next epoch starts from a fresh pipeline
+
     def _new_pipeline(self, stream: int):
         # CPU: a deeper queue lets DALI's threads decode ahead while torch resizes.
         return build_pipeline(self._feed, self.options, self.device_id, decode_only=self._on_cpu,
