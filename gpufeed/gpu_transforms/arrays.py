@@ -1,0 +1,183 @@
+"""Zero-copy moves between torch, numpy, cupy and cuDF, and the array namespace ``xp``.
+
+Data changes framework without moving: DLPack (``__dlpack__``) and the CUDA array
+interface hand over the same memory. A move that would need a copy (host to device or
+back) is refused unless ``allow_copy=True``, so a hidden transfer never hides in a hot
+loop. cupy and cuDF are recognised by their type's module name and imported only when
+the data is already theirs or the device is CUDA, so a CPU-only workflow never loads them.
+
+Example:
+    >>> import numpy as np
+    >>> a = np.arange(6, dtype=np.float32)
+    >>> t = to_torch(a)          # shares memory with ``a``
+    >>> t[0] = 42.0
+    >>> float(a[0])
+    42.0
+    >>> xp(t).__name__           # numpy for CPU data, cupy for CUDA data
+    'numpy'
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import torch
+
+from gpufeed.backends import choose_array_module
+
+
+def _family(obj: Any) -> str:
+    """'torch' | 'numpy' | 'cupy' | 'cudf' | 'other', without importing cupy or cuDF."""
+    if isinstance(obj, torch.Tensor):
+        return "torch"
+    if isinstance(obj, np.ndarray):
+        return "numpy"
+    root = type(obj).__module__.split(".", 1)[0]
+    return root if root in ("cupy", "cudf") else "other"
+
+
+def _cupy() -> ModuleType:
+    try:
+        import cupy  # noqa: PLC0415 - imported only for CUDA data
+    except ImportError:
+        raise RuntimeError("CUDA arrays need cupy: pip install 'gpufeed[cuda13]'") from None
+    return cupy
+
+
+def _cross(what: str, allow_copy: bool) -> None:
+    if not allow_copy:
+        raise ValueError(f"{what} needs a copy between host and device; pass allow_copy=True to allow it")
+
+
+def xp(obj: Any = None, *, device: torch.device | str | None = None) -> ModuleType:
+    """The array namespace for data or a device: numpy on CPU, cupy on CUDA.
+
+    Args:
+        obj: an array or tensor whose home decides (a CUDA tensor or cupy array -> cupy).
+        device: decide from a device instead ("cpu", "cuda", torch.device).
+
+    Returns:
+        The ``numpy`` or ``cupy`` module; cupy is imported only when CUDA is chosen.
+
+    Raises:
+        RuntimeError: CUDA data but cupy is not installed.
+    """
+    if obj is not None and device is not None:
+        raise TypeError("pass obj or device, not both")
+    fam = _family(obj) if obj is not None else None
+    if fam in ("cupy", "cudf"):
+        return _cupy()
+    if fam == "torch":
+        device = obj.device
+    dev = torch.device(device if device is not None else "cpu")
+    return _cupy() if choose_array_module(dev).name == "cupy" else np
+
+
+def device_of(obj: Any) -> torch.device:
+    """The torch device an array, tensor or cuDF object lives on."""
+    fam = _family(obj)
+    if fam == "torch":
+        return obj.device
+    if fam == "numpy":
+        return torch.device("cpu")
+    if fam == "cupy":
+        return torch.device("cuda", obj.device.id)
+    if fam == "cudf":
+        return torch.device("cuda", _cupy().cuda.Device().id)
+    if hasattr(obj, "__dlpack_device__"):
+        kind, index = obj.__dlpack_device__()
+        return torch.device("cpu") if int(kind) in (1, 3) else torch.device("cuda", index)
+    raise TypeError(f"cannot tell where a {type(obj).__name__} lives")
+
+
+def _cudf_to_cupy(obj: Any) -> Any:
+    # A numeric column without nulls is one contiguous device buffer: to_cupy() views it.
+    if hasattr(obj, "columns"):  # DataFrame: one 2-D array, which needs one dtype
+        return obj.to_cupy()
+    if obj.null_count:
+        raise ValueError("a cuDF column with nulls has no zero-copy array view; fill the nulls first")
+    return obj.to_cupy()
+
+
+def to_torch(obj: Any, *, device: torch.device | str | None = None, allow_copy: bool = False) -> torch.Tensor:
+    """A torch tensor sharing memory with ``obj`` (numpy, cupy, cuDF or any DLPack producer).
+
+    Args:
+        obj: the data.
+        device: where the tensor must be; a different device than the data's is a copy.
+        allow_copy: allow that copy (host <-> device) instead of raising.
+
+    Returns:
+        A tensor viewing the same memory when no device change is asked for.
+
+    Example:
+        >>> to_torch(np.zeros((2, 3), np.float32)).shape
+        torch.Size([2, 3])
+    """
+    fam = _family(obj)
+    if fam == "torch":
+        t = obj
+    elif fam == "numpy":
+        t = torch.from_numpy(obj)
+    elif fam == "cudf":
+        t = torch.from_dlpack(_cudf_to_cupy(obj))
+    elif fam == "cupy" or hasattr(obj, "__dlpack__"):
+        t = torch.from_dlpack(obj)
+    else:
+        raise TypeError(f"to_torch takes torch, numpy, cupy, cuDF or DLPack data, got {type(obj).__name__}")
+    if device is not None and torch.device(device) != t.device:
+        _cross(f"moving a tensor from {t.device} to {device}", allow_copy)
+        t = t.to(device)
+    return t
+
+
+def to_numpy(obj: Any, *, allow_copy: bool = False) -> np.ndarray:
+    """A numpy array sharing memory with host data; device data needs ``allow_copy``."""
+    fam = _family(obj)
+    if fam == "numpy":
+        return obj
+    if fam == "torch":
+        if obj.device.type != "cpu":
+            _cross("a CUDA tensor to numpy", allow_copy)
+            return obj.detach().cpu().numpy()
+        return obj.detach().numpy()
+    if fam in ("cupy", "cudf"):
+        _cross(f"{fam} data to numpy", allow_copy)
+        arr = _cudf_to_cupy(obj) if fam == "cudf" else obj
+        return arr.get()
+    return np.from_dlpack(obj)
+
+
+def to_cupy(obj: Any, *, allow_copy: bool = False) -> Any:
+    """A cupy array sharing memory with CUDA data; host data needs ``allow_copy``."""
+    fam = _family(obj)
+    if fam == "cupy":
+        return obj
+    if fam == "cudf":
+        return _cudf_to_cupy(obj)
+    if fam == "torch" and obj.device.type == "cuda":
+        return _cupy().from_dlpack(obj.detach())
+    if fam in ("numpy", "torch"):
+        _cross("host data to cupy", allow_copy)
+        return _cupy().asarray(obj.detach().numpy() if fam == "torch" else obj)
+    return _cupy().from_dlpack(obj)
+
+
+def to_cudf(obj: Any, *, name: str | None = None) -> Any:
+    """A cuDF Series (1-D) or DataFrame (2-D) over CUDA data, via cupy.
+
+    The device data is handed over through the CUDA array interface without a host round
+    trip; whether cuDF then shares or copies the buffer is up to cuDF (it owns its columns).
+    The reverse direction (:func:`to_torch`, :func:`to_cupy` on a column) is zero-copy.
+    """
+    import cudf  # noqa: PLC0415 - GPU-only path
+
+    arr = to_cupy(obj)
+    if arr.ndim == 1:
+        return cudf.Series(arr, name=name)
+    if arr.ndim == 2:
+        return cudf.DataFrame(arr)
+    raise ValueError(f"to_cudf takes 1-D or 2-D data, got {arr.ndim}-D")
+

@@ -1,0 +1,222 @@
+"""Input validation for the augmentation stage: clear errors that name the argument.
+
+Every check here runs before any work, so a bad batch fails loudly instead of coming out
+silently misaligned. The value-range check costs one reduction and one device sync per
+batch; ``GpuAugment(check_inputs=False)`` skips the data-dependent checks once a pipeline
+is known to be sound.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+
+#: Image dtypes the stage accepts.
+IMAGE_DTYPES = (torch.uint8, torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+#: Value ranges a float batch may be declared in.
+VALUE_RANGES = ((0.0, 1.0), (0.0, 255.0))
+
+# Bilinear resampling and float rounding move values by a hair; a range check must not
+# refuse a batch that a previous float op left at 1.0000001.
+_RANGE_SLACK = 1e-3
+
+
+def check_value_range(value_range: Sequence[float]) -> tuple[float, float]:
+    """Validate the declared range of float inputs; returns it as a tuple of floats."""
+    try:
+        vr = (float(value_range[0]), float(value_range[1]))
+    except (TypeError, IndexError, ValueError):
+        raise TypeError(f"value_range must be (0, 1) or (0, 255), got {value_range!r}") from None
+    if len(value_range) != 2 or vr not in VALUE_RANGES:
+        raise ValueError(f"value_range must be (0, 1) or (0, 255), got {value_range!r}")
+    return vr
+
+
+def check_images(images: object) -> torch.Tensor:
+    """Check the shape and dtype of an image batch (cheap: no data is read).
+
+    Raises:
+        TypeError: not a tensor, or an unsupported dtype.
+        ValueError: not (B, C, H, W), an empty batch, a zero-sized image, or a batch that
+            looks channels-last.
+    """
+    if not isinstance(images, torch.Tensor):
+        raise TypeError(f"images must be a torch.Tensor (B, C, H, W), got {type(images).__name__}")
+    if images.ndim != 4:
+        hint = " (one image? use images.unsqueeze(0))" if images.ndim == 3 else ""
+        raise ValueError(f"images must have shape (B, C, H, W), got {tuple(images.shape)}{hint}")
+    if images.dtype not in IMAGE_DTYPES:
+        names = ", ".join(str(d).replace("torch.", "") for d in IMAGE_DTYPES)
+        raise TypeError(f"images dtype must be one of {names}; got {images.dtype}")
+    b, c, h, w = images.shape
+    if b == 0:
+        raise ValueError("images is an empty batch (B=0); the stage needs at least one image")
+    if h == 0 or w == 0 or c == 0:
+        raise ValueError(f"images has a zero-sized dimension: {tuple(images.shape)}")
+    if c > 4 and w in (1, 3, 4):
+        raise ValueError(
+            f"images looks channels-last {tuple(images.shape)}; pass (B, C, H, W), "
+            "e.g. images.permute(0, 3, 1, 2)"
+        )
+    return images
+
+
+def check_channels(images: torch.Tensor, needed: int, what: str) -> None:
+    """Raise if ``images`` does not have the channel count an op needs."""
+    if images.shape[1] != needed:
+        raise ValueError(f"images has {images.shape[1]} channels but {what} needs {needed}")
+
+
+def check_float_values(images: torch.Tensor, value_range: tuple[float, float]) -> None:
+    """Refuse NaN/inf and values outside the declared range of a float batch.
+
+    The classic trap is a float batch in [0, 255] handed over as if in [0, 1]: every
+    colour op would then clamp it to white. One ``aminmax`` catches it (NaN propagates
+    through max, inf fails the range test), at the price of one device sync.
+    """
+    lo, hi = torch.stack(torch.aminmax(images.detach())).float().tolist()  # the one sync
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        bad = "NaN" if math.isnan(lo) or math.isnan(hi) else "inf"
+        raise ValueError(f"images contains {bad} values; the stage needs finite pixels")
+    top = value_range[1]
+    if lo < value_range[0] - _RANGE_SLACK * top or hi > top * (1 + _RANGE_SLACK):
+        hint = ""
+        if value_range == (0.0, 1.0) and hi > 1.5:
+            hint = " (looks like a 0..255 batch: pass value_range=(0, 255) or divide by 255)"
+        elif lo < 0:
+            hint = " (already normalised? the stage needs raw pixels; put Normalize in the stage)"
+        raise ValueError(
+            f"images has float values in [{lo:.4g}, {hi:.4g}] but value_range={value_range}{hint}"
+        )
+
+
+def check_same_device(images: torch.Tensor, name: str, value: torch.Tensor) -> None:
+    """Raise if a target lives on another device than the images."""
+    if value.device != images.device:
+        raise ValueError(
+            f"{name} is on {value.device} but images is on {images.device}; move them together"
+        )
+
+
+def check_labels(images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Check class labels: int (B,) or soft float (B, num_classes), on the images' device."""
+    if not isinstance(labels, torch.Tensor):
+        raise TypeError(f"labels must be a torch.Tensor, got {type(labels).__name__}")
+    check_same_device(images, "labels", labels)
+    b = images.shape[0]
+    if labels.is_floating_point():
+        if labels.ndim != 2 or labels.shape[0] != b:
+            raise ValueError(f"soft labels must have shape (B={b}, num_classes), got {tuple(labels.shape)}")
+    elif labels.ndim != 1 or labels.shape[0] != b:
+        raise ValueError(f"labels must have shape (B={b},), got {tuple(labels.shape)}")
+    return labels
+
+
+def check_masks(images: torch.Tensor, masks: torch.Tensor) -> torch.Tensor:
+    """Check segmentation masks: (B, H, W) or (B, K, H, W) matching the images' size."""
+    if not isinstance(masks, torch.Tensor):
+        raise TypeError(f"masks must be a torch.Tensor, got {type(masks).__name__}")
+    check_same_device(images, "masks", masks)
+    b, _, h, w = images.shape
+    if masks.ndim not in (3, 4) or masks.shape[0] != b or tuple(masks.shape[-2:]) != (h, w):
+        raise ValueError(
+            f"masks must have shape (B={b}, H={h}, W={w}) or (B, K, {h}, {w}) like the images, "
+            f"got {tuple(masks.shape)}"
+        )
+    if masks.is_floating_point() and masks.dtype != torch.float32 and masks.dtype != torch.float64:
+        raise TypeError(f"masks dtype must be an integer, bool, float32 or float64 type, got {masks.dtype}")
+    return masks
+
+
+def check_boxes(
+    images: torch.Tensor, boxes: Sequence[torch.Tensor], box_labels: Sequence[torch.Tensor] | None,
+) -> None:
+    """Check per-image xyxy boxes (and their labels) against the images.
+
+    Boxes are in pixel units, ``x1 <= x2`` and ``y1 <= y2``, inside ``[0, W] x [0, H]``. A box
+    outside the image or with its corners swapped usually means the wrong format (xywh,
+    normalised coordinates), so it is refused rather than clipped into something else.
+    """
+    b, _, h, w = images.shape
+    if isinstance(boxes, torch.Tensor) or not isinstance(boxes, Sequence) or len(boxes) != b:
+        raise TypeError(f"boxes must be a list of B={b} tensors of shape (N_i, 4), one per image")
+    if box_labels is not None and (
+        isinstance(box_labels, torch.Tensor) or not isinstance(box_labels, Sequence) or len(box_labels) != b
+    ):
+        raise TypeError(f"box_labels must be a list of B={b} tensors of shape (N_i,), one per image")
+    for i, bx in enumerate(boxes):
+        name = f"boxes[{i}]"
+        if not isinstance(bx, torch.Tensor) or not bx.is_floating_point():
+            raise TypeError(f"{name} must be a float tensor of shape (N, 4) in xyxy pixels")
+        check_same_device(images, name, bx)
+        if bx.ndim != 2 or bx.shape[1] != 4:
+            raise ValueError(f"{name} must have shape (N, 4) in xyxy, got {tuple(bx.shape)}")
+        if box_labels is not None:
+            lb = box_labels[i]
+            if not isinstance(lb, torch.Tensor) or lb.ndim != 1 or lb.shape[0] != bx.shape[0]:
+                raise ValueError(f"box_labels[{i}] must have shape ({bx.shape[0]},) like {name}")
+            check_same_device(images, f"box_labels[{i}]", lb)
+    if sum(bx.shape[0] for bx in boxes) == 0:
+        return
+    # All images' boxes in one pass: one device sync for the batch, not one per image.
+    flat = torch.cat(list(boxes))
+    owner = torch.repeat_interleave(torch.arange(b, device=flat.device),
+                                    torch.tensor([bx.shape[0] for bx in boxes], device=flat.device))
+    tol = 1e-3
+    problems = (
+        ("contains NaN or inf", ~torch.isfinite(flat).all(dim=1)),
+        ("has boxes with x2 < x1 or y2 < y1; boxes must be xyxy", (flat[:, 2] < flat[:, 0]) | (flat[:, 3] < flat[:, 1])),
+        (f"has boxes outside the {w}x{h} image; boxes are xyxy in pixels (normalised or xywh boxes must be "
+         "converted first)",
+         (flat[:, :2] < -tol).any(dim=1) | (flat[:, 2] > w + tol) | (flat[:, 3] > h + tol)),
+    )
+    bad = torch.stack([p for _, p in problems], dim=1)  # (N, 3)
+    if bool(bad.any()):
+        row, kind = (int(v) for v in torch.nonzero(bad)[0])
+        raise ValueError(f"boxes[{int(owner[row])}] {problems[kind][0]}")
+
+
+def check_keypoints(images: torch.Tensor, keypoints: torch.Tensor) -> torch.Tensor:
+    """Check keypoints: a float (B, K, 2) tensor of (x, y) pixels on the images' device."""
+    if not isinstance(keypoints, torch.Tensor) or not keypoints.is_floating_point():
+        raise TypeError("keypoints must be a float tensor of shape (B, K, 2) in (x, y) pixels")
+    check_same_device(images, "keypoints", keypoints)
+    b = images.shape[0]
+    if keypoints.ndim != 3 or keypoints.shape[0] != b or keypoints.shape[2] != 2:
+        raise ValueError(f"keypoints must have shape (B={b}, K, 2), got {tuple(keypoints.shape)}")
+    if not torch.isfinite(keypoints).all():
+        raise ValueError("keypoints contains NaN or inf")
+    return keypoints
+
+
+def check_range(name: str, value: object, lo: float, hi: float) -> tuple[float, float]:
+    """A (min, max) pair inside [lo, hi] for an op's config; raises ValueError naming it."""
+    try:
+        a, b = (float(v) for v in value)  # type: ignore[union-attr]
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a (min, max) pair of numbers, got {value!r}") from None
+    if not (lo <= a <= b <= hi):
+        raise ValueError(f"{name} must satisfy {lo} <= min <= max <= {hi}, got {value!r}")
+    return a, b
+
+
+def check_probability(name: str, p: object) -> float:
+    """A probability in [0, 1] for an op's config."""
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= float(p) <= 1.0:
+        raise ValueError(f"{name} must be a probability in [0, 1], got {p!r}")
+    return float(p)
+
+
+def check_size(name: str, size: object) -> tuple[int, int]:
+    """An output size: an int (square) or an (H, W) pair of positive ints."""
+    if isinstance(size, int) and not isinstance(size, bool):
+        size = (size, size)
+    if (
+        not isinstance(size, Sequence) or len(size) != 2
+        or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in size)
+    ):
+        raise ValueError(f"{name} must be a positive int or an (H, W) pair of positive ints, got {size!r}")
+    return int(size[0]), int(size[1])

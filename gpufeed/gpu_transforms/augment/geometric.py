@@ -1,0 +1,378 @@
+"""Geometric ops, composed into one 3x3 matrix per sample and applied with one warp.
+
+Coordinates are continuous pixels: pixel ``i`` covers ``[i, i + 1)``, so an image of width
+``W`` spans ``[0, W]`` and a horizontal flip is ``x -> W - x``. Boxes use the same
+convention, which is what keeps images, masks, boxes and keypoints aligned. Each op maps
+input coordinates to output coordinates; the stage multiplies the matrices of all its
+geometric ops and warps once (kornia's ``warp_perspective``), instead of resampling the
+image once per op as an eager pipeline does.
+
+Angles, translations and shears follow ``torchvision.transforms.v2`` (including its sign
+difference between ``rotate`` and ``affine``), so parameters can be checked against it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from kornia.geometry.transform import get_perspective_transform, warp_perspective
+
+from gpufeed.gpu_transforms.augment.checks import check_probability, check_range, check_size
+from gpufeed.gpu_transforms.augment.params import Op, randint, uniform
+
+
+class GeometricOp(Op):
+    """An op that moves pixels; it contributes a (B, 3, 3) matrix to the fused warp."""
+
+    kind = "geometric"
+    #: True when the op only samples inside the input (crops, flips): the warp then
+    #: replicates edge pixels for the half pixel at the border, as ``resize`` does,
+    #: instead of blending in the fill value.
+    stays_inside = False
+    #: False for projective ops: the warp then needs kornia's homography path.
+    affine = True
+
+    def output_size(self, size: tuple[int, int]) -> tuple[int, int]:
+        return size
+
+    def matrix(self, params: dict[str, torch.Tensor], size: tuple[int, int]) -> torch.Tensor:
+        raise NotImplementedError
+
+
+def _eye(b: int, device: torch.device) -> torch.Tensor:
+    return torch.eye(3, device=device).expand(b, 3, 3).clone()
+
+
+def _select(flag: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    """``m`` where ``flag`` is set, identity elsewhere."""
+    return torch.where(flag.bool()[:, None, None], m, _eye(m.shape[0], m.device))
+
+
+class RandomResizedCrop(GeometricOp):
+    """Crop a random area and aspect ratio, resize it to ``size`` (torchvision's sampler).
+
+    Args:
+        size: output (H, W) or an int for a square.
+        scale: range of the crop's area as a fraction of the image.
+        ratio: range of the crop's aspect ratio (width / height), sampled log-uniformly.
+
+    Crops are whole pixels, drawn with torchvision's 10 tries and its centre-crop fallback,
+    vectorised over the batch.
+    """
+
+    stays_inside = True
+    tries = 10
+
+    def __init__(self, size: int | Sequence[int], scale: Sequence[float] = (0.08, 1.0),
+                 ratio: Sequence[float] = (3 / 4, 4 / 3)) -> None:
+        self.size = check_size("size", size)
+        self.scale = check_range("scale", scale, 1e-6, 1.0)
+        self.ratio = check_range("ratio", ratio, 1e-3, 1e3)
+        self.num_uniforms = 2 * self.tries + 2
+
+    def output_size(self, size: tuple[int, int]) -> tuple[int, int]:
+        return self.size
+
+    def sample(self, u: torch.Tensor, size: tuple[int, int]) -> dict[str, torch.Tensor]:
+        h, w = size
+        t = self.tries
+        area = h * w * uniform(u[:, :t], *self.scale)
+        log_r = uniform(u[:, t:2 * t], math.log(self.ratio[0]), math.log(self.ratio[1]))
+        aspect = torch.exp(log_r)
+        cw = torch.round(torch.sqrt(area * aspect))
+        ch = torch.round(torch.sqrt(area / aspect))
+        ok = (cw > 0) & (cw <= w) & (ch > 0) & (ch <= h)
+        first = torch.argmax(ok.to(torch.int8), dim=1, keepdim=True)
+        found = ok.any(dim=1)
+        cw, ch = cw.gather(1, first).squeeze(1), ch.gather(1, first).squeeze(1)
+        # torchvision's fallback: the largest centred crop within the ratio range.
+        in_ratio = w / h
+        if in_ratio < self.ratio[0]:
+            fw, fh = w, round(w / self.ratio[0])
+        elif in_ratio > self.ratio[1]:
+            fw, fh = round(h * self.ratio[1]), h
+        else:
+            fw, fh = w, h
+        cw = torch.where(found, cw, torch.full_like(cw, fw))
+        ch = torch.where(found, ch, torch.full_like(ch, fh))
+        top = torch.where(found, randint(u[:, 2 * t], 0, h - ch + 1), torch.full_like(ch, (h - fh) // 2))
+        left = torch.where(found, randint(u[:, 2 * t + 1], 0, w - cw + 1), torch.full_like(cw, (w - fw) // 2))
+        return {"box": torch.stack([left, top, cw, ch], dim=1)}  # x, y, w, h in pixels
+
+    def matrix(self, params: dict[str, torch.Tensor], size: tuple[int, int]) -> torch.Tensor:
+        x, y, cw, ch = params["box"].unbind(1)
+        oh, ow = self.size
+        m = _eye(x.shape[0], x.device)
+        m[:, 0, 0], m[:, 1, 1] = ow / cw, oh / ch
+        m[:, 0, 2], m[:, 1, 2] = -x * ow / cw, -y * oh / ch
+        return m
+
+
+class _RandomFlip(GeometricOp):
+    stays_inside = True
+    num_uniforms = 1
+    axis = 0  # 0: horizontal (x), 1: vertical (y)
+
+    def __init__(self, p: float = 0.5) -> None:
+        self.p = check_probability("p", p)
+
+    def sample(self, u: torch.Tensor, size: tuple[int, int]) -> dict[str, torch.Tensor]:
+        return {"flip": u[:, 0] < self.p}
+
+    def matrix(self, params: dict[str, torch.Tensor], size: tuple[int, int]) -> torch.Tensor:
+        flip = params["flip"]
+        m = _eye(flip.shape[0], flip.device)
+        extent = size[1] if self.axis == 0 else size[0]
+        m[:, self.axis, self.axis] = torch.where(flip, -1.0, 1.0)
+        m[:, self.axis, 2] = torch.where(flip, float(extent), 0.0)
+        return m
+
+
+class RandomHorizontalFlip(_RandomFlip):
+    """Mirror left-right with probability ``p``."""
+
+    axis = 0
+
+
+class RandomVerticalFlip(_RandomFlip):
+    """Mirror top-bottom with probability ``p``."""
+
+    axis = 1
+
+
+def affine_matrix(angle: torch.Tensor, translate: torch.Tensor, scale: torch.Tensor,
+                  shear: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+    """Forward affine matrices about the image centre, as torchvision's ``affine``.
+
+    Args:
+        angle: (B,) degrees. translate: (B, 2) pixels. scale: (B,). shear: (B, 2) degrees.
+        size: (H, W) of the image.
+
+    Returns:
+        (B, 3, 3) matrices from input to output continuous pixel coordinates:
+        ``T * C * R(a) S(s) SHy SHx * C^-1``.
+    """
+    rot, sx, sy = torch.deg2rad(angle), torch.deg2rad(shear[:, 0]), torch.deg2rad(shear[:, 1])
+    a = torch.cos(rot - sy) / torch.cos(sy)
+    b = -(a * torch.tan(sx) + torch.sin(rot))
+    c = torch.sin(rot - sy) / torch.cos(sy)
+    d = torch.cos(rot) - c * torch.tan(sx)
+    cx, cy = size[1] * 0.5, size[0] * 0.5
+    m = _eye(angle.shape[0], angle.device)
+    m[:, 0, 0], m[:, 0, 1], m[:, 1, 0], m[:, 1, 1] = a * scale, b * scale, c * scale, d * scale
+    m[:, 0, 2] = cx + translate[:, 0] - m[:, 0, 0] * cx - m[:, 0, 1] * cy
+    m[:, 1, 2] = cy + translate[:, 1] - m[:, 1, 0] * cx - m[:, 1, 1] * cy
+    return m
+
+
+class RandomRotation(GeometricOp):
+    """Rotate by an angle drawn from ``degrees`` (torchvision's ``rotate`` convention).
+
+    Args:
+        degrees: (min, max) or a number d for (-d, d).
+        p: probability that a sample is rotated at all.
+    """
+
+    num_uniforms = 2
+
+    def __init__(self, degrees: float | Sequence[float], p: float = 1.0) -> None:
+        if isinstance(degrees, (int, float)):
+            degrees = (-abs(degrees), abs(degrees))
+        self.degrees = check_range("degrees", degrees, -360.0, 360.0)
+        self.p = check_probability("p", p)
+
+    def sample(self, u: torch.Tensor, size: tuple[int, int]) -> dict[str, torch.Tensor]:
+        angle = uniform(u[:, 0], *self.degrees)
+        return {"angle": torch.where(u[:, 1] < self.p, angle, torch.zeros_like(angle))}
+
+    def matrix(self, params: dict[str, torch.Tensor], size: tuple[int, int]) -> torch.Tensor:
+        angle = params["angle"]
+        zeros2 = angle.new_zeros(angle.shape[0], 2)
+        # torchvision's rotate is affine with the angle negated.
+        return affine_matrix(-angle, zeros2, torch.ones_like(angle), zeros2, size)
+
+
+class RandomAffine(GeometricOp):
+    """Random rotation, translation, scale and shear in one matrix (torchvision's sampler).
+
+    Args:
+        degrees: (min, max) rotation or d for (-d, d).
+        translate: max (fx, fy) translation as a fraction of (W, H); whole pixels are drawn.
+        scale: (min, max) scale factor.
+        shear: d for x-shear in (-d, d), (min, max) for x, or (xmin, xmax, ymin, ymax).
+        p: probability that a sample is transformed at all.
+    """
+
+    num_uniforms = 7
+
+    def __init__(self, degrees: float | Sequence[float] = 0.0, translate: Sequence[float] | None = None,
+                 scale: Sequence[float] | None = None, shear: float | Sequence[float] | None = None,
+                 p: float = 1.0) -> None:
+        if isinstance(degrees, (int, float)):
+            degrees = (-abs(degrees), abs(degrees))
+        self.degrees = check_range("degrees", degrees, -360.0, 360.0)
+        translate = (0.0, 0.0) if translate is None else translate
+        if len(translate) != 2 or not all(0.0 <= float(t) <= 1.0 for t in translate):
+            raise ValueError(f"translate must be two fractions in [0, 1], got {translate!r}")
+        self.translate = (float(translate[0]), float(translate[1]))
+        self.scale = (1.0, 1.0) if scale is None else check_range("scale", scale, 1e-3, 1e3)
+        if shear is None:
+            shear = (0.0, 0.0, 0.0, 0.0)
+        elif isinstance(shear, (int, float)):
+            shear = (-abs(shear), abs(shear), 0.0, 0.0)
+        elif len(shear) == 2:
+            shear = (*shear, 0.0, 0.0)
+        if len(shear) != 4:
+            raise ValueError(f"shear must be a number or 2 or 4 values, got {shear!r}")
+        self.shear = (*check_range("shear (x)", shear[:2], -89.0, 89.0), *check_range("shear (y)", shear[2:], -89.0, 89.0))
+        self.p = check_probability("p", p)
+
+    def sample(self, u: torch.Tensor, size: tuple[int, int]) -> dict[str, torch.Tensor]:
+        h, w = size
+        on = u[:, 6] < self.p
+        angle = torch.where(on, uniform(u[:, 0], *self.degrees), 0.0)
+        mx, my = self.translate[0] * w, self.translate[1] * h
+        translate = torch.stack([torch.round(uniform(u[:, 1], -mx, mx)), torch.round(uniform(u[:, 2], -my, my))], 1)
+        scale = torch.where(on, uniform(u[:, 3], *self.scale), 1.0)
+        shear = torch.stack([uniform(u[:, 4], *self.shear[:2]), uniform(u[:, 5], *self.shear[2:])], 1)
+        return {"angle": angle, "translate": translate * on[:, None], "scale": scale, "shear": shear * on[:, None]}
+
+    def matrix(self, params: dict[str, torch.Tensor], size: tuple[int, int]) -> torch.Tensor:
+        return affine_matrix(params["angle"], params["translate"], params["scale"], params["shear"], size)
+
+
+class RandomPerspective(GeometricOp):
+    """Move each corner inward by up to ``distortion_scale`` of half the side (torchvision).
+
+    Args:
+        distortion_scale: in [0, 1]; 0 keeps the image.
+        p: probability that a sample is distorted.
+    """
+
+    num_uniforms = 9
+    affine = False
+
+    def __init__(self, distortion_scale: float = 0.5, p: float = 0.5) -> None:
+        self.distortion_scale = check_probability("distortion_scale", distortion_scale)
+        self.p = check_probability("p", p)
+
+    def sample(self, u: torch.Tensor, size: tuple[int, int]) -> dict[str, torch.Tensor]:
+        h, w = size
+        bw = int(self.distortion_scale * (w // 2)) + 1
+        bh = int(self.distortion_scale * (h // 2)) + 1
+        lo_x, hi_x, lo_y, hi_y = (0, bw), (w - bw, w), (0, bh), (h - bh, h)
+        ranges = (lo_x, lo_y, hi_x, lo_y, hi_x, hi_y, lo_x, hi_y)  # tl, tr, br, bl
+        end = torch.stack([randint(u[:, k], *r) for k, r in enumerate(ranges)], 1).view(-1, 4, 2)
+        return {"end": end, "on": u[:, 8] < self.p}
+
+    def matrix(self, params: dict[str, torch.Tensor], size: tuple[int, int]) -> torch.Tensor:
+        end = params["end"]
+        h, w = size
+        # torchvision's start points are pixel indices, used as continuous coordinates.
+        start = end.new_tensor([[0, 0], [w - 1, 0], [w - 1, h - 1], [0, h - 1]]).expand_as(end)
+        return _select(params["on"], get_perspective_transform(start, end))
+
+
+def compose(ops: Sequence[GeometricOp], params: Sequence[dict[str, torch.Tensor]],
+            size: tuple[int, int]) -> tuple[torch.Tensor, tuple[int, int]]:
+    """One (B, 3, 3) matrix for a sequence of geometric ops, and the output (H, W)."""
+    total: torch.Tensor | None = None
+    for op, p in zip(ops, params, strict=True):
+        m = op.matrix(p, size)
+        total = m if total is None else m @ total
+        size = op.output_size(size)
+    if total is None:
+        raise ValueError("compose needs at least one geometric op")
+    return total, size
+
+
+# Continuous coordinates -> the pixel-index coordinates kornia's warp uses.
+_TO_INDEX = torch.tensor([[1.0, 0.0, -0.5], [0.0, 1.0, -0.5], [0.0, 0.0, 1.0]])
+_FROM_INDEX = torch.tensor([[1.0, 0.0, 0.5], [0.0, 1.0, 0.5], [0.0, 0.0, 1.0]])
+
+
+def affine_grid(matrix: torch.Tensor, in_size: tuple[int, int], out_size: tuple[int, int]) -> torch.Tensor:
+    """The ``grid_sample`` grid (align_corners=False) of per-sample affine matrices.
+
+    For an affine map the source x of output pixel (i, j) is ``a(j) + b(i)``, so the grid is
+    two broadcast sums of per-row and per-column terms written straight into the grid: two
+    passes over the output instead of a homogeneous transform of every point.
+
+    Shape:
+        matrix: (B, 3, 3) input -> output continuous pixels, last row (0, 0, 1).
+        Returns (B, H_out, W_out, 2).
+    """
+    (h, w), (oh, ow) = in_size, out_size
+    a, b_, tx = matrix[:, 0, 0], matrix[:, 0, 1], matrix[:, 0, 2]
+    c, d, ty = matrix[:, 1, 0], matrix[:, 1, 1], matrix[:, 1, 2]
+    det = a * d - b_ * c
+    # Closed-form inverse (output -> input), pre-scaled to grid_sample's [-1, 1] units.
+    ia, ib, ic, id_ = d / det * (2.0 / w), -b_ / det * (2.0 / w), -c / det * (2.0 / h), a / det * (2.0 / h)
+    ix = -(ia * tx + ib * ty) - 1.0
+    iy = -(ic * tx + id_ * ty) - 1.0
+    xs = torch.arange(ow, device=matrix.device, dtype=matrix.dtype) + 0.5
+    ys = torch.arange(oh, device=matrix.device, dtype=matrix.dtype) + 0.5
+    grid = torch.empty(matrix.shape[0], oh, ow, 2, device=matrix.device, dtype=matrix.dtype)
+    for k, (p, q, r) in enumerate(((ia, ib, ix), (ic, id_, iy))):
+        col = p[:, None] * xs  # (B, W_out)
+        row = q[:, None] * ys + r[:, None]  # (B, H_out)
+        torch.add(col[:, None, :], row[:, :, None], out=grid[..., k])
+    return grid
+
+
+def warp(x: torch.Tensor, matrix: torch.Tensor, out_size: tuple[int, int], *, mode: str = "bilinear",
+         fill: float = 0.0, inside: bool = False, affine: bool = False) -> torch.Tensor:
+    """Resample a float batch once with per-sample matrices.
+
+    Args:
+        x: (B, C, H, W) float.
+        matrix: (B, 3, 3) from input to output continuous pixel coordinates.
+        out_size: (H_out, W_out).
+        mode: "bilinear" for images, "nearest" for masks.
+        fill: value where the output looks outside the input.
+        inside: every op keeps samples inside the input (crop/flip), so edge pixels are
+            replicated for the last half pixel instead of blended with ``fill``.
+        affine: every matrix is affine: build the grid directly (see :func:`affine_grid`)
+            instead of kornia's projective ``warp_perspective``.
+
+    Returns:
+        (B, C, H_out, W_out) float, same dtype as ``x``.
+    """
+    padding = "border" if inside else "zeros"
+    # Zero padding on (x - fill) then + fill: the border blends towards ``fill`` exactly as
+    # torchvision's mask trick does, without a second channel.
+    shift = 0.0 if inside else fill
+    src = x - shift if shift else x
+    if affine:
+        grid = affine_grid(matrix.to(x.dtype), tuple(x.shape[-2:]), out_size)
+        out = F.grid_sample(src, grid, mode=mode, padding_mode=padding, align_corners=False)
+    else:
+        m = _TO_INDEX.to(matrix) @ matrix @ _FROM_INDEX.to(matrix)
+        out = warp_perspective(src, m, out_size, mode=mode, padding_mode=padding, align_corners=True)
+    return out + shift if shift else out
+
+
+def transform_points(points: torch.Tensor, matrix: torch.Tensor) -> torch.Tensor:
+    """Apply per-sample matrices to points.
+
+    Shape:
+        points: (B, N, 2) continuous pixels; matrix: (B, 3, 3); returns (B, N, 2).
+    """
+    homog = torch.cat([points, torch.ones_like(points[..., :1])], dim=-1) @ matrix.transpose(1, 2)
+    return homog[..., :2] / homog[..., 2:]
+
+
+def only_flips(ops: Sequence[GeometricOp]) -> bool:
+    """True when every geometric op is a flip: they are then applied by indexing."""
+    return all(isinstance(op, _RandomFlip) for op in ops)
+
+
+def apply_flips(x: torch.Tensor, ops: Sequence[GeometricOp], params: Sequence[dict[str, torch.Tensor]]) -> torch.Tensor:
+    """Flip the flagged samples of a (B, ...) tensor exactly, without resampling."""
+    for op, p in zip(ops, params, strict=True):
+        flag = p["flip"].view(-1, *([1] * (x.ndim - 1)))
+        x = torch.where(flag, x.flip(-1 if op.axis == 0 else -2), x)
+    return x

@@ -1,0 +1,101 @@
+"""Batch-level mixing: MixUp and CutMix with one mixing weight per sample.
+
+Each sample is blended with a partner from the same batch (a random permutation) and its
+label becomes ``lam * onehot(y) + (1 - lam) * onehot(y_partner)``. Both ops reduce to one
+kernel: a per-pixel weight that is ``lam`` everywhere (MixUp) or 0 inside a box and 1
+outside (CutMix), so a stage holding both draws, per sample, which one applies.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from gpufeed.gpu_transforms.augment.checks import check_probability
+from gpufeed.gpu_transforms.augment.params import BETA_UNIFORMS, Op, beta, randint
+from gpufeed.gpu_transforms.augment.photometric import box_mask
+
+
+class MixOp(Op):
+    """Common configuration of MixUp and CutMix."""
+
+    kind = "mix"
+    num_uniforms = BETA_UNIFORMS + 3
+
+    def __init__(self, num_classes: int, alpha: float = 1.0, p: float = 1.0) -> None:
+        if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
+            raise ValueError(f"num_classes must be a positive int, got {num_classes!r}")
+        if not isinstance(alpha, (int, float)) or not alpha > 0 or math.isinf(alpha):
+            raise ValueError(f"alpha must be a positive number, got {alpha!r}")
+        self.num_classes = num_classes
+        self.alpha = float(alpha)
+        self.p = check_probability("p", p)
+
+
+class MixUp(MixOp):
+    """Blend whole images: ``lam * x + (1 - lam) * x_partner``, ``lam ~ Beta(alpha, alpha)``.
+
+    Args:
+        num_classes: size of the soft labels it returns.
+        alpha: Beta concentration.
+        p: probability that a sample is mixed.
+    """
+
+    def sample(self, u: torch.Tensor, size: tuple[int, int]) -> dict[str, torch.Tensor]:
+        lam = beta(u[:, :BETA_UNIFORMS], self.alpha)
+        lam = torch.where(u[:, BETA_UNIFORMS] < self.p, lam, torch.ones_like(lam))
+        return {"lam": lam, "box": torch.zeros(u.shape[0], 4, device=u.device)}
+
+
+class CutMix(MixOp):
+    """Paste a box from the partner (torchvision's box sampler); ``lam`` is the kept area.
+
+    Args:
+        num_classes: size of the soft labels it returns.
+        alpha: Beta concentration of the area drawn.
+        p: probability that a sample is mixed.
+    """
+
+    def sample(self, u: torch.Tensor, size: tuple[int, int]) -> dict[str, torch.Tensor]:
+        h, w = size
+        lam = beta(u[:, :BETA_UNIFORMS], self.alpha)
+        cx, cy = randint(u[:, BETA_UNIFORMS + 1], 0, w), randint(u[:, BETA_UNIFORMS + 2], 0, h)
+        r = 0.5 * torch.sqrt(1.0 - lam)
+        rw, rh = torch.floor(r * w), torch.floor(r * h)
+        x1, x2 = (cx - rw).clamp(min=0), (cx + rw).clamp(max=w)
+        y1, y2 = (cy - rh).clamp(min=0), (cy + rh).clamp(max=h)
+        on = u[:, BETA_UNIFORMS] < self.p
+        box = torch.stack([x1, y1, x2 - x1, y2 - y1], 1) * on[:, None]
+        lam = 1.0 - box[:, 2] * box[:, 3] / (h * w)
+        return {"lam": lam, "box": box}
+
+
+def mix(x: torch.Tensor, labels: torch.Tensor, perm: torch.Tensor, lam: torch.Tensor,
+        box: torch.Tensor, use_box: torch.Tensor, num_classes: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mix each sample with ``x[perm]``: by ``lam`` (MixUp) or by ``box`` (CutMix).
+
+    Args:
+        x: (B, C, H, W) float. labels: (B,) int or (B, num_classes) float.
+        perm: (B,) partner indices. lam: (B,) weight of the sample itself.
+        box: (B, 4) CutMix boxes (x, y, w, h). use_box: (B,) bool, CutMix for that sample.
+
+    Returns:
+        Mixed images and (B, num_classes) float32 soft labels.
+    """
+    if labels.is_floating_point():
+        if labels.shape[1] != num_classes:
+            raise ValueError(f"soft labels have {labels.shape[1]} classes, the stage num_classes={num_classes}")
+        soft = labels.float()
+    else:
+        if labels.numel() and (labels.min() < 0 or labels.max() >= num_classes):
+            raise ValueError(f"labels must be in [0, num_classes={num_classes}), got values outside")
+        soft = F.one_hot(labels.long(), num_classes).float()
+    inside = box_mask(box, x.shape[-2:])
+    weight = torch.where(use_box.view(-1, 1, 1, 1), (~inside).to(x.dtype), lam.view(-1, 1, 1, 1).to(x.dtype))
+    partner = x[perm]
+    # lerp is exact at weight 0 and 1, so an unmixed sample comes out bit for bit.
+    out = torch.lerp(partner, x, weight)
+    lam_l = lam.view(-1, 1)
+    return out, lam_l * soft + (1.0 - lam_l) * soft[perm]

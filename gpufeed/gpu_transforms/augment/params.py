@@ -1,0 +1,150 @@
+"""Random parameters: drawn on the device in one shot, recorded, replayable.
+
+Every op declares how many uniform numbers per sample it needs (``num_uniforms``) and
+turns its slice of one ``torch.rand`` draw into parameters with pure tensor math
+(inverse CDFs, Box-Muller, vectorised rejection). So a whole batch's parameters cost one
+generator call on the device the batch lives on, and ``same_on_batch`` is simply one row
+of uniforms broadcast to all samples.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import torch
+
+#: Op kinds, in the order the stage applies them.
+KINDS = ("geometric", "pixel", "mix")
+
+
+class Op:
+    """Base of all augmentation ops: configuration only, validated in the constructor.
+
+    Subclasses set ``kind`` and ``num_uniforms`` and implement
+    ``sample(u, size) -> dict[str, Tensor]``, a pure function of ``u`` (B, num_uniforms)
+    uniforms in [0, 1) and the current (H, W).
+    """
+
+    kind: ClassVar[str] = "pixel"
+    num_uniforms: int = 0
+
+    def sample(self, u: torch.Tensor, size: tuple[int, int]) -> dict[str, torch.Tensor]:
+        return {}
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
+        return f"{type(self).__name__}({fields})"
+
+
+@dataclass
+class AugmentParams:
+    """The random parameters of one call, enough to replay it bit for bit.
+
+    Attributes:
+        ops: the stage's op reprs, to refuse a replay on a different stage.
+        batch_size: B of the batch they were drawn for.
+        input_size: (H, W) of that batch.
+        output_size: (H, W) after the geometric ops.
+        per_op: one dict of tensors per op (same order as ``ops``), on the batch's device.
+        mix: partner indices ``perm``, weights ``lam``, CutMix ``box`` and ``use_box`` per
+            sample when the stage mixes samples, else empty.
+
+    Example:
+        >>> out = stage(images)
+        >>> again = stage(images, params=stage.last_params)  # identical to ``out``
+    """
+
+    ops: tuple[str, ...]
+    batch_size: int
+    input_size: tuple[int, int]
+    output_size: tuple[int, int]
+    per_op: list[dict[str, torch.Tensor]] = field(default_factory=list)
+    mix: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    @property
+    def device(self) -> torch.device | None:
+        """Where the parameter tensors live (None when no op drew any)."""
+        for d in [*self.per_op, self.mix]:
+            for v in d.values():
+                return v.device
+        return None
+
+    def to(self, device: torch.device | str) -> AugmentParams:
+        """The same parameters on another device (e.g. to replay a CUDA batch on CPU)."""
+        moved = [{k: v.to(device) for k, v in d.items()} for d in self.per_op]
+        mix = {k: v.to(device) for k, v in self.mix.items()}
+        return AugmentParams(self.ops, self.batch_size, self.input_size, self.output_size, moved, mix)
+
+
+def draw_uniforms(
+    generator: torch.Generator, batch_size: int, count: int, device: torch.device, same_on_batch: bool,
+) -> torch.Tensor:
+    """All uniforms a call needs, (B, count) in [0, 1), in one generator call on ``device``."""
+    rows = 1 if same_on_batch else batch_size
+    u = torch.rand((rows, max(count, 1)), generator=generator, device=device, dtype=torch.float32)
+    return u.expand(batch_size, -1) if same_on_batch else u
+
+
+def uniform(u: torch.Tensor, lo: float, hi: float) -> torch.Tensor:
+    """Map uniforms in [0, 1) to [lo, hi)."""
+    return lo + u * (hi - lo)
+
+
+def randint(u: torch.Tensor, lo: torch.Tensor | int, hi: torch.Tensor | int) -> torch.Tensor:
+    """Integers in [lo, hi) from uniforms (float results, exact for image-sized ints)."""
+    v = torch.floor(lo + u * (hi - lo))
+    # u < 1 always, but float rounding can still land on hi.
+    return torch.minimum(v, hi - 1) if isinstance(hi, torch.Tensor) else v.clamp(max=hi - 1)
+
+
+def normal_pair(u1: torch.Tensor, u2: torch.Tensor) -> torch.Tensor:
+    """One standard normal per element from two uniforms (Box-Muller)."""
+    return torch.sqrt(-2.0 * torch.log1p(-u1)) * torch.cos(2.0 * math.pi * u2)
+
+
+#: Candidates per Gamma draw in :func:`gamma`; each is accepted with probability > 0.95,
+#: so all failing is rarer than 1e-10 and falls back to the mean.
+GAMMA_TRIES = 8
+#: Uniforms :func:`beta` consumes per sample.
+BETA_UNIFORMS = 2 * (3 * GAMMA_TRIES + 1)
+
+
+def gamma(u: torch.Tensor, alpha: float) -> torch.Tensor:
+    """Gamma(alpha, 1) per row from ``u`` (B, 3*GAMMA_TRIES + 1) uniforms.
+
+    Marsaglia-Tsang with a fixed number of vectorised tries (no data-dependent loop, so no
+    device sync); alpha < 1 uses the boost Gamma(a) = Gamma(a + 1) * U^(1/a).
+    """
+    a = alpha + 1.0 if alpha < 1.0 else alpha
+    d = a - 1.0 / 3.0
+    c = 1.0 / math.sqrt(9.0 * d)
+    t = GAMMA_TRIES
+    x = normal_pair(u[:, :t], u[:, t:2 * t])
+    v = (1.0 + c * x) ** 3
+    accept = (v > 0) & (
+        torch.log(u[:, 2 * t:3 * t].clamp_min(1e-30)) < 0.5 * x * x + d - d * v + d * torch.log(v.clamp_min(1e-30))
+    )
+    first = torch.argmax(accept.to(torch.int8), dim=1, keepdim=True)
+    g = torch.where(accept.any(dim=1, keepdim=True), (d * v).gather(1, first), torch.full_like(first, d, dtype=u.dtype))
+    g = g.squeeze(1)
+    if alpha < 1.0:
+        g = g * u[:, 3 * t].clamp_min(1e-30) ** (1.0 / alpha)
+    return g
+
+
+def beta(u: torch.Tensor, alpha: float) -> torch.Tensor:
+    """Beta(alpha, alpha) per row from ``u`` (B, BETA_UNIFORMS) uniforms."""
+    half = BETA_UNIFORMS // 2
+    x, y = gamma(u[:, :half], alpha), gamma(u[:, half:], alpha)
+    return x / (x + y)
+
+
+def permutation(u: torch.Tensor, same_on_batch: bool) -> torch.Tensor:
+    """A random partner index per sample (argsort of uniforms); a roll by one when all
+    samples share their parameters (then every row of ``u`` is equal)."""
+    b = u.shape[0]
+    if same_on_batch or b < 2:
+        return torch.roll(torch.arange(b, device=u.device), 1)
+    return torch.argsort(u)

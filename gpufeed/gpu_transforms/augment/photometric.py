@@ -1,0 +1,323 @@
+"""Photometric ops as batched tensor math on float images in [0, 1].
+
+Each kernel takes per-sample factors as (B,) tensors and broadcasts them, so a batch costs
+a few whole-tensor operations whatever its size. A sample that an op skips gets the
+identity factor (brightness 1, sigma ~0, an empty erase box) instead of being indexed out,
+so nothing here needs a device sync. Formulas follow ``torchvision.transforms.v2``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+
+from gpufeed.gpu_transforms.augment.checks import check_probability, check_range
+from gpufeed.gpu_transforms.augment.params import Op, randint, uniform
+
+# ITU-R 601-2 luma, as torchvision's rgb_to_grayscale.
+_LUMA = (0.2989, 0.587, 0.114)
+
+
+def _luma_weights(x: torch.Tensor) -> torch.Tensor:
+    return x.new_tensor(_LUMA)
+
+
+def grayscale(x: torch.Tensor) -> torch.Tensor:
+    """(B, 3, H, W) -> (B, 1, H, W) luma; a 1-channel batch is its own luma."""
+    if x.shape[1] == 1:
+        return x
+    # One contraction over channels instead of three scaled planes and two sums.
+    return torch.einsum("bchw,c->bhw", x, _luma_weights(x)).unsqueeze(1)
+
+
+def _col(f: torch.Tensor) -> torch.Tensor:
+    return f.view(-1, 1, 1, 1)
+
+
+def blend(x: torch.Tensor, other: torch.Tensor, ratio: torch.Tensor) -> torch.Tensor:
+    """``ratio * x + (1 - ratio) * other`` clamped to [0, 1]; ratio is (B,)."""
+    # lerp is one fused pass; the clamp runs in place on the fresh result.
+    return torch.lerp(other.expand_as(x), x, _col(ratio).to(x.dtype)).clamp_(0.0, 1.0)
+
+
+def adjust_brightness(x: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
+    """Scale pixel values by ``factor`` (B,)."""
+    return (x * _col(factor)).clamp_(0.0, 1.0)
+
+
+def adjust_contrast(x: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
+    """Blend each image with its mean luma."""
+    # The mean of the luma is the luma of the channel means: one reduction, no luma plane.
+    means = x.mean(dim=(-2, -1))
+    mean = means if x.shape[1] == 1 else means @ _luma_weights(x).unsqueeze(1)
+    return blend(x, mean.view(-1, 1, 1, 1), factor)
+
+
+def adjust_saturation(x: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
+    """Blend each pixel with its luma (0 gives grayscale)."""
+    return blend(x, grayscale(x), factor)
+
+
+def adjust_hue(x: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+    """Rotate hue by ``shift`` (B,) turns in [-0.5, 0.5] (torchvision's HSV round trip).
+
+    RGB -> (6 * hue, chroma c, min m) on planes, then back in closed form:
+    ``R, G, B = m + c * clamp((|h - 3| - 1, 2 - |h - 2|, 2 - |h - 4|), 0, 1)``. Value and
+    chroma never change under a hue shift, so the round trip needs one plane-wise
+    ``remainder`` and five passes over the channels instead of a full HSV conversion.
+    """
+    r, g, b = x[:, 0:1], x[:, 1:2], x[:, 2:3]
+    maxc = torch.maximum(torch.maximum(r, g), b)
+    minc = torch.minimum(torch.minimum(r, g), b)
+    c = maxc - minc
+    is_r = r == maxc
+    is_g = (g == maxc) & ~is_r
+    # 6h = (g - b)/c where red is the max, 2 + (b - r)/c for green, 4 + (r - g)/c for blue.
+    h6 = torch.where(is_r, g - b, torch.where(is_g, torch.add(b - r, c, alpha=2.0), torch.add(r - g, c, alpha=4.0)))
+    h6 = h6.div_(torch.where(c > 0, c, 1.0)).add_((6.0 * shift).view(-1, 1, 1, 1).to(x.dtype))
+    h6 = torch.remainder(h6, 6.0)
+    t = (h6 - x.new_tensor([3.0, 2.0, 4.0]).view(1, 3, 1, 1)).abs_()
+    t = torch.addcmul(x.new_tensor([-1.0, 2.0, 2.0]).view(1, 3, 1, 1), t, x.new_tensor([1.0, -1.0, -1.0]).view(1, 3, 1, 1))
+    return t.clamp_(0.0, 1.0).mul_(c).add_(minc)
+
+
+class ColorJitter(Op):
+    """Random brightness, contrast, saturation and hue per sample.
+
+    Args:
+        brightness, contrast, saturation: a number f for factors in [max(0, 1 - f), 1 + f],
+            or a (min, max) pair.
+        hue: a number h in [0, 0.5] for shifts in [-h, h] turns, or a pair.
+        p: probability that a sample is jittered.
+
+    The four adjustments run in this fixed order (torchvision draws a random order per
+    call, kornia per batch); a fixed order keeps the batch one straight pass.
+    """
+
+    num_uniforms = 5
+
+    def __init__(self, brightness: float | Sequence[float] = 0.0, contrast: float | Sequence[float] = 0.0,
+                 saturation: float | Sequence[float] = 0.0, hue: float | Sequence[float] = 0.0,
+                 p: float = 1.0) -> None:
+        self.brightness = self._factor("brightness", brightness)
+        self.contrast = self._factor("contrast", contrast)
+        self.saturation = self._factor("saturation", saturation)
+        if isinstance(hue, (int, float)):
+            hue = (-abs(hue), abs(hue))
+        self.hue = check_range("hue", hue, -0.5, 0.5)
+        self.p = check_probability("p", p)
+        self.channels = 3 if (self.saturation != (1.0, 1.0) or self.hue != (0.0, 0.0)) else None
+
+    @staticmethod
+    def _factor(name: str, value: float | Sequence[float]) -> tuple[float, float]:
+        if isinstance(value, (int, float)):
+            if value < 0:
+                raise ValueError(f"{name} must be >= 0, got {value}")
+            value = (max(0.0, 1.0 - value), 1.0 + value)
+        return check_range(name, value, 0.0, math.inf)
+
+    def sample(self, u: torch.Tensor, size: tuple[int, int]) -> dict[str, torch.Tensor]:
+        on = u[:, 4] < self.p
+        one = torch.ones_like(u[:, 0])
+        return {
+            "brightness": torch.where(on, uniform(u[:, 0], *self.brightness), one),
+            "contrast": torch.where(on, uniform(u[:, 1], *self.contrast), one),
+            "saturation": torch.where(on, uniform(u[:, 2], *self.saturation), one),
+            "hue": torch.where(on, uniform(u[:, 3], *self.hue), 0.0 * one),
+        }
+
+    def apply(self, x: torch.Tensor, params: dict[str, torch.Tensor]) -> torch.Tensor:
+        # Skip adjustments the config disables: each is a full pass over the batch.
+        if self.brightness != (1.0, 1.0):
+            x = adjust_brightness(x, params["brightness"])
+        if self.contrast != (1.0, 1.0):
+            x = adjust_contrast(x, params["contrast"])
+        if self.saturation != (1.0, 1.0):
+            x = adjust_saturation(x, params["saturation"])
+        if self.hue != (0.0, 0.0):
+            x = adjust_hue(x, params["hue"])
+        return x
+
+
+class RandomGrayscale(Op):
+    """Turn a sample to 3-channel grayscale with probability ``p``."""
+
+    num_uniforms = 1
+    channels = 3
+
+    def __init__(self, p: float = 0.1) -> None:
+        self.p = check_probability("p", p)
+
+    def sample(self, u: torch.Tensor, size: tuple[int, int]) -> dict[str, torch.Tensor]:
+        return {"on": u[:, 0] < self.p}
+
+    def apply(self, x: torch.Tensor, params: dict[str, torch.Tensor]) -> torch.Tensor:
+        return torch.where(_col(params["on"]), grayscale(x).expand_as(x), x)
+
+
+def gaussian_kernels(sigma: torch.Tensor, kernel_size: int) -> torch.Tensor:
+    """(B,) sigmas -> (B, kernel_size) normalised 1-D Gaussian kernels."""
+    half = (kernel_size - 1) * 0.5
+    t = torch.linspace(-half, half, kernel_size, device=sigma.device, dtype=sigma.dtype)
+    k = torch.exp(-0.5 * (t / sigma.view(-1, 1)) ** 2)
+    return k / k.sum(dim=1, keepdim=True)
+
+
+def gaussian_blur(x: torch.Tensor, sigma: torch.Tensor, kernel_size: int) -> torch.Tensor:
+    """Separable Gaussian blur with one sigma per sample and reflect padding.
+
+    Every (sample, channel) plane becomes a group of one grouped convolution, so the batch
+    is two ``conv2d`` calls.
+    """
+    b, c, h, w = x.shape
+    k = gaussian_kernels(sigma, kernel_size).repeat_interleave(c, dim=0)  # (B*C, k)
+    pad = kernel_size // 2
+    planes = F.pad(x.reshape(1, b * c, h, w), (pad, pad, pad, pad), mode="reflect")
+    planes = F.conv2d(planes, k.view(b * c, 1, 1, kernel_size), groups=b * c)
+    planes = F.conv2d(planes, k.view(b * c, 1, kernel_size, 1), groups=b * c)
+    return planes.view(b, c, h, w)
+
+
+class GaussianBlur(Op):
+    """Blur with a sigma drawn per sample.
+
+    Args:
+        kernel_size: odd size of the (square) kernel.
+        sigma: (min, max) standard deviation in pixels.
+        p: probability that a sample is blurred.
+    """
+
+    num_uniforms = 2
+    # A sigma this small makes every off-centre weight underflow to exactly 0, so a skipped
+    # sample passes through the same convolution unchanged, bit for bit.
+    _IDENTITY_SIGMA = 1e-6
+
+    def __init__(self, kernel_size: int, sigma: Sequence[float] = (0.1, 2.0), p: float = 1.0) -> None:
+        if not isinstance(kernel_size, int) or kernel_size < 1 or kernel_size % 2 == 0:
+            raise ValueError(f"kernel_size must be a positive odd int, got {kernel_size!r}")
+        self.kernel_size = kernel_size
+        self.sigma = check_range("sigma", sigma, 1e-3, 1e3)
+        self.p = check_probability("p", p)
+
+    def sample(self, u: torch.Tensor, size: tuple[int, int]) -> dict[str, torch.Tensor]:
+        sigma = uniform(u[:, 0], *self.sigma)
+        return {"sigma": torch.where(u[:, 1] < self.p, sigma, self._IDENTITY_SIGMA)}
+
+    def apply(self, x: torch.Tensor, params: dict[str, torch.Tensor]) -> torch.Tensor:
+        if min(x.shape[-2:]) <= self.kernel_size // 2:
+            raise ValueError(f"images of size {tuple(x.shape[-2:])} are too small for kernel_size={self.kernel_size}")
+        return gaussian_blur(x, params["sigma"].to(x.dtype), self.kernel_size)
+
+
+class RandomSolarize(Op):
+    """Invert pixels at or above ``threshold`` (in [0, 1]) with probability ``p``."""
+
+    num_uniforms = 1
+
+    def __init__(self, threshold: float, p: float = 0.5) -> None:
+        self.threshold = check_probability("threshold", threshold)
+        self.p = check_probability("p", p)
+
+    def sample(self, u: torch.Tensor, size: tuple[int, int]) -> dict[str, torch.Tensor]:
+        return {"on": u[:, 0] < self.p}
+
+    def apply(self, x: torch.Tensor, params: dict[str, torch.Tensor]) -> torch.Tensor:
+        return torch.where(_col(params["on"]) & (x >= self.threshold), 1.0 - x, x)
+
+
+class RandomPosterize(Op):
+    """Keep the top ``bits`` bits of each 8-bit value with probability ``p``.
+
+    Defined on the 8-bit value (as torchvision's uint8 kernel), so a uint8 batch and the
+    same batch as float give the same result.
+    """
+
+    num_uniforms = 1
+
+    def __init__(self, bits: int, p: float = 0.5) -> None:
+        if not isinstance(bits, int) or not 1 <= bits <= 8:
+            raise ValueError(f"bits must be an int in [1, 8], got {bits!r}")
+        self.bits = bits
+        self.p = check_probability("p", p)
+
+    def sample(self, u: torch.Tensor, size: tuple[int, int]) -> dict[str, torch.Tensor]:
+        return {"on": u[:, 0] < self.p}
+
+    def apply(self, x: torch.Tensor, params: dict[str, torch.Tensor]) -> torch.Tensor:
+        q = torch.round(x * 255.0)
+        step = float(2 ** (8 - self.bits))
+        poster = (q - torch.remainder(q, step)) / 255.0
+        return torch.where(_col(params["on"]), poster, x)
+
+
+class RandomErasing(Op):
+    """Fill a random rectangle with ``value`` (torchvision's sampler, 10 tries).
+
+    Args:
+        p: probability that a sample gets a rectangle.
+        scale: (min, max) area of the rectangle as a fraction of the image.
+        ratio: (min, max) aspect ratio, sampled log-uniformly.
+        value: fill in [0, 1] pixel units (the stage erases before ``Normalize``).
+    """
+
+    tries = 10
+
+    def __init__(self, p: float = 0.5, scale: Sequence[float] = (0.02, 0.33),
+                 ratio: Sequence[float] = (0.3, 3.3), value: float = 0.0) -> None:
+        self.p = check_probability("p", p)
+        self.scale = check_range("scale", scale, 0.0, 1.0)
+        self.ratio = check_range("ratio", ratio, 1e-3, 1e3)
+        self.value = check_probability("value", value)
+        self.num_uniforms = 2 * self.tries + 3
+
+    def sample(self, u: torch.Tensor, size: tuple[int, int]) -> dict[str, torch.Tensor]:
+        h, w = size
+        t = self.tries
+        area = h * w * uniform(u[:, :t], *self.scale)
+        aspect = torch.exp(uniform(u[:, t:2 * t], math.log(self.ratio[0]), math.log(self.ratio[1])))
+        eh, ew = torch.round(torch.sqrt(area * aspect)), torch.round(torch.sqrt(area / aspect))
+        ok = (eh < h) & (ew < w)
+        first = torch.argmax(ok.to(torch.int8), dim=1, keepdim=True)
+        eh, ew = eh.gather(1, first).squeeze(1), ew.gather(1, first).squeeze(1)
+        top, left = randint(u[:, 2 * t], 0, h - eh + 1), randint(u[:, 2 * t + 1], 0, w - ew + 1)
+        on = (u[:, 2 * t + 2] < self.p) & ok.any(dim=1)
+        zero = torch.zeros_like(eh)
+        return {"box": torch.stack([left, top, torch.where(on, ew, zero), torch.where(on, eh, zero)], 1)}
+
+    def apply(self, x: torch.Tensor, params: dict[str, torch.Tensor]) -> torch.Tensor:
+        return torch.where(box_mask(params["box"], x.shape[-2:]), self.value, x)
+
+
+def box_mask(box: torch.Tensor, size: Sequence[int]) -> torch.Tensor:
+    """(B, 4) integer-valued boxes as (x, y, w, h) -> a (B, 1, H, W) bool mask of their pixels."""
+    h, w = size
+    ys = torch.arange(h, device=box.device, dtype=box.dtype).view(1, h, 1)
+    xs = torch.arange(w, device=box.device, dtype=box.dtype).view(1, 1, w)
+    x0, y0, bw, bh = (v.view(-1, 1, 1) for v in box.unbind(1))
+    return ((ys >= y0) & (ys < y0 + bh) & (xs >= x0) & (xs < x0 + bw)).unsqueeze(1)
+
+
+class Normalize(Op):
+    """``(x - mean) / std`` per channel, on values in [0, 1]; makes the output float.
+
+    Args:
+        mean, std: one value per channel, in [0, 1] pixel units (e.g. ImageNet's).
+    """
+
+    def __init__(self, mean: Sequence[float], std: Sequence[float]) -> None:
+        if len(mean) != len(std) or len(mean) == 0:
+            raise ValueError(f"mean and std must have the same non-zero length, got {mean!r} and {std!r}")
+        if any(float(s) <= 0 for s in std):
+            raise ValueError(f"std must be positive, got {std!r}")
+        self.mean = tuple(float(m) for m in mean)
+        self.std = tuple(float(s) for s in std)
+        self.channels = len(self.mean)
+
+    def apply(self, x: torch.Tensor, params: dict[str, torch.Tensor]) -> torch.Tensor:
+        scale = 1.0 / x.new_tensor(self.std, dtype=torch.float64)
+        bias = -x.new_tensor(self.mean, dtype=torch.float64) * scale
+        # x * (1/std) - mean/std in one fused pass.
+        return torch.addcmul(bias.to(x.dtype).view(1, -1, 1, 1), x, scale.to(x.dtype).view(1, -1, 1, 1))

@@ -1,0 +1,75 @@
+"""Targets moved with the image: masks (nearest), xyxy boxes and keypoints.
+
+All three use the very matrix that warped the image, so a box drawn into a mask covers
+the same pixels after augmentation. Only geometric ops change targets; colour ops,
+erasing and normalisation leave them as they are.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from gpufeed.gpu_transforms.augment.geometric import transform_points, warp
+
+
+def warp_masks(masks: torch.Tensor, matrix: torch.Tensor, out_size: tuple[int, int], *,
+               fill: float, inside: bool, affine: bool = False) -> torch.Tensor:
+    """Warp (B, H, W) or (B, K, H, W) masks with nearest sampling; dtype is kept.
+
+    Integer class ids survive the float round trip exactly (up to 2**24); pixels that look
+    outside the image get ``fill`` (e.g. 255 for an ignore index).
+    """
+    squeeze = masks.ndim == 3
+    m = masks.unsqueeze(1) if squeeze else masks
+    out = warp(m.to(torch.float32), matrix.to(torch.float32), out_size, mode="nearest", fill=fill, inside=inside,
+               affine=affine)
+    out = out.squeeze(1) if squeeze else out
+    if masks.dtype == torch.bool:
+        return out > 0.5
+    return out.round().to(masks.dtype) if not masks.is_floating_point() else out.to(masks.dtype)
+
+
+def warp_boxes(boxes: list[torch.Tensor], labels: list[torch.Tensor] | None, matrix: torch.Tensor,
+               out_size: tuple[int, int], min_size: float) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
+    """Move per-image xyxy boxes; clip them to the output and drop the ones left too small.
+
+    A box becomes the envelope of its four transformed corners (exact for flips, crops and
+    scaling; a tight superset under rotation or perspective). Boxes narrower or shorter
+    than ``min_size`` pixels after clipping are dropped together with their labels.
+
+    Returns:
+        The boxes (list of (M_i, 4)) and labels (list of (M_i,)) per image.
+    """
+    counts = [b.shape[0] for b in boxes]
+    if sum(counts) == 0:
+        return [b.clone() for b in boxes], None if labels is None else [lb.clone() for lb in labels]
+    flat = torch.cat(boxes).to(matrix.dtype)
+    owner = torch.repeat_interleave(torch.arange(len(boxes), device=flat.device), torch.tensor(counts, device=flat.device))
+    x1, y1, x2, y2 = flat.unbind(1)
+    corners = torch.stack([x1, y1, x2, y1, x2, y2, x1, y2], 1).view(-1, 4, 2)
+    moved = transform_points(corners, matrix[owner])
+    oh, ow = out_size
+    lo = moved.amin(dim=1)
+    hi = moved.amax(dim=1)
+    xyxy = torch.stack([lo[:, 0].clamp(0, ow), lo[:, 1].clamp(0, oh), hi[:, 0].clamp(0, ow), hi[:, 1].clamp(0, oh)], 1)
+    keep = ((xyxy[:, 2] - xyxy[:, 0]) >= min_size) & ((xyxy[:, 3] - xyxy[:, 1]) >= min_size)
+    xyxy = xyxy.to(boxes[0].dtype)
+    out_boxes = [xyxy[(owner == i) & keep] for i in range(len(boxes))]
+    if labels is None:
+        return out_boxes, None
+    flat_labels = torch.cat(labels)
+    return out_boxes, [flat_labels[(owner == i) & keep] for i in range(len(boxes))]
+
+
+def warp_keypoints(keypoints: torch.Tensor, matrix: torch.Tensor,
+                   out_size: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Move (B, K, 2) keypoints; none are dropped, so indices stay aligned.
+
+    Returns:
+        The moved keypoints (B, K, 2) and a (B, K) bool that is True where a point lies
+        inside the output image.
+    """
+    moved = transform_points(keypoints.to(matrix.dtype), matrix).to(keypoints.dtype)
+    oh, ow = out_size
+    visible = (moved[..., 0] >= 0) & (moved[..., 0] < ow) & (moved[..., 1] >= 0) & (moved[..., 1] < oh)
+    return moved, visible

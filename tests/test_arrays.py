@@ -1,0 +1,112 @@
+"""Zero-copy array moves and the ``xp`` namespace choice; CPU-only paths never load cupy."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+
+from gpufeed.gpu_transforms.arrays import device_of, to_cupy, to_numpy, to_torch, xp
+
+
+def test_numpy_and_torch_share_memory_both_ways():
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    t = to_torch(a)
+    t[0, 0] = 99
+    assert a[0, 0] == 99 and t.shape == (3, 4) and t.dtype == torch.float32
+    back = to_numpy(t)
+    back[1, 1] = -1
+    assert t[1, 1] == -1 and np.shares_memory(a, back)
+
+
+def test_to_torch_takes_any_dlpack_producer():
+    class Producer:  # a foreign array that only speaks DLPack
+        def __init__(self, arr: np.ndarray) -> None:
+            self.arr = arr
+
+        def __dlpack__(self, **kw):
+            return self.arr.__dlpack__(**kw)
+
+        def __dlpack_device__(self):
+            return self.arr.__dlpack_device__()
+
+    a = np.ones(5, dtype=np.int64)
+    t = to_torch(Producer(a))
+    t += 1
+    assert (a == 2).all()
+    assert device_of(Producer(a)) == torch.device("cpu")
+
+
+def test_xp_is_numpy_on_cpu():
+    assert xp(np.zeros(2)) is np
+    assert xp(torch.zeros(2)) is np
+    assert xp(device="cpu") is np
+    with pytest.raises(TypeError, match="not both"):
+        xp(torch.zeros(2), device="cpu")
+
+
+def test_device_changes_need_allow_copy():
+    t = torch.zeros(3)
+    with pytest.raises(ValueError, match="allow_copy"):
+        to_torch(t, device="meta")
+    assert to_torch(t, device="meta", allow_copy=True).device.type == "meta"
+    with pytest.raises(ValueError, match="allow_copy"):
+        to_cupy(np.zeros(3))
+
+
+def test_unknown_objects_are_refused():
+    with pytest.raises(TypeError, match="to_torch takes"):
+        to_torch([1, 2, 3])
+    with pytest.raises(TypeError, match="cannot tell"):
+        device_of("x")
+
+
+def test_cpu_workflow_never_imports_cupy_or_cudf():
+    code = textwrap.dedent("""
+        import sys
+        import numpy as np, torch
+        from gpufeed.gpu_transforms.arrays import to_torch, to_numpy, xp
+        from gpufeed.gpu_transforms.augment import GpuAugment, RandomResizedCrop, ColorJitter, MixUp
+        x = to_torch(np.random.randint(0, 256, (4, 3, 32, 32), dtype=np.uint8))
+        stage = GpuAugment([RandomResizedCrop(24), ColorJitter(0.2, 0.2, 0.2, 0.1), MixUp(3)], seed=0)
+        out, y = stage(x, torch.tensor([0, 1, 2, 0]))
+        assert xp(out) is np and to_numpy(out).shape == (4, 3, 24, 24)
+        bad = [m for m in ("cupy", "cudf", "nvidia.dali") if m in sys.modules]
+        print("LOADED", bad)
+        sys.exit(1 if bad else 0)
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.gpu
+def test_cupy_and_torch_share_cuda_memory():
+    cp = pytest.importorskip("cupy")
+    t = torch.arange(6, device="cuda", dtype=torch.float32)
+    c = to_cupy(t)
+    c[0] = 42
+    assert float(t[0]) == 42 and xp(t) is cp and xp(c) is cp
+    back = to_torch(c)
+    assert back.data_ptr() == t.data_ptr()
+    assert device_of(c) == t.device
+    with pytest.raises(ValueError, match="allow_copy"):
+        to_numpy(c)
+
+
+@pytest.mark.gpu
+def test_cudf_columns_come_over_without_copy():
+    cudf = pytest.importorskip("cudf")
+    from gpufeed.gpu_transforms.arrays import to_cudf
+
+    s = cudf.Series(np.arange(5, dtype=np.float32))
+    t = to_torch(s)
+    assert t.device.type == "cuda" and t.tolist() == [0, 1, 2, 3, 4]
+    assert to_cupy(s).data.ptr == t.data_ptr()
+    back = to_cudf(t * 2, name="x")
+    assert back.name == "x" and back.to_numpy().tolist() == [0, 2, 4, 6, 8]
+    with pytest.raises(ValueError, match="nulls"):
+        to_torch(cudf.Series([1.0, None]))

@@ -1,0 +1,286 @@
+"""The augmentation stage as a whole: randomness, replay, dtypes, mixing, bad input."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+import torch
+
+from gpufeed.gpu_transforms.augment import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    ColorJitter,
+    CutMix,
+    GaussianBlur,
+    GpuAugment,
+    MixUp,
+    Normalize,
+    RandomAffine,
+    RandomErasing,
+    RandomGrayscale,
+    RandomHorizontalFlip,
+    RandomPerspective,
+    RandomResizedCrop,
+    RandomRotation,
+)
+from gpufeed.gpu_transforms.augment.params import BETA_UNIFORMS, beta
+
+
+def u8(b: int = 6, h: int = 40, w: int = 48, seed: int = 0) -> torch.Tensor:
+    return torch.randint(0, 256, (b, 3, h, w), dtype=torch.uint8, generator=torch.Generator().manual_seed(seed))
+
+
+def recipe(**kw) -> GpuAugment:
+    return GpuAugment([RandomResizedCrop(32), RandomHorizontalFlip(), RandomAffine(10, scale=(0.9, 1.1)),
+                       ColorJitter(0.4, 0.4, 0.4, 0.1), GaussianBlur(3, p=0.5), RandomGrayscale(0.2),
+                       RandomErasing(0.5), Normalize(IMAGENET_MEAN, IMAGENET_STD)], **kw)
+
+
+def test_each_sample_gets_its_own_parameters():
+    stage = recipe(seed=0)
+    stage(u8(8))
+    crop, _, affine, jitter = stage.last_params.per_op[:4]
+    assert len({tuple(r) for r in crop["box"].tolist()}) == 8
+    assert len(set(affine["angle"].tolist())) == 8
+    assert len(set(jitter["brightness"].tolist())) == 8
+
+
+def test_same_on_batch_shares_parameters_and_output():
+    stage = recipe(seed=0, same_on_batch=True)
+    x = u8(1).expand(5, -1, -1, -1).contiguous()
+    out = stage(x)
+    for p in stage.last_params.per_op:
+        for v in p.values():
+            assert (v == v[:1]).all()
+    assert torch.equal(out, out[:1].expand_as(out))
+
+
+def test_replay_is_bit_for_bit_and_new_calls_differ():
+    stage = recipe(seed=1)
+    x = u8()
+    first = stage(x)
+    params = stage.last_params
+    second = stage(x)
+    assert not torch.equal(first, second)
+    assert torch.equal(stage(x, params=params), first)
+
+
+def test_seed_makes_runs_repeatable_and_seeds_differ():
+    x = u8()
+    assert torch.equal(recipe(seed=3)(x), recipe(seed=3)(x))
+    assert not torch.equal(recipe(seed=3)(x), recipe(seed=4)(x))
+    torch.manual_seed(11)
+    a = recipe()(x)
+    torch.manual_seed(11)
+    assert torch.equal(a, recipe()(x))
+
+
+def test_pickled_stage_restarts_from_its_seed():
+    stage = recipe(seed=5)
+    x = u8()
+    copy = pickle.loads(pickle.dumps(stage))
+    assert torch.equal(copy(x), recipe(seed=5)(x))
+
+
+def test_input_is_not_modified():
+    x = u8()
+    f = x.float() / 255
+    before_x, before_f = x.clone(), f.clone()
+    recipe(seed=0)(x)
+    recipe(seed=0)(f)
+    assert torch.equal(x, before_x) and torch.equal(f, before_f)
+
+
+def test_uint8_and_float_paths_agree():
+    x = u8()
+    a = recipe(seed=2)(x)
+    b = recipe(seed=2)(x.float() / 255)
+    c = recipe(seed=2, value_range=(0, 255))(x.float())
+    assert torch.equal(a, b)
+    torch.testing.assert_close(a, c, atol=1e-5, rtol=0)
+
+
+def test_output_dtypes_and_ranges():
+    ops = [RandomRotation(20), ColorJitter(0.3, 0.3, 0.3, 0.05)]
+    x = u8()
+    out = GpuAugment(ops, seed=0)(x)
+    assert out.dtype == torch.uint8 and out.shape == x.shape
+    as_float = GpuAugment(ops, seed=0, output_dtype=torch.float32)(x)
+    assert as_float.dtype == torch.float32 and as_float.min() >= 0 and as_float.max() <= 1
+    assert torch.equal(out, (as_float * 255).round().to(torch.uint8))
+    big = GpuAugment(ops, seed=0, value_range=(0, 255))(x.float())
+    assert big.max() > 1.5 and big.max() <= 255
+    half = GpuAugment([*ops, Normalize(IMAGENET_MEAN, IMAGENET_STD)], seed=0, output_dtype=torch.float16)(x)
+    assert half.dtype == torch.float16
+
+
+def test_fill_value_outside_the_image():
+    x = torch.ones(2, 3, 20, 20) * 0.5
+    out = GpuAugment([RandomAffine(0, translate=(0.5, 0.5), p=1.0)], seed=0, fill=1.0)(x)
+    near_fill, near_image = (out - 1.0).abs() < 1e-5, (out - 0.5).abs() < 1e-5
+    assert (near_fill | near_image).all() and near_fill.any() and near_image.any()
+
+
+def test_mixup_blends_images_and_labels_alike():
+    x = u8(8).float() / 255
+    labels = torch.arange(8) % 4
+    stage = GpuAugment([MixUp(num_classes=4, alpha=0.4)], seed=0)
+    out, soft = stage(x, labels)
+    mixp = stage.last_params.mix
+    lam, perm = mixp["lam"], mixp["perm"]
+    assert soft.shape == (8, 4) and soft.dtype == torch.float32
+    torch.testing.assert_close(soft.sum(1), torch.ones(8))
+    expected = lam.view(-1, 1, 1, 1) * x + (1 - lam.view(-1, 1, 1, 1)) * x[perm]
+    torch.testing.assert_close(out, expected, atol=1e-6, rtol=0)
+    for i in range(8):
+        ref = torch.zeros(4)
+        ref[labels[i]] += lam[i]
+        ref[labels[perm[i]]] += 1 - lam[i]
+        torch.testing.assert_close(soft[i], ref)
+
+
+def test_cutmix_label_weight_is_the_kept_area():
+    x = torch.zeros(8, 3, 32, 32)
+    x[:, :, :, :] = torch.arange(8).view(8, 1, 1, 1).float() / 8
+    stage = GpuAugment([CutMix(num_classes=8, alpha=1.0)], seed=1)
+    out, soft = stage(x, torch.arange(8))
+    perm = stage.last_params.mix["perm"]
+    for i in range(8):
+        own = (out[i, 0] == x[i, 0, 0, 0]).float().mean()
+        if perm[i] != i:
+            torch.testing.assert_close(soft[i, i], own)
+
+
+def test_mixup_and_cutmix_together_choose_per_sample():
+    stage = GpuAugment([MixUp(num_classes=3), CutMix(num_classes=3)], seed=0)
+    stage(u8(16), torch.zeros(16, dtype=torch.long))
+    use_box = stage.last_params.mix["use_box"]
+    assert 0 < int(use_box.sum()) < 16
+
+
+def test_beta_sampler_moments():
+    u = torch.rand(40000, BETA_UNIFORMS, generator=torch.Generator().manual_seed(0))
+    for alpha in (0.2, 1.0, 2.0):
+        s = beta(u, alpha)
+        assert s.min() >= 0 and s.max() <= 1
+        assert abs(s.mean() - 0.5) < 0.01
+        assert abs(s.var() - 1 / (4 * (2 * alpha + 1))) < 0.01
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda: GpuAugment([ColorJitter(0.2), RandomResizedCrop(8)]), "geometric op after a pixel op"),
+    (lambda: GpuAugment([Normalize((0.5,), (0.5,)), ColorJitter(0.2)]), "Normalize must be the last"),
+    (lambda: GpuAugment([MixUp(3), ColorJitter(0.2)]), "pixel op after a mix op"),
+    (lambda: GpuAugment([MixUp(3), CutMix(4)]), "same num_classes"),
+    (lambda: GpuAugment([RandomRotation(5)], value_range=(0, 2)), "value_range"),
+    (lambda: GpuAugment([Normalize((0.5,), (0.5,))], output_dtype=torch.uint8), "uint8"),
+    (lambda: GpuAugment(["flip"]), "ops\\[0\\]"),
+    (lambda: RandomResizedCrop(0), "size"),
+    (lambda: RandomResizedCrop(8, scale=(0.9, 0.1)), "scale"),
+    (lambda: RandomHorizontalFlip(p=1.5), "p must be"),
+    (lambda: ColorJitter(brightness=-1), "brightness"),
+    (lambda: ColorJitter(hue=0.7), "hue"),
+    (lambda: GaussianBlur(4), "kernel_size"),
+    (lambda: Normalize((0.5, 0.5), (0.5,)), "same non-zero length"),
+    (lambda: Normalize((0.5,), (0.0,)), "std"),
+    (lambda: MixUp(num_classes=0), "num_classes"),
+    (lambda: MixUp(num_classes=3, alpha=0), "alpha"),
+    (lambda: RandomAffine(0, translate=(2, 0)), "translate"),
+])
+def test_bad_config_is_refused_in_the_constructor(make, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        make()
+
+
+@pytest.mark.parametrize("images, match", [
+    (torch.zeros(3, 8, 8), "B, C, H, W"),
+    (torch.zeros(2, 3, 8, 8, dtype=torch.int32), "dtype"),
+    (torch.zeros(0, 3, 8, 8), "empty batch"),
+    (torch.zeros(2, 8, 8, 3), "channels-last"),
+    (torch.full((2, 3, 8, 8), 200.0), "0..255"),
+    (torch.full((2, 3, 8, 8), -1.5), "already normalised"),
+    (torch.full((2, 3, 8, 8), float("nan")), "NaN"),
+    (torch.full((2, 3, 8, 8), float("inf")), "inf"),
+    (torch.zeros(2, 1, 8, 8), "ColorJitter needs 3"),
+    ("not a tensor", "torch.Tensor"),
+])
+def test_bad_images_are_refused_with_a_clear_error(images, match):
+    stage = GpuAugment([RandomRotation(5), ColorJitter(0.1, 0.1, 0.1, 0.1)], seed=0)
+    with pytest.raises((ValueError, TypeError), match=match):
+        stage(images)
+
+
+def test_bad_labels_and_device_mismatch_are_refused():
+    stage = GpuAugment([MixUp(num_classes=3)], seed=0)
+    x = u8(4)
+    with pytest.raises(ValueError, match="labels are required"):
+        stage(x)
+    with pytest.raises(ValueError, match="labels must have shape"):
+        stage(x, torch.zeros(3, dtype=torch.long))
+    with pytest.raises(ValueError, match="num_classes=3"):
+        stage(x, torch.tensor([0, 1, 2, 3]))
+    with pytest.raises(ValueError, match="labels is on meta"):
+        stage(x, torch.zeros(4, dtype=torch.long, device="meta"))
+
+
+def test_replay_with_mismatching_params_is_refused():
+    stage = recipe(seed=0)
+    stage(u8(4))
+    with pytest.raises(ValueError, match="batch of 4"):
+        stage(u8(5), params=stage.last_params)
+    with pytest.raises(ValueError, match="other ops"):
+        GpuAugment([RandomRotation(3)])(u8(4), params=stage.last_params)
+    with pytest.raises(TypeError, match="AugmentParams"):
+        stage(u8(4), params={"angle": 3})
+
+
+def test_labels_pass_through_without_mixing():
+    labels = torch.arange(6)
+    out, lab = recipe(seed=0)(u8(), labels)
+    assert lab is labels and out.shape == (6, 3, 32, 32)
+
+
+def test_every_op_runs_on_a_single_channel_batch():
+    x = torch.rand(3, 1, 24, 24)
+    out = GpuAugment([RandomPerspective(p=1.0), GaussianBlur(3), ColorJitter(0.3, 0.3),
+                      Normalize((0.5,), (0.25,))], seed=0)(x)
+    assert out.shape == x.shape and torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("make", [
+    lambda chunk: recipe(seed=0, chunk_size=chunk),
+    lambda chunk: GpuAugment([RandomHorizontalFlip(), ColorJitter(0.2, 0.2), CutMix(3), MixUp(3)], seed=0,
+                             chunk_size=chunk),
+])
+@pytest.mark.parametrize("chunk", [1, 4])
+def test_cache_sized_chunks_give_the_whole_batch_result(make, chunk):
+    x, labels = u8(6), torch.tensor([0, 1, 2, 0, 1, 2])
+    whole, parts = make(6), make(chunk)
+    a, la = whole(x, labels)
+    b, lb = parts(x, labels)
+    torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+    assert torch.equal(la, lb)
+    with pytest.raises(ValueError, match="chunk_size"):
+        make(0)
+
+
+def test_cpu_chunks_restore_the_torch_thread_setting():
+    before = torch.get_num_threads()
+    recipe(seed=0, chunk_size=1)(u8(4))
+    assert torch.get_num_threads() == before
+
+
+@pytest.mark.gpu
+def test_cpu_and_cuda_agree_given_the_same_parameters():
+    x = u8(8)
+    cpu = recipe(seed=0)
+    expected = cpu(x)
+    gpu = recipe(seed=0)
+    got = gpu(x.cuda(), params=cpu.last_params.to("cuda"))
+    assert got.device.type == "cuda"
+    torch.testing.assert_close(got.cpu(), expected, atol=1e-3, rtol=0)
+    replay = gpu(x.cuda(), params=gpu.last_params)
+    assert torch.equal(replay, got)
+    sampled = gpu(x.cuda())
+    assert gpu.last_params.device.type == "cuda" and sampled.shape == expected.shape
