@@ -18,7 +18,7 @@ WORKDIR /app
 # Dependencies first (cached layer), then the source.
 COPY pyproject.toml README.md ./
 COPY gpufeed/__init__.py gpufeed/__init__.py
-RUN pip install --upgrade pip && pip install ".[cuda13,dask]" && pip uninstall -y gpufeed
+RUN pip install --upgrade pip && pip install ".[cuda13,dask,hdf5]" && pip uninstall -y gpufeed
 COPY . .
 RUN pip install --no-deps -e . && pip check
 

@@ -1,0 +1,182 @@
+"""Storage formats: write time, read time, size on disk and memory in RAM, as ratios to CSV.
+
+For one table (a file you pass, or the generated sensor table) every format is written
+and read back in its own process with the kit's readers and writers
+(:mod:`gpufeed.gpu_transforms.tabular.io`), on the chosen backend (pandas by default, the
+library most users start from). Each figure is the median of several repeats after a
+warm-up; the table read back is checked against the original (rows, columns, numeric
+column sums) after timing. The summary ends with a recommendation drawn from the numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from gpufeed.bench.harness import markdown_table, measure, run_isolated, write_results
+from gpufeed.bench.tabular import column_checksums
+
+_EXT = {"csv": ".csv", "parquet": ".parquet", "feather": ".feather", "pickle": ".pkl", "hdf5": ".h5",
+        "json": ".jsonl", "csv-pandas": ".csv"}
+#: ``csv-pandas``: the same CSV file read by ``pandas.read_csv`` (C parser) instead of the
+#: kit's Arrow reader, so ratios can be set against what plain pandas users see.
+_STORAGE = {"csv-pandas": "csv"}
+_PORTABLE = ("csv", "parquet", "feather", "json", "csv-pandas")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``gpufeed bench formats``."""
+    parser.add_argument("file", nargs="?", default=None,
+                        help="table to measure (any supported format); default: the generated sensor table")
+    parser.add_argument("--rows", type=int, default=250_000,
+                        help="rows of the generated sensor table (default 250000, about 180 MB of CSV)")
+    parser.add_argument("--formats", default=None,
+                        help="comma list of csv, parquet, feather, pickle, hdf5, json, csv-pandas "
+                             "(default: all; csv-pandas only with --backend pandas)")
+    parser.add_argument("--backend", default="pandas", help="pandas | polars | cudf | auto")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--data-dir", default=None, help="where the generated table is cached")
+    parser.add_argument("--work-dir", default=None, help="where the files are written (default: a temp folder)")
+    parser.add_argument("--out", default="bench/results", help="results folder")
+
+
+def _format_worker(source: str, fmt: str, backend: str, work_dir: str, warmup: int, repeats: int) -> dict[str, Any]:
+    import narwhals as nw
+
+    from gpufeed.gpu_transforms.tabular.frames import wrap
+    from gpufeed.gpu_transforms.tabular.io import read_table, write_table
+
+    table = read_table(source, backend=backend)
+    rows, cols = wrap(table).shape
+    path = Path(work_dir) / f"table{_EXT[fmt]}"
+    storage = _STORAGE.get(fmt, fmt)
+    write = measure(lambda: (write_table(table, path, format=storage), rows)[1], warmup=warmup, repeats=repeats)
+    size = path.stat().st_size
+
+    def read() -> float:
+        if fmt == "csv-pandas":
+            import pandas as pd
+
+            read.out = pd.read_csv(path, parse_dates=["timestamp"] if "timestamp" in table.columns else None)
+        else:
+            read.out = read_table(path, format=storage, backend=backend)
+        return rows
+
+    timing = measure(read, warmup=warmup, repeats=repeats)
+    back = wrap(read.out)
+    # Correctness after timing: same shape and the same numeric values.
+    want, got = column_checksums(table), column_checksums(read.out)
+    same = back.shape == (rows, cols) and all(
+        c in got and math.isclose(want[c][0], got[c][0], rel_tol=1e-9, abs_tol=1e-6) and want[c][1] == got[c][1]
+        for c in want)
+    path.unlink()
+    return {"format": fmt, "write_s": write.median, "write_spread": [min(write.seconds), max(write.seconds)],
+            "read_s": timing.median, "read_spread": [min(timing.seconds), max(timing.seconds)],
+            "bytes_on_disk": size, "bytes_in_ram": int(back.estimated_size("b")), "rows": rows,
+            "columns": cols, "round_trip_equal": same,
+            "dtypes_kept": [str(t) for t in back.schema.values()] == [str(t) for t in wrap(table).schema.values()],
+            "backend": nw.get_native_namespace(back).__name__}
+
+
+def recommend(rows: list[dict[str, Any]]) -> str:
+    """A recommendation from measured ratios: best read, write and size, and an all-round pick.
+
+    The all-round score is the geometric mean of the read and write speed-ups and the
+    disk saving versus CSV, among portable formats (CSV, Parquet, Feather, JSON) that kept
+    every value and dtype.
+    """
+    ok = [r for r in rows if r.get("round_trip_equal") and "read_x" in r]
+    if not ok:
+        return "No format round-tripped the table; see the JSON for errors."
+
+    def best(key: str, largest: bool = True) -> dict[str, Any]:
+        return max(ok, key=lambda r: r[key] if largest else -r[key])
+
+    # The all-round pick must be readable by every backend and safe to load from others:
+    # pickle runs code on load and, like HDF5, is pandas-only.
+    typed = [r for r in ok if r.get("dtypes_kept") and r["format"] in _PORTABLE] or ok
+    overall = max(typed, key=lambda r: (r["read_x"] * r["write_x"] / r["size_x"]) ** (1 / 3))
+    fastest_read, fastest_write, smallest = best("read_x"), best("write_x"), best("size_x", largest=False)
+    lines = [
+        f"- **All-round: {overall['format']}** (reads {overall['read_x']:.1f}× and writes {overall['write_x']:.1f}× "
+        f"faster than CSV at {overall['size_x']:.2f}× its size, dtypes kept).",
+        f"- Fastest read: {fastest_read['format']} ({fastest_read['read_x']:.1f}× CSV); fastest write: "
+        f"{fastest_write['format']} ({fastest_write['write_x']:.1f}× CSV); smallest on disk: "
+        f"{smallest['format']} ({smallest['size_x']:.2f}× CSV).",
+    ]
+    if any(r["format"] == "pickle" for r in ok):
+        lines.append("- Pickle is pandas-only and runs code when loaded: use it for your own caches only.")
+    worse = [r["format"] for r in ok if not r["format"].startswith("csv") and r["read_x"] < 1 and r["size_x"] > 1]
+    if worse:
+        lines.append(f"- Slower to read and larger than CSV: {', '.join(worse)}; avoid for tables.")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Measure every format, print the table and recommendation, and write results."""
+    from gpufeed.datasets.sensor import cached_sensor_file
+    from gpufeed.gpu_transforms.tabular.io import detect_format
+
+    default = [f for f in _EXT if f != "csv-pandas" or args.backend == "pandas"]
+    formats = [f.strip() for f in args.formats.split(",") if f.strip()] if args.formats else default
+    unknown = [f for f in formats if f not in _EXT]
+    if unknown:
+        raise SystemExit(f"unknown format(s) {unknown}; choose from {', '.join(_EXT)}")
+    if "csv" not in formats:
+        formats.insert(0, "csv")  # every ratio is to CSV
+    if args.repeats < 1 or args.warmup < 0:
+        raise SystemExit("--repeats must be >= 1 and --warmup >= 0")
+    if args.file:
+        source = Path(args.file)
+        try:
+            detect_format(source)  # a clear error for an unknown suffix before any work
+        except ValueError as exc:
+            raise SystemExit(str(exc)) from exc
+        if not source.exists():
+            raise SystemExit(f"{source}: no such file")
+        dataset = f"{source.name} (given)"
+    else:
+        source = cached_sensor_file(args.rows, args.data_dir)
+        dataset = f"generated sensor table, {args.rows:,} rows × 99 columns (95 int/float features)"
+    work = Path(args.work_dir) if args.work_dir else Path(tempfile.mkdtemp(prefix="gpufeed-formats-"))
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        results = {f: run_isolated(_format_worker, str(source), f, args.backend, str(work), args.warmup,
+                                   args.repeats) for f in formats}
+    finally:
+        if not args.work_dir:
+            shutil.rmtree(work, ignore_errors=True)
+    csv = results["csv"]
+    rows = []
+    for fmt, r in results.items():
+        if "error" in r:
+            rows.append({"format": fmt, "check": r["error"].splitlines()[0][:100]})
+            continue
+        row = {"format": fmt, "write_s": r["write_s"], "read_s": r["read_s"], "mb_disk": r["bytes_on_disk"] / 1e6,
+               "mb_ram": r["bytes_in_ram"] / 1e6, "round_trip_equal": r["round_trip_equal"],
+               "dtypes_kept": r["dtypes_kept"],
+               "check": ("values equal" if r["round_trip_equal"] else "VALUES DIFFER")
+               + ("" if r["dtypes_kept"] else ", dtypes changed")}
+        if "error" not in csv:
+            row.update(write_x=csv["write_s"] / r["write_s"], read_x=csv["read_s"] / r["read_s"],
+                       size_x=r["bytes_on_disk"] / csv["bytes_on_disk"], ram_x=r["bytes_in_ram"] / csv["bytes_in_ram"])
+        rows.append(row)
+    table = markdown_table(rows, [
+        ("format", "format"), ("write_s", "write s"), ("write_x", "write × CSV speed"), ("read_s", "read s"),
+        ("read_x", "read × CSV speed"), ("mb_disk", "MB on disk"), ("size_x", "size / CSV"),
+        ("mb_ram", "MB in RAM"), ("ram_x", "RAM / CSV"), ("check", "round trip")])
+    summary = (f"Table: {dataset}; backend {args.backend}; median of {args.repeats} repeats after "
+               f"{args.warmup} warm-up, each format in its own process. Speed ratios > 1 mean faster than CSV "
+               "(the kit's multi-threaded Arrow CSV reader; `csv-pandas` is the same file read by "
+               "`pandas.read_csv`).\n\n"
+               f"{table}\n\n## Recommendation\n\n{recommend(rows)}")
+    print(summary, flush=True)
+    json_path, md_path = write_results("formats", {"dataset": dataset, "config": vars(args) | {"_run": None},
+                                                   "formats": results, "ratios": rows}, summary, args.out)
+    print(f"results: {json_path} and {md_path}")
+    return 0

@@ -1,0 +1,164 @@
+"""The backend edge: pick cuDF, polars or pandas once, then write every op once with narwhals.
+
+Why narwhals rather than a home-made layer: it already speaks pandas, polars, cuDF and Dask
+with one expression API (``when/then``, ``replace_strict``, ``is_in``, group-by
+aggregations), its per-backend code is tested upstream, and it adds almost nothing per call
+because expressions are translated once per ``with_columns``. The quirks it leaves to us
+(NaN versus null, sizes, conversion between backends) stay in this module.
+
+cuDF and Dask are recognised through ``sys.modules`` (a cuDF frame can only exist if cudf is
+already imported), so a CPU-only workflow never imports them.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from collections.abc import Iterable
+from typing import Any
+
+import narwhals as nw
+
+from gpufeed.backends import Choice, choose_dataframe_backend
+from gpufeed.gpu_transforms.tabular.errors import BackendError, MissingColumnError
+
+#: Backends a table can be converted to with :func:`to_backend`.
+EAGER_BACKENDS = ("pandas", "polars", "cudf")
+
+Frame = Any  # a native pandas / polars / cuDF / Dask dataframe
+NwFrame = nw.DataFrame | nw.LazyFrame
+
+
+def choose_backend(backend: str = "auto") -> Choice:
+    """Resolve ``"auto" | "cudf" | "polars" | "pandas"`` to a concrete backend, with the reason.
+
+    Args:
+        backend: what the user asked for; ``"auto"`` prefers cuDF on a GPU, then polars.
+
+    Returns:
+        A :class:`gpufeed.backends.Choice` (``name`` and ``reason``).
+
+    Example:
+        >>> choose_backend("pandas").name
+        'pandas'
+    """
+    return choose_dataframe_backend(backend)
+
+
+def backend_of(df: Frame) -> str:
+    """Name the backend of a native frame: ``pandas``, ``polars``, ``cudf`` or ``dask``.
+
+    Raises:
+        BackendError: for anything else (a dict, a numpy array, a pyarrow table ...).
+    """
+    module = type(df).__module__.split(".")[0]
+    if module in ("pandas", "polars", "cudf", "dask", "dask_cudf"):
+        return "dask" if module == "dask_cudf" else module
+    if isinstance(df, nw.DataFrame | nw.LazyFrame):
+        return backend_of(nw.to_native(df))
+    raise BackendError(
+        f"expected a pandas, polars, cuDF or Dask dataframe, got {type(df).__module__}.{type(df).__name__}"
+    )
+
+
+def wrap(df: Frame | NwFrame) -> NwFrame:
+    """A narwhals view of ``df`` (eager DataFrame, or LazyFrame for Dask); zero-copy."""
+    if isinstance(df, nw.DataFrame | nw.LazyFrame):
+        return df
+    backend_of(df)  # clear error for unsupported types
+    with warnings.catch_warnings():
+        # narwhals announces that Dask support moves to a plug-in package; it still works
+        # in the pinned versions and the message would fire on every call.
+        warnings.filterwarnings("ignore", message=".*Dask support is moving.*", category=FutureWarning)
+        return nw.from_native(df)
+
+
+def is_lazy(frame: NwFrame) -> bool:
+    """True for a Dask (lazy) frame, whose statistics need a ``collect``."""
+    return isinstance(frame, nw.LazyFrame)
+
+
+def collect_small(frame: NwFrame) -> nw.DataFrame:
+    """Materialise a small result (an aggregate, a vocabulary) as an eager narwhals frame."""
+    return frame.collect() if isinstance(frame, nw.LazyFrame) else frame
+
+
+def small_rows(frame: NwFrame) -> list[dict[str, Any]]:
+    """Rows of a small result (aggregates, vocabularies) as Python dicts, on every backend.
+
+    Goes column-wise through ``to_list`` because cuDF cannot iterate rows.
+    """
+    columns = collect_small(frame).to_dict(as_series=False)
+    return [dict(zip(columns, values, strict=True)) for values in zip(*columns.values(), strict=True)]
+
+
+def first_row(frame: NwFrame) -> dict[str, Any]:
+    """The single row of an aggregate (``select(mean, max, ...)``) as a dict."""
+    return small_rows(frame)[0]
+
+
+def columns_of(frame: NwFrame) -> list[str]:
+    """Column names, without computing anything on lazy frames."""
+    return list(frame.collect_schema().names())
+
+
+def require_columns(frame: NwFrame, columns: Iterable[str], where: str) -> None:
+    """Raise :class:`MissingColumnError` naming every absent column and who needed it."""
+    present = set(columns_of(frame))
+    missing = [c for c in columns if c not in present]
+    if missing:
+        raise MissingColumnError(
+            f"{where} needs column(s) {missing}, which the table does not have "
+            f"(it has: {sorted(present)[:20]}{' ...' if len(present) > 20 else ''})"
+        )
+
+
+def row_count(df: Frame | NwFrame) -> int:
+    """Number of rows (computed for Dask)."""
+    frame = wrap(df)
+    if is_lazy(frame):
+        return int(frame.select(nw.len()).collect().item())
+    return len(frame)
+
+
+def to_backend(df: Frame, backend: str) -> Frame:
+    """Convert an eager frame to ``backend`` through Arrow, keeping dtypes and missing values.
+
+    NaN in float columns becomes null on polars and cuDF, so "missing" means one thing on
+    every backend (pandas treats NaN as missing already).
+
+    Args:
+        df: a pandas, polars or cuDF frame.
+        backend: ``"pandas" | "polars" | "cudf"`` (``"auto"`` resolves via :func:`choose_backend`).
+
+    Returns:
+        The native frame on ``backend`` (``df`` itself when it already is).
+
+    Example:
+        >>> import pandas as pd
+        >>> type(to_backend(pd.DataFrame({"a": [1.0]}), "polars")).__name__
+        'DataFrame'
+    """
+    target = choose_backend(backend).name
+    source = backend_of(df)
+    if source == target:
+        return df
+    if source == "dask":
+        raise BackendError("a Dask frame is partitioned; use gpufeed.gpu_transforms.tabular.dask helpers")
+    if target == "pandas":
+        return df.to_pandas()
+    if target == "polars":
+        import polars as pl
+
+        return pl.from_pandas(df, nan_to_null=True) if source == "pandas" else pl.from_arrow(df.to_arrow())
+    import cudf  # only reached when the user asked for cuDF (or auto found a GPU)
+
+    if source == "pandas":
+        return cudf.from_pandas(df, nan_as_null=True)
+    return cudf.DataFrame.from_arrow(df.to_arrow())
+
+
+def native_module(df: Frame) -> Any:
+    """The module of ``df``'s backend (``pandas``, ``polars``, ``cudf``, ``dask.dataframe``)."""
+    name = backend_of(df)
+    return sys.modules["dask.dataframe" if name == "dask" else name]

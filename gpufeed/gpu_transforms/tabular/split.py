@@ -1,0 +1,155 @@
+"""Train/validation/test splits: random, by group, or by time, with every row accounted for.
+
+Splitting comes before fitting: fit a :class:`~gpufeed.gpu_transforms.tabular.recipe.Recipe`
+on ``split.train`` only, so no validation or test statistic leaks into training features.
+
+- ``split_random``: rows shuffled with a seed (eager frames).
+- ``split_by_group``: whole groups (stations, users) go to one split, so a model is judged
+  on groups it never saw; works on Dask too.
+- ``split_by_time``: the earliest rows train, the latest test (forecasting); on Dask pass
+  the ``cutoffs``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import narwhals as nw
+import numpy as np
+
+from gpufeed.gpu_transforms.tabular.errors import BackendError, EmptyTableError
+from gpufeed.gpu_transforms.tabular.frames import (
+    Frame,
+    NwFrame,
+    collect_small,
+    is_lazy,
+    require_columns,
+    row_count,
+    wrap,
+)
+
+
+@dataclass
+class Split:
+    """The three parts, on the input's backend, and how many rows each got."""
+
+    train: Frame
+    val: Frame
+    test: Frame
+    rows: dict[str, int]
+    how: str
+
+    def report(self) -> str:
+        total = sum(self.rows.values())
+        return f"{self.how} split of {total} rows: " + ", ".join(
+            f"{k} {v} ({v / total:.1%})" if total else f"{k} 0" for k, v in self.rows.items())
+
+
+def _check_fractions(fractions: Sequence[float]) -> tuple[float, float, float]:
+    if len(fractions) != 3 or any(f < 0 for f in fractions) or abs(sum(fractions) - 1.0) > 1e-9:
+        raise ValueError(f"fractions must be three non-negative numbers summing to 1, got {tuple(fractions)}")
+    return float(fractions[0]), float(fractions[1]), float(fractions[2])
+
+
+def _finish(frame: NwFrame, masks: Sequence[Any], how: str, expected: int | None) -> Split:
+    parts = [frame.filter(m) for m in masks]
+    rows = [row_count(p) for p in parts]
+    if expected is not None and sum(rows) != expected:  # a row lost would bias evaluation silently
+        raise RuntimeError(f"{how} split lost rows: {expected} in, {sum(rows)} out ({rows})")
+    natives = [nw.to_native(p) for p in parts]
+    return Split(*natives, rows=dict(zip(("train", "val", "test"), rows, strict=True)), how=how)
+
+
+def split_random(df: Frame, fractions: Sequence[float] = (0.8, 0.1, 0.1), *, seed: int = 0) -> Split:
+    """Shuffle rows with ``seed`` and cut them by ``fractions`` (train, val, test).
+
+    Args:
+        df: a pandas, polars or cuDF frame.
+        fractions: shares of rows for train, val and test (sum to 1).
+        seed: the same seed gives the same split.
+
+    Returns:
+        A :class:`Split`; rows keep their original order inside each part.
+
+    Example:
+        >>> split = split_random(table, (0.8, 0.1, 0.1), seed=0)  # doctest: +SKIP
+        >>> split.rows  # doctest: +SKIP
+        {'train': 800, 'val': 100, 'test': 100}
+    """
+    f_train, f_val, _ = _check_fractions(fractions)
+    frame = wrap(df)
+    if is_lazy(frame):
+        raise BackendError("split_random needs row positions, which Dask does not have; "
+                           "use split_by_group or split_by_time on Dask")
+    n = len(frame)
+    order = np.random.default_rng(seed).permutation(n)
+    part = np.empty(n, np.int8)
+    n_train, n_val = round(n * f_train), round(n * f_val)
+    part[order[:n_train]], part[order[n_train:n_train + n_val]], part[order[n_train + n_val:]] = 0, 1, 2
+    ns = nw.get_native_namespace(frame)
+    masks = [nw.new_series("mask", (part == k).tolist() if ns.__name__ == "cudf" else part == k,
+                           nw.Boolean, backend=ns) for k in range(3)]
+    return _finish(frame, masks, "random", n)
+
+
+def split_by_group(df: Frame, column: str, fractions: Sequence[float] = (0.8, 0.1, 0.1), *,
+                   seed: int = 0) -> Split:
+    """Assign whole groups of ``column`` to train, val or test (by share of groups).
+
+    Rows whose group is missing go to train and are counted there.
+
+    Raises:
+        MissingColumnError: ``column`` is absent; EmptyTableError: no groups.
+
+    Example:
+        >>> split = split_by_group(table, "station_id", seed=1)  # doctest: +SKIP
+    """
+    f_train, f_val, _ = _check_fractions(fractions)
+    frame = wrap(df)
+    require_columns(frame, [column], "split_by_group")
+    groups = collect_small(frame.select(nw.col(column)).unique()).get_column(column).to_list()
+    groups = sorted(g for g in groups if g is not None)
+    if not groups:
+        raise EmptyTableError(f"split_by_group: column {column!r} has no groups (empty table?)")
+    order = [groups[i] for i in np.random.default_rng(seed).permutation(len(groups))]
+    n_train, n_val = round(len(groups) * f_train), round(len(groups) * f_val)
+    val, test = order[n_train:n_train + n_val], order[n_train + n_val:]
+    key = nw.col(column)
+    masks = [~key.is_in(val + test) | key.is_null(), key.is_in(val), key.is_in(test)]
+    return _finish(frame, masks, f"by-group ({column})", None if is_lazy(frame) else len(frame))
+
+
+def split_by_time(df: Frame, column: str, fractions: Sequence[float] = (0.8, 0.1, 0.1), *,
+                  cutoffs: tuple[Any, Any] | None = None) -> Split:
+    """Earliest rows to train, then val, then the latest to test.
+
+    Args:
+        df: any supported frame.
+        column: a sortable time (or sequence) column.
+        fractions: target shares; rows sharing the cut timestamp stay together, so the
+            shares are approximate when timestamps repeat.
+        cutoffs: ``(val_start, test_start)``; computed from ``fractions`` when omitted
+            (eager frames only).
+
+    Returns:
+        A :class:`Split` with ``train: t < val_start``, ``val: val_start <= t < test_start``,
+        ``test: t >= test_start``; rows with a missing time go to train and are counted.
+    """
+    _check_fractions(fractions)
+    frame = wrap(df)
+    require_columns(frame, [column], "split_by_time")
+    if cutoffs is None:
+        if is_lazy(frame):
+            raise BackendError("split_by_time on Dask needs cutoffs=(val_start, test_start)")
+        times = frame.get_column(column).drop_nulls().sort()
+        if len(times) == 0:
+            raise EmptyTableError(f"split_by_time: column {column!r} has no values (empty table?)")
+        last = len(times) - 1
+        cutoffs = (times[min(last, round(len(times) * fractions[0]))],
+                   times[min(last, round(len(times) * (fractions[0] + fractions[1])))])
+    start_val, start_test = cutoffs
+    t = nw.col(column)
+    masks = [(t < start_val) | t.is_null(), (t >= start_val) & (t < start_test), t >= start_test]
+    return _finish(frame, masks, f"by-time ({column})", None if is_lazy(frame) else len(frame))

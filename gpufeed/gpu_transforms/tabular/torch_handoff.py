@@ -1,0 +1,127 @@
+"""Hand a prepared table to torch: float32 features, int64 labels, on the training device.
+
+From cuDF the columns go to a cupy matrix on the GPU and into torch through DLPack, so the
+data never leaves the device (zero-copy: the tensor shares cupy's memory). From pandas and
+polars they go through one numpy float32 matrix (``torch.from_numpy`` shares it), then
+``.to(device)``. Tables larger than one batch are cut into row slices first, so only one
+batch is ever converted at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import narwhals as nw
+import numpy as np
+import torch
+
+from gpufeed.backends import resolve_device
+from gpufeed.gpu_transforms.tabular.errors import BackendError
+from gpufeed.gpu_transforms.tabular.frames import Frame, backend_of, require_columns, wrap
+
+
+def _missing_error(columns: Sequence[str], where: np.ndarray) -> ValueError:
+    bad = [c for c, hit in zip(columns, where, strict=True) if hit]
+    return ValueError(f"missing values in column(s) {bad}: fill them (FillMissing) before the hand-off")
+
+
+def _matrix(df: Frame, columns: Sequence[str], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    backend = backend_of(df)
+    is_label = dtype == torch.int64
+    if backend == "cudf":
+        # cuDF -> cupy (one device matrix) -> torch via DLPack: no host round trip.
+        nulls = df[list(columns)].isna().any().to_numpy()
+        if nulls.any():
+            raise _missing_error(columns, nulls)
+        tensor = torch.from_dlpack(df[list(columns)].to_cupy(dtype="int64" if is_label else "float32"))
+        return tensor if tensor.device == device else tensor.to(device)
+    if backend == "polars":
+        array = df.select(list(columns)).to_numpy()
+    elif backend == "pandas":
+        array = df[list(columns)].to_numpy()
+    else:
+        raise BackendError(f"to_tensors needs a pandas, polars or cuDF frame, got {backend}; "
+                           "compute() a Dask partition first")
+    if array.dtype.kind in "fO":
+        nulls = np.isnan(array.astype(np.float64, copy=False)).any(axis=0)
+        if nulls.any():
+            raise _missing_error(columns, nulls)
+    if is_label and array.dtype.kind not in "iu":
+        raise ValueError(f"label column {columns[0]!r} has dtype {array.dtype}, not integers; "
+                         "Categorify it first")
+    array = np.ascontiguousarray(array, dtype=np.int64 if is_label else np.float32)
+    if not array.flags.writeable:
+        # A read-only view of the frame's own buffer (pandas copy-on-write, Arrow memory):
+        # torch tensors are writable, so copy rather than let a write corrupt the table.
+        array = array.copy()
+    tensor = torch.from_numpy(array)  # shares the numpy buffer
+    return tensor if device.type == "cpu" else tensor.to(device, non_blocking=True)
+
+
+def to_tensors(
+    df: Frame, features: Sequence[str], label: str | None = None, *, device: str = "auto",
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Features as a float32 ``(rows, len(features))`` tensor and labels as int64 ``(rows,)``.
+
+    Args:
+        df: a pandas, polars or cuDF frame (after preprocessing: no missing labels).
+        features: feature columns, in the order the model expects.
+        label: the label column, or None for inference.
+        device: ``"auto" | "cpu" | "cuda" | "cuda:N"``.
+
+    Returns:
+        ``(x, y)``; ``y`` is None without a label. From cuDF both share GPU memory with the
+        frame's cupy copy (zero host copies).
+
+    Raises:
+        MissingColumnError: a feature or the label is absent. ValueError: non-integer labels.
+
+    Example:
+        >>> x, y = to_tensors(prepared, features, "label", device="cpu")  # doctest: +SKIP
+        >>> x.dtype, y.dtype  # doctest: +SKIP
+        (torch.float32, torch.int64)
+    """
+    if not features:
+        raise ValueError("to_tensors needs at least one feature column")
+    require_columns(wrap(df), [*features, *([label] if label else [])], "to_tensors")
+    dev = resolve_device(device)
+    x = _matrix(df, features, torch.float32, dev)
+    y = _matrix(df, [label], torch.int64, dev).reshape(-1) if label else None
+    return x, y
+
+
+def iter_batches(
+    df: Frame, features: Sequence[str], label: str | None = None, *, batch_size: int = 65_536,
+    device: str = "auto", shuffle: bool = False, seed: int = 0, drop_last: bool = False,
+) -> Iterator[tuple[torch.Tensor, torch.Tensor | None]]:
+    """Yield ``(x, y)`` batches of ``batch_size`` rows; only one batch is converted at a time.
+
+    Args:
+        df: a pandas, polars or cuDF frame.
+        features, label, device: as in :func:`to_tensors`.
+        batch_size: rows per batch.
+        shuffle: visit batches in a seeded random order (rows inside a batch stay
+            contiguous, which keeps slicing zero-copy; shuffle the table once beforehand
+            for row-level shuffling).
+        seed: seed of the batch order.
+        drop_last: drop a final batch smaller than ``batch_size``.
+
+    Returns:
+        An iterator over ``ceil(rows / batch_size)`` (or floor, with ``drop_last``) batches.
+
+    Example:
+        >>> for x, y in iter_batches(prepared, features, "label", batch_size=4096):  # doctest: +SKIP
+        ...     loss = model(x).cross_entropy(y)
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    frame = wrap(df)
+    require_columns(frame, [*features, *([label] if label else [])], "iter_batches")
+    n = len(frame)
+    starts = list(range(0, n, batch_size))
+    if drop_last and starts and n - starts[-1] < batch_size:
+        starts.pop()
+    if shuffle:
+        starts = [starts[i] for i in np.random.default_rng(seed).permutation(len(starts))]
+    for start in starts:
+        yield to_tensors(nw.to_native(frame[start:start + batch_size]), features, label, device=device)

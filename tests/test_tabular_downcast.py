@@ -1,0 +1,93 @@
+"""Lossless downcast: smallest dtypes, values unchanged, clear errors when a cast would lose."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import polars as pl
+import pytest
+
+from gpufeed.datasets.sensor import generate_sensor_table
+from gpufeed.gpu_transforms.tabular import DowncastError, MissingColumnError, downcast, to_backend
+
+
+def _values(df) -> pd.DataFrame:
+    return df.to_pandas() if isinstance(df, pl.DataFrame) else df
+
+
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_sensor_table_shrinks_by_60_percent_and_round_trips_exactly(backend):
+    table = to_backend(generate_sensor_table(20_000, seed=1), backend)
+    small, report = downcast(table)
+    assert report.saved_fraction >= 0.60, report.to_markdown()
+    before, after = _values(table), _values(small)
+    for c in before.columns:
+        if c == "region":
+            assert after[c].astype(str).tolist() == before[c].astype(str).tolist()
+        elif c != "timestamp":
+            np.testing.assert_array_equal(after[c].to_numpy(np.float64), before[c].to_numpy(np.float64), err_msg=c)
+    changes = {c.column: c for c in report.columns}
+    assert changes["flag_00"].after == "Int8" and changes["flag_00"].bytes_after * 8 == changes["flag_00"].bytes_before
+    assert changes["ratio_94"].after == "Float64" and "would change in float32" in changes["ratio_94"].note
+    assert changes["temp_55"].after == "Float32"
+    assert changes["region"].after == "Categorical"
+
+
+def test_integer_ranges_pick_the_smallest_type():
+    df = pd.DataFrame({"u8": [0, 255], "i8": [-128, 127], "i16": [-129, 0], "u16": [0, 65535],
+                       "i32": [0, 2**31 - 1], "i64": [0, 2**40]})
+    small, _ = downcast(df)
+    assert small.dtypes.astype(str).to_dict() == {
+        "u8": "uint8", "i8": "int8", "i16": "int16", "u16": "uint16", "i32": "int32", "i64": "int64"}
+    signed, _ = downcast(df, allow_unsigned=False)
+    assert str(signed["u8"].dtype) == "int16"
+
+
+def test_float32_only_where_every_value_round_trips_and_tolerance_is_opt_in():
+    df = pd.DataFrame({"exact": [0.5, 0.25, np.nan], "lossy": [0.1, 0.2, 0.3]})
+    small, report = downcast(df)
+    assert str(small["exact"].dtype) == "float32" and str(small["lossy"].dtype) == "float64"
+    assert small["exact"].isna().sum() == 1
+    loose, _ = downcast(df, float_tolerance=1e-6)
+    assert str(loose["lossy"].dtype) == "float32"
+
+
+def test_float16_only_on_request():
+    df = pd.DataFrame({"x": [0.5, 1.0, 1024.0]})
+    assert str(downcast(df)[0]["x"].dtype) == "float32"
+    assert str(downcast(df, float16=True)[0]["x"].dtype) == "float16"
+
+
+def test_low_cardinality_text_becomes_categorical_but_ids_do_not():
+    df = pd.DataFrame({"region": ["n", "s"] * 50, "uid": [f"u{i}" for i in range(100)]})
+    small, _ = downcast(df)
+    assert isinstance(small["region"].dtype, pd.CategoricalDtype)
+    assert not isinstance(small["uid"].dtype, pd.CategoricalDtype)
+
+
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_forced_overflow_is_an_error_naming_the_column(backend):
+    df = to_backend(pd.DataFrame({"count": [0, 300]}), backend)
+    with pytest.raises(DowncastError, match=r"column 'count': values 0\.\.300 overflow int8"):
+        downcast(df, dtypes={"count": "int8"})
+
+
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_forced_precision_loss_is_an_error(backend):
+    df = to_backend(pd.DataFrame({"ratio": [0.1, 0.5]}), backend)
+    with pytest.raises(DowncastError, match=r"column 'ratio': 1 value\(s\) would change"):
+        downcast(df, dtypes={"ratio": "float32"})
+
+
+def test_unknown_column_and_dtype_are_rejected():
+    df = pd.DataFrame({"a": [1]})
+    with pytest.raises(MissingColumnError, match="'b'"):
+        downcast(df, columns=["b"])
+    with pytest.raises(ValueError, match="unknown dtype"):
+        downcast(df, dtypes={"a": "int7"})
+
+
+def test_empty_table_keeps_dtypes():
+    df = pd.DataFrame({"a": pd.Series([], dtype="int64")})
+    small, report = downcast(df)
+    assert str(small["a"].dtype) == "int64" and report.bytes_after == report.bytes_before

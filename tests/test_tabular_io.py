@@ -1,0 +1,141 @@
+"""Reading and writing tables: every format on pandas and polars, and every bad-input case."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import polars as pl
+import pytest
+
+from gpufeed.datasets.sensor import generate_sensor_table
+from gpufeed.datasets.table_formats import convert
+from gpufeed.gpu_transforms.tabular import (
+    FORMATS,
+    EmptyTableError,
+    MalformedCSVError,
+    MixedTypeError,
+    UnknownFormatError,
+    detect_format,
+    read_table,
+    read_table_with_report,
+    write_table,
+)
+
+SUFFIX = {"csv": "csv", "parquet": "parquet", "feather": "feather", "pickle": "pkl", "hdf5": "h5", "json": "jsonl"}
+
+
+@pytest.fixture(scope="module")
+def table() -> pd.DataFrame:
+    return generate_sensor_table(500, n_features=8, seed=3)
+
+
+def _numeric_equal(a: pd.DataFrame, b: pd.DataFrame) -> None:
+    assert list(a.columns) == list(b.columns)
+    for c in a.columns:
+        if pd.api.types.is_numeric_dtype(a[c]):
+            np.testing.assert_array_equal(a[c].to_numpy(np.float64), b[c].to_numpy(np.float64), err_msg=c)
+        elif c == "timestamp":
+            assert (pd.to_datetime(a[c]) == pd.to_datetime(b[c])).all()
+        else:
+            assert a[c].astype(str).tolist() == b[c].astype(str).tolist(), c
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_every_format_round_trips_values(table, tmp_path, fmt, backend):
+    path = tmp_path / f"t.{SUFFIX[fmt]}"
+    write_table(table, path)
+    back = read_table(path, backend=backend)
+    assert isinstance(back, pl.DataFrame if backend == "polars" else pd.DataFrame)
+    _numeric_equal(table, back.to_pandas() if backend == "polars" else back)
+
+
+def test_polars_frames_are_written_by_polars_writers(table, tmp_path):
+    path = write_table(pl.from_pandas(table), tmp_path / "t.parquet")
+    _numeric_equal(table, read_table(path, backend="pandas"))
+
+
+def test_missing_values_read_as_null_on_polars(tmp_path):
+    path = tmp_path / "m.csv"
+    path.write_text("a,b\n1.5,x\n,y\n3.0,z\n")
+    back = read_table(path, backend="polars")
+    assert back["a"].null_count() == 1 and back["a"].is_nan().sum() == 0
+
+
+def test_unknown_format_names_the_file(tmp_path):
+    with pytest.raises(UnknownFormatError, match=r"readings\.xlsx"):
+        read_table(tmp_path / "readings.xlsx")
+    with pytest.raises(UnknownFormatError, match="unknown format 'orc2'"):
+        detect_format("x.csv", "orc2")
+    assert detect_format("x.bin", "parquet") == "parquet"
+
+
+def test_malformed_csv_lines_are_rejected_with_line_numbers(tmp_path):
+    path = tmp_path / "bad.csv"
+    path.write_text("a,b,c\n1,2,3\n4,5\n6,7,8\n9,10,11,12\n13,14,15\n")
+    with pytest.raises(MalformedCSVError) as info:
+        read_table(path, backend="pandas")
+    message = str(info.value)
+    assert "bad.csv" in message and "line 3" in message and "line 5" in message
+    assert [n for n, _ in info.value.lines] == [3, 5]
+
+
+def test_malformed_csv_lines_can_be_skipped_and_are_counted(tmp_path):
+    path = tmp_path / "bad.csv"
+    path.write_text("a,b,c\n1,2,3\n4,5\n6,7,8\n")
+    frame, report = read_table_with_report(path, backend="polars", on_bad_lines="report")
+    assert frame.height == 2 and report.rows == 2 and report.rows_skipped == 1
+    assert report.bad_lines == [(3, "4,5")]
+    with pytest.warns(UserWarning, match=r"skipped 1 malformed line\(s\) \(lines 3\); kept 2 rows"):
+        read_table(path, backend="pandas", on_bad_lines="report")
+
+
+def test_mixed_types_in_a_column_are_named(tmp_path):
+    path = tmp_path / "mixed.csv"
+    path.write_text("station,power\ns1,10\ns2,12.5\ns3,n/a?\ns4,7\n")
+    with pytest.raises(MixedTypeError, match=r"column 'power'.*'n/a\?' in data row 3"):
+        read_table(path, backend="pandas")
+    kept = read_table(path, backend="pandas", mixed_types="keep")
+    assert kept["power"].tolist() == ["10", "12.5", "n/a?", "7"]
+
+
+def test_mixed_types_in_json_are_named(tmp_path):
+    path = tmp_path / "mixed.jsonl"
+    path.write_text('{"a": 1}\n{"a": "x"}\n')
+    with pytest.raises(MixedTypeError, match="column 'a'.*record 2"):
+        read_table(path, backend="pandas")
+
+
+def test_empty_and_header_only_csv(tmp_path):
+    empty = tmp_path / "empty.csv"
+    empty.write_text("")
+    with pytest.raises(EmptyTableError, match="empty.csv"):
+        read_table(empty)
+    header = tmp_path / "header.csv"
+    header.write_text("a,b\n")
+    assert read_table(header, backend="pandas").shape == (0, 2)
+
+
+def test_inf_and_nan_survive_a_round_trip(tmp_path):
+    df = pd.DataFrame({"x": [1.0, math.inf, -math.inf, math.nan]})
+    back = read_table(write_table(df, tmp_path / "x.parquet"), backend="pandas")
+    assert np.isinf(back["x"]).sum() == 2 and back["x"].isna().sum() == 1
+
+
+def test_missing_file_is_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nope.parquet"):
+        read_table(tmp_path / "nope.parquet")
+
+
+def test_convert_between_formats_reports_rows(table, tmp_path):
+    src = write_table(table, tmp_path / "t.csv")
+    dst, report = convert(src, tmp_path / "t.feather", backend="pandas")
+    assert report.rows == len(table) and report.rows_skipped == 0
+    _numeric_equal(table, read_table(dst, backend="pandas"))
+
+
+def test_bad_policy_arguments_are_rejected(tmp_path):
+    with pytest.raises(ValueError, match="on_bad_lines"):
+        read_table(tmp_path / "x.csv", on_bad_lines="drop")

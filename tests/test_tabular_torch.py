@@ -1,0 +1,69 @@
+"""Hand-off to torch: dtypes, shapes, values, batching, and clear errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from gpufeed.gpu_transforms.tabular import MissingColumnError, iter_batches, to_backend, to_tensors
+
+FEATURES = ["a", "b", "c"]
+
+
+@pytest.fixture
+def table() -> pd.DataFrame:
+    rng = np.random.default_rng(0)
+    return pd.DataFrame({"a": rng.random(1000), "b": rng.integers(0, 9, 1000).astype("int8"),
+                         "c": rng.random(1000).astype("float32"), "label": rng.integers(0, 4, 1000)})
+
+
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_features_float32_labels_int64_with_the_same_values(table, backend):
+    x, y = to_tensors(to_backend(table, backend), FEATURES, "label", device="cpu")
+    assert x.dtype == torch.float32 and x.shape == (1000, 3) and x.is_contiguous()
+    assert y.dtype == torch.int64 and y.shape == (1000,)
+    np.testing.assert_array_equal(x.numpy(), table[FEATURES].to_numpy(np.float32))
+    np.testing.assert_array_equal(y.numpy(), table["label"].to_numpy())
+
+
+def test_writing_to_a_tensor_never_changes_the_table(table):
+    _, y = to_tensors(table, FEATURES, "label", device="cpu")
+    y += 100
+    assert table["label"].max() < 4
+
+
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_batches_cover_every_row_once(table, backend):
+    frame = to_backend(table, backend)
+    batches = list(iter_batches(frame, FEATURES, "label", batch_size=300, device="cpu", shuffle=True, seed=0))
+    in_order = list(iter_batches(frame, FEATURES, "label", batch_size=300, device="cpu"))
+    assert not all(torch.equal(a[0], b[0]) for a, b in zip(batches, in_order, strict=True))  # shuffled
+    assert sorted(len(x) for x, _ in batches) == [100, 300, 300, 300]
+    total = torch.cat([y for _, y in batches]).sort().values
+    assert torch.equal(total, torch.from_numpy(np.sort(table["label"].to_numpy())))
+    dropped = list(iter_batches(frame, FEATURES, batch_size=300, device="cpu", drop_last=True))
+    assert [len(x) for x, y in dropped] == [300, 300, 300] and dropped[0][1] is None
+
+
+def test_missing_values_and_non_integer_labels_are_rejected(table):
+    table.loc[5, "a"] = np.nan
+    with pytest.raises(ValueError, match=r"missing values in column\(s\) \['a'\]"):
+        to_tensors(table, FEATURES, device="cpu")
+    with pytest.raises(ValueError, match="label column 'c' .* not integers"):
+        to_tensors(table.fillna(0), ["a"], "c", device="cpu")
+    with pytest.raises(MissingColumnError, match="'target'"):
+        to_tensors(table, FEATURES, "target", device="cpu")
+
+
+@pytest.mark.gpu
+def test_cudf_hand_off_is_zero_copy_on_the_gpu(table):
+    import cudf
+
+    gdf = cudf.from_pandas(table)
+    x, y = to_tensors(gdf, FEATURES, "label", device="cuda")
+    assert x.device.type == "cuda" and x.dtype == torch.float32 and y.dtype == torch.int64
+    np.testing.assert_allclose(x.cpu().numpy(), table[FEATURES].to_numpy(np.float32))
+    batches = list(iter_batches(gdf, FEATURES, "label", batch_size=256, device="cuda"))
+    assert sum(len(b[0]) for b in batches) == len(table)
