@@ -34,26 +34,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="bench/results", help="results folder")
 
 
-def _epoch_runner(batches: Callable[[], Iterable], device: str, check: dict) -> Callable[[], float]:
-    """One epoch: pull every batch onto ``device``; remember what came out for the checks."""
+def _epoch_runner(batches: Callable[[], Iterable], device: str) -> Callable[[], float]:
+    """One timed epoch: pull every batch onto ``device`` and count the samples."""
     import torch
 
     target = torch.device(device)
 
     def run() -> float:
-        n, labels, lo, hi, shapes, dtypes = 0, set(), float("inf"), float("-inf"), set(), set()
-        for images, y in batches():
+        n = 0
+        for images, _ in batches():
             images = images.to(target, non_blocking=True)
-            n += len(y)
-            labels.update(y.tolist())
-            lo, hi = min(lo, float(images.min())), max(hi, float(images.max()))
-            shapes.add(tuple(images.shape[1:]))
-            dtypes.add(str(images.dtype))
-        check.update(samples=n, labels=sorted(labels), min=lo, max=hi, shapes=sorted(shapes),
-                     dtypes=sorted(dtypes), device=str(target))
+            n += images.shape[0]
         return n
 
     return run
+
+
+def _checked_epoch(batches: Iterable, device: str) -> dict[str, Any]:
+    """One more epoch after timing, untimed, recording what came out for the checks."""
+    import torch
+
+    n, labels, lo, hi, shapes, dtypes = 0, set(), float("inf"), float("-inf"), set(), set()
+    for images, y in batches:
+        images = images.to(torch.device(device))
+        n += len(y)
+        labels.update(y.tolist())
+        lo, hi = min(lo, float(images.min())), max(hi, float(images.max()))
+        shapes.add(tuple(images.shape[1:]))
+        dtypes.add(str(images.dtype))
+    return {"samples": n, "labels": sorted(labels), "min": lo, "max": hi, "shapes": sorted(shapes),
+            "dtypes": sorted(dtypes), "device": device}
 
 
 def _contender(name: str, root: str, mode: str, batch_size: int, size: int, workers: int,
@@ -99,8 +109,8 @@ def _contender(name: str, root: str, mode: str, batch_size: int, size: int, work
             num_workers=workers, pin_memory=device.startswith("cuda"), persistent_workers=True,
             prefetch_factor=4,
         )
-        timing = measure(_epoch_runner(lambda: loader, device, check), warmup=1, repeats=repeats)
-        return {"name": name, **timing.as_dict(), "check": check}
+        timing = measure(_epoch_runner(lambda: loader, device), warmup=1, repeats=repeats)
+        return {"name": name, **timing.as_dict(), "check": _checked_epoch(loader, device)}
     from gpufeed.pipelines import classification_loader
 
     backend, where = name.split("-")
@@ -108,7 +118,8 @@ def _contender(name: str, root: str, mode: str, batch_size: int, size: int, work
         root, train=train, batch_size=batch_size, size=size, backend=backend,
         device="cuda" if where == "gpu" else "cpu", num_workers=workers,
     )
-    timing = measure(_epoch_runner(lambda: loader, device, check), warmup=1, repeats=repeats)
+    timing = measure(_epoch_runner(lambda: loader, device), warmup=1, repeats=repeats)
+    check = _checked_epoch(loader, device)
     check["skipped"] = len(loader.skipped)
     return {"name": name, **timing.as_dict(), "check": check}
 

@@ -162,23 +162,29 @@ class Normalizer:
             return self.allocate(shape, self.options.dtype)
         return torch.empty(shape, dtype=self.options.dtype, device=device)
 
-    def __call__(self, images: torch.Tensor) -> torch.Tensor:
-        o = self.options
-        if not o.normalizes and o.layout == "NCHW" and images.is_contiguous():
-            return images
-        b, c, h, w = images.shape
-        if o.layout == "NHWC":
-            out = self._empty((b, h, w, c), images.device)
-            view = out.permute(0, 3, 1, 2)
-        else:
-            out = view = self._empty((b, c, h, w), images.device)
-        if not o.normalizes:
+    def output(self, batch: int, height: int, width: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """An uninitialised output batch, and its ``(B, 3, H, W)`` view to :meth:`fill`."""
+        if self.options.layout == "NHWC":
+            out = self._empty((batch, height, width, 3), device)
+            return out, out.permute(0, 3, 1, 2)
+        out = self._empty((batch, 3, height, width), device)
+        return out, out
+
+    def fill(self, view: torch.Tensor, images: torch.Tensor) -> None:
+        """Write uint8 ``images`` into ``view`` (a slice of an :meth:`output` view), normalised."""
+        if not self.options.normalizes:
             view.copy_(images)
-            return out
-        scale, bias = self.scale.to(images.device), self.bias.to(images.device)
-        if o.dtype == torch.float32:
+        elif self.options.dtype == torch.float32:
             view.copy_(images)
-            torch.addcmul(bias, view, scale, out=view)
+            torch.addcmul(self.bias.to(view.device), view, self.scale.to(view.device), out=view)
         else:  # compute in float32, store in half
-            view.copy_(torch.addcmul(bias, images.to(torch.float32), scale))
+            view.copy_(torch.addcmul(self.bias.to(view.device), images.to(torch.float32),
+                                     self.scale.to(view.device)))
+
+    def __call__(self, images: torch.Tensor) -> torch.Tensor:
+        if not self.options.normalizes and self.options.layout == "NCHW" and images.is_contiguous():
+            return images
+        b, _, h, w = images.shape
+        out, view = self.output(b, h, w, images.device)
+        self.fill(view, images)
         return out

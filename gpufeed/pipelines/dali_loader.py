@@ -23,10 +23,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from nvidia.dali.plugin.pytorch import DALIClassificationIterator, LastBatchPolicy, feed_ndarray
-from torchvision.transforms.v2 import functional as TF
 
+from gpufeed.pipelines import geometry
 from gpufeed.pipelines.base import Batch, ClassificationLoader, Normalizer, ReusedBuffers
 from gpufeed.pipelines.dali_pipeline import FileFeed, build_pipeline
 from gpufeed.pipelines.sources import SkipLog, read_bytes, undecodable_reason
@@ -87,30 +86,30 @@ class DaliLoader(ClassificationLoader):
     def _geometry_on_cpu(self, decoded) -> torch.Tensor:
         """Variable-size uint8 HWC images -> the contract's batch (resize, crop, normalise).
 
-        Samples are resized on a pool of as many threads as DALI has (torch's kernels
-        release the GIL); measured single-threaded, this hand-off was the pipeline's
-        bottleneck, holding the main thread ~80% of the time.
+        Samples are resized and normalised on a pool of as many threads as DALI has
+        (torch's kernels release the GIL), each sample straight into its slice of the
+        output while it is still in cache: done on the main thread alone, this hand-off
+        was the pipeline's bottleneck, holding it ~80% of the time.
         """
         size = self.options.size
-        batch = torch.empty((len(decoded), 3, size, size), dtype=torch.uint8,
-                            memory_format=torch.channels_last)
+        out, view = self._finish.output(len(decoded), size, size, torch.device("cpu"))
+        threads = max(1, self.options.threads)
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(max(1, self.options.threads), thread_name_prefix="gpufeed-resize")
-        chunks = np.array_split(np.arange(len(decoded)), min(len(decoded), max(1, self.options.threads)))
-        for done in [self._pool.submit(self._resize_into, decoded, batch, c) for c in chunks]:
+            self._pool = ThreadPoolExecutor(threads, thread_name_prefix="gpufeed-resize")
+        chunks = np.array_split(np.arange(len(decoded)), min(len(decoded), threads))
+        for done in [self._pool.submit(self._resize_into, decoded, view, c) for c in chunks]:
             done.result()
-        return self._finish(batch)
+        return out
 
-    def _resize_into(self, decoded, batch: torch.Tensor, indices: np.ndarray) -> None:
-        o, size = self.options, self.options.size
-        for i in indices:
-            # (1, 3, h, w) view of DALI's HWC buffer: channels-last, the fast uint8 path.
-            image = torch.from_numpy(np.asarray(decoded[int(i)])).permute(2, 0, 1).unsqueeze(0)
-            if o.train:
-                batch[i] = F.interpolate(image, size=(size, size), mode="bilinear", antialias=True)[0]
-            else:  # torchvision's own val geometry, so both backends agree
-                image = TF.resize(image, [o.resize_shorter], antialias=True)
-                batch[i] = TF.center_crop(image, [size, size])[0]
+    def _resize_into(self, decoded, view: torch.Tensor, indices: np.ndarray) -> None:
+        o = self.options
+        for i in map(int, indices):
+            image = geometry.hwc_view(torch.from_numpy(np.asarray(decoded[i])))  # DALI's buffer, no copy
+            if o.train:  # DALI already cropped (in the decoder) and flipped
+                image = geometry.resize(image, o.size)
+            else:
+                image = geometry.val_crop(image, o.resize_shorter, o.size)
+            self._finish.fill(view[i: i + 1], image)
 
     def _from_gpu(self, images) -> torch.Tensor:
         tensor = images.as_tensor()

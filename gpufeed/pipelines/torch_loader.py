@@ -1,9 +1,11 @@
 """The PyTorch backend: DataLoader workers decode with torchvision.io and crop/resize
-with transforms.v2; batches are normalised in the workers on CPU, or after the copy on
-the GPU (a uint8 batch crosses PCIe at a quarter of the float32 bytes)."""
+with torch's channels-last uint8 kernels (:mod:`gpufeed.pipelines.geometry`, the same
+code DALI's CPU mode uses); batches are normalised in the workers on CPU, or after the
+copy on the GPU (a uint8 batch crosses PCIe at a quarter of the float32 bytes)."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import sys
 import warnings
@@ -14,8 +16,8 @@ import torch
 import torchvision.io as tvio
 from PIL import Image
 from torch.utils.data import DataLoader, Dataset, Sampler
-from torchvision.transforms import v2
 
+from gpufeed.pipelines import geometry
 from gpufeed.pipelines.base import Batch, ClassificationLoader, Normalizer, shared_empty
 from gpufeed.pipelines.options import LoaderOptions
 from gpufeed.pipelines.plan import EpochPlan
@@ -28,36 +30,26 @@ warnings.filterwarnings("ignore", message="The image decoding and encoding capab
 
 
 def decode_rgb(data: np.ndarray) -> torch.Tensor:
-    """Decode image bytes to a uint8 ``(3, H, W)`` tensor (grayscale and CMYK become RGB).
+    """Decode image bytes to uint8 ``(H, W, 3)`` pixels (grayscale and CMYK become RGB).
 
     torchvision.io decodes JPEG, PNG and WebP; BMP and TIFF go through PIL.
     """
     if image_format(data) in ("bmp", "tiff"):
         with Image.open(io.BytesIO(data.tobytes())) as img:
-            return torch.from_numpy(np.asarray(img.convert("RGB"))).permute(2, 0, 1).contiguous()
-    return tvio.decode_image(torch.from_numpy(data), mode=tvio.ImageReadMode.RGB)
-
-
-def make_transform(options: LoaderOptions) -> v2.Transform:
-    """The per-image uint8 transform: random-resized-crop + flip to train, resize + centre crop to validate."""
-    if options.train:
-        return v2.Compose([
-            v2.RandomResizedCrop(options.size, scale=options.scale, ratio=options.ratio, antialias=True),
-            v2.RandomHorizontalFlip(),
-        ])
-    return v2.Compose([v2.Resize(options.resize_shorter, antialias=True), v2.CenterCrop(options.size)])
+            return torch.from_numpy(np.asarray(img.convert("RGB")))
+    # torchvision returns CHW as a view of HWC memory: the channels-last layout we want.
+    return tvio.decode_image(torch.from_numpy(data), mode=tvio.ImageReadMode.RGB).permute(1, 2, 0)
 
 
 class _Files(Dataset):
-    """Index ``(epoch, i)`` -> ``(i, uint8 image or None, reason or None)``.
+    """Index ``(epoch, i)`` -> ``(i, uint8 (1, 3, size, size) image or None, reason or None)``.
 
-    Randomness is seeded per (seed, epoch, sample), not per worker, so a seeded run
-    repeats whatever the number of workers.
+    Randomness comes from a generator per (seed, epoch, sample), not per worker, so a
+    seeded run repeats whatever the number of workers.
     """
 
     def __init__(self, paths: tuple[str, ...], options: LoaderOptions) -> None:
-        self.paths, self.seed = paths, options.seed
-        self.transform = make_transform(options)
+        self.paths, self.options = paths, options
 
     def __len__(self) -> int:
         return len(self.paths)
@@ -69,31 +61,30 @@ class _Files(Dataset):
         if reason is not None:
             return i, None, reason
         try:
-            image = decode_rgb(data)
+            image = geometry.hwc_view(decode_rgb(data))
         except (RuntimeError, OSError, ValueError) as exc:
             return i, None, f"could not decode: {str(exc).splitlines()[0]}"
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed((self.seed * 1_000_003 + epoch) * 10_000_019 + i)
-            return i, self.transform(image), None
+        o = self.options
+        if o.train:
+            rng = geometry.sample_rng(o.seed, epoch, i)
+            return i, geometry.train_crop(image, rng, o.size, o.scale, o.ratio), None
+        return i, geometry.val_crop(image, o.resize_shorter, o.size), None
 
 
 class _Collate:
-    """Stack the good images of a batch; carry the bad ones' reasons to the main process."""
+    """Write the good images of a batch into one output tensor (normalised on CPU, in
+    shared memory inside a worker); carry the bad ones' reasons to the main process."""
 
-    def __init__(self, labels: tuple[int, ...], options: LoaderOptions, finish: Normalizer | None) -> None:
+    def __init__(self, labels: tuple[int, ...], options: LoaderOptions, finish: Normalizer) -> None:
         self.labels, self.size, self.finish = labels, options.size, finish
 
     def __call__(self, items: list[tuple[int, torch.Tensor | None, str | None]]):
         good = [(i, img) for i, img, _ in items if img is not None]
         bad = [(i, reason) for i, img, reason in items if img is None]
-        in_worker = torch.utils.data.get_worker_info() is not None
-        shape = (len(good), 3, self.size, self.size)
-        images = (shared_empty if in_worker and self.finish is None else torch.empty)(shape, dtype=torch.uint8)
-        if good:
-            torch.stack([img for _, img in good], out=images)
+        images, view = self.finish.output(len(good), self.size, self.size, torch.device("cpu"))
+        for k, (_, img) in enumerate(good):
+            self.finish.fill(view[k: k + 1], img)
         labels = torch.tensor([self.labels[i] for i, _ in good], dtype=torch.int64)
-        if self.finish is not None:
-            images = self.finish(images)
         return images, labels, bad
 
 
@@ -121,8 +112,12 @@ class TorchLoader(ClassificationLoader):
         o = self.options
         on_gpu = self.device.type == "cuda"
         self._finish = Normalizer(o)
-        # Workers normalise straight into shared memory, which the batch crosses to this process in.
-        in_workers = Normalizer(o, shared_empty if o.threads > 0 else None)
+        # Workers write batches straight into shared memory, which they cross to this
+        # process in (share_memory_() would copy them); for a GPU they stay uint8 NCHW,
+        # a quarter of the bytes to copy, and are normalised there.
+        allocate = shared_empty if o.threads > 0 else None
+        raw = dataclasses.replace(o, dtype=torch.uint8, layout="NCHW")
+        in_workers = Normalizer(raw if on_gpu else o, allocate)
         self._sampler = _PlanSampler(self.plan)
         workers = o.threads
         # Workers forked from a process holding DALI pipelines have crashed: fork only
@@ -132,7 +127,7 @@ class TorchLoader(ClassificationLoader):
             _Files(self.samples.paths, o),
             batch_sampler=self._sampler,
             num_workers=workers,
-            collate_fn=_Collate(self.samples.labels, o, None if on_gpu else in_workers),
+            collate_fn=_Collate(self.samples.labels, o, in_workers),
             pin_memory=on_gpu,
             persistent_workers=workers > 0,
             prefetch_factor=4 if workers > 0 else None,
