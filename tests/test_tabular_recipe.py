@@ -198,6 +198,44 @@ def test_inf_is_an_error_and_log_domain_is_checked():
     assert np.isfinite(clipped["x"]).all()
 
 
+@pytest.mark.parametrize("op", [lambda c: FillMissing(c), lambda c: Standardize(c, by="g"), lambda c: MinMax(c)])
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_inf_is_found_by_every_fitted_op_on_every_backend(op, backend):
+    # The statistics reveal inf (as inf or NaN), so the count only runs then; both signs,
+    # and +inf beside -inf (a NaN mean), must still be reported per column.
+    df = pd.DataFrame({"g": ["a", "b", "a", "b"], "ok": [1.0, 2.0, 3.0, 4.0],
+                       "pos": [1.0, math.inf, 3.0, 4.0], "both": [math.inf, -math.inf, 3.0, 4.0]})
+    with pytest.raises(NonFiniteError, match=r"\{'pos': 1, 'both': 2\}"):
+        Recipe([op(["ok", "pos", "both"])]).fit(to_backend(df, backend))
+    Recipe([op(["ok"])]).fit(to_backend(df, backend))
+
+
+@pytest.mark.parametrize("quantiles", [(0.0, 1.0), (0.001, 0.999), (0.05, 0.95), (0.3, 0.7), (0.5, 0.6)])
+@pytest.mark.parametrize("n", [1, 2, 7, 1000, 20_011])
+def test_polars_quantile_bounds_equal_numpy_bit_for_bit(n, quantiles):
+    # Polars reads tail order statistics with bottom_k/top_k and interpolates like numpy;
+    # deep quantiles go through numpy itself. Either way pandas and polars fit the same bounds.
+    rng = np.random.default_rng(n)
+    x = rng.normal(size=n) * 1e3
+    x[rng.random(n) < 0.1] = np.nan
+    x[0] = 1.5  # at least one value
+    df = pd.DataFrame({"x": x, "i": rng.integers(-10**6, 10**6, n)})
+    got = Recipe([Clip(["x", "i"], quantiles=quantiles)]).fit(to_backend(df, "polars")).ops[0].state
+    want = Recipe([Clip(["x", "i"], quantiles=quantiles)]).fit(df).ops[0].state
+    assert got == want
+    for c in ("x", "i"):
+        values = df[c].dropna().to_numpy(dtype=np.float64)
+        assert want[c] == [float(v) for v in np.quantile(values, quantiles)]
+
+
+def test_polars_quantile_bounds_of_a_column_with_nan_or_no_values():
+    frame = pl.DataFrame({"x": [1.0, float("nan"), 3.0], "e": [None, None, None]}, schema={"x": pl.Float64, "e": pl.Float64})
+    state = Recipe([Clip(["x"], quantiles=(0.1, 0.9))]).fit(frame).ops[0].state
+    assert all(math.isnan(v) for v in state["x"])  # as np.quantile: NaN anywhere gives NaN
+    with pytest.raises(EmptyTableError, match="column 'e' has no non-missing value"):
+        Recipe([Clip(["e"], quantiles=(0.1, 0.9))]).fit(frame)
+
+
 def test_unfitted_recipe_and_bad_arguments_are_rejected(table):
     with pytest.raises(RuntimeError, match="not fitted"):
         Recipe([MinMax(["volt"])]).transform(table)

@@ -72,6 +72,27 @@ def _check_finite(frame: NwFrame, columns: Sequence[str], op: str) -> None:
         )
 
 
+def _aggregate_finite(frame: NwFrame, exprs: list[nw.Expr], columns: Sequence[str], op: str) -> dict[str, Any]:
+    """:func:`_aggregate` for statistics that an inf value turns into inf or NaN (mean, std,
+    min, max), raising :class:`NonFiniteError` as :func:`_check_finite` does.
+
+    A finite result proves the columns hold no inf, so the separate counting pass (one more
+    read of every column) only runs when some statistic is missing or not finite.
+    """
+    with np.errstate(invalid="ignore"):  # pandas warns on inf - inf before we can name the column
+        stats = _aggregate(frame, exprs)
+    if not all(_is_finite(v) for v in stats.values()):
+        _check_finite(frame, columns, op)
+    return stats
+
+
+def _is_finite(value: Any) -> bool:
+    try:
+        return math.isfinite(float(value))
+    except (TypeError, ValueError):  # None, pandas NA, a non-number: let the full check decide
+        return False
+
+
 def _number(value: Any, column: str, op: str) -> float:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         raise EmptyTableError(f"{op}: column {column!r} has no non-missing value to fit on (empty table?)")
@@ -106,6 +127,11 @@ class Op:
     def transform(self, frame: NwFrame) -> NwFrame:
         raise NotImplementedError
 
+    def fit_transform(self, frame: NwFrame) -> NwFrame:
+        """``fit(frame)`` then ``transform(frame)``; ops override it to skip repeated checks."""
+        self.fit(frame)
+        return self.transform(frame)
+
     def params(self) -> dict[str, Any]:
         """Constructor arguments other than ``columns`` (for JSON)."""
         return {}
@@ -136,8 +162,12 @@ class FillMissing(Op):
         if self.strategy == "constant":
             self.state = {c: self.value for c in self.columns}
             return
-        _check_finite(frame, self.columns, "FillMissing")
-        stats = _aggregate(frame, [getattr(nw.col(c), self.strategy)().alias(c) for c in self.columns])
+        exprs = [getattr(nw.col(c), self.strategy)().alias(c) for c in self.columns]
+        if self.strategy == "mean":
+            stats = _aggregate_finite(frame, exprs, self.columns, "FillMissing")
+        else:  # a median stays finite beside a few inf values: count them
+            _check_finite(frame, self.columns, "FillMissing")
+            stats = _aggregate(frame, exprs)
         self.state = {c: _number(stats[c], c, "FillMissing") for c in self.columns}
 
     def transform(self, frame: NwFrame) -> NwFrame:
@@ -181,13 +211,11 @@ class Clip(Op):
             self.state = {c: [_number(q[c].iloc[0], c, "Clip"), _number(q[c].iloc[1], c, "Clip")]
                           for c in self.columns}
             return
-        if backend_of(frame) in ("pandas", "polars"):
-            # numpy finds both quantiles of a column in one partial sort (O(n)) and releases
-            # the GIL, so columns run in parallel threads; polars computes each quantile on
-            # its own and is 2x slower. Same linear interpolation on every backend.
-            with ThreadPoolExecutor(max_workers=os.cpu_count()) as pool:
-                bounds = list(pool.map(lambda c: _numpy_quantiles(frame, c, (low, high)), self.columns))
-            self.state = dict(zip(self.columns, bounds, strict=True))
+        if backend_of(frame) == "polars":
+            self.state = _polars_quantiles(frame, self.columns, (low, high))
+            return
+        if backend_of(frame) == "pandas":
+            self.state = _numpy_quantiles_threaded(frame, self.columns, (low, high))
             return
         stats = _aggregate(frame, [
             *[nw.col(c).quantile(low, interpolation="linear").alias(f"lo:{c}") for c in self.columns],
@@ -226,6 +254,14 @@ class Log(Op):
 
     def transform(self, frame: NwFrame) -> NwFrame:
         self._check_domain(frame)
+        return self._log(frame)
+
+    def fit_transform(self, frame: NwFrame) -> NwFrame:
+        """Check the domain once (fit and transform would check the same table), then log."""
+        self._check_domain(frame)
+        return self._log(frame)
+
+    def _log(self, frame: NwFrame) -> NwFrame:
         return frame.with_columns(*[(nw.col(c).cast(nw.Float64) + self.offset).log() for c in self.columns])
 
     def params(self) -> dict[str, Any]:
@@ -247,11 +283,10 @@ class Standardize(Op):
         return [*self.columns, *([self.by] if self.by else [])]
 
     def fit(self, frame: NwFrame) -> None:
-        _check_finite(frame, self.columns, "Standardize")
-        stats = _aggregate(frame, [
+        stats = _aggregate_finite(frame, [
             *[nw.col(c).mean().alias(f"m:{c}") for c in self.columns],
             *[nw.col(c).std(ddof=0).alias(f"s:{c}") for c in self.columns],
-        ])
+        ], self.columns, "Standardize")
         state: dict[str, Any] = {"global": {
             c: [_number(stats[f"m:{c}"], c, "Standardize"), _scale(stats[f"s:{c}"])] for c in self.columns
         }}
@@ -293,7 +328,9 @@ def _standardize_by_code(frame: NwFrame, tables: dict[str, tuple[list[float], li
     if backend == "polars":
         import polars as pl
 
-        native, code = nw.to_native(frame), pl.col(_GROUP_CODE)
+        # Gather takes polars' index type (UInt32); Int32 codes would be cast for every gather.
+        native = nw.to_native(frame).with_columns(pl.col(_GROUP_CODE).cast(pl.get_index_type()))
+        code = pl.col(_GROUP_CODE)
         return wrap(native.with_columns(*[
             ((pl.col(c) - pl.lit(pl.Series(m)).gather(code)) / pl.lit(pl.Series(sd)).gather(code))
             .cast(pl.Float64).alias(c) for c, (m, sd) in tables.items()]))
@@ -309,6 +346,83 @@ def _standardize_by_code(frame: NwFrame, tables: dict[str, tuple[list[float], li
         ((nw.col(c) - code.replace_strict(ids, m, default=m[-1], return_dtype=nw.Float64))
          / code.replace_strict(ids, sd, default=sd[-1], return_dtype=nw.Float64)).cast(nw.Float64).alias(c)
         for c, (m, sd) in tables.items()])
+
+
+def _numpy_quantiles_threaded(frame: nw.DataFrame, columns: Sequence[str], qs: tuple[float, float]) -> dict[str, list[float]]:
+    # numpy finds both quantiles of a column in one partial sort (O(n)) and releases the
+    # GIL, so columns run in parallel threads; pandas' own quantile is slower.
+    with ThreadPoolExecutor(max_workers=os.cpu_count()) as pool:
+        bounds = list(pool.map(lambda c: _numpy_quantiles(frame, c, qs), columns))
+    return dict(zip(columns, bounds, strict=True))
+
+
+#: Polars reads a quantile's two neighbouring order statistics with ``bottom_k``/``top_k``
+#: when they lie among this many values at either end of the column (or this share of its
+#: rows): clipping outliers needs only the tails. Deeper quantiles use numpy's partial sort.
+_TAIL_ROWS, _TAIL_SHARE = 4096, 0.02
+
+
+def _polars_quantiles(frame: nw.DataFrame, columns: Sequence[str], qs: tuple[float, float]) -> dict[str, list[float]]:
+    """numpy's linear quantiles of polars columns, bit for bit, in one query for the tails.
+
+    ``bottom_k``/``top_k`` over all columns in one ``select`` (polars' threads) is ~2.5x
+    faster than copying every column to numpy and partially sorting it (measured on 40
+    columns x 1M rows, 2 cores). Polars' own ``quantile`` is about as fast but rounds
+    the interpolation differently in the last bit now and then; interpolating here the
+    way numpy does keeps pandas and polars fitting the very same bounds.
+    """
+    import polars as pl
+
+    native = nw.to_native(frame)
+    schema = native.schema
+    fast = [c for c in columns if schema[c].is_float() or schema[c].is_integer()]
+    info = native.select(*[pl.col(c).count().alias(f"n:{c}") for c in fast],
+                         *[pl.col(c).is_nan().any().alias(f"nan:{c}") for c in fast if schema[c].is_float()]
+                         ).row(0, named=True) if fast else {}
+    state: dict[str, list[float]] = {}
+    exprs, plans = [], {}
+    for c in fast:
+        n = info[f"n:{c}"]
+        if n == 0:
+            raise EmptyTableError(f"Clip: column {c!r} has no non-missing value to fit on (empty table?)")
+        if info.get(f"nan:{c}"):
+            state[c] = [math.nan] * len(qs)  # numpy: any NaN makes every quantile NaN
+            continue
+        limit = max(_TAIL_ROWS, int(n * _TAIL_SHARE))
+        spots = [_quantile_spot(n, q) for q in qs]
+        if not all(nxt < limit or n - prev <= limit for prev, nxt, _ in spots):
+            continue
+        values = pl.col(c).drop_nulls()
+        for i, (prev, nxt, _) in enumerate(spots):
+            if nxt < limit:  # the nxt+1 smallest values, ascending: positions prev and nxt
+                exprs.append(values.bottom_k(nxt + 1).sort().gather([prev, nxt]).implode().alias(f"{i}:{c}"))
+            else:  # the n-prev largest values, ascending: sorted position prev comes first
+                exprs.append(values.top_k(n - prev).sort().gather([0, nxt - prev]).implode().alias(f"{i}:{c}"))
+        plans[c] = spots
+    found = native.select(*exprs).row(0, named=True) if exprs else {}
+    for c, spots in plans.items():
+        state[c] = [_lerp(float(found[f"{i}:{c}"][0]), float(found[f"{i}:{c}"][1]), gamma)
+                    for i, (_, _, gamma) in enumerate(spots)]
+    rest = [c for c in columns if c not in state]
+    if rest:
+        state |= _numpy_quantiles_threaded(frame, rest, qs)
+    return {c: state[c] for c in columns}
+
+
+def _quantile_spot(n: int, q: float) -> tuple[int, int, float]:
+    """numpy's linear method: the sorted positions around ``(n - 1) * q`` and the weight
+    of the upper one, including its convention for the last position."""
+    index = (n - 1) * q
+    if index >= n - 1:
+        return n - 1, n - 1, index + 1  # numpy marks both as position -1; gamma = index - (-1)
+    prev = math.floor(index)
+    return prev, prev + 1, index - prev
+
+
+def _lerp(a: float, b: float, t: float) -> float:
+    # numpy's _lerp, operation for operation, so the bounds equal np.quantile's exactly.
+    diff = b - a
+    return b - diff * (1 - t) if t >= 0.5 else a + diff * t
 
 
 def _numpy_quantiles(frame: nw.DataFrame, column: str, qs: tuple[float, float]) -> list[float]:
@@ -337,9 +451,9 @@ class MinMax(Op):
     kind: ClassVar[str] = "minmax"
 
     def fit(self, frame: NwFrame) -> None:
-        _check_finite(frame, self.columns, "MinMax")
-        stats = _aggregate(frame, [*[nw.col(c).min().alias(f"lo:{c}") for c in self.columns],
-                                   *[nw.col(c).max().alias(f"hi:{c}") for c in self.columns]])
+        stats = _aggregate_finite(frame, [*[nw.col(c).min().alias(f"lo:{c}") for c in self.columns],
+                                          *[nw.col(c).max().alias(f"hi:{c}") for c in self.columns]],
+                                  self.columns, "MinMax")
         self.state = {c: [_number(stats[f"lo:{c}"], c, "MinMax"), _number(stats[f"hi:{c}"], c, "MinMax")]
                       for c in self.columns}
 
@@ -516,9 +630,10 @@ class Recipe:
         frame = wrap(df)
         for i, op in enumerate(self.ops):
             require_columns(frame, op.needs(), f"recipe op {i} ({op.kind})")
-            op.fit(frame)
             if transform_last or i + 1 < len(self.ops):  # the next op is fitted on this op's output
-                frame = op.transform(frame)
+                frame = op.fit_transform(frame)
+            else:
+                op.fit(frame)
         return frame
 
     def transform(self, df: Frame) -> Frame:
