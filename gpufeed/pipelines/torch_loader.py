@@ -103,7 +103,7 @@ class _PlanSampler(Sampler):
 
 
 class TorchLoader(ClassificationLoader):
-    """DataLoader + torchvision.io decode + transforms.v2, with workers and pinned memory."""
+    """DataLoader workers: torchvision.io decode, torch uint8 crop/resize, pinned memory on CUDA."""
 
     backend = "torch"
 
