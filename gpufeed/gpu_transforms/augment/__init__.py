@@ -34,10 +34,7 @@ from gpufeed.gpu_transforms.augment.photometric import (
     RandomSolarize,
 )
 from gpufeed.gpu_transforms.augment.stage import AugmentResult, GpuAugment
-
-#: ImageNet channel statistics in [0, 1] units, for :class:`Normalize`.
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
+from gpufeed.pipelines.options import IMAGENET_MEAN, IMAGENET_STD  # the loaders' defaults too
 
 __all__ = [
     "IMAGENET_MEAN", "IMAGENET_STD", "AugmentParams", "AugmentResult", "ColorJitter", "CutMix",
