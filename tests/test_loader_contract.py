@@ -134,6 +134,7 @@ def test_dali_backend_gives_a_real_dali_classification_iterator(image_folder):
     loader = load(image_folder, "dali", train=True, batch_size=16, size=32)
     it = loader.dali_iterator()
     assert isinstance(it, DALIClassificationIterator)
+    assert len(it) == 3  # 40 samples, batch 16, partial
     for _ in range(2):  # auto_reset: a second epoch too
         out = [d[0] for d in it]
         assert sum(d["data"].shape[0] for d in out) == 40
@@ -152,6 +153,7 @@ def test_dali_backend_gives_a_real_dali_classification_iterator(image_folder):
         ({"backend": "tf"}, "backend"),
         ({"on_error": "ignore"}, "ignore"),
         ({"num_workers": 1, "num_threads": 2}, "disagree"),
+        ({"gpu_augment": lambda x, y: (x, y)}, "dtype=torch.uint8"),
     ],
 )
 def test_bad_arguments_raise_errors_naming_them(image_folder, kwargs, match):

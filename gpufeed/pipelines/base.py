@@ -57,6 +57,12 @@ class ClassificationLoader:
     def skipped(self) -> list[Skipped]:
         return self.log.skipped
 
+    def dali_iterator(self, *, auto_reset: bool = True):
+        """A ``DALIClassificationIterator``: only the DALI backend has one."""
+        raise RuntimeError(
+            f"dali_iterator() needs backend='dali'; this loader uses {self.backend!r} ({self.choice.reason})"
+        )
+
     def set_epoch(self, epoch: int) -> None:
         """Make the next ``iter()`` run epoch ``epoch`` (its shuffle order and random
         stream), e.g. when resuming training from a checkpoint."""

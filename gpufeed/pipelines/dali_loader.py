@@ -33,6 +33,16 @@ from gpufeed.pipelines.sources import SkipLog, read_bytes, undecodable_reason
 _TORCH_DTYPE = {"FLOAT": torch.float32, "FLOAT16": torch.float16, "UINT8": torch.uint8}
 
 
+class _PlannedIterator(DALIClassificationIterator):
+    """DALI's classification iterator with ``len()`` from the epoch plan (DALI knows it
+    only from a reader, or from ``size=``, which forbids the partial last batch)."""
+
+    planned_batches = 0
+
+    def __len__(self) -> int:
+        return self.planned_batches
+
+
 class DaliLoader(ClassificationLoader):
     """NVIDIA DALI on the GPU (``device="mixed"`` decode) or in CPU-only mode."""
 
@@ -167,7 +177,8 @@ class DaliLoader(ClassificationLoader):
         scripts written against DALI.
 
         It yields ``[{"data": images, "label": labels}]`` like any DALI classification
-        iterator, with the whole pipeline in DALI (decode, resize, normalise) on this
+        iterator (labels int32, as DALI gives them), with ``len()``, and with the whole
+        pipeline in DALI (decode, resize, normalise) on this
         loader's device, follows this loader's plan (shuffle, shard, last-batch policy)
         with its own epoch count, and skips files that fail the byte checks (listed in
         the returned iterator's ``gpufeed_skipped`` log). Decoder failures beyond those
@@ -176,8 +187,8 @@ class DaliLoader(ClassificationLoader):
         log = SkipLog(self.options.on_error)
         feed = FileFeed(self.samples, self.plan, log)
         pipe = build_pipeline(feed, self.options, self.device_id)
-        iterator = DALIClassificationIterator(
-            [pipe], last_batch_policy=LastBatchPolicy.PARTIAL, auto_reset=auto_reset,
-        )
+        # The feed already applied the last-batch policy, which PARTIAL passes through.
+        iterator = _PlannedIterator([pipe], last_batch_policy=LastBatchPolicy.PARTIAL, auto_reset=auto_reset)
+        iterator.planned_batches = len(self.plan)
         iterator.gpufeed_skipped = log
         return iterator

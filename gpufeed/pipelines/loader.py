@@ -78,7 +78,10 @@ def classification_loader(
         mean, std: normalisation in [0, 1] units (ImageNet's by default).
         val_resize: validation's shorter side before the centre crop.
         gpu_augment: ``f(images, labels) -> (images, labels)`` applied to every batch on
-            the device after loading (e.g. a :mod:`gpufeed.gpu_transforms` stage).
+            the device after loading (e.g. a :mod:`gpufeed.gpu_transforms.augment` stage);
+            needs ``dtype=torch.uint8``, ``layout="NCHW"``. The loader's own train
+            augmentation (crop, flip) still runs first: use ``train=False`` when the stage
+            crops.
 
     Returns:
         A :class:`ClassificationLoader`; with the DALI backend,
@@ -87,10 +90,15 @@ def classification_loader(
     Example:
         >>> loader = classification_loader("data/train", train=True, batch_size=256)
         >>> for images, labels in loader:   # (256, 3, 224, 224) float32, (256,) int64
-        ...     loss = model(images).cross_entropy(labels)
+        ...     loss = torch.nn.functional.cross_entropy(model(images), labels)
     """
     if num_workers is not None and num_threads is not None and num_workers != num_threads:
         raise ValueError(f"num_workers={num_workers} and num_threads={num_threads} disagree; give one")
+    if gpu_augment is not None and (dtype != torch.uint8 or layout != "NCHW"):
+        raise ValueError(
+            "gpu_augment needs the raw pixels: pass dtype=torch.uint8 and layout='NCHW' "
+            f"(got dtype={dtype}, layout={layout!r}) and let the stage normalise"
+        )
     if file_list is not None:
         samples = read_file_list(file_list, root)
     elif root is None:

@@ -15,7 +15,16 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 _DTYPES = (torch.float32, torch.float16, torch.uint8)
 
 
-class LastBatch(str, Enum):
+class _Choice(str, Enum):
+    """A string option whose error lists the valid values."""
+
+    @classmethod
+    def _missing_(cls, value: object) -> None:
+        valid = ", ".join(repr(m.value) for m in cls)
+        raise ValueError(f"{value!r} is not a valid {cls.__name__}: use one of {valid}")
+
+
+class LastBatch(_Choice):
     """What happens to a shard's last, incomplete batch (DALI's ``LastBatchPolicy``).
 
     For a shard of 10 samples ``s0..s9`` and ``batch_size=4``:
@@ -37,7 +46,7 @@ class LastBatch(str, Enum):
     FILL = "fill"
 
 
-class OnError(str, Enum):
+class OnError(_Choice):
     """What a loader does with a file it cannot decode."""
 
     SKIP = "skip"  # leave it out, record it in ``loader.skipped`` and warn once

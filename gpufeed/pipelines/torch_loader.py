@@ -134,9 +134,22 @@ class TorchLoader(ClassificationLoader):
             multiprocessing_context=context,
         )
 
+    def _batches(self) -> Iterator:
+        try:
+            yield from self._loader
+        except RuntimeError as err:
+            if self._loader.multiprocessing_context is None or "exited unexpectedly" not in str(err):
+                raise
+            raise RuntimeError(
+                f"{err}. DALI is loaded in this process, so the torch backend starts its workers "
+                "with forkserver (forking next to DALI's threads has crashed), which imports your "
+                "script again in each worker: put its code under `if __name__ == \"__main__\":` "
+                "(as for the spawn start method), or pass num_workers=0"
+            ) from err
+
     def _epoch_batches(self, epoch: int) -> Iterator[Batch]:
         self._sampler.epoch = epoch
-        for images, labels, bad in self._loader:
+        for images, labels, bad in self._batches():
             for i, reason in bad:
                 self.log.add(self.samples.paths[i], reason)
             if len(labels) == 0:

@@ -84,10 +84,10 @@ def check_float_values(images: torch.Tensor, value_range: tuple[float, float]) -
     top = value_range[1]
     if lo < value_range[0] - _RANGE_SLACK * top or hi > top * (1 + _RANGE_SLACK):
         hint = ""
-        if value_range == (0.0, 1.0) and hi > 1.5:
-            hint = " (looks like a 0..255 batch: pass value_range=(0, 255) or divide by 255)"
-        elif lo < 0:
+        if lo < 0:  # checked first: a normalised batch can also exceed 1.5
             hint = " (already normalised? the stage needs raw pixels; put Normalize in the stage)"
+        elif value_range == (0.0, 1.0) and hi > 1.5:
+            hint = " (looks like a 0..255 batch: pass value_range=(0, 255) or divide by 255)"
         raise ValueError(
             f"images has float values in [{lo:.4g}, {hi:.4g}] but value_range={value_range}{hint}"
         )
