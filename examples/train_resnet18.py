@@ -40,20 +40,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--size", type=int, default=64, help="crop size (224 for ImageNet)")
     p.add_argument("--workers", type=int, default=None)
-    p.add_argument("--lr", type=float, default=0.1)
+    p.add_argument("--lr", type=float, default=0.01, help="SGD learning rate (default 0.01 for small batches)")
     p.add_argument("--dali-iterator", action="store_true", help="use DALIClassificationIterator directly")
     args = p.parse_args(argv)
 
-    data = args.data or str(generate_image_folder(
-        tempfile.mkdtemp(prefix="gpufeed-example-"), num_images=64, num_classes=4,
-        min_side=80, max_side=120))
+    if args.data is None:  # a small generated set, removed when the script ends
+        scratch = tempfile.TemporaryDirectory(prefix="gpufeed-example-")
+        args.data = str(generate_image_folder(scratch.name, num_images=64, num_classes=4,
+                                              min_side=80, max_side=120))
+    data = args.data
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     loader = classification_loader(
         data, train=True, batch_size=args.batch_size, size=args.size, backend=args.loader,
         device=str(device), num_workers=args.workers,
     )
     if args.dali_iterator and loader.backend != "dali":
-        p.error("--dali-iterator needs the DALI backend (pip install 'gpufeed[dali-cpu]')")
+        p.error(f"--dali-iterator needs the DALI backend: use --loader dali (this loader: {loader.backend}, "
+                f"{loader.choice.reason})")
     print(f"loader: {loader.backend} ({loader.choice.reason}); {len(loader.samples)} images, "
           f"{len(loader.classes)} classes, device {device}")
 

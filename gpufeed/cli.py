@@ -2,7 +2,7 @@
 
 ``gpufeed bench [SUITE]`` runs a benchmark suite (``images`` when none is named),
 ``gpufeed doctor`` reports the machine and the backend each loader will pick,
-``gpufeed data`` generates synthetic datasets.
+``gpufeed data images|sensor`` generates synthetic datasets.
 """
 
 from __future__ import annotations
@@ -50,6 +50,10 @@ def _build_parser() -> argparse.ArgumentParser:
     images.add_argument("--images", type=int, default=1000, help="number of images (default 1000)")
     images.add_argument("--classes", type=int, default=10, help="number of classes (default 10)")
     images.add_argument("--seed", type=int, default=0)
+    sensor = kinds.add_parser("sensor", help="sensor-like table (station, region, timestamp, ~95 features)")
+    sensor.add_argument("out", help="output file ending in .parquet or .csv")
+    sensor.add_argument("--rows", type=int, default=100_000, help="number of rows (default 100000)")
+    sensor.add_argument("--seed", type=int, default=0)
     return parser
 
 
@@ -58,14 +62,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["bench"] and (len(argv) == 1 or argv[1].startswith("-") and argv[1] not in ("-h", "--help")):
         argv.insert(1, "images")  # `gpufeed bench` alone is the main job
-    args = _build_parser().parse_args(argv)
+    parser = _build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return _run(args)
+    except (OSError, ValueError, RuntimeError) as exc:
+        # What a user can fix (a missing folder, a bad argument, no GPU): one line, no traceback.
+        print(f"gpufeed: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.command == "bench":
         return int(args._run(args) or 0)
     if args.command == "doctor":
         from gpufeed.doctor import run as run_doctor
 
         return run_doctor(as_json=args.json)
-    if args.command == "data":
+    if args.kind == "images":
         from gpufeed.datasets.images import generate_image_folder
 
         root = generate_image_folder(
@@ -73,7 +87,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         print(f"wrote {args.images} images in {args.classes} classes under {root}")
         return 0
-    return 2
+    from gpufeed.datasets.sensor import write_sensor_table
+
+    path = write_sensor_table(args.out, args.rows, seed=args.seed)
+    print(f"wrote {args.rows} rows to {path}")
+    return 0
 
 
 if __name__ == "__main__":

@@ -57,3 +57,17 @@ def test_cpu_only_workflow_never_imports_gpu_libraries():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr[-2000:]
+
+
+def test_data_sensor_writes_a_table(tmp_path, capsys):
+    import pandas as pd
+
+    assert main(["data", "sensor", str(tmp_path / "r.parquet"), "--rows", "500"]) == 0
+    table = pd.read_parquet(tmp_path / "r.parquet")
+    assert len(table) == 500 and {"station_id", "region", "timestamp", "label"} <= set(table.columns)
+
+
+def test_user_errors_are_one_line_not_a_traceback(tmp_path, capsys):
+    assert main(["bench", "images", "--data", str(tmp_path / "missing")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gpufeed: error:") and "missing" in err and "Traceback" not in err

@@ -19,18 +19,28 @@ from typing import Any
 from gpufeed.bench.harness import markdown_table, measure, run_isolated, write_results
 
 BASELINE = "torch-pil"
+#: Every pipeline the suite knows, and what it is (printed under the table).
+PIPELINES = {
+    "decode-only": "ceiling: full-image decode alone (torchvision.io, same threads), no crop/resize/normalise",
+    "torch-pil": "baseline: torchvision ImageFolder (PIL) + transforms.v2 + DataLoader, as users have it",
+    "torch-cpu": "the kit's torch backend (DataLoader workers, torchvision.io decode, torch uint8 geometry)",
+    "dali-cpu": "the kit's DALI backend in CPU-only mode (DALI ROI decode + torch resize)",
+    "dali-gpu": "the kit's DALI backend on the GPU (hardware JPEG decode, resize + normalise on the GPU)",
+    "torch-gpu": "the kit's torch backend with batches normalised on the GPU",
+}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", help="ImageFolder tree (default: a generated, cached ImageNet-like set)")
     parser.add_argument("--images", type=int, default=1024, help="size of the generated default set")
-    parser.add_argument("--mode", choices=("train", "val"), default="train")
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--size", type=int, default=224)
+    parser.add_argument("--mode", choices=("train", "val"), default="train", help="default: train")
+    parser.add_argument("--batch-size", type=int, default=64, help="default: 64")
+    parser.add_argument("--size", type=int, default=224, help="output size (default: 224)")
     parser.add_argument("--workers", type=int, default=None, help="workers/threads each (default: all cores)")
-    parser.add_argument("--repeats", type=int, default=3, help="timed epochs per pipeline")
-    parser.add_argument("--device", default="auto", help="auto | cpu | cuda")
-    parser.add_argument("--only", nargs="*", help="run only these pipelines")
+    parser.add_argument("--repeats", type=int, default=3, help="timed epochs per pipeline (default: 3)")
+    parser.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
+    parser.add_argument("--only", nargs="*", choices=sorted(PIPELINES), metavar="PIPELINE",
+                        help=f"run only these pipelines (the baseline always runs): {', '.join(PIPELINES)}")
     parser.add_argument("--out", default="bench/results", help="results folder")
 
 
@@ -188,6 +198,8 @@ def run(args: argparse.Namespace) -> int:
         ("name", "pipeline"), ("rate", "images/s (median)"), ("spread", "min–max"),
         ("ratio", f"× {BASELINE}"), ("of_ceiling", "× decode-only"), ("verdict", "output check"),
     ])
+    legend = "\n".join(f"- `{r['name']}`: {PIPELINES[r['name']]}" for r in rows)
+    table = f"{table}\n\n{legend}"
     print(table)
     setup = {
         "data": str(root), "files": files, "classes": len(samples.classes),

@@ -167,9 +167,10 @@ class DaliLoader(ClassificationLoader):
             self._probe = None  # a pipeline that raised is not reused
             # DALI's message: the operator, a traceback, then the decoder's own words.
             text = str(exc)
-            cause = text.split("encountered:", 1)[-1].strip().splitlines()
+            cause = [ln.strip(" :") for ln in text.split("encountered:", 1)[-1].splitlines()
+                     if ln.strip(" :") and "pipeline object is no longer valid" not in ln]
             op = "image decoder" if "decoders" in text else "pipeline"
-            return f"DALI's {op} failed on it" + (f" ({cause[0].strip()})" if cause else "")
+            return f"DALI's {op} failed on it" + (f" ({'; '.join(cause)})" if cause else "")
         return None
 
     def dali_iterator(self, *, auto_reset: bool = True) -> DALIClassificationIterator:

@@ -115,7 +115,11 @@ def read_file_list(
                 ) from None
     else:
         base = Path(root) if root is not None else Path()
-        pairs = [(str(base / p), int(lbl)) for p, lbl in file_list]
+        for k, (path, label) in enumerate(file_list):
+            try:
+                pairs.append((str(base / path), int(label)))
+            except (TypeError, ValueError):
+                raise ValueError(f"file_list[{k}]: label {label!r} of {path} is not an integer") from None
     if not pairs:
         raise ValueError(f"file list {file_list!r} has no samples")
     if min(lbl for _, lbl in pairs) < 0:

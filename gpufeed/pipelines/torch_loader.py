@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import re
 import sys
 import warnings
 from collections.abc import Iterator
@@ -63,7 +64,9 @@ class _Files(Dataset):
         try:
             image = geometry.hwc_view(decode_rgb(data))
         except (RuntimeError, OSError, ValueError) as exc:
-            return i, None, f"could not decode: {str(exc).splitlines()[0]}"
+            # torchvision prefixes the C++ source location: keep the decoder's own words.
+            words = re.sub(r"^[\w ]+, \S+:\d+, ", "", str(exc).splitlines()[0])
+            return i, None, f"could not decode: {words}"
         o = self.options
         if o.train:
             rng = geometry.sample_rng(o.seed, epoch, i)
