@@ -198,12 +198,13 @@ def run(args: argparse.Namespace) -> int:
     ])
     ours = next((r for r in rows if r["name"] == "gpufeed"), {})
     if device.startswith("cuda"):
-        target = f"target on GPU: ≥ 5× kornia eager at batch 256 — measured {ours.get('vs_kornia') or 0:.2f}×"
+        target = (f"target on GPU: ≥ 5× kornia eager at batch 256 — measured {ours.get('vs_kornia') or 0:.2f}× "
+                  f"at batch {batch_size}")
     else:
         threaded = results.get(THREADED, {}).get("rate")
         vs_threaded = f" ({ours['rate'] / threaded:.2f}× the threaded loop)" if threaded and ours.get("rate") else ""
         target = (f"target on CPU: ≥ 2× torchvision per-sample at batch 64 — measured "
-                  f"{ours.get('vs_per_sample') or 0:.2f}×{vs_threaded}")
+                  f"{ours.get('vs_per_sample') or 0:.2f}× at batch {batch_size}{vs_threaded}")
     summary = (
         f"Recipe: RandomResizedCrop({args.size}) + HorizontalFlip + ColorJitter{JITTER} + Normalize, "
         f"uint8 input {input_size}², batch {batch_size} × {args.batches} batches per pass, {args.repeats} "

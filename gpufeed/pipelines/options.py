@@ -97,6 +97,8 @@ class LoaderOptions:
         def bad(name: str, value: object, want: str) -> ValueError:
             return ValueError(f"{name} must be {want}, got {value!r}")
 
+        if not isinstance(self.train, bool):
+            raise bad("train", self.train, "True or False")
         if not isinstance(self.batch_size, int) or self.batch_size < 1:
             raise bad("batch_size", self.batch_size, "a positive int")
         if not isinstance(self.size, int) or self.size < 1:
