@@ -18,6 +18,7 @@ the bad file).
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -106,6 +107,7 @@ class DaliLoader(ClassificationLoader):
         threads = max(1, self.options.threads)
         if self._pool is None:
             self._pool = ThreadPoolExecutor(threads, thread_name_prefix="gpufeed-resize")
+            weakref.finalize(self, self._pool.shutdown, wait=False)  # no idle threads left behind
         chunks = np.array_split(np.arange(len(decoded)), min(len(decoded), threads))
         for done in [self._pool.submit(self._resize_into, decoded, view, c) for c in chunks]:
             done.result()
