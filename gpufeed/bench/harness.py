@@ -12,7 +12,7 @@ import subprocess
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -240,7 +240,3 @@ def write_results(
     md_path.write_text(md)
     return json_path, md_path
 
-
-def as_plain(obj: Any) -> Any:
-    """Dataclasses to dicts, for JSON."""
-    return asdict(obj) if hasattr(obj, "__dataclass_fields__") else obj
