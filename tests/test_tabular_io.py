@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import math
 
 import numpy as np
@@ -95,10 +96,20 @@ def test_malformed_csv_lines_can_be_skipped_and_are_counted(tmp_path):
 def test_mixed_types_in_a_column_are_named(tmp_path):
     path = tmp_path / "mixed.csv"
     path.write_text("station,power\ns1,10\ns2,12.5\ns3,n/a?\ns4,7\n")
-    with pytest.raises(MixedTypeError, match=r"column 'power'.*'n/a\?' in data row 3"):
+    with pytest.raises(MixedTypeError, match=r"column 'power'.*'n/a\?' on line 4\."):
         read_table(path, backend="pandas")
     kept = read_table(path, backend="pandas", mixed_types="keep")
     assert kept["power"].tolist() == ["10", "12.5", "n/a?", "7"]
+
+
+def test_mixed_type_line_counts_like_the_malformed_line_report(tmp_path):
+    # A skipped malformed line and a blank line come before the bad value: the error must
+    # still name the line an editor shows, the numbering the malformed-line report uses.
+    path = tmp_path / "mixed.csv.gz"
+    with gzip.open(path, "wt") as fh:
+        fh.write("station,power\ns1,10\ns2,1,2\n\ns3,n/a?\ns4,7\n")
+    with pytest.raises(MixedTypeError, match=r"'n/a\?' on line 5\."):
+        read_table(path, backend="pandas", on_bad_lines="report")
 
 
 def test_mixed_types_in_json_are_named(tmp_path):

@@ -74,7 +74,7 @@ def wrap(df: Frame | NwFrame) -> NwFrame:
 
 
 def is_lazy(frame: NwFrame) -> bool:
-    """True for a Dask (lazy) frame, whose statistics need a ``collect``."""
+    """True for a lazy frame (Dask, or polars inside a recipe step): results need a ``collect``."""
     return isinstance(frame, nw.LazyFrame)
 
 
