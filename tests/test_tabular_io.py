@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bz2
 import gzip
 import math
 
@@ -102,14 +103,24 @@ def test_mixed_types_in_a_column_are_named(tmp_path):
     assert kept["power"].tolist() == ["10", "12.5", "n/a?", "7"]
 
 
-def test_mixed_type_line_counts_like_the_malformed_line_report(tmp_path):
-    # A skipped malformed line and a blank line come before the bad value: the error must
-    # still name the line an editor shows, the numbering the malformed-line report uses.
-    path = tmp_path / "mixed.csv.gz"
-    with gzip.open(path, "wt") as fh:
-        fh.write("station,power\ns1,10\ns2,1,2\n\ns3,n/a?\ns4,7\n")
-    with pytest.raises(MixedTypeError, match=r"'n/a\?' on line 5\."):
-        read_table(path, backend="pandas", on_bad_lines="report")
+@pytest.mark.parametrize(("name", "text", "line"), [
+    # a skipped malformed line and a blank line before the bad value, gzip-compressed
+    ("mixed.csv.gz", "station,power\ns1,10\ns2,1,2\n\ns3,n/a?\ns4,7\n", 5),
+    # a blank line before the header
+    ("lead.csv", "\nstation,power\ns1,10\ns2,12\ns3,n/a?\n", 5),
+    # a quoted field spanning two lines
+    ("quoted.csv", 'station,power\n"s1\nnorth",10\ns2,12\ns3,n/a?\n', 5),
+    # CRLF line ends, bz2 (read by suffix, as Arrow does)
+    ("crlf.csv.bz2", "station,power\r\ns1,10\r\ns3,n/a?\r\n", 3),
+])
+def test_mixed_type_error_names_the_file_line(tmp_path, name, text, line):
+    # The line an editor shows, numbered as the malformed-line report numbers lines.
+    path = tmp_path / name
+    opener = {".gz": gzip.open, ".bz2": bz2.open}.get(path.suffix, open)
+    with opener(path, "wt", newline="") as fh:
+        fh.write(text)
+    with pytest.raises(MixedTypeError, match=rf"'n/a\?' on line {line}\."):
+        read_table(path, backend="pandas", on_bad_lines="report", format="csv")
 
 
 def test_mixed_types_in_json_are_named(tmp_path):

@@ -143,6 +143,35 @@ def test_recipe_json_round_trip_reproduces_the_transform(table, tmp_path, backen
     _assert_same(_as_pandas(recipe.transform(frame)), _as_pandas(loaded.transform(frame)))
 
 
+def _flat_state(recipe: Recipe) -> list:
+    """Every fitted number or key of a recipe, in order."""
+    def walk(value):
+        if isinstance(value, dict):
+            return [x for k in sorted(value) for x in [k, *walk(value[k])]]
+        if isinstance(value, list | tuple):
+            return [x for v in value for x in walk(v)]
+        return [value]
+    return [x for op in recipe.ops for x in walk(op.state)]
+
+
+def test_refitting_the_same_table_reproduces_the_statistics():
+    # Polars' parallel reductions may add floats in another order from run to run (the
+    # recipe module says so): a refit may move a statistic in its last bits, never more.
+    # pandas is sequential and must give the very same JSON.
+    rng = np.random.default_rng(5)
+    n = 300_000
+    df = pd.DataFrame({"g": rng.choice(list("abcdef"), n), **{f"x{i}": rng.normal(i, 3, n) for i in range(4)}})
+    cols = [f"x{i}" for i in range(4)]
+    steps = lambda: [FillMissing(cols), Standardize(cols, by="g"), MinMax(cols), Categorify(["g"])]  # noqa: E731
+    assert Recipe(steps()).fit(df).to_json() == Recipe(steps()).fit(df).to_json()
+    frame = to_backend(df, "polars")
+    fits = [_flat_state(Recipe(steps()).fit(frame)) for _ in range(3)]
+    for other in fits[1:]:
+        assert len(other) == len(fits[0])
+        for a, b in zip(fits[0], other, strict=True):
+            assert a == b if isinstance(a, str) else math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-12)
+
+
 def test_fit_transform_equals_fit_then_transform(table):
     a = Recipe(OPS["full"]()).fit_transform(table)
     b = Recipe(OPS["full"]()).fit(table).transform(table)
@@ -164,6 +193,19 @@ def test_categorify_min_count_maps_rare_values_to_unseen():
     df = pd.DataFrame({"c": ["a"] * 5 + ["b"]})
     out = Recipe([Categorify(["c"], min_count=2)]).fit_transform(df)
     assert out["c"].tolist() == [2] * 5 + [UNSEEN_INDEX]
+
+
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_empty_vocabularies_map_to_the_reserved_indices(backend):
+    # Every value rarer than min_count, an all-missing column to hash, an all-missing group
+    # column: nothing to look up, and still one output per row (this used to raise IndexError).
+    df = to_backend(pd.DataFrame({"c": ["a", "b", "a", None], "h": [None] * 4, "g": [None] * 4,
+                                  "x": [1.0, 2.0, 3.0, 4.0]}), backend)
+    out = _as_pandas(Recipe([Categorify(["c"], min_count=5), HashBucket(["h"], buckets=8),
+                             Standardize(["x"], by="g")]).fit_transform(df))
+    assert out["c"].tolist() == [UNSEEN_INDEX] * 3 + [MISSING_INDEX]
+    assert out["h"].tolist() == [0] * 4
+    np.testing.assert_allclose(out["x"], (np.arange(1, 5) - 2.5) / np.std(np.arange(1, 5)))
 
 
 def test_hash_buckets_are_stable_and_reserve_zero_for_missing():

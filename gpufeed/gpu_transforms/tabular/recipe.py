@@ -10,6 +10,11 @@ Ops: :class:`FillMissing`, :class:`Clip`, :class:`Log`, :class:`Standardize` (op
 group), :class:`MinMax`, :class:`Categorify` (unseen categories to a reserved index) and
 :class:`HashBucket`. Missing means null or NaN (the backend edge turns NaN into null).
 
+Reproducibility: a fitted recipe transforms the same way every time and everywhere it is
+loaded. Refitting is exact on pandas; on polars (whose lazy engine adds up a
+column in parallel pieces, in whatever order threads finish) and on cuDF (atomic adds on
+the GPU) a refit of the same table can move a mean or std in its last bits (~1e-15 relative).
+
 Example:
     >>> recipe = Recipe([FillMissing(["temp_07"]), Standardize(["temp_07"], by="region"),
     ...                  Categorify(["region"])])
@@ -307,8 +312,7 @@ class Standardize(Op):
         # code k (after the k known groups) stands for unseen or missing groups and picks
         # the global statistics appended at the end of each table.
         keys = sorted({g[0] for c in self.columns for g in self.state["groups"][c]})
-        frame = frame.with_columns(nw.col(self.by).replace_strict(keys, list(range(len(keys))), default=len(keys),
-                                                                  return_dtype=nw.Int32)
+        frame = frame.with_columns(_lookup(nw.col(self.by), keys, list(range(len(keys))), len(keys), nw.Int32)
                                    .fill_null(len(keys)).alias(_GROUP_CODE))
         tables = {}
         for c in self.columns:
@@ -319,6 +323,15 @@ class Standardize(Op):
 
     def params(self) -> dict[str, Any]:
         return {"by": self.by}
+
+
+def _lookup(expr: nw.Expr, old: list[Any], new: list[Any], default: Any, dtype: Any) -> nw.Expr:
+    """``expr.replace_strict(old, new, default=...)``; with nothing to look up (an empty
+    vocabulary: every value rarer than ``min_count``, or an all-missing column) every value
+    gets ``default`` (narwhals' pandas backend raises IndexError on an empty mapping)."""
+    if not old:
+        return nw.lit(default, dtype)
+    return expr.replace_strict(old, new, default=default, return_dtype=dtype)
 
 
 def _standardize_by_code(frame: NwFrame, tables: dict[str, tuple[list[float], list[float]]]) -> NwFrame:
@@ -519,8 +532,7 @@ class Categorify(Op):
         out = []
         for c in self.columns:
             vocab = self.state[c]
-            mapped = exprs[c].replace_strict(vocab, list(range(2, len(vocab) + 2)), default=UNSEEN_INDEX,
-                                             return_dtype=nw.Int32)
+            mapped = _lookup(exprs[c], vocab, list(range(2, len(vocab) + 2)), UNSEEN_INDEX, nw.Int32)
             out.append(nw.when(exprs[c].is_null()).then(nw.lit(MISSING_INDEX, nw.Int32))
                        .otherwise(mapped).cast(nw.Int32).alias(c))
         return frame.with_columns(*out)
@@ -577,8 +589,7 @@ class HashBucket(Op):
             # Hash the distinct values in Python (few), then map them vectorised.
             distinct = collect_small(frame.select(exprs[c].alias(c)).unique()).get_column(c).to_list()
             distinct = [v for v in distinct if v is not None and not (isinstance(v, float) and math.isnan(v))]
-            mapped = exprs[c].replace_strict(distinct, [stable_hash(v, self.buckets) for v in distinct],
-                                             default=0, return_dtype=nw.Int32)
+            mapped = _lookup(exprs[c], distinct, [stable_hash(v, self.buckets) for v in distinct], 0, nw.Int32)
             out.append(nw.when(exprs[c].is_null()).then(nw.lit(0, nw.Int32)).otherwise(mapped)
                        .cast(nw.Int32).alias(c))
         return frame.with_columns(*out)
