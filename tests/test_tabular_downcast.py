@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pandas as pd
 import polars as pl
@@ -68,8 +70,26 @@ def test_low_cardinality_text_becomes_categorical_but_ids_do_not():
 @pytest.mark.parametrize("backend", ["pandas", "polars"])
 def test_forced_overflow_is_an_error_naming_the_column(backend):
     df = to_backend(pd.DataFrame({"count": [0, 300]}), backend)
-    with pytest.raises(DowncastError, match=r"column 'count': values 0\.\.300 overflow int8"):
+    with pytest.raises(DowncastError, match=r"column 'count': 1 value\(s\) outside int8's range .*spans 0\.\.300"):
         downcast(df, dtypes={"count": "int8"})
+
+
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_impossible_forced_casts_name_the_column(backend):
+    df = to_backend(pd.DataFrame({"ok": [1.0, 2.0], "gaps": [1.0, np.nan]}), backend)
+    if backend == "pandas":  # polars holds a null in an int8 column; pandas' int8 cannot
+        with pytest.raises(DowncastError, match=r"cannot cast column 'gaps' to Int8 \(1 missing"):
+            downcast(df, dtypes={"gaps": "int8", "ok": "int8"})
+    with pytest.raises(DowncastError, match=r"column 'ok': 'category' is for text columns"):
+        downcast(df, dtypes={"ok": "category"})
+
+
+def test_floats_beyond_float32_stay_float64_without_a_warning():
+    df = pd.DataFrame({"huge": [1e300, 1.0]})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out, report = downcast(df)
+    assert out["huge"].dtype == np.float64 and "would change in float32" in report.columns[0].note
 
 
 @pytest.mark.parametrize("backend", ["pandas", "polars"])

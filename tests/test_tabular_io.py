@@ -11,6 +11,7 @@ import pandas as pd
 import polars as pl
 import pytest
 
+from gpufeed.bench.formats import differing_columns
 from gpufeed.datasets.sensor import generate_sensor_table
 from gpufeed.datasets.table_formats import convert
 from gpufeed.gpu_transforms.tabular import (
@@ -18,6 +19,7 @@ from gpufeed.gpu_transforms.tabular import (
     EmptyTableError,
     MalformedCSVError,
     MixedTypeError,
+    TabularError,
     UnknownFormatError,
     detect_format,
     read_table,
@@ -161,3 +163,136 @@ def test_convert_between_formats_reports_rows(table, tmp_path):
 def test_bad_policy_arguments_are_rejected(tmp_path):
     with pytest.raises(ValueError, match="on_bad_lines"):
         read_table(tmp_path / "x.csv", on_bad_lines="drop")
+
+
+# --- missing text, categoricals, exact JSON, clear errors, CSV options ------------------
+
+
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_missing_text_survives_a_csv_round_trip(tmp_path, backend):
+    path = write_table(pd.DataFrame({"region": ["north", None, "east"]}), tmp_path / "r.csv")
+    back = read_table(path, backend=backend)
+    region = back["region"].to_list() if backend == "polars" else back["region"].tolist()
+    assert region[0] == "north" and region[2] == "east" and pd.isna(region[1])
+
+
+def test_empty_and_quoted_empty_csv_text_is_missing_as_in_pandas(tmp_path):
+    path = tmp_path / "q.csv"
+    path.write_text('a,b\n"",1\n,2\nx,3\n')
+    assert read_table(path, backend="polars")["a"].to_list() == [None, None, "x"]
+    assert read_table(path, backend="pandas")["a"].isna().tolist() == pd.read_csv(path)["a"].isna().tolist()
+
+
+def test_hdf5_stores_categorical_columns(tmp_path):
+    df = pd.DataFrame({"region": pd.Categorical(["north", None, "east"]), "x": [1.5, 2.0, np.nan]})
+    back = read_table(write_table(df, tmp_path / "x.h5"), backend="pandas")
+    pd.testing.assert_frame_equal(back, df)
+
+
+def test_feather_categorical_with_missing_values_reads_on_polars(tmp_path):
+    df = pd.DataFrame({"region": pd.Categorical(["north", None, "north", "north"])})
+    back = read_table(write_table(df, tmp_path / "c.feather"), backend="polars")
+    assert back["region"].cast(pl.String).to_list() == ["north", None, "north", "north"]
+
+
+@pytest.mark.parametrize("writer", ["pandas", "polars"])
+def test_json_round_trip_is_exact_for_floats_and_datetimes(tmp_path, writer):
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame({
+        "x": rng.random(200) * np.repeat([1.0, 1e-300, 1e300, 12345.678], 50),
+        "t": pd.Timestamp("2024-01-01") + pd.to_timedelta(rng.integers(0, 10**15, 200), unit="ns"),
+        "utc": pd.date_range("2024-03-31", periods=200, freq="37min", tz="Europe/Paris"),
+    })
+    df.loc[3, ["x", "t"]] = [np.nan, pd.NaT]
+    path = write_table(df if writer == "pandas" else pl.from_pandas(df), tmp_path / "f.jsonl")
+    back = read_table(path, backend="pandas")
+    np.testing.assert_array_equal(back["x"].to_numpy(), df["x"].to_numpy())
+    assert (back["t"].isna() == df["t"].isna()).all()
+    assert (back["t"].dropna().to_numpy() == df["t"].dropna().to_numpy()).all()
+    assert str(back["utc"].dt.tz) == "UTC" and (back["utc"] == df["utc"]).all()
+
+
+def test_json_text_that_is_not_all_datetimes_stays_text(tmp_path):
+    path = tmp_path / "s.jsonl"
+    path.write_text('{"a": "2024-01-01 10:00:00", "b": "2024-01-01"}\n{"a": "soon", "b": "2024-01-02"}\n')
+    back = read_table(path, backend="pandas")
+    assert back["a"].tolist() == ["2024-01-01 10:00:00", "soon"] and back["b"].tolist() == ["2024-01-01", "2024-01-02"]
+
+
+@pytest.mark.parametrize("name", ["e.parquet", "e.feather", "e.pkl", "e.h5", "e.json", "e.jsonl"])
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_empty_files_of_every_format_are_named(tmp_path, name, backend):
+    path = tmp_path / name
+    path.write_text("\n" if name.startswith("e.json") else "")
+    with pytest.raises(EmptyTableError, match=rf"{name}: the \w+ file is empty"):
+        read_table(path, backend=backend)
+
+
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_unreadable_binary_files_are_named(tmp_path, backend):
+    path = tmp_path / "junk.parquet"
+    path.write_text("not a parquet file\n")
+    with pytest.raises(TabularError, match=r"junk\.parquet: cannot read it as parquet"):
+        read_table(path, backend=backend)
+
+
+def test_malformed_json_lines_name_the_file_and_line(tmp_path):
+    path = tmp_path / "m.jsonl"
+    path.write_text('{"a": 1}\n{"a": 2\n{"a": 3}\n')
+    with pytest.raises(TabularError, match=r"m\.jsonl: not valid JSON on line 2: '\{\"a\": 2'"):
+        read_table(path, backend="pandas")
+
+
+def test_csv_sep_and_encoding(tmp_path):
+    path = tmp_path / "export.csv"
+    path.write_bytes("name;v\ncafé;1,5\nthé;2\n".encode("cp1252"))
+    back = read_table(path, backend="pandas", sep=";", encoding="cp1252", mixed_types="keep")
+    assert back["name"].tolist() == ["café", "thé"]
+    df = pd.DataFrame({"a": [1.5, 2.0], "b": ["x,y", "z"]})
+    for frame in (df, pl.from_pandas(df)):
+        out = write_table(frame, tmp_path / "semi.csv", sep=";")
+        assert out.read_text().splitlines()[0] == "a;b"
+        pd.testing.assert_frame_equal(read_table(out, backend="pandas", sep=";"), df, check_dtype=False)
+
+
+def test_csv_options_keep_line_numbers(tmp_path):
+    path = tmp_path / "bad.tsv.csv"
+    path.write_bytes("a\tb\nä\t1\nö\t2\t3\nü\tn/a?\n".encode("latin-1"))
+    with pytest.raises(MalformedCSVError) as info:
+        read_table(path, backend="pandas", sep="\t", encoding="latin-1")
+    assert [n for n, _ in info.value.lines] == [3] and info.value.lines[0][1] == "ö\t2\t3"
+    with pytest.raises(MixedTypeError, match=r"'n/a\?' on line 4\."):
+        read_table(path, backend="pandas", sep="\t", encoding="latin-1", on_bad_lines="report")
+
+
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_non_utf8_csv_without_encoding_is_a_clear_error(tmp_path, capfd, backend):
+    path = tmp_path / "latin.csv"
+    path.write_bytes("name,v\nx,1\ncafé,2\n".encode("latin-1"))
+    with pytest.raises(MalformedCSVError, match=r"latin\.csv: .*not valid utf-8 \(first on line 3.*encoding="):
+        read_table(path, backend=backend)
+    with pytest.raises(MalformedCSVError, match=r"latin\.csv: cannot decode the file as ascii.*encoding="):
+        read_table(path, backend=backend, encoding="ascii")
+    assert "Exception ignored" not in capfd.readouterr().err
+
+
+def test_csv_options_are_checked(tmp_path):
+    with pytest.raises(ValueError, match="CSV files only"):
+        read_table(tmp_path / "x.parquet", sep=";")
+    with pytest.raises(ValueError, match="CSV files only"):
+        write_table(pd.DataFrame({"a": [1]}), tmp_path / "x.parquet", sep=";")
+    (tmp_path / "x.csv").write_text("a\n1\n")
+    with pytest.raises(ValueError, match="sep must be one character"):
+        read_table(tmp_path / "x.csv", sep=";;")
+    with pytest.raises(ValueError, match="unknown encoding 'klingon'"):
+        read_table(tmp_path / "x.csv", encoding="klingon")
+
+
+def test_formats_bench_round_trip_check_is_exact():
+    a = pd.DataFrame({"x": [0.1, np.nan, 3.0], "s": ["a", None, "c"], "i": [1, 2, 3]})
+    assert differing_columns(a, pl.from_pandas(a)) == []
+    assert differing_columns(a, a.assign(i=[1.0, 2.0, 3.0])) == []      # a dtype change only
+    assert differing_columns(a, a.assign(x=[np.nextafter(0.1, 1), np.nan, 3.0])) == ["x"]
+    assert differing_columns(a, a.assign(s=["a", "", "c"])) == ["s"]     # "" read for a missing value
+    assert differing_columns(a, a.assign(i=["1", "2", "3"])) == ["i"]    # numbers read as text
+    assert differing_columns(a, a.drop(columns="s").assign(t=1)) == ["s", "t"]

@@ -273,7 +273,9 @@ def test_polars_quantile_bounds_equal_numpy_bit_for_bit(n, quantiles):
 def test_polars_quantile_bounds_of_a_column_with_nan_or_no_values():
     frame = pl.DataFrame({"x": [1.0, float("nan"), 3.0], "e": [None, None, None]}, schema={"x": pl.Float64, "e": pl.Float64})
     state = Recipe([Clip(["x"], quantiles=(0.1, 0.9))]).fit(frame).ops[0].state
-    assert all(math.isnan(v) for v in state["x"])  # as np.quantile: NaN anywhere gives NaN
+    # NaN is missing on every backend: the bounds are those of [1, 3], as on pandas.
+    assert state["x"] == pytest.approx([1.2, 2.8])
+    assert state == Recipe([Clip(["x"], quantiles=(0.1, 0.9))]).fit(frame.to_pandas()).ops[0].state
     with pytest.raises(EmptyTableError, match="column 'e' has no non-missing value"):
         Recipe([Clip(["e"], quantiles=(0.1, 0.9))]).fit(frame)
 
@@ -346,3 +348,112 @@ def test_recipe_rules_and_downcast_on_cudf_match_pandas(table, tmp_path):
     assert report.saved_fraction > 0.3 and small["count"].to_pandas().tolist() == table["count"].tolist()
     back = read_table(write_table(gdf, tmp_path / "t.parquet"), backend="cudf")
     assert isinstance(back, cudf.DataFrame) and len(back) == len(table)
+
+
+# Missing values: pandas hands out NaN (not None) for a missing text key, and polars keeps
+# NaN apart from null; both must mean "missing" and give the same result on every backend.
+@pytest.fixture
+def gappy() -> pd.DataFrame:
+    return pd.DataFrame({"c": ["u", "v", None, "u", "v", "w"], "k": [1.0, 2.0, np.nan, 1.0, 2.0, 3.0],
+                         "x": [1.0, 2.0, 3.0, 4.0, 6.0, 8.0]})
+
+
+def _both(df: pd.DataFrame, ops) -> tuple[pd.DataFrame, pd.DataFrame]:
+    on_pandas = Recipe(ops()).fit_transform(df)
+    on_polars = Recipe(ops()).fit_transform(pl.from_pandas(df, nan_to_null=False)).to_pandas()
+    return on_pandas, on_polars
+
+
+@pytest.mark.parametrize("ops", [
+    lambda: [Categorify(["c", "k"])],
+    lambda: [Standardize(["x"], by="c")],
+    lambda: [Standardize(["x"], by="k")],
+    lambda: [HashBucket(["c", "k"], buckets=7)],
+], ids=["categorify", "standardize-by-text", "standardize-by-float", "hash"])
+def test_missing_keys_mean_missing_on_every_backend(gappy, ops):
+    on_pandas, on_polars = _both(gappy, ops)
+    pd.testing.assert_frame_equal(on_pandas.reset_index(drop=True), on_polars, check_dtype=False)
+    recipe = Recipe(ops()).fit(gappy)
+    assert "NaN" not in recipe.to_json()  # strict JSON for serving
+    if isinstance(recipe.ops[0], Categorify):
+        assert on_pandas["c"].tolist() == [2, 3, MISSING_INDEX, 2, 3, 4]
+        assert on_pandas["k"].tolist() == [2, 3, MISSING_INDEX, 2, 3, 4]
+    if isinstance(recipe.ops[0], Standardize):  # the row with a missing key uses the global statistics
+        mean, std = gappy["x"].mean(), gappy["x"].std(ddof=0)
+        assert on_pandas["x"][2] == pytest.approx((3.0 - mean) / std)
+
+
+def test_nan_in_a_polars_frame_is_missing_like_on_pandas():
+    df = pd.DataFrame({"x": [1.0, np.nan, 3.0, 10.0]})
+    ops = lambda: [FillMissing(["x"]), MinMax(["x"])]  # noqa: E731
+    on_pandas, on_polars = _both(df, ops)
+    assert on_polars["x"].tolist() == on_pandas["x"].tolist() == pytest.approx([0.0, 11 / 27, 2 / 9, 1.0])
+    native = pl.DataFrame({"x": [1.0, float("nan")], "other": [float("nan"), 1.0]})
+    out = Recipe([FillMissing(["x"], strategy="constant", value=0.0)]).fit_transform(native)
+    assert out["x"].to_list() == [1.0, 0.0]
+    assert math.isnan(out["other"][0])  # columns the recipe does not read keep their NaN
+
+
+def test_split_by_group_with_missing_keys_counts_each_row_once(gappy):
+    for frame in (gappy, pl.from_pandas(gappy, nan_to_null=False)):
+        for key in ("c", "k"):
+            split = split_by_group(frame, key, (0.34, 0.33, 0.33), seed=0)
+            assert sum(split.rows.values()) == len(gappy)
+            assert split.rows["train"] >= 1  # the missing-key row goes to train
+
+
+def test_split_by_time_with_no_val_or_test_keeps_every_row_in_train(table):
+    assert split_by_time(table, "t", (1.0, 0.0, 0.0)).rows == {"train": len(table), "val": 0, "test": 0}
+    assert split_by_time(table, "t", (0.5, 0.5, 0.0)).rows == {"train": 1000, "val": 1000, "test": 0}
+
+
+def test_too_few_groups_for_the_fractions_warn(table):
+    with pytest.warns(UserWarning, match="val got no group"):
+        split_by_group(table.head(6).assign(g=[1, 1, 2, 2, 3, 3]), "g", (0.8, 0.1, 0.1))
+
+
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_clip_to_fractional_bounds_makes_integers_float_on_every_backend(backend):
+    out = Recipe([Clip(["n"], lower=0.5, upper=2.5)]).fit_transform(to_backend(pd.DataFrame({"n": [0, 1, 2, 3]}), backend))
+    assert list(out["n"]) == [0.5, 1.0, 2.0, 2.5]
+    kept = Recipe([Clip(["n"], lower=1, upper=2)]).fit_transform(to_backend(pd.DataFrame({"n": [0, 1, 2, 3]}), backend))
+    assert list(kept["n"]) == [1, 1, 2, 2] and str(kept["n"].dtype).lower().startswith("int")
+
+
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_clip_quantiles_refuse_inf_at_a_bound(backend):
+    df = to_backend(pd.DataFrame({"x": [np.inf, 1.0, 2.0, 3.0, 100.0]}), backend)
+    with pytest.raises(NonFiniteError, match="'x'"):
+        Recipe([Clip(["x"], quantiles=(0.1, 0.9))]).fit(df)
+    many = to_backend(pd.DataFrame({"x": [*range(99), np.inf]}), backend)  # inf beyond a finite bound: clipped
+    out = Recipe([Clip(["x"], quantiles=(0.0, 0.9))]).fit_transform(many)
+    assert max(out["x"]) == pytest.approx(89.1)
+
+
+def test_float32_columns_are_fitted_in_float64_on_every_backend():
+    rng = np.random.default_rng(0)
+    values = rng.uniform(0, 5, 100_000).astype(np.float32)
+    df = pd.DataFrame({"v": values, "g": rng.choice(["a", "b"], values.size)})
+    ops = lambda: [FillMissing(["v"]), Standardize(["v"], by="g"), MinMax(["v"])]  # noqa: E731
+    fitted = [Recipe(ops()).fit(frame) for frame in (df, pl.from_pandas(df))]
+    truth = float(np.mean(values.astype(np.float64)))
+    assert fitted[0].ops[0].state["v"] == pytest.approx(truth, rel=1e-12)
+    assert fitted[1].ops[0].state["v"] == pytest.approx(truth, rel=1e-12)
+    on_pandas, on_polars = _both(df, ops)
+    np.testing.assert_allclose(on_pandas["v"], on_polars["v"], rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_fill_missing_dtype_is_the_same_on_every_backend(backend):
+    df = to_backend(pd.DataFrame({"n": [1, 2, 4]}), backend)
+    mean = Recipe([FillMissing(["n"])]).fit_transform(df)  # mean 2.33: a fractional fill makes it float
+    const = Recipe([FillMissing(["n"], strategy="constant", value=0.0)]).fit_transform(df)
+    assert str(mean["n"].dtype).lower().startswith("float")
+    assert str(const["n"].dtype).lower().startswith("int")
+
+
+def test_loading_a_file_that_is_not_a_recipe_names_it(tmp_path):
+    bad = tmp_path / "model.bin"
+    bad.write_bytes(b"\x89\xff\x00binary")
+    with pytest.raises(ValueError, match="model.bin: not a gpufeed recipe"):
+        Recipe.load(bad)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pandas as pd
+import polars as pl
 import pytest
 
 from gpufeed.gpu_transforms.tabular import (
@@ -90,3 +92,38 @@ def test_malformed_rules_are_rejected():
         Rule("w", [("power > 3", 1.0)])
     with pytest.raises(ValueError, match="unknown comparison"):
         cond_from_dict({"compare": "~=", "column": "a", "value": 1})
+
+
+@pytest.mark.parametrize("backend", ["pandas", "polars", "polars-nan"])
+def test_missing_values_match_no_comparison_not_even_not_equal(backend):
+    df = pd.DataFrame({"x": [1.0, np.nan, 2.0], "s": ["a", None, "b"]})
+    frame = pl.from_pandas(df, nan_to_null=False) if backend == "polars-nan" else to_backend(df, backend)
+    rules = [Rule("ne", [(col("x") != 1.0, 1)], default=0), Rule("sne", [(col("s") != "a", 1)], default=0),
+             Rule("gap", [(col("x").is_missing() | col("s").is_missing(), 1)], default=0)]
+    out = apply_rules(frame, rules)
+    assert list(out["ne"]) == list(out["sne"]) == [0, 0, 1]
+    assert list(out["gap"]) == [0, 1, 0]
+    assert apply_rules_rowwise(df, rules) == {"ne": [0, 0, 1], "sne": [0, 0, 1], "gap": [0, 1, 0]}
+    if backend == "polars-nan":  # the frame's own columns come back as they were
+        assert math.isnan(out["x"][1])
+
+
+def test_python_and_or_and_chained_comparisons_are_refused():
+    with pytest.raises(TypeError, match="no truth value"):
+        Rule("z", [(col("x") > 1 and col("n") > 1, 1)])
+    with pytest.raises(TypeError, match="no truth value"):
+        Rule("z", [(0 < col("x") < 3, 1)])
+
+
+def test_missing_values_in_comparisons_or_isin_lists_are_refused():
+    with pytest.raises(ValueError, match="is_missing"):
+        col("s").isin(["a", None])
+    with pytest.raises(ValueError, match="is_missing"):
+        col("x") == np.nan  # noqa: B015
+    with pytest.raises(TypeError, match="list of values"):
+        col("s").isin("abc")
+
+
+def test_is_missing_round_trips_through_json():
+    rule = Rule("gap", [(col("x").is_missing(), 1)], default=0)
+    assert Rule.from_dict(json.loads(json.dumps(rule.to_dict()))) == rule

@@ -67,3 +67,13 @@ def test_cudf_hand_off_is_zero_copy_on_the_gpu(table):
     np.testing.assert_allclose(x.cpu().numpy(), table[FEATURES].to_numpy(np.float32))
     batches = list(iter_batches(gdf, FEATURES, "label", batch_size=256, device="cuda"))
     assert sum(len(b[0]) for b in batches) == len(table)
+
+
+def test_text_columns_inf_and_a_bare_string_are_refused_by_name():
+    df = pd.DataFrame({"a": [1.0, 2.0], "name": ["x", "y"], "big": [1.0, np.inf], "label": [0, 1]})
+    with pytest.raises(TypeError, match=r"\{'name': 'String'\}"):
+        to_tensors(df, ["a", "name"], "label", device="cpu")
+    with pytest.raises(ValueError, match=r"inf values in column\(s\) \['big'\]"):
+        to_tensors(df, ["a", "big"], "label", device="cpu")
+    with pytest.raises(TypeError, match=r"write \['a'\]"):
+        to_tensors(df, "a", "label", device="cpu")

@@ -4,21 +4,23 @@ For one table (a file you pass, or the generated sensor table) every format is w
 and read back in its own process with the kit's readers and writers
 (:mod:`gpufeed.gpu_transforms.tabular.io`), on the chosen backend (pandas by default, the
 library most users start from). Each figure is the median of several repeats after a
-warm-up; the table read back is checked against the original (rows, columns, numeric
-column sums) after timing. The summary ends with a recommendation drawn from the numbers.
+warm-up; after timing, the table read back is checked against the original value by value
+(:func:`differing_columns`: every column, missing values in the same places) and, separately,
+dtype by dtype. The summary ends with a recommendation drawn from the numbers.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pandas as pd
+
 from gpufeed.bench.harness import markdown_table, measure, run_isolated, write_results
-from gpufeed.bench.tabular import column_checksums
 
 _EXT = {"csv": ".csv", "parquet": ".parquet", "feather": ".feather", "pickle": ".pkl", "hdf5": ".h5",
         "json": ".jsonl", "csv-pandas": ".csv"}
@@ -45,6 +47,52 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="bench/results", help="results folder")
 
 
+def _as_pandas(df: Any) -> pd.DataFrame:
+    return df if isinstance(df, pd.DataFrame) else df.to_pandas()
+
+
+def _same_values(a: pd.Series, b: pd.Series) -> bool:
+    """Exactly the same values, with missing ones (null or NaN) in the same places."""
+    missing_a, missing_b = a.isna().to_numpy(), b.isna().to_numpy()
+    if len(a) != len(b) or not np.array_equal(missing_a, missing_b):
+        return False
+    a, b = a[~missing_a], b[~missing_b]
+    kinds = pd.api.types
+    if kinds.is_numeric_dtype(a.dtype) and kinds.is_numeric_dtype(b.dtype):
+        # numpy compares int64 with float64 by value; a dtype change is reported on its own.
+        return bool(np.array_equal(a.to_numpy(), b.to_numpy()))
+    if kinds.is_datetime64_any_dtype(a.dtype) and kinds.is_datetime64_any_dtype(b.dtype):
+        aware_a, aware_b = getattr(a.dtype, "tz", None) is not None, getattr(b.dtype, "tz", None) is not None
+        if aware_a != aware_b:
+            return False
+        if aware_a:  # the same instants, whatever zone each is shown in
+            a, b = a.dt.tz_convert("UTC").dt.tz_localize(None), b.dt.tz_convert("UTC").dt.tz_localize(None)
+        return bool(np.array_equal(a.to_numpy(), b.to_numpy()))  # numpy converts between units
+    # Text, categories, booleans, and any pair of different kinds (a number never equals
+    # its text, a datetime never equals a string): compare the Python values.
+    return bool(np.array_equal(a.astype(object).to_numpy(), b.astype(object).to_numpy()))
+
+
+def differing_columns(expected: Any, actual: Any) -> list[str]:
+    """Columns of ``actual`` whose values differ from ``expected`` (pandas, polars or cuDF frames).
+
+    Exact: every value equal, missing values (null or NaN, alike) in the same rows. A dtype
+    change alone (int64 read back as float64, categorical as text, datetime units) is not
+    a difference in value; a column missing from either frame is.
+
+    Returns:
+        The differing column names, in ``expected``'s order, then those only ``actual`` has.
+
+    Example:
+        >>> differing_columns(pd.DataFrame({"a": [1.0, None]}), pd.DataFrame({"a": [1.0, float("nan")]}))
+        []
+    """
+    want, got = _as_pandas(expected), _as_pandas(actual)
+    differ = [c for c in want.columns
+              if c not in got.columns or not _same_values(want[c].reset_index(drop=True), got[c].reset_index(drop=True))]
+    return differ + [c for c in got.columns if c not in want.columns]
+
+
 def _format_worker(source: str, fmt: str, backend: str, work_dir: str, warmup: int, repeats: int) -> dict[str, Any]:
     import narwhals as nw
 
@@ -69,18 +117,25 @@ def _format_worker(source: str, fmt: str, backend: str, work_dir: str, warmup: i
 
     timing = measure(read, warmup=warmup, repeats=repeats)
     back = wrap(read.out)
-    # Correctness after timing: same shape and the same numeric values.
-    want, got = column_checksums(table), column_checksums(read.out)
-    same = back.shape == (rows, cols) and all(
-        c in got and math.isclose(want[c][0], got[c][0], rel_tol=1e-9, abs_tol=1e-6) and want[c][1] == got[c][1]
-        for c in want)
+    # Correctness after timing: the same shape and exactly the same values (a sum would
+    # miss a last-bit change or "" read for a missing value).
+    differ = differing_columns(table, read.out)
+    same = back.shape == (rows, cols) and not differ
     path.unlink()
     return {"format": fmt, "write_s": write.median, "write_spread": [min(write.seconds), max(write.seconds)],
             "read_s": timing.median, "read_spread": [min(timing.seconds), max(timing.seconds)],
             "bytes_on_disk": size, "bytes_in_ram": int(back.estimated_size("b")), "rows": rows,
-            "columns": cols, "round_trip_equal": same,
+            "columns": cols, "round_trip_equal": same, "differing_columns": differ,
             "dtypes_kept": [str(t) for t in back.schema.values()] == [str(t) for t in wrap(table).schema.values()],
             "backend": nw.get_native_namespace(back).__name__}
+
+
+def _named(result: dict[str, Any]) -> str:
+    """`` (a, b, ...)``: the first differing columns, for the table's check cell."""
+    differ = result.get("differing_columns") or []
+    if not differ:
+        return ""
+    return f" ({', '.join(differ[:3])}{', ...' if len(differ) > 3 else ''})"
 
 
 def recommend(rows: list[dict[str, Any]]) -> str:
@@ -160,7 +215,7 @@ def run(args: argparse.Namespace) -> int:
         row = {"format": fmt, "write_s": r["write_s"], "read_s": r["read_s"], "mb_disk": r["bytes_on_disk"] / 1e6,
                "mb_ram": r["bytes_in_ram"] / 1e6, "round_trip_equal": r["round_trip_equal"],
                "dtypes_kept": r["dtypes_kept"],
-               "check": ("values equal" if r["round_trip_equal"] else "VALUES DIFFER")
+               "check": ("values equal" if r["round_trip_equal"] else "VALUES DIFFER" + _named(r))
                + ("" if r["dtypes_kept"] else ", dtypes changed")}
         if "error" not in csv:
             row.update(write_x=csv["write_s"] / r["write_s"], read_x=csv["read_s"] / r["read_s"],

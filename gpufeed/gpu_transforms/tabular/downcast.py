@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import narwhals as nw
+import numpy as np
 
 from gpufeed.gpu_transforms.tabular.errors import DowncastError
 from gpufeed.gpu_transforms.tabular.frames import (
@@ -160,13 +161,16 @@ def downcast(
     notes: dict[str, str] = {}
     n_rows = len(frame)
     if n_rows:
-        stats = first_row(frame.select(
+        # A float beyond float32's range becomes inf in the trial cast (and is then counted
+        # as changed): numpy's overflow warning would only alarm the user.
+        with np.errstate(over="ignore", invalid="ignore"):
+            stats = first_row(frame.select(
             *[nw.col(c).min().alias(f"min:{c}") for c in ints],
             *[nw.col(c).max().alias(f"max:{c}") for c in ints],
             *[_float_loss(c, nw.Float32, float_tolerance).alias(f"f32:{c}") for c in floats],
             *([_float_loss(c, nw.Float16, float_tolerance).alias(f"f16:{c}") for c in floats] if float16 else []),
             *[nw.col(c).n_unique().alias(f"nu:{c}") for c in texts],
-        )) if (ints or floats or texts) else {}
+            )) if (ints or floats or texts) else {}
         for c in ints:
             if stats[f"min:{c}"] is None:
                 continue  # all missing: nothing tells us the range
@@ -184,14 +188,14 @@ def downcast(
             if stats[f"nu:{c}"] <= category_max_ratio * n_rows:
                 targets[c], notes[c] = nw.Categorical, f"{stats[f'nu:{c}']} distinct values"
     for c, name in forced.items():
+        if name == "category" and schema[c] not in (nw.String, nw.Categorical):
+            raise DowncastError(f"column {c!r}: 'category' is for text columns, and this one is {schema[c]}")
         _check_forced_range(frame, c, name)
         targets[c], notes[c] = _NAMES[name], "asked for"
 
-    try:
-        cast = frame.with_columns(*[nw.col(c).cast(t) for c, t in targets.items()]) if targets else frame
-    except Exception as exc:  # backends raise their own types for impossible casts
-        raise DowncastError(f"cannot cast {sorted(targets)} as asked: {exc}") from exc
-    _check_round_trip(frame, cast, targets, schema, forced, float_tolerance)
+    cast = _cast(frame, targets)
+    with np.errstate(over="ignore", invalid="ignore"):
+        _check_round_trip(frame, cast, targets, schema, forced, float_tolerance)
     report = DowncastReport([
         ColumnChange(c, str(schema[c]), str(targets.get(c, schema[c])),
                      _column_bytes(frame, c), _column_bytes(cast, c),
@@ -201,17 +205,38 @@ def downcast(
     return nw.to_native(cast), report
 
 
+def _cast(frame: nw.DataFrame, targets: dict[str, Any]) -> nw.DataFrame:
+    """All casts in one pass; when a backend refuses one (NaN into an integer type on
+    pandas), name the column it refused."""
+    if not targets:
+        return frame
+    try:
+        return frame.with_columns(*[nw.col(c).cast(t) for c, t in targets.items()])
+    except Exception:  # noqa: BLE001 - each backend raises its own types for impossible casts
+        for c, t in targets.items():
+            try:
+                frame.select(nw.col(c).cast(t))
+            except Exception as exc:  # noqa: BLE001
+                missing = int(frame.get_column(c).is_null().sum())
+                hint = f" ({missing} missing value(s), which {t} cannot hold)" if missing and t.is_integer() else ""
+                raise DowncastError(f"cannot cast column {c!r} to {t}{hint}: {exc}") from exc
+        raise
+
+
 def _check_forced_range(frame: nw.DataFrame, column: str, name: str) -> None:
     """A forced integer dtype must hold the column's range (checked before any backend wraps)."""
     bounds = {t: (lo, hi) for t, lo, hi in (*_SIGNED, *_UNSIGNED)}.get(_NAMES[name])
     dtype = frame.collect_schema()[column]
     if bounds is None or not (dtype.is_integer() or dtype.is_float()):
         return
-    row = first_row(frame.select(nw.col(column).min().alias("lo"), nw.col(column).max().alias("hi")))
+    values = nw.col(column)
+    row = first_row(frame.select(values.min().alias("lo"), values.max().alias("hi"),
+                                 ((values < bounds[0]) | (values > bounds[1])).sum().alias("out")))
     low, high = row["lo"], row["hi"]
     if low is not None and (low < bounds[0] or high > bounds[1]):
         raise DowncastError(
-            f"column {column!r}: values {low}..{high} overflow {name} (which holds {bounds[0]}..{bounds[1]})"
+            f"column {column!r}: {int(row['out'])} value(s) outside {name}'s range {bounds[0]}..{bounds[1]} "
+            f"(the column spans {low}..{high})"
         )
 
 

@@ -97,6 +97,41 @@ def first_row(frame: NwFrame) -> dict[str, Any]:
     return small_rows(frame)[0]
 
 
+def is_missing(value: Any) -> bool:
+    """True for a missing scalar as the backends hand them out: None, NaN, NaT or ``pandas.NA``.
+
+    pandas gives NaN (not None) for a missing group key or vocabulary entry, even in text
+    columns, so ``value is None`` alone lets missing values through as if they were data.
+    """
+    if value is None:
+        return True
+    try:
+        return bool(value != value)  # NaN and NaT are the only values unequal to themselves
+    except TypeError:  # pandas.NA has no truth value: it is missing
+        return True
+
+
+def nan_as_null(frame: NwFrame, columns: Iterable[str]) -> NwFrame:
+    """Make NaN in the float ``columns`` missing (null) on polars and cuDF, as pandas treats it.
+
+    polars and cuDF keep NaN as a value distinct from null, so a frame built there directly
+    (not read with :func:`~gpufeed.gpu_transforms.tabular.io.read_table`) would be fitted
+    and compared differently from the same data on pandas. Only the named columns change,
+    and only those that hold a NaN (one read-only pass finds them), so other columns keep
+    their NaN and a frame without NaN is returned as it is.
+    """
+    if backend_of(frame) not in ("polars", "cudf"):
+        return frame
+    schema = frame.collect_schema()
+    floats = [c for c in dict.fromkeys(columns) if c in schema and schema[c].is_float()]
+    if not floats:
+        return frame
+    if not is_lazy(frame):
+        found = first_row(frame.select(*[nw.col(c).is_nan().any().alias(c) for c in floats]))
+        floats = [c for c in floats if found[c]]
+    return frame.with_columns(*[nw.col(c).fill_nan(None) for c in floats]) if floats else frame
+
+
 def columns_of(frame: NwFrame) -> list[str]:
     """Column names, without computing anything on lazy frames."""
     return list(frame.collect_schema().names())

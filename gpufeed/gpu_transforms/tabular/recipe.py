@@ -49,6 +49,8 @@ from gpufeed.gpu_transforms.tabular.frames import (
     collect_small,
     first_row,
     is_lazy,
+    is_missing,
+    nan_as_null,
     require_columns,
     small_rows,
     wrap,
@@ -99,9 +101,24 @@ def _is_finite(value: Any) -> bool:
 
 
 def _number(value: Any, column: str, op: str) -> float:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    if is_missing(value):
         raise EmptyTableError(f"{op}: column {column!r} has no non-missing value to fit on (empty table?)")
     return float(value)
+
+
+def _f64(column: str, schema: Any) -> nw.Expr:
+    """``column`` with float32 values as float64, for statistics and arithmetic.
+
+    A float32 column (after a downcast) would otherwise be summed in float32 by some
+    backends, which then disagree with each other and with the float64 truth in the 7th
+    digit (scikit-learn accumulates in float64 too). Other columns are used as they are:
+    every backend already averages integers in float64.
+    """
+    return nw.col(column).cast(nw.Float64) if _narrow_float(column, schema) else nw.col(column)
+
+
+def _narrow_float(column: str, schema: Any) -> bool:
+    return schema[column].is_float() and schema[column] != nw.Float64
 
 
 @dataclass
@@ -167,7 +184,8 @@ class FillMissing(Op):
         if self.strategy == "constant":
             self.state = {c: self.value for c in self.columns}
             return
-        exprs = [getattr(nw.col(c), self.strategy)().alias(c) for c in self.columns]
+        schema = frame.collect_schema()
+        exprs = [getattr(_f64(c, schema), self.strategy)().alias(c) for c in self.columns]
         if self.strategy == "mean":
             stats = _aggregate_finite(frame, exprs, self.columns, "FillMissing")
         else:  # a median stays finite beside a few inf values: count them
@@ -176,7 +194,19 @@ class FillMissing(Op):
         self.state = {c: _number(stats[c], c, "FillMissing") for c in self.columns}
 
     def transform(self, frame: NwFrame) -> NwFrame:
-        return frame.with_columns(*[nw.col(c).fill_null(self.state[c]) for c in self.columns])
+        schema = frame.collect_schema()
+        exprs = []
+        for c in self.columns:
+            value = self.state[c]
+            if schema[c].is_integer() and isinstance(value, int | float) and not float(value).is_integer():
+                # A fractional fill makes an integer column float on every backend (pandas
+                # would keep int64 when nothing is missing, polars always promotes).
+                exprs.append(nw.col(c).cast(nw.Float64).fill_null(value))
+            elif schema[c].is_integer() and isinstance(value, float):
+                exprs.append(nw.col(c).fill_null(int(value)))
+            else:
+                exprs.append(nw.col(c).fill_null(value))
+        return frame.with_columns(*exprs)
 
     def params(self) -> dict[str, Any]:
         return {"strategy": self.strategy, "value": self.value}
@@ -208,29 +238,42 @@ class Clip(Op):
         if self.quantiles is None:
             self.state = {c: [self.lower, self.upper] for c in self.columns}
             return
-        low, high = self.quantiles
+        self.state = self._fit_quantiles(frame, self.quantiles)
+        bad = [c for c in self.columns if not all(math.isfinite(b) for b in self.state[c])]
+        if bad:
+            # inf at a tail makes the bound inf or NaN, which would clip nothing; a few inf
+            # values beyond finite bounds are fine (they are clipped to the bound).
+            _check_finite(frame, bad, "Clip")
+            raise NonFiniteError(f"Clip: column(s) {bad} gave non-finite quantile bounds {[self.state[c] for c in bad]}")
+
+    def _fit_quantiles(self, frame: NwFrame, qs: tuple[float, float]) -> dict[str, list[float]]:
+        low, high = qs
         if backend_of(frame) == "dask":
             # narwhals has no multi-partition quantile; Dask's own is approximate (t-digest
             # style merge of partition quantiles), which is fine for clipping outliers.
             q = nw.to_native(frame)[self.columns].quantile([low, high]).compute()
-            self.state = {c: [_number(q[c].iloc[0], c, "Clip"), _number(q[c].iloc[1], c, "Clip")]
-                          for c in self.columns}
-            return
+            return {c: [_number(q[c].iloc[0], c, "Clip"), _number(q[c].iloc[1], c, "Clip")] for c in self.columns}
         if backend_of(frame) == "polars":
-            self.state = _polars_quantiles(frame, self.columns, (low, high))
-            return
+            return _polars_quantiles(frame, self.columns, (low, high))
         if backend_of(frame) == "pandas":
-            self.state = _numpy_quantiles_threaded(frame, self.columns, (low, high))
-            return
+            return _numpy_quantiles_threaded(frame, self.columns, (low, high))
         stats = _aggregate(frame, [
             *[nw.col(c).quantile(low, interpolation="linear").alias(f"lo:{c}") for c in self.columns],
             *[nw.col(c).quantile(high, interpolation="linear").alias(f"hi:{c}") for c in self.columns],
         ])
-        self.state = {c: [_number(stats[f"lo:{c}"], c, "Clip"), _number(stats[f"hi:{c}"], c, "Clip")]
-                      for c in self.columns}
+        return {c: [_number(stats[f"lo:{c}"], c, "Clip"), _number(stats[f"hi:{c}"], c, "Clip")] for c in self.columns}
 
     def transform(self, frame: NwFrame) -> NwFrame:
-        return frame.with_columns(*[nw.col(c).clip(*self.state[c]) for c in self.columns])
+        schema = frame.collect_schema()
+        exprs = []
+        for c in self.columns:
+            bounds = self.state[c]
+            fractional = any(b is not None and not float(b).is_integer() for b in bounds)
+            # polars would round a fractional bound to the integer column's type (0.5 -> 0,
+            # leaving 0 below the bound); clip integers to fractional bounds as floats, as pandas does.
+            expr = nw.col(c).cast(nw.Float64) if fractional and schema[c].is_integer() else nw.col(c)
+            exprs.append(expr.clip(*bounds))
+        return frame.with_columns(*exprs)
 
     def params(self) -> dict[str, Any]:
         return {"lower": self.lower, "upper": self.upper,
@@ -288,25 +331,32 @@ class Standardize(Op):
         return [*self.columns, *([self.by] if self.by else [])]
 
     def fit(self, frame: NwFrame) -> None:
+        schema = frame.collect_schema()
         stats = _aggregate_finite(frame, [
-            *[nw.col(c).mean().alias(f"m:{c}") for c in self.columns],
-            *[nw.col(c).std(ddof=0).alias(f"s:{c}") for c in self.columns],
+            *[_f64(c, schema).mean().alias(f"m:{c}") for c in self.columns],
+            *[_f64(c, schema).std(ddof=0).alias(f"s:{c}") for c in self.columns],
         ], self.columns, "Standardize")
         state: dict[str, Any] = {"global": {
             c: [_number(stats[f"m:{c}"], c, "Standardize"), _scale(stats[f"s:{c}"])] for c in self.columns
         }}
         if self.by:
-            groups = small_rows(frame.group_by(self.by).agg(
+            # Cast before grouping: Dask's group-by takes plain column aggregations only.
+            narrow = [c for c in self.columns if _narrow_float(c, schema)]
+            grouped = frame.with_columns(*[_f64(c, schema) for c in narrow]) if narrow else frame
+            groups = small_rows(grouped.group_by(self.by).agg(
                 *[nw.col(c).mean().alias(f"m:{c}") for c in self.columns],
                 *[nw.col(c).std(ddof=0).alias(f"s:{c}") for c in self.columns],
-            ).sort(self.by))
-            state["groups"] = {c: [[g[self.by], *_group_stats(g, c, state["global"][c])]
-                                   for g in groups if g[self.by] is not None] for c in self.columns}
+            ))
+            # Rows with a missing group use the global statistics (as unseen groups do).
+            groups = sorted((g for g in groups if not is_missing(g[self.by])), key=lambda g: g[self.by])
+            state["groups"] = {c: [[g[self.by], *_group_stats(g, c, state["global"][c])] for g in groups]
+                               for c in self.columns}
         self.state = state
 
     def transform(self, frame: NwFrame) -> NwFrame:
         if not self.by:
-            return frame.with_columns(*[((nw.col(c) - m) / sd).cast(nw.Float64).alias(c)
+            schema = frame.collect_schema()
+            return frame.with_columns(*[((_f64(c, schema) - m) / sd).alias(c)
                                         for c, (m, sd) in self.state["global"].items()])
         # Look each row's group up once (text keys hash slowly) as a small integer code;
         # code k (after the k known groups) stands for unseen or missing groups and picks
@@ -443,17 +493,18 @@ def _numpy_quantiles(frame: nw.DataFrame, column: str, qs: tuple[float, float]) 
     values = frame.get_column(column).drop_nulls().to_numpy()
     if len(values) == 0:
         raise EmptyTableError(f"Clip: column {column!r} has no non-missing value to fit on (empty table?)")
-    return [float(q) for q in np.quantile(values.astype(np.float64, copy=False), qs)]
+    with np.errstate(invalid="ignore"):  # inf at a bound gives NaN, which Clip.fit names
+        return [float(q) for q in np.quantile(values.astype(np.float64, copy=False), qs)]
 
 
 def _scale(std: Any) -> float:
     # A constant column (std 0) or a single row (std missing) maps to 0 instead of inf/NaN.
-    return 1.0 if std is None or (isinstance(std, float) and math.isnan(std)) or std == 0 else float(std)
+    return 1.0 if is_missing(std) or std == 0 else float(std)
 
 
 def _group_stats(row: dict[str, Any], column: str, fallback: list[float]) -> list[float]:
     mean = row[f"m:{column}"]
-    if mean is None or (isinstance(mean, float) and math.isnan(mean)):
+    if is_missing(mean):
         return list(fallback)  # a group with no value for this column
     return [float(mean), _scale(row[f"s:{column}"])]
 
@@ -472,10 +523,11 @@ class MinMax(Op):
                       for c in self.columns}
 
     def transform(self, frame: NwFrame) -> NwFrame:
+        schema = frame.collect_schema()
         exprs = []
         for c in self.columns:
             low, high = self.state[c]
-            exprs.append(((nw.col(c) - low) / ((high - low) or 1.0)).cast(nw.Float64).alias(c))
+            exprs.append(((_f64(c, schema) - low) / ((high - low) or 1.0)).alias(c))
         return frame.with_columns(*exprs)
 
 
@@ -517,7 +569,7 @@ class Categorify(Op):
         state = {}
         for c in self.columns:
             counts = collect_small(frame.select(exprs[c].alias(c)).group_by(c).agg(nw.len().alias("n")))
-            values = [r[c] for r in small_rows(counts) if r[c] is not None and r["n"] >= self.min_count]
+            values = [r[c] for r in small_rows(counts) if not is_missing(r[c]) and r["n"] >= self.min_count]
             state[c] = sorted(_json_key(v, c) for v in values)
         self.state = state
 
@@ -588,7 +640,7 @@ class HashBucket(Op):
         for c in self.columns:
             # Hash the distinct values in Python (few), then map them vectorised.
             distinct = collect_small(frame.select(exprs[c].alias(c)).unique()).get_column(c).to_list()
-            distinct = [v for v in distinct if v is not None and not (isinstance(v, float) and math.isnan(v))]
+            distinct = [v for v in distinct if not is_missing(v)]
             mapped = _lookup(exprs[c], distinct, [stable_hash(v, self.buckets) for v in distinct], 0, nw.Int32)
             out.append(nw.when(exprs[c].is_null()).then(nw.lit(0, nw.Int32)).otherwise(mapped)
                        .cast(nw.Int32).alias(c))
@@ -653,8 +705,12 @@ class Recipe:
         self._fit(df, transform_last=False)
         return self
 
+    def needs(self) -> list[str]:
+        """Every column some op reads (each once, in order of first use)."""
+        return list(dict.fromkeys(c for op in self.ops for c in op.needs()))
+
     def _fit(self, df: Frame, *, transform_last: bool) -> NwFrame:
-        frame = wrap(df)
+        frame = nan_as_null(wrap(df), self.needs())
         for i, op in enumerate(self.ops):
             require_columns(frame, op.needs(), f"recipe op {i} ({op.kind})")
             if transform_last or i + 1 < len(self.ops):  # the next op is fitted on this op's output
@@ -674,7 +730,7 @@ class Recipe:
         """
         if not self.fitted:
             raise RuntimeError("the recipe is not fitted: call fit(train) or load a fitted recipe")
-        frame = wrap(df)
+        frame = nan_as_null(wrap(df), self.needs())
         for i, op in enumerate(self.ops):
             require_columns(frame, op.needs(), f"recipe op {i} ({op.kind})")
             frame = _step(frame, op.transform)
@@ -687,7 +743,9 @@ class Recipe:
 
     def to_json(self) -> str:
         """The recipe and its fitted statistics as JSON (serving loads it with :meth:`from_json`)."""
-        return json.dumps({"gpufeed_recipe": _FORMAT_VERSION, "ops": [op.to_dict() for op in self.ops]}, indent=1)
+        # allow_nan=False: NaN is not JSON, and a serving stack's strict parser would refuse it.
+        return json.dumps({"gpufeed_recipe": _FORMAT_VERSION, "ops": [op.to_dict() for op in self.ops]},
+                          indent=1, allow_nan=False)
 
     @classmethod
     def from_json(cls, text: str) -> Recipe:
@@ -720,5 +778,12 @@ class Recipe:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Recipe:
-        """Read a recipe written by :meth:`save`."""
-        return cls.from_json(Path(path).read_text())
+        """Read a recipe written by :meth:`save`.
+
+        Raises:
+            ValueError: ``path`` is not a gpufeed recipe (named in the message).
+        """
+        try:
+            return cls.from_json(Path(path).read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError, ValueError) as err:
+            raise ValueError(f"{path}: not a gpufeed recipe JSON file ({err})") from err

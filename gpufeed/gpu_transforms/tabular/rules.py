@@ -6,8 +6,11 @@ the same rule compiles to one ``when/then/otherwise`` expression on pandas, pola
 or Dask, and can still be evaluated row by row (:meth:`Rule.evaluate_row`) as the
 reference the vectorised result is tested against. Rules serialise to JSON.
 
-Missing values never match a comparison or ``isin`` (as in SQL and pandas), and ``~cond``
-on a missing value is True, on every backend.
+Missing values (null, and NaN) never match a comparison or ``isin`` — ``!=`` included, as
+in SQL — and ``~cond`` on a missing value is True, on every backend; test for them with
+``col(name).is_missing()``. Combine conditions with ``&``, ``|`` and ``~``: Python's
+``and``/``or``/``not`` and chained comparisons (``0 < col("x") < 3``) are refused, as in
+pandas and polars, because Python would silently keep only one side.
 
 Example:
     >>> weight = Rule("weight", [
@@ -20,7 +23,6 @@ Example:
 
 from __future__ import annotations
 
-import math
 import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -28,15 +30,19 @@ from typing import Any
 
 import narwhals as nw
 
-from gpufeed.gpu_transforms.tabular.frames import Frame, backend_of, require_columns, wrap
+from gpufeed.gpu_transforms.tabular.frames import (
+    Frame,
+    backend_of,
+    is_lazy,
+    is_missing,
+    nan_as_null,
+    require_columns,
+    wrap,
+)
 
 _OPS: dict[str, Callable[[Any, Any], bool]] = {
     "==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
 }
-
-
-def _missing(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value))
 
 
 class Cond:
@@ -63,6 +69,12 @@ class Cond:
     def __invert__(self) -> Cond:
         return _Bool("not", (self,))
 
+    def __bool__(self) -> bool:
+        raise TypeError(
+            "a rule condition has no truth value: combine conditions with & | ~ (not and/or/not), "
+            "and write 0 < col('x') < 3 as col('x').between(0, 3) or (col('x') > 0) & (col('x') < 3)"
+        )
+
 
 @dataclass(frozen=True)
 class _Compare(Cond):
@@ -70,12 +82,20 @@ class _Compare(Cond):
     op: str
     value: Any
 
+    def __post_init__(self) -> None:
+        if is_missing(self.value):
+            raise ValueError(f"col({self.column!r}) {self.op} {self.value!r}: a comparison with a missing value "
+                             "never holds; use col(...).is_missing()")
+
     def to_expr(self) -> nw.Expr:
-        return _OPS[self.op](nw.col(self.column), self.value)
+        expr = _OPS[self.op](nw.col(self.column), self.value)
+        # numpy (pandas) says NaN != 1 is True, and pandas' None != "a" too: missing values
+        # match no comparison here, so mask them out of the one comparison they would pass.
+        return expr & ~nw.col(self.column).is_null() if self.op == "!=" else expr
 
     def evaluate_row(self, row: Mapping[str, Any]) -> bool:
         v = row[self.column]
-        return not _missing(v) and bool(_OPS[self.op](v, self.value))
+        return not is_missing(v) and bool(_OPS[self.op](v, self.value))
 
     def columns(self) -> set[str]:
         return {self.column}
@@ -89,17 +109,40 @@ class _IsIn(Cond):
     column: str
     values: tuple[Any, ...]
 
+    def __post_init__(self) -> None:
+        if any(is_missing(v) for v in self.values):
+            raise ValueError(f"col({self.column!r}).isin({list(self.values)!r}): missing values never match isin "
+                             "(backends disagree on None/NaN in the list); use col(...).is_missing() | col(...).isin(...)")
+
     def to_expr(self) -> nw.Expr:
         return nw.col(self.column).is_in(list(self.values))
 
     def evaluate_row(self, row: Mapping[str, Any]) -> bool:
-        return row[self.column] in self.values
+        v = row[self.column]
+        return not is_missing(v) and v in self.values
 
     def columns(self) -> set[str]:
         return {self.column}
 
     def to_dict(self) -> dict[str, Any]:
         return {"isin": list(self.values), "column": self.column}
+
+
+@dataclass(frozen=True)
+class _IsMissing(Cond):
+    column: str
+
+    def to_expr(self) -> nw.Expr:
+        return nw.col(self.column).is_null()
+
+    def evaluate_row(self, row: Mapping[str, Any]) -> bool:
+        return is_missing(row[self.column])
+
+    def columns(self) -> set[str]:
+        return {self.column}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"is_missing": self.column}
 
 
 @dataclass(frozen=True)
@@ -136,7 +179,14 @@ class col:  # noqa: N801 - reads like the polars / narwhals ``col`` it stands fo
     name: str
 
     def isin(self, values: Sequence[Any]) -> Cond:
+        """The value is one of ``values`` (a missing value never is)."""
+        if isinstance(values, str):
+            raise TypeError(f"col({self.name!r}).isin takes a list of values, got the string {values!r}")
         return _IsIn(self.name, tuple(values))
+
+    def is_missing(self) -> Cond:
+        """The value is missing (null, or NaN in a float column)."""
+        return _IsMissing(self.name)
 
     def between(self, low: Any, high: Any) -> Cond:
         """``low <= value <= high`` (both ends included)."""
@@ -171,6 +221,8 @@ def cond_from_dict(d: Mapping[str, Any]) -> Cond:
         return _Compare(d["column"], d["compare"], d["value"])
     if "isin" in d:
         return _IsIn(d["column"], tuple(d["isin"]))
+    if "is_missing" in d:
+        return _IsMissing(d["is_missing"])
     for op in ("and", "or", "not"):
         if op in d:
             return _Bool(op, tuple(cond_from_dict(p) for p in d[op]))
@@ -247,7 +299,14 @@ def apply_rules(df: Frame, rules: Sequence[Rule]) -> Frame:
         require_columns(frame, sorted(rule.columns()), f"rule {rule.output!r}")
     if backend_of(df) == "pandas" and all(_numpy_friendly(r) for r in rules):
         return _apply_rules_numpy(frame, rules)
-    return nw.to_native(frame.with_columns(*[r.to_expr() for r in rules]))
+    exprs = [r.to_expr() for r in rules]
+    # NaN counts as missing: rules read a NaN-as-null copy of their columns; an eager
+    # frame keeps its own columns as they were and only gains the outputs.
+    norm = nan_as_null(frame, sorted(set().union(*(r.columns() for r in rules))))
+    if norm is frame or is_lazy(frame):
+        return nw.to_native(norm.with_columns(*exprs))
+    outputs = norm.select(*exprs)
+    return nw.to_native(frame.with_columns(*[outputs.get_column(r.output) for r in rules]))
 
 
 def _numpy_friendly(rule: Rule) -> bool:

@@ -12,6 +12,7 @@ on ``split.train`` only, so no validation or test statistic leaks into training 
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +26,8 @@ from gpufeed.gpu_transforms.tabular.frames import (
     NwFrame,
     collect_small,
     is_lazy,
+    is_missing,
+    nan_as_null,
     require_columns,
     row_count,
     wrap,
@@ -109,15 +112,23 @@ def split_by_group(df: Frame, column: str, fractions: Sequence[float] = (0.8, 0.
     f_train, f_val, _ = _check_fractions(fractions)
     frame = wrap(df)
     require_columns(frame, [column], "split_by_group")
-    groups = collect_small(frame.select(nw.col(column)).unique()).get_column(column).to_list()
-    groups = sorted(g for g in groups if g is not None)
+    # NaN keys are missing too (pandas reports a missing text key as NaN; polars keeps NaN).
+    keys = nan_as_null(frame.select(nw.col(column)), [column])
+    groups = collect_small(keys.unique()).get_column(column).to_list()
+    groups = sorted(g for g in groups if not is_missing(g))
     if not groups:
         raise EmptyTableError(f"split_by_group: column {column!r} has no groups (empty table?)")
     order = [groups[i] for i in np.random.default_rng(seed).permutation(len(groups))]
     n_train, n_val = round(len(groups) * f_train), round(len(groups) * f_val)
     val, test = order[n_train:n_train + n_val], order[n_train + n_val:]
+    empty = [name for name, share, part in zip(("train", "val", "test"), fractions,
+                                               (order[:n_train], val, test), strict=True) if share > 0 and not part]
+    if empty:
+        warnings.warn(f"split_by_group: {len(groups)} groups of {column!r} are too few for fractions "
+                      f"{tuple(fractions)}: {', '.join(empty)} got no group", stacklevel=2)
     key = nw.col(column)
-    masks = [~key.is_in(val + test) | key.is_null(), key.is_in(val), key.is_in(test)]
+    in_val, in_test = key.is_in(val).fill_null(False), key.is_in(test).fill_null(False)
+    masks = [~(in_val | in_test), in_val, in_test]
     return _finish(frame, masks, f"by-group ({column})", None if is_lazy(frame) else len(frame))
 
 
@@ -146,10 +157,16 @@ def split_by_time(df: Frame, column: str, fractions: Sequence[float] = (0.8, 0.1
         times = frame.get_column(column).drop_nulls().sort()
         if len(times) == 0:
             raise EmptyTableError(f"split_by_time: column {column!r} has no values (empty table?)")
-        last = len(times) - 1
-        cutoffs = (times[min(last, round(len(times) * fractions[0]))],
-                   times[min(last, round(len(times) * (fractions[0] + fractions[1])))])
+        # A cut past the last row means that part (and what follows it) is empty.
+        at = [round(len(times) * fractions[0]), round(len(times) * (fractions[0] + fractions[1]))]
+        cutoffs = tuple(times[i] if i < len(times) else None for i in at)
     start_val, start_test = cutoffs
     t = nw.col(column)
-    masks = [(t < start_val) | t.is_null(), (t >= start_val) & (t < start_test), t >= start_test]
+    every = t.is_null() | ~t.is_null()  # a row-wise True (filter refuses a literal)
+    if start_val is None:
+        masks = [every, ~every, ~every]
+    elif start_test is None:
+        masks = [(t < start_val) | t.is_null(), t >= start_val, ~every]
+    else:
+        masks = [(t < start_val) | t.is_null(), (t >= start_val) & (t < start_test), t >= start_test]
     return _finish(frame, masks, f"by-time ({column})", None if is_lazy(frame) else len(frame))

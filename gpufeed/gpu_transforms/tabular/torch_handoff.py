@@ -25,6 +25,15 @@ def _missing_error(columns: Sequence[str], where: np.ndarray) -> ValueError:
     return ValueError(f"missing values in column(s) {bad}: fill them (FillMissing) before the hand-off")
 
 
+def _check_numeric(df: Frame, columns: Sequence[str]) -> None:
+    """Name the columns a tensor cannot hold (text, categories, dates) before converting."""
+    schema = wrap(df).collect_schema()
+    bad = {c: str(schema[c]) for c in columns if not (schema[c].is_numeric() or schema[c] == nw.Boolean)}
+    if bad:
+        raise TypeError(f"to_tensors needs numeric columns; {bad} are not: encode them first "
+                        "(Categorify or HashBucket for categories)")
+
+
 def _matrix(df: Frame, columns: Sequence[str], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     backend = backend_of(df)
     is_label = dtype == torch.int64
@@ -43,9 +52,14 @@ def _matrix(df: Frame, columns: Sequence[str], dtype: torch.dtype, device: torch
         raise BackendError(f"to_tensors needs a pandas, polars or cuDF frame, got {backend}; "
                            "compute() a Dask partition first")
     if array.dtype.kind in "fO":
-        nulls = np.isnan(array.astype(np.float64, copy=False)).any(axis=0)
+        values = array.astype(np.float64, copy=False)
+        nulls = np.isnan(values).any(axis=0)
         if nulls.any():
             raise _missing_error(columns, nulls)
+        infinite = np.isinf(values).any(axis=0)
+        if infinite.any():  # an inf feature turns the loss into inf/NaN at the first step
+            bad = [c for c, hit in zip(columns, infinite, strict=True) if hit]
+            raise ValueError(f"inf values in column(s) {bad}: clip them (Clip) before the hand-off")
     if is_label and array.dtype.kind not in "iu":
         raise ValueError(f"label column {columns[0]!r} has dtype {array.dtype}, not integers; "
                          "Categorify it first")
@@ -81,9 +95,12 @@ def to_tensors(
         >>> x.dtype, y.dtype  # doctest: +SKIP
         (torch.float32, torch.int64)
     """
+    if isinstance(features, str):
+        raise TypeError(f"features is a list of column names, got the string {features!r} (write [{features!r}])")
     if not features:
         raise ValueError("to_tensors needs at least one feature column")
     require_columns(wrap(df), [*features, *([label] if label else [])], "to_tensors")
+    _check_numeric(df, [*features, *([label] if label else [])])
     dev = resolve_device(device)
     x = _matrix(df, features, torch.float32, dev)
     y = _matrix(df, [label], torch.int64, dev).reshape(-1) if label else None
