@@ -22,11 +22,12 @@ from gpufeed.datasets.images import generate_image_folder
 from gpufeed.pipelines import classification_loader
 
 
-def batches(loader, use_dali_iterator: bool) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """Endless (images, labels) batches, epoch after epoch."""
+def batches(loader, dali_iterator=None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:  # noqa: ANN001
+    """Endless (images, labels) batches, epoch after epoch, from the loader or from
+    ``dali_iterator`` (one made by ``loader.dali_iterator()``, which resets itself)."""
     while True:
-        if use_dali_iterator:  # the code a script written against DALI already has
-            for data in loader.dali_iterator(auto_reset=False):
+        if dali_iterator is not None:  # the code a script written against DALI already has
+            for data in dali_iterator:
                 yield data[0]["data"], data[0]["label"].view(-1).long()
         else:
             yield from loader
@@ -57,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.dali_iterator and loader.backend != "dali":
         p.error(f"--dali-iterator needs the DALI backend: use --loader dali (this loader: {loader.backend}, "
                 f"{loader.choice.reason})")
+    # One iterator for the whole run (auto_reset): its skipped-file report is per epoch.
+    dali_iterator = loader.dali_iterator(auto_reset=True) if args.dali_iterator else None
     print(f"loader: {loader.backend} ({loader.choice.reason}); {len(loader.samples)} images, "
           f"{len(loader.classes)} classes, device {device}")
 
@@ -66,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     amp = device.type == "cuda"
     scaler = torch.amp.GradScaler("cuda", enabled=amp)
     start, seen = time.perf_counter(), 0
-    for step, (images, labels) in zip(range(args.steps), batches(loader, args.dali_iterator), strict=False):
+    for step, (images, labels) in zip(range(args.steps), batches(loader, dali_iterator), strict=False):
         with torch.autocast(device.type, dtype=torch.float16, enabled=amp):
             loss = torch.nn.functional.cross_entropy(model(images.to(device)), labels.to(device))
         opt.zero_grad(set_to_none=True)
@@ -79,8 +82,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"step {step:3d}  loss {loss.item():.4f}")
     elapsed = time.perf_counter() - start
     print(f"trained {args.steps} steps, {seen} images in {elapsed:.1f} s ({seen / elapsed:.1f} images/s)")
-    if loader.skipped:
-        print(f"skipped {len(loader.skipped)} files: see loader.skipped")
+    # The loader and DALI's iterator read files separately: report the one that ran.
+    skipped = dali_iterator.gpufeed_skipped.skipped if dali_iterator is not None else loader.skipped
+    if skipped:
+        where = "it.gpufeed_skipped.skipped" if dali_iterator is not None else "loader.skipped"
+        print(f"skipped {len(skipped)} files in the last epoch (see {where}): "
+              + "; ".join(f"{s.path} ({s.reason})" for s in skipped[:3]))
     return 0
 
 

@@ -45,7 +45,11 @@ def _build_parser() -> argparse.ArgumentParser:
 
     data = sub.add_parser("data", help="generate synthetic datasets")
     kinds = data.add_subparsers(dest="kind", required=True)
-    images = kinds.add_parser("images", help="ImageNet-like JPEG folder (one sub-folder per class)")
+    images = kinds.add_parser(
+        "images", help="ImageNet-like JPEG folder (one sub-folder per class)",
+        description="Write an ImageNet-like JPEG folder OUT/class_XXX/img_XXXXXX.jpg. Into a folder "
+                    "that already holds files it warns: same-named images are replaced, others stay.",
+    )
     images.add_argument("out", help="output folder")
     images.add_argument("--images", type=int, default=1000, help="number of images (default 1000)")
     images.add_argument("--classes", type=int, default=10, help="number of classes (default 10)")
@@ -80,12 +84,25 @@ def _run(args: argparse.Namespace) -> int:
 
         return run_doctor(as_json=args.json)
     if args.kind == "images":
+        from pathlib import Path
+
         from gpufeed.datasets.images import generate_image_folder
 
+        out = Path(args.out)
+        before = sum(1 for p in out.rglob("*") if p.is_file()) if out.is_dir() else 0
+        if before:
+            # Files of an earlier run (other sizes, other class counts) would stay mixed in
+            # with the new ones and change what a loader reads; say so rather than refuse,
+            # as regenerating into the same folder with the same settings is harmless.
+            print(f"gpufeed: warning: {out} already holds {before} files; same-named images are "
+                  "replaced, any others stay mixed in (use an empty folder for a clean dataset)",
+                  file=sys.stderr)
         root = generate_image_folder(
             args.out, num_images=args.images, num_classes=args.classes, seed=args.seed, progress=True
         )
-        print(f"wrote {args.images} images in {args.classes} classes under {root}")
+        # Images go round-robin over the classes: fewer images than classes fill only some.
+        classes = min(args.images, args.classes)
+        print(f"wrote {args.images} images in {classes} classes under {root}")
         return 0
     from gpufeed.datasets.sensor import write_sensor_table
 

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import struct
+import zlib
 from pathlib import Path
+
+import numpy as np
 
 from gpufeed.datasets.images import generate_image_folder
 
@@ -13,3 +17,16 @@ def indexed_file_list(root: Path, n: int = 23) -> list[tuple[str, int]]:
     generate_image_folder(root, num_images=n, num_classes=1, seed=3, min_side=48, max_side=64)
     files = sorted(str(p) for p in root.rglob("*.jpg"))
     return [(f, i) for i, f in enumerate(files)]
+
+
+def png16_bytes(pixels: np.ndarray) -> bytes:
+    """A 16-bit RGB PNG of ``(H, W, 3)`` uint16 ``pixels`` (PIL cannot write one)."""
+    h, w, _ = pixels.shape
+    raw = b"".join(b"\x00" + pixels[y].astype(">u2").tobytes() for y in range(h))  # filter 0 per row
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    header = struct.pack(">IIBBBBB", w, h, 16, 2, 0, 0, 0)  # 16 bits, colour type 2 (RGB)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw))
+            + chunk(b"IEND", b""))

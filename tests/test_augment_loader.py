@@ -77,3 +77,24 @@ def test_stage_runs_on_the_gpu_behind_every_backend(folder, backend):
         assert stage.last_params.device.type == "cuda"  # parameters drawn where the batch lives
         seen += len(labels)
     assert seen == 16
+
+
+def test_the_docs_example_runs_as_written(monkeypatch):
+    """docs/augment.md's first example is copied into users' scripts: it must run."""
+    import re
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "augment.md").read_text()
+    code = re.search(r"```python\n(.*?)```", doc, re.S).group(1)
+    monkeypatch.setattr(pipelines, "classification_loader",
+                        _with_defaults(pipelines.classification_loader, num_workers=0, device="cpu"))
+    namespace: dict = {}
+    exec(compile(code, "docs/augment.md", "exec"), namespace)
+    loader = namespace["loader"]
+    assert loader.options.shuffles and not loader.options.train  # the stage crops, the loader shuffles
+    assert namespace["images"].shape[1:] == (3, 224, 224)
+
+
+def _with_defaults(fn, **defaults):
+    def call(*args, **kwargs):
+        return fn(*args, **{**defaults, **kwargs})
+    return call

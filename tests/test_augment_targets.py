@@ -165,3 +165,14 @@ def test_mixing_refuses_dense_targets():
     stage = GpuAugment([MixUp(num_classes=2)], seed=0)
     with pytest.raises(ValueError, match="cannot carry"):
         stage.apply(torch.rand(2, 3, 8, 8), torch.tensor([0, 1]), masks=torch.zeros(2, 8, 8))
+
+
+def test_a_mask_fill_the_mask_dtype_cannot_hold_is_refused():
+    images = torch.rand(2, 3, 8, 8)
+    stage = GpuAugment([RandomRotation((45, 45))], seed=0, mask_fill=300)
+    with pytest.raises(ValueError, match=r"mask_fill=300 .*uint8"):
+        stage.apply(images, masks=torch.zeros(2, 8, 8, dtype=torch.uint8))
+    out = stage.apply(images, masks=torch.zeros(2, 8, 8, dtype=torch.int64))  # fits int64: fine
+    assert out.masks.max() == 300
+    with pytest.raises(ValueError, match="mask_fill=0.5"):
+        GpuAugment([RandomRotation((45, 45))], mask_fill=0.5).apply(images, masks=torch.zeros(2, 8, 8, dtype=torch.int32))

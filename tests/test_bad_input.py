@@ -6,11 +6,14 @@ import os
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 from gpufeed.datasets.images import generate_image_folder
 from gpufeed.pipelines import BadImageError, classification_loader
+from tests.helpers import png16_bytes
 from tests.test_loader_contract import BACKENDS, load
 
 BAD = {  # file name -> words the reason must contain
@@ -19,6 +22,7 @@ BAD = {  # file name -> words the reason must contain
     "notes.jpg": "not an image",
     "readme.txt": "not an image",
     "broken_header.jpg": "decode",
+    "animation.gif": "unsupported image format (GIF)",
 }
 DECODABLE = ("picture.png", "gray.jpg", "cmyk.jpg")
 
@@ -40,6 +44,8 @@ def messy_folder(tmp_path_factory) -> Path:
     sos = header.find(b"\xff\xda")  # scramble the Huffman tables before the scan
     header[sos - 200: sos] = bytes(range(200))
     (bad / "broken_header.jpg").write_bytes(bytes(header))
+    with Image.open(good) as img:
+        img.save(bad / "animation.gif")
     with Image.open(good) as img:
         img.save(root / "class_001" / "picture.png")
         img.convert("L").save(root / "class_001" / "gray.jpg")
@@ -107,3 +113,42 @@ def test_malformed_file_list_line_is_named(tmp_path):
     listing.write_text("a.jpg 0\nb.jpg zero\n")
     with pytest.raises(ValueError, match=r"list.txt:2"):
         classification_loader(tmp_path, file_list=listing, train=True, batch_size=4, backend="torch")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_16_bit_png_is_scaled_to_8_bits(tmp_path, backend):
+    pixels = np.random.default_rng(0).integers(0, 65536, (40, 40, 3)).astype(np.uint16)
+    (tmp_path / "deep.png").write_bytes(png16_bytes(pixels))
+    files = [(str(tmp_path / "deep.png"), 0)]
+    # train: torch's resize kernels used to refuse the uint16 pixels and kill the epoch
+    loader = load(None, backend, file_list=files, train=True, batch_size=1, size=32, dtype=torch.uint8)
+    (x, _), = list(loader)
+    assert x.dtype == torch.uint8 and x.shape == (1, 3, 32, 32) and not loader.skipped
+    # val: no resize (40 -> 40, crop 40), so the pixels are the 16-bit values' top 8 bits
+    val = load(None, backend, file_list=files, train=False, batch_size=1, size=40, val_resize=40,
+               dtype=torch.uint8)
+    (x, _), = list(val)
+    expected = torch.from_numpy((pixels >> 8).astype(np.uint8)).permute(2, 0, 1)
+    assert (x[0].int() - expected.int()).abs().max() <= 1  # DALI rounds, PIL/torchvision truncate
+
+
+def test_missing_or_folder_entries_in_a_file_list_are_refused_up_front(tmp_path):
+    generate_image_folder(tmp_path, num_images=2, num_classes=1, seed=0, min_side=32, max_side=40)
+    listing = tmp_path / "list.txt"
+    listing.write_text("class_000/img_000000.jpg 0\nclass_000/gone.jpg 0\nclass_000 1\n")
+    with pytest.raises(FileNotFoundError, match=r"2 of 3 entries") as info:
+        classification_loader(file_list=listing, train=True, batch_size=4, backend="torch")
+    assert "list.txt:2" in str(info.value) and "gone.jpg does not exist" in str(info.value)
+    assert "list.txt:3" in str(info.value) and "is a folder" in str(info.value)
+    pairs = [(str(tmp_path / "class_000" / "img_000000.jpg"), 0), (str(tmp_path / "nope.jpg"), 0)]
+    with pytest.raises(FileNotFoundError, match=r"1 of 2 entries.*file_list\[1\].*nope.jpg"):
+        classification_loader(file_list=pairs, train=True, batch_size=4, backend="torch")
+
+
+def test_file_list_fields_may_be_separated_by_any_whitespace(tmp_path):
+    generate_image_folder(tmp_path, num_images=2, num_classes=1, seed=0, min_side=32, max_side=40)
+    listing = tmp_path / "list.txt"
+    listing.write_text("class_000/img_000000.jpg\t0\nclass_000/img_000001.jpg \t 1\n")
+    loader = classification_loader(file_list=listing, train=False, batch_size=4, backend="torch",
+                                    num_workers=0, device="cpu")
+    assert loader.samples.labels == (0, 1)

@@ -42,3 +42,17 @@ def test_default_dataset_is_generated_once_then_reused(tmp_path, monkeypatch):
     assert {p: p.stat().st_mtime_ns for p in root.rglob("*.jpg")} == stamp  # not rewritten
     (root.parent / "dataset.json").unlink()  # an interrupted generation is redone
     assert digest(default_image_dataset(5, 2, progress=False)) == first
+
+
+def test_cli_reports_the_classes_it_wrote_and_warns_about_old_files(tmp_path, capsys):
+    from gpufeed.cli import main
+
+    out = tmp_path / "imgs"
+    assert main(["data", "images", str(out), "--images", "3", "--classes", "5"]) == 0
+    captured = capsys.readouterr()
+    assert "wrote 3 images in 3 classes" in captured.out and "warning" not in captured.err
+    assert len([d for d in out.iterdir() if d.is_dir()]) == 3
+    (out / "class_000" / "old.jpg").write_bytes(b"x")
+    assert main(["data", "images", str(out), "--images", "2", "--classes", "2"]) == 0
+    captured = capsys.readouterr()
+    assert "already holds 4 files" in captured.err and "wrote 2 images in 2 classes" in captured.out

@@ -30,3 +30,14 @@ def test_example_trains_a_few_steps(image_folder, backend):
 def test_example_runs_on_dalis_own_classification_iterator(image_folder, backend):
     out = run_example("--loader", "dali", "--dali-iterator", "--data", str(image_folder))
     assert "trained 3 steps" in out
+
+
+@pytest.mark.parametrize("backend", [b for b in BACKENDS if "dali" in str(b)])
+def test_example_reports_files_skipped_by_dalis_iterator(image_folder, tmp_path, backend):
+    import shutil
+
+    data = tmp_path / "train"
+    shutil.copytree(image_folder, data)
+    (data / "class_000" / "empty.jpg").write_bytes(b"")
+    out = run_example("--loader", "dali", "--dali-iterator", "--data", str(data))
+    assert "skipped 1 files" in out and "empty.jpg (empty file" in out

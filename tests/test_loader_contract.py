@@ -154,12 +154,25 @@ def test_dali_backend_gives_a_real_dali_classification_iterator(image_folder):
         ({"on_error": "ignore"}, "ignore"),
         ({"num_workers": 1, "num_threads": 2}, "disagree"),
         ({"gpu_augment": lambda x, y: (x, y)}, "dtype=torch.uint8"),
+        ({"seed": None}, "seed"),
+        ({"seed": -1}, "seed"),
+        ({"seed": 1.5}, "seed"),
+        ({"shuffle": "no"}, "shuffle"),
+        ({"batch_size": True}, "batch_size"),
     ],
 )
 def test_bad_arguments_raise_errors_naming_them(image_folder, kwargs, match):
     args = {"train": True, "batch_size": 4, "device": "cpu", "backend": "torch", **kwargs}
     with pytest.raises(ValueError, match=match):
         classification_loader(image_folder, **args)
+
+
+def test_numpy_integers_and_torch_devices_are_accepted(tmp_path):
+    files = indexed_file_list(tmp_path, 6)
+    loader = classification_loader(file_list=files, train=True, batch_size=np.int64(4), seed=np.int64(3),
+                                   size=np.int32(32), device=torch.device("cpu"), backend="torch", num_workers=0)
+    assert type(loader.options.batch_size) is int and type(loader.options.seed) is int
+    assert loader.device == torch.device("cpu") and [len(y) for _, y in loader] == [4, 2]
 
 
 def test_cuda_on_a_machine_without_it_is_a_clear_error(image_folder):
@@ -223,3 +236,72 @@ def test_set_epoch_resumes_the_same_order_as_an_uninterrupted_run(tmp_path, back
     resumed.set_epoch(2)
     assert [v for _, y in resumed for v in y.tolist()] == orders[2]
     assert orders[0] != orders[1]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_set_epoch_resumes_the_same_pixels_as_an_uninterrupted_run(tmp_path, backend):
+    files = indexed_file_list(tmp_path, 12)
+    run = load(None, backend, file_list=files, train=True, batch_size=4, size=32, seed=3, dtype=torch.uint8)
+    epochs = [[(x.clone(), y.clone()) for x, y in run] for _ in range(2)]
+    resumed = load(None, backend, file_list=files, train=True, batch_size=4, size=32, seed=3, dtype=torch.uint8)
+    resumed.set_epoch(1)
+    again = [(x.clone(), y.clone()) for x, y in resumed]
+    assert [y.tolist() for _, y in again] == [y.tolist() for _, y in epochs[1]]
+    assert all(torch.equal(a, b) for (a, _), (b, _) in zip(again, epochs[1], strict=True))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_set_epoch_repeats_an_unseeded_gpu_augment_stage(tmp_path, backend):
+    from gpufeed.gpu_transforms.augment import (
+        ColorJitter,
+        GpuAugment,
+        RandomHorizontalFlip,
+        RandomResizedCrop,
+    )
+
+    files = indexed_file_list(tmp_path, 8)
+
+    def loader():
+        stage = GpuAugment([RandomResizedCrop(24), RandomHorizontalFlip(), ColorJitter(0.4, 0.4)])  # no seed
+        return load(None, backend, file_list=files, train=False, shuffle=True, batch_size=4, size=32, seed=3,
+                    dtype=torch.uint8, gpu_augment=stage)
+
+    run = loader()
+    epochs = [[x.clone() for x, _ in run] for _ in range(2)]
+    resumed = loader()
+    resumed.set_epoch(1)
+    assert all(torch.equal(a, b) for (a, _), b in zip(resumed, epochs[1], strict=True))
+    assert not all(torch.equal(a, b) for a, b in zip(epochs[0], epochs[1], strict=True))
+    # a stage with its own seed keeps its own stream (not reseeded per epoch)
+    seeded = GpuAugment([RandomHorizontalFlip()], seed=7)
+    list(load(None, backend, file_list=files, train=False, batch_size=4, size=32, dtype=torch.uint8,
+              gpu_augment=seeded))
+    assert seeded.seed == 7 and seeded.has_own_seed
+
+
+@pytest.mark.skipif(not dali_installed(), reason="DALI not installed")
+def test_dali_iterator_with_no_batch_in_the_plan_says_why(tmp_path):
+    files = indexed_file_list(tmp_path, 3)
+    loader = load(None, "dali", file_list=files, train=False, batch_size=4, size=32, last_batch="drop")
+    assert len(loader) == 0
+    with pytest.raises(ValueError, match=r"3 samples, fewer than batch_size=4.*drop"):
+        loader.dali_iterator()
+
+
+@pytest.mark.skipif(not dali_installed(), reason="DALI not installed")
+def test_dali_iterator_reports_skipped_files_per_epoch(tmp_path):
+    files = indexed_file_list(tmp_path, 6)
+    bad = str(tmp_path / "bad.jpg")
+    (tmp_path / "bad.jpg").write_bytes(b"")
+    files.append((bad, 6))
+    # drop: each epoch reads 4 of the 7 shuffled files, so the bad one is in some epochs only
+    loader = load(None, "dali", file_list=files, train=True, batch_size=4, size=32, last_batch="drop")
+    it = loader.dali_iterator()
+    in_epoch = []
+    for epoch in range(6):
+        planned = {loader.samples.paths[i] for b in loader.plan.batches(epoch) for i in b}
+        labels = [v for d in it for v in d[0]["label"].view(-1).tolist()]
+        in_epoch.append(bad in planned)
+        assert len(labels) == 4 - (bad in planned)
+        assert [s.path for s in it.gpufeed_skipped.skipped] == ([bad] if bad in planned else [])
+    assert any(in_epoch) and not all(in_epoch)

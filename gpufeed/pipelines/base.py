@@ -6,8 +6,10 @@ A backend only implements :meth:`ClassificationLoader._epoch_batches`; epochs, s
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable, Iterator
 
+import numpy as np
 import torch
 
 from gpufeed.backends import Choice
@@ -17,6 +19,13 @@ from gpufeed.pipelines.sources import SampleList, SkipLog, Skipped
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 Augment = Callable[[torch.Tensor, torch.Tensor], Batch]
+
+
+def augment_seed(seed: int, shard_id: int, epoch: int) -> int:
+    """The seed a loader gives an unseeded ``gpu_augment`` stage for one epoch of one
+    shard: a function of these three numbers only, so a resumed run repeats it, and
+    shards (which see different images) do not draw in lockstep."""
+    return int(np.random.SeedSequence([seed, shard_id, epoch, 0x6A75]).generate_state(1, np.uint64)[0] >> 2)
 
 
 class ClassificationLoader:
@@ -64,10 +73,21 @@ class ClassificationLoader:
         )
 
     def set_epoch(self, epoch: int) -> None:
-        """Make the next ``iter()`` run epoch ``epoch`` (its shuffle order and random
-        stream), e.g. when resuming training from a checkpoint."""
+        """Make the next ``iter()`` run epoch ``epoch``, e.g. when resuming training from
+        a checkpoint.
+
+        Epoch ``k`` of a resumed loader is epoch ``k`` of an uninterrupted run with the
+        same settings: the same shuffle order and, on every backend, the same random
+        crops and flips (they depend only on ``seed``, the shard and the epoch). So is a
+        ``gpu_augment`` stage built without a seed of its own, which the loader reseeds
+        every epoch; a stage given ``seed=`` keeps its own stream across epochs, so its
+        draws repeat only in a run started from epoch 0.
+        """
+        if isinstance(epoch, bool) or not isinstance(epoch, numbers.Integral):
+            raise TypeError(f"epoch must be an int, got {epoch!r}")
         if epoch < 0:
             raise ValueError(f"epoch must be >= 0, got {epoch}")
+        epoch = int(epoch)
         self.epoch = epoch - 1
         self._restart()
 
@@ -83,6 +103,8 @@ class ClassificationLoader:
         self.epoch += 1
         self.log.start_epoch()
         self.samples_yielded = 0
+        if self.gpu_augment is not None and getattr(self.gpu_augment, "has_own_seed", True) is False:
+            self.gpu_augment.seed_stream(augment_seed(self.options.seed, self.options.shard_id, self.epoch))
         for images, labels in self._epoch_batches(self.epoch):
             self.samples_yielded += len(labels)
             if self.gpu_augment is not None:

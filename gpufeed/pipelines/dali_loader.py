@@ -29,19 +29,74 @@ from nvidia.dali.plugin.pytorch import DALIClassificationIterator, LastBatchPoli
 from gpufeed.pipelines import geometry
 from gpufeed.pipelines.base import Batch, ClassificationLoader, Normalizer, ReusedBuffers
 from gpufeed.pipelines.dali_pipeline import FileFeed, build_pipeline
-from gpufeed.pipelines.sources import SkipLog, read_bytes, undecodable_reason
+from gpufeed.pipelines.options import OnError
+from gpufeed.pipelines.sources import (
+    BadFileMemory,
+    Skipped,
+    read_bytes,
+    undecodable_reason,
+)
 
 _TORCH_DTYPE = {"FLOAT": torch.float32, "FLOAT16": torch.float16, "UINT8": torch.uint8}
 
 
+class IteratorSkips(BadFileMemory):
+    """The skipped-file report of :meth:`DaliLoader.dali_iterator`, per epoch like
+    ``loader.skipped``.
+
+    The iterator's feed reads ahead of the user (DALI prefetches the next epoch's first
+    batches as soon as it resets at the end of an epoch), so each file is filed under the
+    epoch it was read for, and :attr:`skipped` lists the files left out of the epoch of
+    the last batch the iterator returned: after an epoch's last batch, and after its
+    ``StopIteration``, that epoch's; from the next epoch's first batch on, the next one's.
+    """
+
+    def __init__(self, on_error: OnError) -> None:
+        super().__init__(on_error)
+        #: The epoch of the last batch the iterator returned (0 before the first).
+        self.epoch = 0
+        self.feed: FileFeed | None = None  # set once the feed that reports here exists
+        self._by_epoch: dict[int, dict[str, Skipped]] = {}
+
+    @property
+    def skipped(self) -> list[Skipped]:
+        """The files left out of epoch :attr:`epoch`, with reasons."""
+        return list(self._by_epoch.get(self.epoch, {}).values())
+
+    def add(self, path: str, reason: str) -> None:
+        """Record a bad file under the epoch being read, or raise :class:`BadImageError`."""
+        self._remember(path, reason)
+        epoch = self.feed.epoch if self.feed is not None else self.epoch
+        self._by_epoch.setdefault(epoch, {}).setdefault(path, Skipped(path, reason))
+
+    def delivered(self, epoch: int) -> None:
+        """The iterator returned a batch of ``epoch``: report that epoch from now on."""
+        if epoch != self.epoch:
+            self.epoch = epoch
+            for old in [e for e in self._by_epoch if e < epoch]:
+                del self._by_epoch[old]
+
+
 class _PlannedIterator(DALIClassificationIterator):
     """DALI's classification iterator with ``len()`` from the epoch plan (DALI knows it
-    only from a reader, or from ``size=``, which forbids the partial last batch)."""
+    only from a reader, or from ``size=``, which forbids the partial last batch), and a
+    per-epoch skipped-file report (``gpufeed_skipped``)."""
 
     planned_batches = 0
+    gpufeed_feed: FileFeed | None = None
+    gpufeed_skipped: IteratorSkips | None = None
 
     def __len__(self) -> int:
         return self.planned_batches
+
+    def __next__(self):
+        batch = super().__next__()
+        feed = self.gpufeed_feed
+        if feed is not None and feed.in_flight:
+            # DALI returns batches in the order the feed handed them over: this one's epoch
+            # (popping also keeps the record of batches in flight from growing for ever).
+            self.gpufeed_skipped.delivered(feed.in_flight.popleft()[0])
+        return batch
 
 
 class DaliLoader(ClassificationLoader):
@@ -56,29 +111,25 @@ class DaliLoader(ClassificationLoader):
         self._finish = Normalizer(self.options, ReusedBuffers().empty)
         self._feed = FileFeed(self.samples, self.plan, self.log)
         self._pipe = None
-        self._finished_epoch = False
         self._probe = None
         self._pool: ThreadPoolExecutor | None = None
 
-    def _restart(self) -> None:
-        self._finished_epoch = False  # the next epoch starts from a fresh pipeline
-
-    def _new_pipeline(self, stream: int):
+    def _new_pipeline(self, stream: tuple[int, ...]):
         # CPU: a deeper queue lets DALI's threads decode ahead while torch resizes.
         return build_pipeline(self._feed, self.options, self.device_id, decode_only=self._on_cpu,
                               prefetch=3 if self._on_cpu else 2, stream=stream)
 
     def _epoch_batches(self, epoch: int) -> Iterator[Batch]:
-        if self._pipe is not None and self._finished_epoch:
-            self._pipe.reset()  # iter(feed): the next epoch of the plan
-        else:
-            # First epoch, or the last one was left half-way: batches of it may still be
-            # queued inside DALI, so start from a fresh pipeline.
-            self._pipe = None
-            self._feed.next_epoch = epoch
-            self._feed.in_flight.clear()
-            self._pipe = self._new_pipeline(epoch)
-        self._finished_epoch = False
+        # A fresh pipeline every epoch, seeded with the epoch: DALI's random ops cannot be
+        # reseeded, and a pipeline carried over from the last epoch (reset()) would draw
+        # crops and flips that depend on every epoch before, so set_epoch(k) on a new
+        # loader could not repeat epoch k's pixels. Building costs a few ms on a CPU (an
+        # epoch's first batches wait for DALI's queue to fill after reset() too); it also
+        # drops batches of an epoch left half-way that may still be queued inside DALI.
+        self._pipe = None  # free the old pipeline's buffers before allocating new ones
+        self._feed.next_epoch = epoch
+        self._feed.in_flight.clear()
+        self._pipe = self._new_pipeline((epoch,))
         while True:
             try:
                 images, labels = self._pipe.run()
@@ -92,7 +143,6 @@ class DaliLoader(ClassificationLoader):
             labels = torch.from_numpy(np.asarray(labels.as_tensor())).view(-1).to(torch.int64)
             images = self._geometry_on_cpu(images) if self._on_cpu else self._from_gpu(images)
             yield images, labels.to(images.device, non_blocking=True)
-        self._finished_epoch = True
 
     def _geometry_on_cpu(self, decoded) -> torch.Tensor:
         """Variable-size uint8 HWC images -> the contract's batch (resize, crop, normalise).
@@ -151,7 +201,7 @@ class DaliLoader(ClassificationLoader):
         self._feed.resume(epoch, batch_number)
         self._feed.in_flight.clear()
         self._pipe = None
-        self._pipe = self._new_pipeline(epoch * 1_000 + batch_number + 1)
+        self._pipe = self._new_pipeline((epoch, batch_number))
 
     def _probe_file(self, path: str) -> str | None:
         """Decode one file through the same pipeline, alone: the reason it fails, or None."""
@@ -183,15 +233,33 @@ class DaliLoader(ClassificationLoader):
         iterator (labels int32, as DALI gives them), with ``len()``, and with the whole
         pipeline in DALI (decode, resize, normalise) on this
         loader's device, follows this loader's plan (shuffle, shard, last-batch policy)
-        with its own epoch count, and skips files that fail the byte checks (listed in
-        the returned iterator's ``gpufeed_skipped`` log). Decoder failures beyond those
-        end the epoch with DALI's error, as in DALI; the loader itself recovers from them.
+        with its own epoch count, and skips files that fail the byte checks. Those are
+        listed per epoch, like ``loader.skipped``, in ``it.gpufeed_skipped.skipped`` (an
+        :class:`IteratorSkips`: the files left out of the epoch of the last batch
+        returned). Decoder failures beyond those end the epoch with DALI's error, as in
+        DALI; the loader itself recovers from them. Its random crops and flips come from
+        one stream across epochs (as in any DALI pipeline), so unlike the loader's they
+        do not repeat on a resumed run.
+
+        Raises:
+            ValueError: the plan has no batch for this shard (``last_batch="drop"`` with
+                fewer samples in the shard than ``batch_size``); DALI would fail with
+                "no data in the pipeline".
         """
-        log = SkipLog(self.options.on_error)
+        if len(self.plan) == 0:
+            raise ValueError(
+                f"dali_iterator(): shard {self.plan.shard_id} of {self.plan.num_shards} has "
+                f"{self.plan.shard_size} samples, fewer than batch_size={self.plan.batch_size}, and "
+                "last_batch='drop' drops that incomplete batch: no batch to iterate. Use a smaller "
+                "batch_size or last_batch='partial' / 'fill'"
+            )
+        log = IteratorSkips(self.options.on_error)
         feed = FileFeed(self.samples, self.plan, log)
+        log.feed = feed
         pipe = build_pipeline(feed, self.options, self.device_id)
         # The feed already applied the last-batch policy, which PARTIAL passes through.
         iterator = _PlannedIterator([pipe], last_batch_policy=LastBatchPolicy.PARTIAL, auto_reset=auto_reset)
         iterator.planned_batches = len(self.plan)
+        iterator.gpufeed_feed = feed
         iterator.gpufeed_skipped = log
         return iterator

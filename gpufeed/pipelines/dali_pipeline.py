@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 import nvidia.dali.fn as fn
@@ -19,6 +20,9 @@ from nvidia.dali.pipeline import Pipeline
 from gpufeed.pipelines.options import LoaderOptions
 from gpufeed.pipelines.plan import EpochPlan
 from gpufeed.pipelines.sources import SampleList, SkipLog, read_bytes, undecodable_reason
+
+if TYPE_CHECKING:
+    from gpufeed.pipelines.dali_loader import IteratorSkips
 
 _DALI_DTYPE = {"torch.float32": types.FLOAT, "torch.float16": types.FLOAT16, "torch.uint8": types.UINT8}
 
@@ -33,7 +37,7 @@ class FileFeed:
     go on from (after a pipeline was rebuilt mid-epoch).
     """
 
-    def __init__(self, samples: SampleList, plan: EpochPlan, log: SkipLog) -> None:
+    def __init__(self, samples: SampleList, plan: EpochPlan, log: SkipLog | IteratorSkips) -> None:
         self.samples, self.plan, self.log = samples, plan, log
         #: The epoch the next plain ``iter()`` starts (DALI calls it as soon as an epoch
         #: runs dry, to be ready for ``reset()``).
@@ -104,9 +108,15 @@ def _resize_and_centre_crop(encoded, images, shorter: int, size: int):
                     axis_names="HW", normalized_anchor=False, normalized_shape=False)
 
 
+def pipeline_seed(*entropy: int) -> int:
+    """A DALI seed (31 bits) mixed from ``entropy``: distinct tuples give unrelated streams
+    (a sum such as ``seed + 7919 * shard + epoch`` makes neighbouring runs collide)."""
+    return int(np.random.SeedSequence(list(entropy)).generate_state(1, np.uint32)[0]) & 0x7FFF_FFFF
+
+
 def build_pipeline(source: Callable | FileFeed | None, options: LoaderOptions, device_id: int | None,
                    *, batch_size: int | None = None, prefetch: int = 2, decode_only: bool = False,
-                   stream: int = 0) -> Pipeline:
+                   stream: tuple[int, ...] = ()) -> Pipeline:
     """Build the classification pipeline.
 
     Args:
@@ -120,8 +130,10 @@ def build_pipeline(source: Callable | FileFeed | None, options: LoaderOptions, d
         decode_only: stop after decoding (train: the random crop's region, randomly
             flipped; val: the whole image), leaving variable-size uint8 HWC images for
             the caller to resize (see :class:`gpufeed.pipelines.dali_loader.DaliLoader`).
-        stream: which random stream the pipeline draws from (part of its seed): a pipeline
-            rebuilt mid-run gets a new one, so it does not replay earlier random crops.
+        stream: which random stream the pipeline draws from, mixed into its seed with
+            ``options.seed`` and the shard: the loader passes ``(epoch,)`` for an epoch's
+            pipeline and ``(epoch, batch)`` for one rebuilt mid-epoch, so neither replays
+            another's random crops.
 
     Returns:
         A built pipeline with outputs ``(images, labels)``.
@@ -169,7 +181,7 @@ def build_pipeline(source: Callable | FileFeed | None, options: LoaderOptions, d
 
     pipe = classification(
         batch_size=batch_size or o.batch_size, num_threads=max(1, o.threads), device_id=device_id,
-        seed=o.seed + 7919 * o.shard_id + 104_729 * stream, prefetch_queue_depth=prefetch,
+        seed=pipeline_seed(o.seed, o.shard_id, *stream), prefetch_queue_depth=prefetch,
     )
     pipe.build()
     return pipe

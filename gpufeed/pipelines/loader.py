@@ -27,7 +27,7 @@ def classification_loader(
     batch_size: int,
     size: int = 224,
     backend: str = "auto",
-    device: str = "auto",
+    device: str | torch.device = "auto",
     dtype: torch.dtype = torch.float32,
     layout: str = "NCHW",
     shuffle: bool | None = None,
@@ -59,13 +59,14 @@ def classification_loader(
         backend: ``"dali"`` (GPU, or CPU-only mode without a GPU), ``"torch"``
             (DataLoader + torchvision), or ``"auto"``: DALI when installed (see
             ``loader.choice.reason`` and ``gpufeed doctor``).
-        device: ``"cuda"``, ``"cpu"`` or ``"auto"`` (CUDA when available).
+        device: ``"cuda"``, ``"cuda:N"``, ``"cpu"``, ``"auto"`` (CUDA when available) or a
+            ``torch.device``.
         dtype: ``torch.float32`` / ``torch.float16`` (normalised) or ``torch.uint8``
             (raw 0..255 pixels, e.g. for ``gpu_augment`` to normalise later).
         layout: ``"NCHW"`` or ``"NHWC"``.
-        shuffle: default: True when training, False for validation.
-        seed: shuffling and augmentation seed; the same seed repeats a run. Must be the
-            same on every shard.
+        shuffle: True, False or None (default: True when training, False for validation).
+        seed: shuffling and augmentation seed, a non-negative int; the same seed repeats
+            a run. Must be the same on every shard.
         shard_id, num_shards: this process's shard; default from torch.distributed or
             torchrun's ``RANK`` / ``WORLD_SIZE``, else 0 of 1.
         last_batch: ``"partial"``, ``"drop"`` or ``"fill"`` (see :class:`LastBatch`).
@@ -81,7 +82,10 @@ def classification_loader(
             the device after loading (e.g. a :mod:`gpufeed.gpu_transforms.augment` stage);
             needs ``dtype=torch.uint8``, ``layout="NCHW"``. The loader's own train
             augmentation (crop, flip) still runs first: use ``train=False`` when the stage
-            crops.
+            crops, with ``shuffle=True`` (validation does not shuffle by default, so the
+            batches would come class by class). A stage built without a seed is reseeded
+            by the loader every epoch from ``(seed, shard_id, epoch)``, so ``set_epoch``
+            repeats its draws too; one given ``seed=`` keeps its own stream.
 
     Returns:
         A :class:`ClassificationLoader`; with the DALI backend,
@@ -113,7 +117,8 @@ def classification_loader(
         last_batch=LastBatch(last_batch), num_workers=num_workers if num_workers is not None else num_threads,
         on_error=OnError(on_error), mean=tuple(mean), std=tuple(std), val_resize=val_resize,
     )
-    torch_device = resolve_device(device)
+    # torch.device("cuda", 1) -> "cuda:1": the string forms resolve_device checks
+    torch_device = resolve_device(str(device) if isinstance(device, torch.device) else device)
     choice = choose_image_backend(backend, torch_device)
     if choice.name == "dali":
         from gpufeed.pipelines.dali_loader import DaliLoader

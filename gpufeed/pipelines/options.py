@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import numbers
 import os
 from dataclasses import dataclass
 from enum import Enum
 
+import numpy as np
 import torch
 
 #: ImageNet statistics in [0, 1] units, the default normalisation.
@@ -97,12 +99,23 @@ class LoaderOptions:
         def bad(name: str, value: object, want: str) -> ValueError:
             return ValueError(f"{name} must be {want}, got {value!r}")
 
+        def integer(value: object) -> bool:  # numpy integers too, but not bools
+            return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
+
         if not isinstance(self.train, bool):
             raise bad("train", self.train, "True or False")
-        if not isinstance(self.batch_size, int) or self.batch_size < 1:
+        if not integer(self.batch_size) or self.batch_size < 1:
             raise bad("batch_size", self.batch_size, "a positive int")
-        if not isinstance(self.size, int) or self.size < 1:
+        if not integer(self.size) or self.size < 1:
             raise bad("size", self.size, "a positive int")
+        if self.shuffle is not None and not isinstance(self.shuffle, bool):
+            # a string such as "no" would be truthy and shuffle
+            raise bad("shuffle", self.shuffle, "True, False or None (the default for train)")
+        if not integer(self.seed) or self.seed < 0:
+            raise bad("seed", self.seed, "a non-negative int (the same on every shard)")
+        # Plain ints from here on (numpy integers overflow in the seed arithmetic).
+        for name in ("batch_size", "size", "seed"):
+            object.__setattr__(self, name, int(getattr(self, name)))
         if self.dtype not in _DTYPES:
             raise bad("dtype", self.dtype, "torch.float32, torch.float16 or torch.uint8")
         if self.layout not in ("NCHW", "NHWC"):

@@ -94,10 +94,14 @@ def read_file_list(
     default the list file's folder.
 
     Raises:
-        FileNotFoundError: the list file does not exist.
+        FileNotFoundError: the list file does not exist, or entries name files that do not
+            exist or are not regular files (the first few are named with their line or
+            index, and the count is given). Checked here, once, so a missing file is not
+            found half-way through an epoch.
         ValueError: a line without a path and an integer label (its number is named).
     """
     pairs: list[tuple[str, int]] = []
+    where: list[str] = []  # each entry's origin, for error messages: "list.txt:3" or "file_list[2]"
     if isinstance(file_list, (str, os.PathLike)):
         list_path = Path(file_list)
         if not list_path.is_file():
@@ -106,13 +110,17 @@ def read_file_list(
         for lineno, line in enumerate(list_path.read_text().splitlines(), 1):
             if not line.strip() or line.lstrip().startswith("#"):
                 continue
-            path, _, label = line.strip().rpartition(" ")
+            # Any whitespace before the label, as DALI's reader takes it (tabs too); the
+            # path keeps its inner spaces.
+            fields = line.strip().rsplit(None, 1)
             try:
+                path, label = fields
                 pairs.append((str(base / path.strip()), int(label)))
             except ValueError:
                 raise ValueError(
                     f"{list_path}:{lineno}: expected '<path> <integer label>', got {line!r}"
                 ) from None
+            where.append(f"{list_path}:{lineno}")
     else:
         base = Path(root) if root is not None else Path()
         for k, (path, label) in enumerate(file_list):
@@ -120,12 +128,30 @@ def read_file_list(
                 pairs.append((str(base / path), int(label)))
             except (TypeError, ValueError):
                 raise ValueError(f"file_list[{k}]: label {label!r} of {path} is not an integer") from None
+            where.append(f"file_list[{k}]")
+    _check_files_exist([p for p, _ in pairs], where)
     if not pairs:
         raise ValueError(f"file list {file_list!r} has no samples")
     if min(lbl for _, lbl in pairs) < 0:
         raise ValueError(f"file list {file_list!r} has a negative label")
     classes = tuple(str(i) for i in range(max(lbl for _, lbl in pairs) + 1))
     return SampleList(tuple(p for p, _ in pairs), tuple(lbl for _, lbl in pairs), classes)
+
+
+def _check_files_exist(paths: list[str], where: list[str]) -> None:
+    """Raise one FileNotFoundError naming the entries whose path is not a regular file."""
+    missing = [k for k, p in enumerate(paths) if not os.path.isfile(p)]
+    if not missing:
+        return
+
+    def why(path: str) -> str:
+        if os.path.isdir(path):
+            return "is a folder"
+        return "is not a regular file" if os.path.exists(path) else "does not exist"
+
+    shown = "; ".join(f"{where[k]}: {paths[k]} {why(paths[k])}" for k in missing[:3])
+    more = f"; and {len(missing) - 3} more" if len(missing) > 3 else ""
+    raise FileNotFoundError(f"file list: {len(missing)} of {len(paths)} entries are not files: {shown}{more}")
 
 
 _SIGNATURES = (
@@ -157,6 +183,9 @@ def undecodable_reason(data: bytes | memoryview) -> str | None:
         return "empty file (0 bytes)"
     fmt = image_format(data)
     if fmt is None:
+        head = bytes(data[:6])
+        if head in (b"GIF87a", b"GIF89a"):  # an image, but not one DALI decodes
+            return "unsupported image format (GIF)"
         return "not an image (unknown file signature)"
     if fmt == "jpeg" and bytes(data[-1024:]).rfind(b"\xff\xd9") < 0:
         return "truncated JPEG (no end-of-image marker)"
@@ -168,7 +197,25 @@ def read_bytes(path: str) -> np.ndarray:
     return np.fromfile(path, dtype=np.uint8)
 
 
-class SkipLog:
+class BadFileMemory:
+    """The ``on_error`` policy and the files found bad so far (not decoded again)."""
+
+    def __init__(self, on_error: OnError) -> None:
+        self.on_error = OnError(on_error)
+        self._known: dict[str, str] = {}
+
+    def known(self, path: str) -> str | None:
+        """The reason ``path`` was found bad before, or None."""
+        return self._known.get(path)
+
+    def _remember(self, path: str, reason: str) -> None:
+        """Raise :class:`BadImageError` under ``on_error="raise"``, else remember the file."""
+        if self.on_error == OnError.RAISE:
+            raise BadImageError(path, reason)
+        self._known[path] = reason
+
+
+class SkipLog(BadFileMemory):
     """The files an epoch left out, and the policy that decides whether to skip or raise.
 
     Known-bad files are remembered across epochs (so they are not decoded again) and
@@ -177,9 +224,8 @@ class SkipLog:
     """
 
     def __init__(self, on_error: OnError) -> None:
-        self.on_error = OnError(on_error)
+        super().__init__(on_error)
         self.skipped: list[Skipped] = []
-        self._known: dict[str, str] = {}
         self._this_epoch: set[str] = set()
         self._warned: set[str] = set()
 
@@ -187,15 +233,9 @@ class SkipLog:
         """Forget the last epoch's list (the known-bad files stay known)."""
         self.skipped, self._this_epoch = [], set()
 
-    def known(self, path: str) -> str | None:
-        """The reason ``path`` was found bad before, or None."""
-        return self._known.get(path)
-
     def add(self, path: str, reason: str) -> None:
         """Record a bad file (once per epoch), or raise :class:`BadImageError` under ``raise``."""
-        if self.on_error == OnError.RAISE:
-            raise BadImageError(path, reason)
-        self._known[path] = reason
+        self._remember(path, reason)
         if path not in self._this_epoch:
             self._this_epoch.add(path)
             self.skipped.append(Skipped(path, reason))

@@ -17,6 +17,7 @@ import torch
 import torchvision.io as tvio
 from PIL import Image
 from torch.utils.data import DataLoader, Dataset, Sampler
+from torchvision.transforms.v2 import functional as TF
 
 from gpufeed.pipelines import geometry
 from gpufeed.pipelines.base import Batch, ClassificationLoader, Normalizer, shared_empty
@@ -33,13 +34,19 @@ warnings.filterwarnings("ignore", message="The image decoding and encoding capab
 def decode_rgb(data: np.ndarray) -> torch.Tensor:
     """Decode image bytes to uint8 ``(H, W, 3)`` pixels (grayscale and CMYK become RGB).
 
-    torchvision.io decodes JPEG, PNG and WebP; BMP and TIFF go through PIL.
+    torchvision.io decodes JPEG, PNG and WebP; BMP and TIFF go through PIL. Deeper
+    images (16-bit PNG) are scaled to 8 bits, as DALI and PIL do.
     """
     if image_format(data) in ("bmp", "tiff"):
         with Image.open(io.BytesIO(data.tobytes())) as img:
             return torch.from_numpy(np.asarray(img.convert("RGB")))
     # torchvision returns CHW as a view of HWC memory: the channels-last layout we want.
-    return tvio.decode_image(torch.from_numpy(data), mode=tvio.ImageReadMode.RGB).permute(1, 2, 0)
+    image = tvio.decode_image(torch.from_numpy(data), mode=tvio.ImageReadMode.RGB)
+    if image.dtype != torch.uint8:
+        # A 16-bit PNG decodes to uint16, which torch's resize kernels refuse (and which
+        # would overflow a uint8 batch): keep the top 8 bits, like PIL (DALI rounds instead).
+        image = TF.to_dtype(image, torch.uint8, scale=True)
+    return image.permute(1, 2, 0)
 
 
 class _Files(Dataset):

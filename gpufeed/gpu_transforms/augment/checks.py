@@ -115,8 +115,9 @@ def check_labels(images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return labels
 
 
-def check_masks(images: torch.Tensor, masks: torch.Tensor) -> torch.Tensor:
-    """Check segmentation masks: (B, H, W) or (B, K, H, W) matching the images' size."""
+def check_masks(images: torch.Tensor, masks: torch.Tensor, fill: float | None = None) -> torch.Tensor:
+    """Check segmentation masks: (B, H, W) or (B, K, H, W) matching the images' size, and
+    that ``fill`` (the stage's ``mask_fill``) is a value their dtype holds."""
     if not isinstance(masks, torch.Tensor):
         raise TypeError(f"masks must be a torch.Tensor, got {type(masks).__name__}")
     check_same_device(images, "masks", masks)
@@ -128,6 +129,13 @@ def check_masks(images: torch.Tensor, masks: torch.Tensor) -> torch.Tensor:
         )
     if masks.is_floating_point() and masks.dtype != torch.float32 and masks.dtype != torch.float64:
         raise TypeError(f"masks dtype must be an integer, bool, float32 or float64 type, got {masks.dtype}")
+    if fill is not None and not masks.is_floating_point() and masks.dtype != torch.bool:
+        # Cast into the mask's dtype, 300 would wrap to 44 in uint8 and 0.5 become 0. (A bool
+        # mask takes any fill as a truth value: nonzero is True.)
+        lo, hi = torch.iinfo(masks.dtype).min, torch.iinfo(masks.dtype).max
+        if not (lo <= fill <= hi and float(fill).is_integer()):
+            raise ValueError(f"mask_fill={fill:g} does not fit masks of dtype {masks.dtype}: "
+                             f"give a whole number in [{lo}, {hi}]")
     return masks
 
 

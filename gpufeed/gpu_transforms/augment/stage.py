@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -104,12 +105,17 @@ class GpuAugment:
             ColorJitter(0.4, 0.4, 0.4, 0.1), Normalize(MEAN, STD)]``.
         seed: seeds the stage's generators (one per device); None draws a seed from
             torch's global generator, so ``torch.manual_seed`` makes runs repeatable.
+            Behind a loader (``gpu_augment=``) a stage without a seed is reseeded by the
+            loader every epoch from its ``(seed, shard, epoch)`` (see :meth:`seed_stream`),
+            which makes ``set_epoch`` resumes exact; one with a seed keeps its own stream.
         same_on_batch: every sample of a batch gets the same parameters.
         value_range: the range of float pixels, in and out: (0, 1) or (0, 255). A float
             batch outside it (e.g. 0..255 passed as 0..1) is refused.
         output_dtype: None keeps the input dtype (float32 for uint8 input with Normalize).
         fill: value in [0, 1] where a warp looks outside the image.
-        mask_fill: mask value there (e.g. 255 as an ignore index).
+        mask_fill: mask value there (e.g. 255 as an ignore index); for integer masks it
+            must be a whole number their dtype holds, else :meth:`apply` refuses them
+            rather than wrapping the value (bool masks read it as a truth value).
         min_box_size: boxes narrower or shorter than this (pixels) after clipping are dropped.
         check_inputs: check values (range, NaN/inf), costing one device sync per batch.
         chunk_size: samples processed together; None: the whole batch on a GPU, chunks of
@@ -164,15 +170,34 @@ class GpuAugment:
         self._affine = all(op.affine for op in self._geometric)
         self._normalize = bool(pixel) and isinstance(pixel[-1], Normalize)
         self._reprs = tuple(repr(op) for op in ops)
-        self.manual_seed(int(torch.randint(0, 2**62, ()).item()) if seed is None else seed)
+        if seed is None:
+            self.seed_stream(int(torch.randint(0, 2**62, ()).item()))
+        else:
+            self.manual_seed(seed)
         #: Parameters of the last call; ``stage(x, params=stage.last_params)`` replays it.
         self.last_params: AugmentParams | None = None
 
     def manual_seed(self, seed: int) -> GpuAugment:
-        """Restart the random stream of every device from ``seed``."""
-        if isinstance(seed, bool) or not isinstance(seed, int):
+        """Restart the random stream of every device from ``seed``, and make it the
+        stage's own: a loader then leaves the stream alone (see :meth:`seed_stream`)."""
+        self.seed_stream(seed)
+        self.has_own_seed = True
+        return self
+
+    def seed_stream(self, seed: int) -> GpuAugment:
+        """Restart the random stream of every device from ``seed`` without making it the
+        stage's own seed.
+
+        A stage built with ``seed=None`` has no seed of its own; ``classification_loader``
+        then calls this at the start of every epoch with a seed derived from the loader's
+        ``(seed, shard_id, epoch)``, so a loader resumed with ``set_epoch(k)`` repeats
+        epoch ``k``'s augmentation exactly. A stage with its own seed (``seed=`` or
+        :meth:`manual_seed`) keeps one stream across epochs instead.
+        """
+        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
             raise TypeError(f"seed must be an int, got {seed!r}")
-        self.seed = seed
+        self.seed = int(seed)
+        self.has_own_seed = False
         self._generators: dict[torch.device, torch.Generator] = {}
         return self
 
@@ -346,7 +371,7 @@ class GpuAugment:
         if boxes is not None:
             checks.check_boxes(images, boxes, box_labels)
         if masks is not None:
-            checks.check_masks(images, masks)
+            checks.check_masks(images, masks, self.mask_fill)
         if keypoints is not None:
             checks.check_keypoints(images, keypoints)
 
