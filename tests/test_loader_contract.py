@@ -159,12 +159,22 @@ def test_dali_backend_gives_a_real_dali_classification_iterator(image_folder):
         ({"seed": 1.5}, "seed"),
         ({"shuffle": "no"}, "shuffle"),
         ({"batch_size": True}, "batch_size"),
+        ({"mean": (123.7, 116.3, 103.5), "std": (58.4, 57.1, 57.4)}, "0..1 units"),
     ],
 )
 def test_bad_arguments_raise_errors_naming_them(image_folder, kwargs, match):
     args = {"train": True, "batch_size": 4, "device": "cpu", "backend": "torch", **kwargs}
     with pytest.raises(ValueError, match=match):
         classification_loader(image_folder, **args)
+
+
+def test_half_explicit_shards_next_to_a_launcher_are_refused(image_folder, monkeypatch):
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ValueError, match="num_shards=4 was given but not its partner"):
+        classification_loader(image_folder, train=True, batch_size=4, device="cpu", backend="torch", num_shards=4)
+    loader = classification_loader(image_folder, train=True, batch_size=4, device="cpu", backend="torch")
+    assert (loader.plan.shard_id, loader.plan.num_shards) == (1, 2)
 
 
 def test_numpy_integers_and_torch_devices_are_accepted(tmp_path):

@@ -296,3 +296,11 @@ def test_formats_bench_round_trip_check_is_exact():
     assert differing_columns(a, a.assign(s=["a", "", "c"])) == ["s"]     # "" read for a missing value
     assert differing_columns(a, a.assign(i=["1", "2", "3"])) == ["i"]    # numbers read as text
     assert differing_columns(a, a.drop(columns="s").assign(t=1)) == ["s", "t"]
+
+
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_duplicate_csv_header_names_are_refused_on_every_backend(tmp_path, backend):
+    path = tmp_path / "dup.csv"
+    path.write_text("a,a,b\n1,2,3\n")
+    with pytest.raises(MalformedCSVError, match=r"dup.csv: the header names column\(s\) \['a'\] more than once"):
+        read_table(path, backend=backend)

@@ -110,6 +110,12 @@ def classification_loader(
     else:
         samples = scan_image_folder(root)
     default_id, default_count = default_shard()
+    if (shard_id is None) != (num_shards is None) and default_count > 1:
+        # Half explicit, half from the launcher: RANK=1 with num_shards=4 would silently read
+        # shard 1 of 4 of a split the other ranks do not share.
+        given = f"shard_id={shard_id}" if shard_id is not None else f"num_shards={num_shards}"
+        raise ValueError(f"{given} was given but not its partner, which would come from the launcher "
+                         f"(rank {default_id} of {default_count}); pass both shard_id and num_shards, or neither")
     options = LoaderOptions(
         train=train, batch_size=batch_size, size=size, dtype=dtype, layout=layout, shuffle=shuffle,
         seed=seed, shard_id=default_id if shard_id is None else shard_id,

@@ -128,6 +128,11 @@ class LoaderOptions:
             raise bad("num_workers", self.num_workers, "None or >= 0")
         if len(self.mean) != 3 or len(self.std) != 3 or any(s <= 0 for s in self.std):
             raise ValueError(f"mean and std need 3 values each, std > 0; got mean={self.mean}, std={self.std}")
+        if any(m > 1 for m in self.mean) or any(s > 1 for s in self.std):
+            # DALI's own normalisation takes 0..255 units: a DALI user's [123.7, 116.3, 103.5]
+            # here would give batches of about -500 instead of roughly -2..2.6.
+            raise ValueError(f"mean and std are in 0..1 units, as in torchvision (got mean={self.mean}, "
+                             f"std={self.std}); divide DALI-style 0..255 values by 255")
         if not 0 < self.scale[0] <= self.scale[1] <= 1:
             raise bad("scale", self.scale, "(lo, hi) with 0 < lo <= hi <= 1")
         if not 0 < self.ratio[0] <= self.ratio[1]:

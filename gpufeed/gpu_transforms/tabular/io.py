@@ -218,6 +218,12 @@ def _read_csv_arrow(path: Path, on_bad_lines: str, report: ReadReport, sep: str,
             f"{path}: column(s) {binary} are not valid {encoding}{where}; pass the file's encoding=, "
             "e.g. encoding='latin-1' or 'cp1252'"
         )
+    names = table.column_names
+    duplicated = sorted({n for n in names if names.count(n) > 1})
+    if duplicated:
+        # pandas would rename them (a, a.1) and polars refuse: one clear error on every backend.
+        raise MalformedCSVError(f"{path}: the header names column(s) {duplicated} more than once; "
+                                "give every column its own name")
     if bad:
         bad = sorted(_locate_lines(path, bad, encoding), key=lambda b: (b[0] is None, b[0] or 0))
         shown = "; ".join(f"line {n}: {t[:80]!r}" for n, t in bad[:_MAX_LINES_IN_MESSAGE])
