@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
@@ -176,3 +178,14 @@ def test_a_mask_fill_the_mask_dtype_cannot_hold_is_refused():
     assert out.masks.max() == 300
     with pytest.raises(ValueError, match="mask_fill=0.5"):
         GpuAugment([RandomRotation((45, 45))], mask_fill=0.5).apply(images, masks=torch.zeros(2, 8, 8, dtype=torch.int32))
+
+
+def test_normalised_boxes_are_warned_about_not_silently_dropped():
+    stage = GpuAugment([RandomHorizontalFlip()], seed=0)
+    images = torch.rand(2, 3, H, W)
+    boxes = [torch.tensor([[0.1, 0.1, 0.5, 0.6]]), torch.tensor([[0.2, 0.3, 0.9, 0.8]])]
+    with pytest.warns(UserWarning, match="every box lies within 0..1"):
+        stage.apply(images, boxes=boxes)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        stage.apply(images, boxes=[b * 40 for b in boxes])  # pixel boxes: no warning

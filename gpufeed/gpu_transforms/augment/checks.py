@@ -9,6 +9,7 @@ is known to be sound.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 
 import torch
@@ -181,10 +182,17 @@ def check_boxes(
          "converted first)",
          (flat[:, :2] < -tol).any(dim=1) | (flat[:, 2] > w + tol) | (flat[:, 3] > h + tol)),
     )
-    bad = torch.stack([p for _, p in problems], dim=1)  # (N, 3)
-    if bool(bad.any()):
-        row, kind = (int(v) for v in torch.nonzero(bad)[0])
+    # The 4th column: every box inside 0..1, which on images larger than a few pixels means
+    # normalised coordinates: crops would then drop them all without a word.
+    small = (flat.abs() <= 1.0).all().expand(flat.shape[0]) & torch.tensor(min(h, w) > 8, device=flat.device)
+    bad = torch.stack([*(p for _, p in problems), small], dim=1)  # (N, 4); one sync below
+    invalid, normalised = torch.stack([bad[:, :3].any(), bad[0, 3]]).tolist()
+    if invalid:
+        row, kind = (int(v) for v in torch.nonzero(bad[:, :3])[0])
         raise ValueError(f"boxes[{int(owner[row])}] {problems[kind][0]}")
+    if normalised:
+        warnings.warn(f"every box lies within 0..1 on {w}x{h} images: boxes are xyxy in pixels; "
+                      "scale normalised boxes by the image size first", stacklevel=3)
 
 
 def check_keypoints(images: torch.Tensor, keypoints: torch.Tensor) -> torch.Tensor:
