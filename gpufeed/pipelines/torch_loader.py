@@ -39,7 +39,8 @@ def decode_rgb(data: np.ndarray) -> torch.Tensor:
     """
     if image_format(data) in ("bmp", "tiff"):
         with Image.open(io.BytesIO(data.tobytes())) as img:
-            return torch.from_numpy(np.asarray(img.convert("RGB")))
+            # np.array, not asarray: PIL's buffer is read-only, which torch warns about.
+            return torch.from_numpy(np.array(img.convert("RGB")))
     # torchvision returns CHW as a view of HWC memory: the channels-last layout we want.
     image = tvio.decode_image(torch.from_numpy(data), mode=tvio.ImageReadMode.RGB)
     if image.dtype != torch.uint8:
