@@ -457,3 +457,12 @@ def test_loading_a_file_that_is_not_a_recipe_names_it(tmp_path):
     bad.write_bytes(b"\x89\xff\x00binary")
     with pytest.raises(ValueError, match="model.bin: not a gpufeed recipe"):
         Recipe.load(bad)
+
+
+@pytest.mark.parametrize("tz", [None, "UTC"])
+def test_split_by_time_takes_iso_text_cutoffs_on_every_backend(tz):
+    df = pd.DataFrame({"t": pd.date_range("2024-01-01", periods=10, freq="D", tz=tz)})
+    for frame in (df, pl.from_pandas(df)):
+        assert split_by_time(frame, "t", cutoffs=("2024-01-05", "2024-01-08")).rows == {"train": 4, "val": 3, "test": 3}
+    with pytest.raises(ValueError, match="not an ISO date"):
+        split_by_time(pl.from_pandas(df), "t", cutoffs=("soon", "later"))
