@@ -11,6 +11,7 @@ import pytest
 import torch
 from PIL import Image
 
+from gpufeed.backends import dali_installed
 from gpufeed.datasets.images import generate_image_folder
 from gpufeed.pipelines import BadImageError, classification_loader
 from tests.helpers import png16_bytes
@@ -72,6 +73,16 @@ def test_bad_files_are_skipped_reported_and_counted_exactly(messy_folder, backen
         gpufeed_warnings = [w for w in caught if "skipped" in str(w.message)]
         # one warning line the first time these files turn up, none after
         assert len(gpufeed_warnings) == (1 if epoch == 0 else 0)
+
+
+@pytest.mark.skipif(not dali_installed(), reason="DALI not installed")
+def test_dali_decode_failures_say_what_is_wrong_with_the_file(messy_folder):
+    with pytest.warns(UserWarning):  # the empty class folder, then the skipped files
+        loader = load(messy_folder, "dali", train=False, batch_size=8)
+        list(loader)
+    reasons = {os.path.basename(s.path): s.reason for s in loader.skipped}
+    # DALI names its codec's error code; PIL's words say what is wrong with the bytes.
+    assert "PIL: broken data stream" in reasons["broken_header.jpg"]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

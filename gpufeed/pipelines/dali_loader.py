@@ -33,6 +33,7 @@ from gpufeed.pipelines.options import OnError
 from gpufeed.pipelines.sources import (
     BadFileMemory,
     Skipped,
+    pil_reason,
     read_bytes,
     undecodable_reason,
 )
@@ -222,7 +223,9 @@ class DaliLoader(ClassificationLoader):
             cause = [ln.strip(" :") for ln in text.split("encountered:", 1)[-1].splitlines()
                      if ln.strip(" :") and "pipeline object is no longer valid" not in ln]
             op = "image decoder" if "decoders" in text else "pipeline"
-            return f"DALI's {op} failed on it" + (f" ({'; '.join(cause)})" if cause else "")
+            pil = pil_reason(data)
+            return (f"DALI's {op} failed on it" + (f" ({'; '.join(cause)})" if cause else "")
+                    + (f"; PIL: {pil}" if pil else ""))
         return None
 
     def dali_iterator(self, *, auto_reset: bool = True) -> DALIClassificationIterator:

@@ -192,6 +192,24 @@ def undecodable_reason(data: bytes | memoryview) -> str | None:
     return None
 
 
+def pil_reason(data: np.ndarray) -> str | None:
+    """PIL's words for why ``data`` does not decode, or None when PIL decodes it.
+
+    Used only after a decoder failed (DALI's messages name its codec's error code, not the
+    fault), so the report says what is wrong with the file, e.g. "image file is truncated".
+    """
+    import io
+
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(data.tobytes())) as img:
+            img.load()
+    except Exception as exc:  # noqa: BLE001 - any failure is the diagnosis we want
+        return (str(exc).splitlines() or [type(exc).__name__])[0]
+    return None
+
+
 def read_bytes(path: str) -> np.ndarray:
     """The file's bytes as a writable uint8 array (what DALI and torch both take without a copy)."""
     return np.fromfile(path, dtype=np.uint8)
