@@ -466,3 +466,53 @@ def test_split_by_time_takes_iso_text_cutoffs_on_every_backend(tz):
         assert split_by_time(frame, "t", cutoffs=("2024-01-05", "2024-01-08")).rows == {"train": 4, "val": 3, "test": 3}
     with pytest.raises(ValueError, match="not an ISO date"):
         split_by_time(pl.from_pandas(df), "t", cutoffs=("soon", "later"))
+
+
+def test_infinite_fixed_clip_bounds_mean_no_bound_and_the_json_stays_strict():
+    df = pd.DataFrame({"x": [-5.0, 1.0, 9.0]})
+    recipe = Recipe([Clip(["x"], lower=0.0, upper=math.inf)]).fit(df)
+    assert list(recipe.transform(df)["x"]) == [0.0, 1.0, 9.0]
+    assert Recipe.from_json(recipe.to_json()).transform(df).equals(recipe.transform(df))
+    with pytest.raises(ValueError, match="lower is NaN"):
+        Clip(["x"], lower=math.nan)
+    odd = Recipe([FillMissing(["x"], strategy="constant", value=math.nan)]).fit(df)
+    with pytest.raises(ValueError, match=r"recipe op 0 \(fill_missing, columns \['x'\]\)"):
+        odd.to_json()
+
+
+def test_clip_keeps_float32_columns_float32_on_every_backend():
+    df = pd.DataFrame({"v": np.linspace(0, 10, 50, dtype=np.float32)})
+    ops = lambda: [Clip(["v"], quantiles=(0.1, 0.9))]  # noqa: E731
+    on_pandas, on_polars = _both(df, ops)
+    assert on_pandas["v"].dtype == np.float32 and on_polars["v"].dtype == np.float32
+    np.testing.assert_array_equal(on_pandas["v"].to_numpy(), on_polars["v"].to_numpy())
+
+
+def test_split_by_time_reads_nan_times_as_missing_on_polars():
+    df = pd.DataFrame({"t": [1, 2, np.nan, 3, 4, 5, 6, 7, 8, 9.0]})
+    native = pl.from_pandas(df, nan_to_null=False)
+    for kwargs in ({"fractions": (0.6, 0.2, 0.2)}, {"cutoffs": (5, 8)}):
+        assert split_by_time(native, "t", **kwargs).rows == split_by_time(df, "t", **kwargs).rows
+    assert split_by_time(native, "t", cutoffs=(5, 8)).rows == {"train": 5, "val": 3, "test": 2}
+
+
+def test_a_lazy_polars_recipe_stays_lazy_and_reads_nan_as_missing():
+    lazy = pl.LazyFrame({"x": [1.0, float("nan"), 3.0]})
+    recipe = Recipe([FillMissing(["x"])]).fit(lazy)
+    assert recipe.ops[0].state["x"] == 2.0
+    out = recipe.transform(lazy)
+    assert isinstance(out, pl.LazyFrame) and out.collect()["x"].to_list() == [1.0, 2.0, 3.0]
+
+
+def test_per_group_statistics_of_many_float32_columns_match_across_backends():
+    rng = np.random.default_rng(1)
+    n = 5000
+    df = pd.DataFrame({f"f{i}": rng.normal(i, 1 + i, n).astype(np.float32) for i in range(20)}
+                      | {"w": rng.normal(0, 1, n), "g": rng.choice(["a", "b", None], n)})
+    columns = [*(f"f{i}" for i in range(20)), "w"]  # more float32 columns than one cast pass takes
+    ops = lambda: [Standardize(columns, by="g")]  # noqa: E731
+    on_pandas, on_polars = _both(df, ops)
+    np.testing.assert_allclose(on_pandas[columns].to_numpy(), on_polars[columns].to_numpy(), rtol=1e-12, atol=1e-12)
+    state = Recipe(ops()).fit(df).ops[0].state
+    truth = df.loc[df["g"] == "a", "f19"].astype(np.float64)
+    assert dict((k, v) for k, *v in state["groups"]["f19"])["a"] == pytest.approx([truth.mean(), truth.std(ddof=0)])

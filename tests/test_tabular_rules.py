@@ -127,3 +127,9 @@ def test_missing_values_in_comparisons_or_isin_lists_are_refused():
 def test_is_missing_round_trips_through_json():
     rule = Rule("gap", [(col("x").is_missing(), 1)], default=0)
     assert Rule.from_dict(json.loads(json.dumps(rule.to_dict()))) == rule
+
+
+def test_rules_on_a_lazy_polars_frame_keep_its_columns():
+    lazy = pl.LazyFrame({"x": [1.0, float("nan"), 3.0]})
+    out = apply_rules(lazy, [Rule("f", [(col("x") != 1.0, 1)], default=0)]).collect()
+    assert out["f"].to_list() == [0, 0, 1] and math.isnan(out["x"][1]) and out.columns == ["x", "f"]

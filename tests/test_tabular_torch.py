@@ -77,3 +77,10 @@ def test_text_columns_inf_and_a_bare_string_are_refused_by_name():
         to_tensors(df, ["a", "big"], "label", device="cpu")
     with pytest.raises(TypeError, match=r"write \['a'\]"):
         to_tensors(df, "a", "label", device="cpu")
+
+
+def test_numeric_object_columns_convert_and_text_in_them_is_named():
+    x, _ = to_tensors(pd.DataFrame({"a": pd.Series([1.0, 2.0], dtype=object)}), ["a"], device="cpu")
+    assert x.tolist() == [[1.0], [2.0]]
+    with pytest.raises(TypeError, match=r"\['a'\]"):
+        to_tensors(pd.DataFrame({"a": pd.Series([1.0, "x"], dtype=object), "b": [1.0, 2.0]}), ["b", "a"], device="cpu")

@@ -111,7 +111,8 @@ def _resize_and_centre_crop(encoded, images, shorter: int, size: int):
 def pipeline_seed(*entropy: int) -> int:
     """A DALI seed (31 bits) mixed from ``entropy``: distinct tuples give unrelated streams
     (a sum such as ``seed + 7919 * shard + epoch`` makes neighbouring runs collide)."""
-    return int(np.random.SeedSequence(list(entropy)).generate_state(1, np.uint32)[0]) & 0x7FFF_FFFF
+    # The length goes in too: SeedSequence pads with zeros, so (s, e) and (s, e, 0) would collide.
+    return int(np.random.SeedSequence([*entropy, len(entropy)]).generate_state(1, np.uint32)[0]) & 0x7FFF_FFFF
 
 
 def build_pipeline(source: Callable | FileFeed | None, options: LoaderOptions, device_id: int | None,

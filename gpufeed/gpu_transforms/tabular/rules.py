@@ -302,9 +302,18 @@ def apply_rules(df: Frame, rules: Sequence[Rule]) -> Frame:
     exprs = [r.to_expr() for r in rules]
     # NaN counts as missing: rules read a NaN-as-null copy of their columns; an eager
     # frame keeps its own columns as they were and only gains the outputs.
-    norm = nan_as_null(frame, sorted(set().union(*(r.columns() for r in rules))))
-    if norm is frame or is_lazy(frame):
-        return nw.to_native(norm.with_columns(*exprs))
+    read = sorted(set().union(*(r.columns() for r in rules)))
+    if is_lazy(frame) and backend_of(frame) == "polars":
+        # No pass to look for NaN in a lazy query: keep each read column aside, read it
+        # NaN-as-null, and put the original back after the rules.
+        keep = {c: f"__gpufeed_keep_{c}" for c in read}
+        return nw.to_native(
+            frame.with_columns(*[nw.col(c).alias(k) for c, k in keep.items()])
+            .pipe(lambda f: nan_as_null(f, read)).with_columns(*exprs)
+            .with_columns(*[nw.col(k).alias(c) for c, k in keep.items()]).drop(*keep.values()))
+    norm = nan_as_null(frame, read)
+    if norm is frame:
+        return nw.to_native(frame.with_columns(*exprs))
     outputs = norm.select(*exprs)
     return nw.to_native(frame.with_columns(*[outputs.get_column(r.output) for r in rules]))
 

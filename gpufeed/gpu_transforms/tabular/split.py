@@ -24,6 +24,7 @@ from gpufeed.gpu_transforms.tabular.errors import BackendError, EmptyTableError
 from gpufeed.gpu_transforms.tabular.frames import (
     Frame,
     NwFrame,
+    backend_of,
     collect_small,
     is_lazy,
     is_missing,
@@ -137,20 +138,16 @@ def _as_time(cutoff: Any, dtype: Any, column: str) -> Any:
     datetimes, polars and cuDF refuse to), in the column's time zone."""
     if not isinstance(cutoff, str) or dtype not in (nw.Datetime, nw.Date):
         return cutoff
-    from datetime import datetime
+    import pandas as pd
 
     try:
-        value = datetime.fromisoformat(cutoff)
+        value = pd.Timestamp(cutoff)  # keeps nanoseconds, which datetime.fromisoformat drops
     except ValueError as exc:
         raise ValueError(f"split_by_time: cutoff {cutoff!r} for column {column!r} is not an ISO date/time") from exc
     if dtype == nw.Date:
         return value.date()
     zone = getattr(dtype, "time_zone", None)
-    if zone and value.tzinfo is None:
-        from zoneinfo import ZoneInfo
-
-        value = value.replace(tzinfo=ZoneInfo(zone))
-    return value
+    return value.tz_localize(zone) if zone and value.tzinfo is None else value
 
 
 def split_by_time(df: Frame, column: str, fractions: Sequence[float] = (0.8, 0.1, 0.1), *,
@@ -172,17 +169,19 @@ def split_by_time(df: Frame, column: str, fractions: Sequence[float] = (0.8, 0.1
     _check_fractions(fractions)
     frame = wrap(df)
     require_columns(frame, [column], "split_by_time")
+    t = nw.col(column)
+    if frame.collect_schema()[column].is_float() and backend_of(frame) in ("polars", "cudf"):
+        t = t.fill_nan(None)  # a NaN time is missing (as on pandas): train, not the latest rows
     if cutoffs is None:
         if is_lazy(frame):
             raise BackendError("split_by_time on Dask needs cutoffs=(val_start, test_start)")
-        times = frame.get_column(column).drop_nulls().sort()
+        times = frame.select(t).get_column(column).drop_nulls().sort()
         if len(times) == 0:
             raise EmptyTableError(f"split_by_time: column {column!r} has no values (empty table?)")
         # A cut past the last row means that part (and what follows it) is empty.
         at = [round(len(times) * fractions[0]), round(len(times) * (fractions[0] + fractions[1]))]
         cutoffs = tuple(times[i] if i < len(times) else None for i in at)
     start_val, start_test = (_as_time(c, frame.collect_schema()[column], column) for c in cutoffs)
-    t = nw.col(column)
     every = t.is_null() | ~t.is_null()  # a row-wise True (filter refuses a literal)
     if start_val is None:
         masks = [every, ~every, ~every]

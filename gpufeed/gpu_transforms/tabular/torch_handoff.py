@@ -25,10 +25,19 @@ def _missing_error(columns: Sequence[str], where: np.ndarray) -> ValueError:
     return ValueError(f"missing values in column(s) {bad}: fill them (FillMissing) before the hand-off")
 
 
+def _converts(values: np.ndarray) -> bool:
+    try:
+        values.astype(np.float64)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
 def _check_numeric(df: Frame, columns: Sequence[str]) -> None:
     """Name the columns a tensor cannot hold (text, categories, dates) before converting."""
     schema = wrap(df).collect_schema()
-    bad = {c: str(schema[c]) for c in columns if not (schema[c].is_numeric() or schema[c] == nw.Boolean)}
+    # pandas object columns may hold numbers: they are tried (and named if they fail) below.
+    bad = {c: str(schema[c]) for c in columns if not (schema[c].is_numeric() or schema[c] in (nw.Boolean, nw.Object))}
     if bad:
         raise TypeError(f"to_tensors needs numeric columns; {bad} are not: encode them first "
                         "(Categorify or HashBucket for categories)")
@@ -52,7 +61,12 @@ def _matrix(df: Frame, columns: Sequence[str], dtype: torch.dtype, device: torch
         raise BackendError(f"to_tensors needs a pandas, polars or cuDF frame, got {backend}; "
                            "compute() a Dask partition first")
     if array.dtype.kind in "fO":
-        values = array.astype(np.float64, copy=False)
+        try:
+            values = array.astype(np.float64, copy=False)
+        except (TypeError, ValueError) as exc:  # an object column holding text
+            bad = [c for i, c in enumerate(columns) if not _converts(array[:, i])]
+            raise TypeError(f"to_tensors needs numeric columns; {bad} hold values that are not numbers "
+                            f"({exc}): encode them first (Categorify or HashBucket)") from exc
         nulls = np.isnan(values).any(axis=0)
         if nulls.any():
             raise _missing_error(columns, nulls)
