@@ -56,13 +56,17 @@ def dali_installed() -> bool:
     return installed("nvidia.dali")
 
 
-def resolve_device(device: str) -> torch.device:
-    """Turn ``"auto" | "cuda" | "cpu"`` (or ``"cuda:N"``) into a torch device.
+def resolve_device(device: str | torch.device) -> torch.device:
+    """Turn ``"auto" | "cuda" | "cpu"`` (or ``"cuda:N"``, or a ``torch.device``) into a torch device.
 
     Raises:
         ValueError: unknown device string.
         RuntimeError: CUDA asked for on a machine without it.
     """
+    if isinstance(device, torch.device):
+        device = str(device)  # torch.device("cuda", 1) -> "cuda:1", checked like the string
+    if not isinstance(device, str):
+        raise ValueError(f"device must be 'auto', 'cpu', 'cuda', 'cuda:N' or a torch.device, got {device!r}")
     if device == "auto":
         return torch.device("cuda") if cuda_available() else torch.device("cpu")
     if device == "cpu":

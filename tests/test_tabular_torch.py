@@ -84,3 +84,8 @@ def test_numeric_object_columns_convert_and_text_in_them_is_named():
     assert x.tolist() == [[1.0], [2.0]]
     with pytest.raises(TypeError, match=r"\['a'\]"):
         to_tensors(pd.DataFrame({"a": pd.Series([1.0, "x"], dtype=object), "b": [1.0, 2.0]}), ["b", "a"], device="cpu")
+
+
+def test_a_torch_device_is_accepted(table):
+    x, y = to_tensors(table, FEATURES, "label", device=torch.device("cpu"))
+    assert x.device == torch.device("cpu") and y.device == torch.device("cpu")

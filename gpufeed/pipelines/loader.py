@@ -123,8 +123,7 @@ def classification_loader(
         last_batch=LastBatch(last_batch), num_workers=num_workers if num_workers is not None else num_threads,
         on_error=OnError(on_error), mean=tuple(mean), std=tuple(std), val_resize=val_resize,
     )
-    # torch.device("cuda", 1) -> "cuda:1": the string forms resolve_device checks
-    torch_device = resolve_device(str(device) if isinstance(device, torch.device) else device)
+    torch_device = resolve_device(device)
     choice = choose_image_backend(backend, torch_device)
     if choice.name == "dali":
         from gpufeed.pipelines.dali_loader import DaliLoader

@@ -87,7 +87,7 @@ def _matrix(df: Frame, columns: Sequence[str], dtype: torch.dtype, device: torch
 
 
 def to_tensors(
-    df: Frame, features: Sequence[str], label: str | None = None, *, device: str = "auto",
+    df: Frame, features: Sequence[str], label: str | None = None, *, device: str | torch.device = "auto",
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Features as a float32 ``(rows, len(features))`` tensor and labels as int64 ``(rows,)``.
 
@@ -123,7 +123,7 @@ def to_tensors(
 
 def iter_batches(
     df: Frame, features: Sequence[str], label: str | None = None, *, batch_size: int = 65_536,
-    device: str = "auto", shuffle: bool = False, seed: int = 0, drop_last: bool = False,
+    device: str | torch.device = "auto", shuffle: bool = False, seed: int = 0, drop_last: bool = False,
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor | None]]:
     """Yield ``(x, y)`` batches of ``batch_size`` rows; only one batch is converted at a time.
 
