@@ -9,12 +9,11 @@ from __future__ import annotations
 import numbers
 from collections.abc import Callable, Iterator
 
-import numpy as np
 import torch
 
 from gpufeed.backends import Choice
 from gpufeed.pipelines.options import LoaderOptions
-from gpufeed.pipelines.plan import EpochPlan
+from gpufeed.pipelines.plan import EpochPlan, mix_seed
 from gpufeed.pipelines.sources import SampleList, SkipLog, Skipped
 
 Batch = tuple[torch.Tensor, torch.Tensor]
@@ -25,7 +24,7 @@ def augment_seed(seed: int, shard_id: int, epoch: int) -> int:
     """The seed a loader gives an unseeded ``gpu_augment`` stage for one epoch of one
     shard: a function of these three numbers only, so a resumed run repeats it, and
     shards (which see different images) do not draw in lockstep."""
-    return int(np.random.SeedSequence([seed, shard_id, epoch, 0x6A75]).generate_state(1, np.uint64)[0] >> 2)
+    return mix_seed(seed, shard_id, epoch, 0x6A75, bits=62)  # the tag keeps it apart from DALI's seeds
 
 
 class ClassificationLoader:

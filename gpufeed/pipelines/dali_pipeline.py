@@ -18,7 +18,7 @@ from nvidia.dali import pipeline_def
 from nvidia.dali.pipeline import Pipeline
 
 from gpufeed.pipelines.options import LoaderOptions
-from gpufeed.pipelines.plan import EpochPlan
+from gpufeed.pipelines.plan import EpochPlan, mix_seed
 from gpufeed.pipelines.sources import SampleList, SkipLog, read_bytes, undecodable_reason
 
 if TYPE_CHECKING:
@@ -109,10 +109,8 @@ def _resize_and_centre_crop(encoded, images, shorter: int, size: int):
 
 
 def pipeline_seed(*entropy: int) -> int:
-    """A DALI seed (31 bits) mixed from ``entropy``: distinct tuples give unrelated streams
-    (a sum such as ``seed + 7919 * shard + epoch`` makes neighbouring runs collide)."""
-    # The length goes in too: SeedSequence pads with zeros, so (s, e) and (s, e, 0) would collide.
-    return int(np.random.SeedSequence([*entropy, len(entropy)]).generate_state(1, np.uint32)[0]) & 0x7FFF_FFFF
+    """A DALI seed (DALI takes 31 bits) mixed from ``entropy`` by :func:`mix_seed`."""
+    return mix_seed(*entropy, bits=31)
 
 
 def build_pipeline(source: Callable | FileFeed | None, options: LoaderOptions, device_id: int | None,

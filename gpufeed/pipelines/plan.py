@@ -12,6 +12,16 @@ import numpy as np
 from gpufeed.pipelines.options import LastBatch
 
 
+def mix_seed(*entropy: int, bits: int) -> int:
+    """A ``bits``-bit seed mixed from ``entropy``: distinct tuples give unrelated streams (a
+    sum such as ``seed + 7919 * shard + epoch`` makes neighbouring runs collide).
+
+    The tuple's length is mixed in too: SeedSequence pads with zeros, so ``(s, e)`` and
+    ``(s, e, 0)`` would otherwise give the same seed.
+    """
+    return int(np.random.SeedSequence([*entropy, len(entropy)]).generate_state(1, np.uint64)[0] >> (64 - bits))
+
+
 class EpochPlan:
     """Shuffle, shard and batch ``num_samples`` indices for one shard.
 

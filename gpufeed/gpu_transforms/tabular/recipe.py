@@ -700,6 +700,14 @@ def _step(frame: NwFrame, run: Callable[[NwFrame], Any], columns: Sequence[str])
     return out.collect() if isinstance(out, nw.LazyFrame) and not is_lazy(frame) else out
 
 
+def _json_safe(doc: dict[str, Any]) -> bool:
+    try:
+        json.dumps(doc, allow_nan=False)
+    except ValueError:
+        return False
+    return True
+
+
 #: Op name in JSON -> class.
 OPS: dict[str, type[Op]] = {cls.kind: cls for cls in (FillMissing, Clip, Log, Standardize, MinMax, Categorify, HashBucket)}
 
@@ -740,10 +748,6 @@ class Recipe:
         self._fit(df, transform_last=False)
         return self
 
-    def needs(self) -> list[str]:
-        """Every column some op reads (each once, in order of first use)."""
-        return list(dict.fromkeys(c for op in self.ops for c in op.needs()))
-
     def _fit(self, df: Frame, *, transform_last: bool) -> NwFrame:
         frame = wrap(df)
         for i, op in enumerate(self.ops):
@@ -778,15 +782,15 @@ class Recipe:
 
     def to_json(self) -> str:
         """The recipe and its fitted statistics as JSON (serving loads it with :meth:`from_json`)."""
-        # allow_nan=False: NaN is not JSON, and a serving stack's strict parser would refuse it.
-        for i, op in enumerate(self.ops):
-            try:
-                json.dumps(op.to_dict(), allow_nan=False)
-            except ValueError as exc:
-                raise ValueError(f"recipe op {i} ({op.kind}, columns {op.columns}) holds a value JSON "
-                                 f"cannot store: {exc}") from exc
-        return json.dumps({"gpufeed_recipe": _FORMAT_VERSION, "ops": [op.to_dict() for op in self.ops]},
-                          indent=1, allow_nan=False)
+        ops = [op.to_dict() for op in self.ops]
+        try:
+            # allow_nan=False: NaN is not JSON, and a serving stack's strict parser would refuse it.
+            return json.dumps({"gpufeed_recipe": _FORMAT_VERSION, "ops": ops}, indent=1, allow_nan=False)
+        except ValueError as exc:  # name the op (the error path only serialises again)
+            i, op = next((i, op) for i, (op, d) in enumerate(zip(self.ops, ops, strict=True))
+                         if not _json_safe(d))
+            raise ValueError(f"recipe op {i} ({op.kind}, columns {op.columns}) holds a value JSON "
+                             f"cannot store: {exc}") from exc
 
     @classmethod
     def from_json(cls, text: str) -> Recipe:

@@ -67,12 +67,14 @@ def _matrix(df: Frame, columns: Sequence[str], dtype: torch.dtype, device: torch
             bad = [c for i, c in enumerate(columns) if not _converts(array[:, i])]
             raise TypeError(f"to_tensors needs numeric columns; {bad} hold values that are not numbers "
                             f"({exc}): encode them first (Categorify or HashBucket)") from exc
-        nulls = np.isnan(values).any(axis=0)
-        if nulls.any():
-            raise _missing_error(columns, nulls)
-        infinite = np.isinf(values).any(axis=0)
-        if infinite.any():  # an inf feature turns the loss into inf/NaN at the first step
-            bad = [c for c, hit in zip(columns, infinite, strict=True) if hit]
+        # One pass in the common case (every value finite); which columns hold NaN or inf
+        # is only worked out when some do.
+        if not np.isfinite(values).all():
+            nulls = np.isnan(values).any(axis=0)
+            if nulls.any():
+                raise _missing_error(columns, nulls)
+            # an inf feature turns the loss into inf/NaN at the first step
+            bad = [c for c, hit in zip(columns, np.isinf(values).any(axis=0), strict=True) if hit]
             raise ValueError(f"inf values in column(s) {bad}: clip them (Clip) before the hand-off")
     if is_label and array.dtype.kind not in "iu":
         raise ValueError(f"label column {columns[0]!r} has dtype {array.dtype}, not integers; "
