@@ -1,54 +1,26 @@
-"""Which backends this machine can run, decided once at the edge without importing them.
+"""Which backend each part of gpufeed uses, decided once at the edge without importing them.
 
 Every "auto" choice in gpufeed goes through this module, so `gpufeed doctor` can show
-exactly what a loader or a table recipe will pick and why. Detection uses
-``importlib.util.find_spec`` and ``torch.cuda``; it never imports DALI, cuDF or cupy, so a
+exactly what a loader or a table recipe will pick and why. Detection goes
+through :mod:`gpufeed.machine` (``find_spec`` and ``torch.cuda``); it never imports DALI, cuDF or cupy, so a
 CPU-only workflow never loads a CUDA-only library.
 """
 
 from __future__ import annotations
 
-import importlib.metadata
-import importlib.util
-import sys
 from dataclasses import dataclass
-from functools import lru_cache
 
 import torch
 
+from gpufeed.machine import cuda_available, installed, library_version
+
 
 @dataclass(frozen=True)
-class Choice:
+class BackendChoice:
     """A backend decision and the reason for it, as printed by ``gpufeed doctor``."""
 
     name: str
     reason: str
-
-
-def installed(module: str) -> bool:
-    """True when ``module`` can be imported, checked without importing it."""
-    if module in sys.modules:
-        return True
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        return False
-
-
-def version_of(*distributions: str) -> str | None:
-    """Version of the first installed distribution among ``distributions``, else None."""
-    for dist in distributions:
-        try:
-            return importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return None
-
-
-@lru_cache(maxsize=1)
-def cuda_available() -> bool:
-    """True when torch sees a usable CUDA device."""
-    return torch.cuda.is_available()
 
 
 def dali_installed() -> bool:
@@ -78,7 +50,7 @@ def resolve_device(device: str | torch.device) -> torch.device:
     raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}")
 
 
-def choose_image_backend(backend: str, device: torch.device) -> Choice:
+def choose_image_backend(backend: str, device: torch.device) -> BackendChoice:
     """Pick the image-loader backend for ``backend`` ("auto" | "dali" | "torch") on ``device``."""
     if backend not in ("auto", "dali", "torch"):
         raise ValueError(f"backend must be 'auto', 'dali' or 'torch', got {backend!r}")
@@ -90,16 +62,16 @@ def choose_image_backend(backend: str, device: torch.device) -> Choice:
                 "or 'gpufeed[cuda13]' / 'gpufeed[cuda12]' (see README)"
             )
         where = "GPU (mixed hardware JPEG decode)" if device.type == "cuda" else "CPU-only mode"
-        return Choice("dali", f"asked for; DALI {version_of('nvidia-dali-cuda130', 'nvidia-dali-cuda120')} in {where}")
+        return BackendChoice("dali", f"asked for; DALI {library_version('DALI')} in {where}")
     if backend == "torch":
-        return Choice("torch", "asked for")
+        return BackendChoice("torch", "asked for")
     if has_dali:
         where = "on the GPU with the hardware JPEG decoder" if device.type == "cuda" else "in CPU-only mode"
-        return Choice("dali", f"DALI is installed; it decodes and augments {where}, faster than the DataLoader")
-    return Choice("torch", "DALI is not installed (pip install 'gpufeed[dali-cpu]' for the faster CPU path)")
+        return BackendChoice("dali", f"DALI is installed; it decodes and augments {where}, faster than the DataLoader")
+    return BackendChoice("torch", "DALI is not installed (pip install 'gpufeed[dali-cpu]' for the faster CPU path)")
 
 
-def choose_dataframe_backend(backend: str = "auto") -> Choice:
+def choose_dataframe_backend(backend: str = "auto") -> BackendChoice:
     """Pick the table backend: cuDF on a GPU, else polars, else pandas."""
     if backend not in ("auto", "cudf", "polars", "pandas"):
         raise ValueError(f"backend must be 'auto', 'cudf', 'polars' or 'pandas', got {backend!r}")
@@ -108,18 +80,18 @@ def choose_dataframe_backend(backend: str = "auto") -> Choice:
             raise RuntimeError("backend='cudf' needs cuDF and a CUDA GPU (pip install 'gpufeed[cuda13]')")
         if backend == "polars" and not installed("polars"):
             raise RuntimeError("backend='polars' needs polars: pip install polars")
-        return Choice(backend, "asked for")
+        return BackendChoice(backend, "asked for")
     if installed("cudf") and cuda_available():
-        return Choice("cudf", "cuDF is installed and a CUDA GPU is present")
+        return BackendChoice("cudf", "cuDF is installed and a CUDA GPU is present")
     if installed("polars"):
-        return Choice("polars", "no usable cuDF (needs a GPU); polars is the fastest CPU backend")
-    return Choice("pandas", "neither cuDF on a GPU nor polars is available")
+        return BackendChoice("polars", "no usable cuDF (needs a GPU); polars is the fastest CPU backend")
+    return BackendChoice("pandas", "neither cuDF on a GPU nor polars is available")
 
 
-def choose_array_module(device: torch.device) -> Choice:
+def choose_array_module(device: torch.device) -> BackendChoice:
     """Pick the array namespace: cupy for CUDA data, numpy otherwise."""
     if device.type == "cuda":
         if not installed("cupy"):
             raise RuntimeError("CUDA arrays need cupy: pip install 'gpufeed[cuda13]'")
-        return Choice("cupy", "data lives on a CUDA device")
-    return Choice("numpy", "data lives on the CPU")
+        return BackendChoice("cupy", "data lives on a CUDA device")
+    return BackendChoice("numpy", "data lives on the CPU")

@@ -6,16 +6,16 @@ import json
 import platform
 from typing import Any
 
-from gpufeed.backends import (
-    choose_dataframe_backend,
-    choose_image_backend,
+from gpufeed.backends import choose_dataframe_backend, choose_image_backend, resolve_device
+from gpufeed.machine import (
+    cpu_model,
     cuda_available,
+    gpu_metadata,
     installed,
-    resolve_device,
+    library_version,
+    usable_cpus,
     version_of,
 )
-from gpufeed.bench.harness import cpu_model, gpu_metadata
-from gpufeed.pipelines.options import usable_cpus
 
 
 def report() -> dict[str, Any]:
@@ -30,10 +30,10 @@ def report() -> dict[str, Any]:
         "torch": torch.__version__,
         "torch CUDA build": torch.version.cuda,
         "torchvision": version_of("torchvision"),
-        "DALI": version_of("nvidia-dali-cuda130", "nvidia-dali-cuda120"),
+        "DALI": library_version("DALI"),
         "kornia": version_of("kornia"),
-        "cupy": version_of("cupy-cuda13x", "cupy-cuda12x", "cupy"),
-        "cuDF": version_of("cudf-cu13", "cudf-cu12", "cudf"),
+        "cupy": library_version("cupy"),
+        "cuDF": library_version("cuDF"),
         "polars": version_of("polars"),
         "pandas": version_of("pandas"),
         "narwhals": version_of("narwhals"),

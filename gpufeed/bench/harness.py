@@ -16,14 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpufeed.backends import cuda_available, version_of
-
-#: Distributions whose versions go into every result's metadata.
-PACKAGES = (
-    "gpufeed", "torch", "torchvision", "kornia", "numpy", "pandas", "polars", "pyarrow",
-    "narwhals", "pillow", "nvidia-dali-cuda130", "nvidia-dali-cuda120", "cupy-cuda13x",
-    "cupy-cuda12x", "cudf-cu13", "cudf-cu12", "dask",
-)
+from gpufeed.machine import PACKAGES, cpu_model, cuda_available, gpu_metadata, usable_cpus, version_of
 
 
 @dataclass
@@ -128,17 +121,6 @@ def run_isolated(target: Callable[..., dict], *args: Any, timeout: float = 3600,
     return payload
 
 
-def cpu_model() -> str:
-    """The CPU model name."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def _git_commit() -> str | None:
     try:
         out = subprocess.run(
@@ -156,29 +138,6 @@ def _git_commit() -> str | None:
     return out.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
-def gpu_metadata() -> dict[str, Any] | None:
-    """GPU name, driver and CUDA version, or None without a GPU."""
-    if not cuda_available():
-        return None
-    import torch
-
-    info: dict[str, Any] = {
-        "name": torch.cuda.get_device_name(0),
-        "cuda_runtime": torch.version.cuda,
-        "count": torch.cuda.device_count(),
-    }
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version,memory.total", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=10,
-        )
-        driver, memory = (s.strip() for s in out.stdout.splitlines()[0].split(","))
-        info.update(driver=driver, memory=memory)
-    except (OSError, subprocess.SubprocessError, IndexError, ValueError):
-        info["driver"] = None
-    return info
-
-
 def machine_metadata() -> dict[str, Any]:
     """Everything a reader needs to judge a result: commit, versions, CPU, GPU, time."""
     return {
@@ -188,7 +147,7 @@ def machine_metadata() -> dict[str, Any]:
         "platform": platform.platform(),
         "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
-        "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "cpu_affinity": usable_cpus(),
         "gpu": gpu_metadata(),
         "packages": {p: v for p in PACKAGES if (v := version_of(p))},
     }

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gpufeed.backends import cuda_available, installed
+from gpufeed.machine import cuda_available, installed
 from gpufeed.bench.harness import markdown_table, measure, run_isolated, write_results
 
 #: Peak RSS per row of one recipe process (the table, the reader's buffers while loading,

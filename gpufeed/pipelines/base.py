@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-from gpufeed.backends import Choice
+from gpufeed.backends import BackendChoice
 from gpufeed.pipelines.options import LoaderOptions
 from gpufeed.pipelines.plan import EpochPlan, mix_seed
 from gpufeed.pipelines.sources import SampleList, SkipLog, Skipped
@@ -46,7 +46,7 @@ class ClassificationLoader:
     backend = "abstract"
 
     def __init__(self, samples: SampleList, options: LoaderOptions, device: torch.device,
-                 choice: Choice, gpu_augment: Augment | None = None) -> None:
+                 choice: BackendChoice, gpu_augment: Augment | None = None) -> None:
         self.samples, self.options, self.device, self.choice = samples, options, device, choice
         self.gpu_augment = gpu_augment
         self.plan = EpochPlan(

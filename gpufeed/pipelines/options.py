@@ -5,10 +5,12 @@ from __future__ import annotations
 import numbers
 import os
 from dataclasses import dataclass
-from enum import Enum
 
 import numpy as np
 import torch
+
+from gpufeed.machine import usable_cpus
+from gpufeed.policies import OnError, StrOption
 
 #: ImageNet statistics in [0, 1] units, the default normalisation.
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -17,16 +19,7 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 _DTYPES = (torch.float32, torch.float16, torch.uint8)
 
 
-class _Choice(str, Enum):
-    """A string option whose error lists the valid values."""
-
-    @classmethod
-    def _missing_(cls, value: object) -> None:
-        valid = ", ".join(repr(m.value) for m in cls)
-        raise ValueError(f"{value!r} is not a valid {cls.__name__}: use one of {valid}")
-
-
-class LastBatch(_Choice):
+class LastBatch(StrOption):
     """What happens to a shard's last, incomplete batch (DALI's ``LastBatchPolicy``).
 
     For a shard of 10 samples ``s0..s9`` and ``batch_size=4``:
@@ -48,13 +41,6 @@ class LastBatch(_Choice):
     FILL = "fill"
 
 
-class OnError(_Choice):
-    """What a loader does with a file it cannot decode."""
-
-    SKIP = "skip"  # leave it out, record it in ``loader.skipped`` and warn once
-    RAISE = "raise"  # raise :class:`BadImageError` naming the file
-
-
 def default_shard() -> tuple[int, int]:
     """``(shard_id, num_shards)`` from torch.distributed, else from torchrun's env, else (0, 1)."""
     if torch.distributed.is_available() and torch.distributed.is_initialized():
@@ -63,14 +49,6 @@ def default_shard() -> tuple[int, int]:
     if rank is not None and world is not None:
         return int(rank), int(world)
     return 0, 1
-
-
-def usable_cpus() -> int:
-    """Cores this process may run on (affinity-aware, so containers are not oversubscribed)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpufeed.backends import cuda_available, installed
+from gpufeed.machine import cuda_available, installed
 
 # Runs in the child interpreter: install the accelerator first, then the user's script
 # under the profiler, then dump per-function GPU/CPU timings as JSON.

@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from gpufeed.backends import cuda_available, installed
+from gpufeed.machine import cuda_available, installed
 from gpufeed.gpu_transforms.tabular.errors import UnknownFormatError
 from gpufeed.gpu_transforms.tabular.frames import Frame, backend_of, choose_backend
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import narwhals as nw
 
-from gpufeed.backends import Choice, choose_dataframe_backend
+from gpufeed.backends import BackendChoice, choose_dataframe_backend
 from gpufeed.gpu_transforms.tabular.errors import BackendError, MissingColumnError
 
 #: Backends a table can be converted to with :func:`to_backend`.
@@ -29,14 +29,14 @@ Frame = Any  # a native pandas / polars / cuDF / Dask dataframe
 NwFrame = nw.DataFrame | nw.LazyFrame
 
 
-def choose_backend(backend: str = "auto") -> Choice:
+def choose_backend(backend: str = "auto") -> BackendChoice:
     """Resolve ``"auto" | "cudf" | "polars" | "pandas"`` to a concrete backend, with the reason.
 
     Args:
         backend: what the user asked for; ``"auto"`` prefers cuDF on a GPU, then polars.
 
     Returns:
-        A :class:`gpufeed.backends.Choice` (``name`` and ``reason``).
+        A :class:`gpufeed.backends.BackendChoice` (``name`` and ``reason``).
 
     Example:
         >>> choose_backend("pandas").name

@@ -1,0 +1,108 @@
+"""Facts about this machine, gathered in one place: CPU, GPU, cores, installed libraries.
+
+Everything here is read without importing DALI, cuDF or cupy (``importlib`` metadata and
+``find_spec``), so ``gpufeed doctor``, the backend choices and the benchmark metadata can
+all ask it on a CPU-only machine without loading a CUDA-only library.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import os
+import platform
+import subprocess
+import sys
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+#: The pip distribution names of each GPU library, in the order gpufeed prefers them
+#: (the CUDA 13 build first: it matches PyPI's default torch).
+DISTRIBUTIONS: dict[str, tuple[str, ...]] = {
+    "DALI": ("nvidia-dali-cuda130", "nvidia-dali-cuda120"),
+    "cupy": ("cupy-cuda13x", "cupy-cuda12x", "cupy"),
+    "cuDF": ("cudf-cu13", "cudf-cu12", "cudf"),
+}
+
+#: Distributions whose versions go into every benchmark result's metadata.
+PACKAGES: tuple[str, ...] = (
+    "gpufeed", "torch", "torchvision", "kornia", "numpy", "pandas", "polars", "pyarrow",
+    "narwhals", "pillow", *DISTRIBUTIONS["DALI"], *DISTRIBUTIONS["cupy"][:2],
+    *DISTRIBUTIONS["cuDF"][:2], "dask",
+)
+
+
+def installed(module: str) -> bool:
+    """True when ``module`` can be imported, checked without importing it."""
+    if module in sys.modules:
+        return True
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def version_of(*distributions: str) -> str | None:
+    """Version of the first installed distribution among ``distributions``, else None."""
+    for dist in distributions:
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def library_version(library: str) -> str | None:
+    """Installed version of a GPU library named as in :data:`DISTRIBUTIONS` ("DALI", ...)."""
+    return version_of(*DISTRIBUTIONS[library])
+
+
+@lru_cache(maxsize=1)
+def cuda_available() -> bool:
+    """True when torch sees a usable CUDA device."""
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def usable_cpus() -> int:
+    """Cores this process may run on (affinity-aware, so containers are not oversubscribed)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def cpu_model() -> str:
+    """The CPU model name."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def gpu_metadata() -> dict[str, Any] | None:
+    """GPU name, count, driver, memory and CUDA runtime version; None without a GPU."""
+    if not cuda_available():
+        return None
+    import torch
+
+    info: dict[str, Any] = {
+        "name": torch.cuda.get_device_name(0),
+        "cuda_runtime": torch.version.cuda,
+        "count": torch.cuda.device_count(),
+    }
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version,memory.total", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=10,
+        )
+        driver, memory = (s.strip() for s in out.stdout.splitlines()[0].split(","))
+        info.update(driver=driver, memory=memory)
+    except (OSError, subprocess.SubprocessError, IndexError, ValueError):
+        info["driver"] = None
+    return info
