@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The GPU check: on a machine with a CUDA GPU, run the gpu-marked tests, the GPU-relevant
+# test modules, `gpufeed doctor` and the benchmark suites with --device cuda, and bundle
+# the logs and results into one folder ($OUT, default ./gpu-check-out).
+#
+#   bash bench/gpu_check.sh [tests] [images] [augment] [tabular]     (default: all four)
+#
+# It runs the source tree (PYTHONPATH), so it works on a machine that cannot install.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/gpu-check-out}
+PY=${PYTHON:-python3}
+parts=${*:-tests images augment tabular}
+mkdir -p "$OUT/results"
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+log() { echo "== $(date -u +%H:%M:%S) $*"; }
+status=0
+{
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+  $PY -m gpufeed doctor
+} 2>&1 | tee "$OUT/doctor.log"
+for part in $parts; do
+  log "$part"
+  case $part in
+    tests)
+      $PY -m pytest -q -p no:cacheprovider -rs -m gpu tests 2>&1 | tee "$OUT/pytest-gpu.log" || status=1
+      # The CPU suites again, now that device="auto" resolves to the GPU.
+      $PY -m pytest -q -p no:cacheprovider -rs \
+        tests/test_loader_contract.py tests/test_augment_loader.py tests/test_augment_stage.py \
+        tests/test_arrays.py tests/test_tabular_recipe.py tests/test_tabular_torch.py \
+        2>&1 | tee "$OUT/pytest-gpu-auto.log" || status=1 ;;
+    images)
+      $PY -m gpufeed bench images --mode train --device cuda --out "$OUT/results" || status=1
+      $PY -m gpufeed bench images --mode val --device cuda --out "$OUT/results" || status=1 ;;
+    augment)
+      $PY -m gpufeed bench augment --device cuda --out "$OUT/results" || status=1 ;;
+    tabular)
+      $PY -m gpufeed bench tabular --backends "${TABULAR_BACKENDS:-pandas-baseline,polars,cudf}" \
+        --rows "${TABULAR_ROWS:-1000000,10000000}" --out "$OUT/results" || status=1 ;;
+    *) echo "unknown part $part (tests, images, augment, tabular)" >&2; status=2 ;;
+  esac
+done
+tar -C "$OUT" -czf "$OUT.tar.gz" . && mv "$OUT.tar.gz" "$OUT/bundle.tar.gz"
+log "done, status $status"
+exit $status
