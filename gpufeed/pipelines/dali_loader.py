@@ -28,54 +28,11 @@ from nvidia.dali.plugin.pytorch import DALIClassificationIterator, LastBatchPoli
 
 from gpufeed.pipelines import geometry
 from gpufeed.pipelines.base import Batch, ClassificationLoader, Normalizer, ReusedBuffers
-from gpufeed.pipelines.dali_pipeline import FileFeed, build_pipeline
-from gpufeed.pipelines.options import OnError
-from gpufeed.pipelines.sources import (
-    BadFileMemory,
-    Skipped,
-    pil_reason,
-    read_bytes,
-    undecodable_reason,
-)
+from gpufeed.pipelines.dali_pipeline import build_pipeline
+from gpufeed.pipelines.feeds import FileFeed, IteratorSkips
+from gpufeed.pipelines.sources import pil_reason, read_bytes, undecodable_reason
 
 _TORCH_DTYPE = {"FLOAT": torch.float32, "FLOAT16": torch.float16, "UINT8": torch.uint8}
-
-
-class IteratorSkips(BadFileMemory):
-    """The skipped-file report of :meth:`DaliLoader.dali_iterator`, per epoch like
-    ``loader.skipped``.
-
-    The iterator's feed reads ahead of the user (DALI prefetches the next epoch's first
-    batches as soon as it resets at the end of an epoch), so each file is filed under the
-    epoch it was read for, and :attr:`skipped` lists the files left out of the epoch of
-    the last batch the iterator returned: after an epoch's last batch, and after its
-    ``StopIteration``, that epoch's; from the next epoch's first batch on, the next one's.
-    """
-
-    def __init__(self, on_error: OnError) -> None:
-        super().__init__(on_error)
-        #: The epoch of the last batch the iterator returned (0 before the first).
-        self.epoch = 0
-        self.feed: FileFeed | None = None  # set once the feed that reports here exists
-        self._by_epoch: dict[int, dict[str, Skipped]] = {}
-
-    @property
-    def skipped(self) -> list[Skipped]:
-        """The files left out of epoch :attr:`epoch`, with reasons."""
-        return list(self._by_epoch.get(self.epoch, {}).values())
-
-    def add(self, path: str, reason: str) -> None:
-        """Record a bad file under the epoch being read, or raise :class:`BadImageError`."""
-        self._remember(path, reason)
-        epoch = self.feed.epoch if self.feed is not None else self.epoch
-        self._by_epoch.setdefault(epoch, {}).setdefault(path, Skipped(path, reason))
-
-    def delivered(self, epoch: int) -> None:
-        """The iterator returned a batch of ``epoch``: report that epoch from now on."""
-        if epoch != self.epoch:
-            self.epoch = epoch
-            for old in [e for e in self._by_epoch if e < epoch]:
-                del self._by_epoch[old]
 
 
 class _PlannedIterator(DALIClassificationIterator):
