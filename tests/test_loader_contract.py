@@ -317,9 +317,8 @@ def test_dali_iterator_reports_skipped_files_per_epoch(tmp_path):
     assert any(in_epoch) and not all(in_epoch)
 
 
-@pytest.mark.skipif(not dali_installed(), reason="DALI not installed")
 def test_pipeline_seeds_of_different_streams_differ():
-    from gpufeed.pipelines.dali_pipeline import pipeline_seed
+    from gpufeed.pipelines.seeds import dali_seed
 
-    seeds = {pipeline_seed(0, 0, *stream) for stream in [(), (0,), (0, 0), (1,), (1, 0), (0, 1)]}
+    seeds = {dali_seed(0, 0, *stream) for stream in [(), (0,), (0, 0), (1,), (1, 0), (0, 1)]}
     assert len(seeds) == 6  # zero-padding must not make (e,) and (e, 0) the same stream

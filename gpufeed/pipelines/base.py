@@ -13,18 +13,12 @@ import torch
 
 from gpufeed.backends import BackendChoice
 from gpufeed.pipelines.options import LoaderOptions
-from gpufeed.pipelines.plan import EpochPlan, mix_seed
+from gpufeed.pipelines.plan import EpochPlan
+from gpufeed.pipelines.seeds import augment_seed
 from gpufeed.pipelines.sources import SampleList, SkipLog, Skipped
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 Augment = Callable[[torch.Tensor, torch.Tensor], Batch]
-
-
-def augment_seed(seed: int, shard_id: int, epoch: int) -> int:
-    """The seed a loader gives an unseeded ``gpu_augment`` stage for one epoch of one
-    shard: a function of these three numbers only, so a resumed run repeats it, and
-    shards (which see different images) do not draw in lockstep."""
-    return mix_seed(seed, shard_id, epoch, 0x6A75, bits=62)  # the tag keeps it apart from DALI's seeds
 
 
 class ClassificationLoader:

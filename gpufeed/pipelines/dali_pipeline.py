@@ -17,7 +17,7 @@ from nvidia.dali.pipeline import Pipeline
 
 from gpufeed.pipelines.feeds import FileFeed
 from gpufeed.pipelines.options import LoaderOptions
-from gpufeed.pipelines.plan import mix_seed
+from gpufeed.pipelines.seeds import dali_seed
 
 _DALI_DTYPE = {"torch.float32": types.FLOAT, "torch.float16": types.FLOAT16, "torch.uint8": types.UINT8}
 
@@ -43,11 +43,6 @@ def _resize_and_centre_crop(encoded, images, shorter: int, size: int):
     left = _round_half_even((out_w - size) / 2.0)
     return fn.slice(images, fn.stack(top, left), np.array([size, size], np.float32),
                     axis_names="HW", normalized_anchor=False, normalized_shape=False)
-
-
-def pipeline_seed(*entropy: int) -> int:
-    """A DALI seed (DALI takes 31 bits) mixed from ``entropy`` by :func:`mix_seed`."""
-    return mix_seed(*entropy, bits=31)
 
 
 def build_pipeline(source: Callable | FileFeed | None, options: LoaderOptions, device_id: int | None,
@@ -117,7 +112,7 @@ def build_pipeline(source: Callable | FileFeed | None, options: LoaderOptions, d
 
     pipe = classification(
         batch_size=batch_size or o.batch_size, num_threads=max(1, o.threads), device_id=device_id,
-        seed=pipeline_seed(o.seed, o.shard_id, *stream), prefetch_queue_depth=prefetch,
+        seed=dali_seed(o.seed, o.shard_id, *stream), prefetch_queue_depth=prefetch,
     )
     pipe.build()
     return pipe

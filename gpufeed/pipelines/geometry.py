@@ -16,12 +16,6 @@ import torch.nn.functional as F
 from torchvision.transforms.v2 import functional as TF
 
 
-def sample_rng(seed: int, epoch: int, index: int) -> random.Random:
-    """A generator for one sample of one epoch: the same draws whatever process or
-    worker handles it (seeding Python's generator costs ~6 us; torch.manual_seed ~300)."""
-    return random.Random((seed * 1_000_003 + epoch) * 10_000_019 + index)
-
-
 def random_crop_box(rng: random.Random, height: int, width: int, scale: tuple[float, float],
                     ratio: tuple[float, float]) -> tuple[int, int, int, int]:
     """``(top, left, h, w)`` of a random-resized-crop window, drawn as torchvision's

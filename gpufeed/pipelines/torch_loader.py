@@ -23,6 +23,7 @@ from gpufeed.pipelines import geometry
 from gpufeed.pipelines.base import Batch, ClassificationLoader, Normalizer, shared_empty
 from gpufeed.pipelines.options import LoaderOptions
 from gpufeed.pipelines.plan import EpochPlan
+from gpufeed.pipelines.seeds import sample_rng
 from gpufeed.pipelines.sources import image_format, read_bytes, undecodable_reason
 
 # torchvision 0.29 deprecates its image codecs in favour of TorchCodec, warning on every
@@ -77,7 +78,7 @@ class _Files(Dataset):
             return i, None, f"could not decode: {words}"
         o = self.options
         if o.train:
-            rng = geometry.sample_rng(o.seed, epoch, i)
+            rng = sample_rng(o.seed, epoch, i)
             return i, geometry.train_crop(image, rng, o.size, o.scale, o.ratio), None
         return i, geometry.val_crop(image, o.resize_shorter, o.size), None
 
