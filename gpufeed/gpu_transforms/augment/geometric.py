@@ -35,11 +35,15 @@ class GeometricOp(Op):
     #: False for projective ops: the warp then needs kornia's homography path.
     affine = True
 
-    def output_size(self, size: tuple[int, int]) -> tuple[int, int]:
-        return size
-
     def matrix(self, params: dict[str, torch.Tensor], size: tuple[int, int]) -> torch.Tensor:
+        """(B, 3, 3) matrices from input to output continuous pixel coordinates."""
         raise NotImplementedError
+
+    def apply(self, x: torch.Tensor, params: dict[str, torch.Tensor]) -> torch.Tensor:
+        """This op alone, as one warp (the stage composes all its geometric ops and warps once)."""
+        size = (x.shape[-2], x.shape[-1])
+        return warp(x, self.matrix(params, size), self.output_size(size), inside=self.stays_inside,
+                    affine=self.affine)
 
 
 def _eye(b: int, device: torch.device) -> torch.Tensor:
