@@ -26,11 +26,13 @@ import numpy as np
 import torch
 from nvidia.dali.plugin.pytorch import DALIClassificationIterator, LastBatchPolicy, feed_ndarray
 
+from gpufeed.backends import BackendChoice
 from gpufeed.pipelines import geometry
-from gpufeed.pipelines.base import Batch, ClassificationLoader, Normalizer, ReusedBuffers
+from gpufeed.pipelines.base import Augment, Batch, ClassificationLoader, Normalizer, ReusedBuffers
 from gpufeed.pipelines.dali_pipeline import build_pipeline
 from gpufeed.pipelines.feeds import FileFeed, IteratorSkips
-from gpufeed.pipelines.sources import pil_reason, read_bytes, undecodable_reason
+from gpufeed.pipelines.options import LoaderOptions
+from gpufeed.pipelines.sources import SampleList, pil_reason, read_bytes, undecodable_reason
 
 _TORCH_DTYPE = {"FLOAT": torch.float32, "FLOAT16": torch.float16, "UINT8": torch.uint8}
 
@@ -62,8 +64,9 @@ class DaliLoader(ClassificationLoader):
 
     backend = "dali"
 
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, samples: SampleList, options: LoaderOptions, device: torch.device,
+                 choice: BackendChoice, gpu_augment: Augment | None = None) -> None:
+        super().__init__(samples, options, device, choice, gpu_augment)
         self.device_id = None if self.device.type == "cpu" else (self.device.index or 0)
         self._on_cpu = self.device_id is None
         self._finish = Normalizer(self.options, ReusedBuffers().empty)
@@ -112,7 +115,7 @@ class DaliLoader(ClassificationLoader):
         """
         size = self.options.size
         out, view = self._finish.output(len(decoded), size, size, torch.device("cpu"))
-        threads = max(1, self.options.threads)
+        threads = max(1, self.options.workers)
         if self._pool is None:
             self._pool = ThreadPoolExecutor(threads, thread_name_prefix="gpufeed-resize")
             weakref.finalize(self, self._pool.shutdown, wait=False)  # no idle threads left behind

@@ -111,7 +111,7 @@ def build_pipeline(source: Callable | FileFeed | None, options: LoaderOptions, d
         return images, labels
 
     pipe = classification(
-        batch_size=batch_size or o.batch_size, num_threads=max(1, o.threads), device_id=device_id,
+        batch_size=batch_size or o.batch_size, num_threads=max(1, o.workers), device_id=device_id,
         seed=dali_seed(o.seed, o.shard_id, *stream), prefetch_queue_depth=prefetch,
     )
     pipe.build()

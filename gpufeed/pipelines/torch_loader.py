@@ -19,12 +19,13 @@ from PIL import Image
 from torch.utils.data import DataLoader, Dataset, Sampler
 from torchvision.transforms.v2 import functional as TF
 
+from gpufeed.backends import BackendChoice
 from gpufeed.pipelines import geometry
-from gpufeed.pipelines.base import Batch, ClassificationLoader, Normalizer, shared_empty
+from gpufeed.pipelines.base import Augment, Batch, ClassificationLoader, Normalizer, shared_empty
 from gpufeed.pipelines.options import LoaderOptions
 from gpufeed.pipelines.plan import EpochPlan
 from gpufeed.pipelines.seeds import sample_rng
-from gpufeed.pipelines.sources import image_format, read_bytes, undecodable_reason
+from gpufeed.pipelines.sources import SampleList, image_format, read_bytes, undecodable_reason
 
 # torchvision 0.29 deprecates its image codecs in favour of TorchCodec, warning on every
 # call; they remain the fastest decoder a DataLoader user has today, so the kit keeps
@@ -119,19 +120,20 @@ class TorchLoader(ClassificationLoader):
 
     backend = "torch"
 
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, samples: SampleList, options: LoaderOptions, device: torch.device,
+                 choice: BackendChoice, gpu_augment: Augment | None = None) -> None:
+        super().__init__(samples, options, device, choice, gpu_augment)
         o = self.options
         on_gpu = self.device.type == "cuda"
         self._finish = Normalizer(o)
         # Workers write batches straight into shared memory, which they cross to this
         # process in (share_memory_() would copy them); for a GPU they stay uint8 NCHW,
         # a quarter of the bytes to copy, and are normalised there.
-        allocate = shared_empty if o.threads > 0 else None
+        allocate = shared_empty if o.workers > 0 else None
         raw = dataclasses.replace(o, dtype=torch.uint8, layout="NCHW")
         in_workers = Normalizer(raw if on_gpu else o, allocate)
         self._sampler = _PlanSampler(self.plan)
-        workers = o.threads
+        workers = o.workers
         # Workers forked from a process holding DALI pipelines have crashed: fork only
         # when DALI is not loaded here.
         context = None if workers == 0 or "nvidia.dali" not in sys.modules else "forkserver"
@@ -145,6 +147,12 @@ class TorchLoader(ClassificationLoader):
             prefetch_factor=4 if workers > 0 else None,
             multiprocessing_context=context,
         )
+
+    def __getattr__(self, name: str):  # noqa: ANN204 - only for attributes the loader lacks
+        if name == "dali_iterator":
+            raise AttributeError(f"dali_iterator() needs backend='dali'; this loader uses 'torch' "
+                                 f"({self.choice.reason})", name=name, obj=self)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}", name=name, obj=self)
 
     def _batches(self) -> Iterator:
         try:
