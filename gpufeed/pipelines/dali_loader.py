@@ -5,10 +5,9 @@ resize and normalisation on the device, copied once into a torch tensor.
 
 In CPU-only mode DALI decodes (only the random crop's region of each JPEG, on DALI's
 threads) and torch does the geometry and normalisation on the decoded pixels while DALI
-decodes the next batch: DALI's CPU resampler measured about 5x slower here than torch's
-SIMD uint8 antialiased bilinear kernel (1.3 ms vs 0.25 ms for a 330x340 -> 224x224
-crop), and resizing is half of the pipeline's work. The val geometry is torchvision's
-own, so val batches match the torch backend's.
+decodes the next batch, with the torch backend's code (:mod:`gpufeed.pipelines.geometry`,
+which says why). The val geometry is torchvision's own, so val batches match the torch
+backend's.
 
 Either way the loader adds what DALI leaves to the user: the shared epoch plan,
 skipped-file accounting, and recovery when a decoder fails on a file the byte checks let
@@ -84,9 +83,9 @@ class DaliLoader(ClassificationLoader):
         # A fresh pipeline every epoch, seeded with the epoch: DALI's random ops cannot be
         # reseeded, and a pipeline carried over from the last epoch (reset()) would draw
         # crops and flips that depend on every epoch before, so set_epoch(k) on a new
-        # loader could not repeat epoch k's pixels. Building costs a few ms on a CPU (an
-        # epoch's first batches wait for DALI's queue to fill after reset() too); it also
-        # drops batches of an epoch left half-way that may still be queued inside DALI.
+        # loader could not repeat epoch k's pixels (an epoch's first batches wait for DALI's
+        # queue to fill after reset() too). A fresh pipeline also drops batches of an epoch
+        # left half-way that may still be queued inside DALI.
         self._pipe = None  # free the old pipeline's buffers before allocating new ones
         self._feed.next_epoch = epoch
         self._feed.in_flight.clear()
@@ -111,7 +110,7 @@ class DaliLoader(ClassificationLoader):
         Samples are resized and normalised on a pool of as many threads as DALI has
         (torch's kernels release the GIL), each sample straight into its slice of the
         output while it is still in cache: done on the main thread alone, this hand-off
-        was the pipeline's bottleneck, holding it ~80% of the time.
+        becomes the pipeline's bottleneck.
         """
         size = self.options.size
         out, view = self._finish.output(len(decoded), size, size, torch.device("cpu"))

@@ -127,8 +127,8 @@ class TorchLoader(ClassificationLoader):
         on_gpu = self.device.type == "cuda"
         self._finish = Normalizer(o)
         # Workers write batches straight into shared memory, which they cross to this
-        # process in (share_memory_() would copy them); for a GPU they stay uint8 NCHW,
-        # a quarter of the bytes to copy, and are normalised there.
+        # process in (share_memory_() would copy them); for a GPU they stay uint8 NCHW
+        # and are normalised there.
         allocate = shared_empty if o.workers > 0 else None
         raw = dataclasses.replace(o, dtype=torch.uint8, layout="NCHW")
         in_workers = Normalizer(raw if on_gpu else o, allocate)
