@@ -96,16 +96,16 @@ class LoaderOptions:
         def bad(name: str, value: object, want: str) -> ValueError:
             return ValueError(f"{name} must be {want}, got {value!r}")
 
-        def setting(name: str, value: object) -> None:
+        def integer(value: object) -> bool:  # numpy integers too, but not bools
+            return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
+
+        def setting(name: str, value: object) -> None:  # the dataclass is frozen
             object.__setattr__(self, name, value)
 
         setting("last_batch", LastBatch.parse(self.last_batch, "last_batch"))
         setting("on_error", OnError.parse(self.on_error, "on_error"))
         for name in ("mean", "std", "scale", "ratio"):
             setting(name, tuple(getattr(self, name)))
-
-        def integer(value: object) -> bool:  # numpy integers too, but not bools
-            return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
 
         if not isinstance(self.train, bool):
             raise bad("train", self.train, "True or False")

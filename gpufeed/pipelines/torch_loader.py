@@ -11,6 +11,7 @@ import re
 import sys
 import warnings
 from collections.abc import Iterator
+from typing import NoReturn
 
 import numpy as np
 import torch
@@ -148,7 +149,7 @@ class TorchLoader(ClassificationLoader):
             multiprocessing_context=context,
         )
 
-    def __getattr__(self, name: str):  # noqa: ANN204 - only for attributes the loader lacks
+    def __getattr__(self, name: str) -> NoReturn:  # only called for attributes the loader lacks
         if name == "dali_iterator":
             raise AttributeError(f"dali_iterator() needs backend='dali'; this loader uses 'torch' "
                                  f"({self.choice.reason})", name=name, obj=self)
