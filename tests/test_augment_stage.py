@@ -271,6 +271,48 @@ def test_cpu_chunks_restore_the_torch_thread_setting():
     assert torch.get_num_threads() == before
 
 
+def test_ops_declare_their_traits_and_the_stage_needs_no_edit_for_new_ones():
+    from gpufeed.gpu_transforms.augment.mixing import MixOp
+    from gpufeed.gpu_transforms.augment.params import Op
+
+    class HalfMix(MixOp):  # a new mixing op: blends every sample half and half with its partner
+        def sample(self, u, size):
+            return {"lam": torch.full((u.shape[0],), 0.5), "box": torch.zeros(u.shape[0], 4)}
+
+    class Standardize(Op):  # a new pixel op that leaves values unbounded, like Normalize
+        output_range = None
+        channels = 3
+
+        def apply(self, x, params):
+            return (x - 0.5) * 4
+
+    x, labels = u8(8).float() / 255, torch.arange(8) % 2
+    stage = GpuAugment([HalfMix(num_classes=2)], seed=0)
+    out, soft = stage(x, labels)
+    torch.testing.assert_close(out, 0.5 * x + 0.5 * x[stage.last_params.mix["perm"]])
+    torch.testing.assert_close(soft.sum(1), torch.ones(8))
+    both = GpuAugment([HalfMix(2), MixUp(2)], seed=0)
+    both(u8(16), torch.zeros(16, dtype=torch.long))
+    assert {round(v, 3) for v in both.last_params.mix["lam"].tolist()} != {0.5}  # MixUp picked for some
+    with pytest.raises(ValueError, match="HalfMix and MixUp must have the same num_classes"):
+        GpuAugment([HalfMix(2), MixUp(3)])
+    with pytest.raises(ValueError, match="Standardize must be the last pixel op"):
+        GpuAugment([Standardize(), ColorJitter(0.2)])
+    with pytest.raises(ValueError, match="drop Standardize"):
+        GpuAugment([Standardize()], output_dtype=torch.uint8)
+    with pytest.raises(ValueError, match="Standardize needs 3"):
+        GpuAugment([Standardize()])(torch.rand(2, 1, 8, 8))
+    assert GpuAugment([Standardize()], seed=0)(u8()).dtype == torch.float32  # unbounded: float out
+
+
+def test_a_geometric_op_applied_alone_matches_the_stage():
+    x = u8().float() / 255
+    for op in (RandomRotation(30), RandomResizedCrop(24), RandomPerspective(p=1.0)):
+        stage = GpuAugment([op], seed=0)
+        expected = stage(x)
+        torch.testing.assert_close(op.apply(x, stage.last_params.per_op[0]), expected, atol=1e-5, rtol=0)
+
+
 @pytest.mark.gpu
 def test_cpu_and_cuda_agree_given_the_same_parameters():
     x = u8(8)

@@ -7,6 +7,7 @@ import torch
 from torchvision.transforms.v2 import functional as TF
 
 from gpufeed.pipelines import geometry
+from gpufeed.pipelines.seeds import sample_rng
 
 
 def test_crop_boxes_follow_random_resized_crop_rules():
@@ -31,8 +32,8 @@ def test_train_crop_equals_torchvision_resized_crop_on_the_same_box():
     seeds = range(20)
     flips = 0
     for s in seeds:
-        out = geometry.train_crop(image, geometry.sample_rng(s, 0, 0), 48, (0.08, 1), (3 / 4, 4 / 3))
-        rng = geometry.sample_rng(s, 0, 0)
+        out = geometry.train_crop(image, sample_rng(s, 0, 0), 48, (0.08, 1), (3 / 4, 4 / 3))
+        rng = sample_rng(s, 0, 0)
         top, left, h, w = geometry.random_crop_box(rng, 120, 160, (0.08, 1), (3 / 4, 4 / 3))
         ref = TF.resized_crop(pixels.permute(2, 0, 1).contiguous(), top, left, h, w, [48, 48], antialias=True)
         if rng.random() < 0.5:
@@ -42,6 +43,6 @@ def test_train_crop_equals_torchvision_resized_crop_on_the_same_box():
 
 
 def test_sample_rng_is_the_same_in_any_process_and_differs_per_sample():
-    a = [geometry.sample_rng(3, 1, i).random() for i in range(5)]
-    assert a == [geometry.sample_rng(3, 1, i).random() for i in range(5)]
-    assert len(set(a)) == 5 and geometry.sample_rng(3, 2, 0).random() != a[0]
+    a = [sample_rng(3, 1, i).random() for i in range(5)]
+    assert a == [sample_rng(3, 1, i).random() for i in range(5)]
+    assert len(set(a)) == 5 and sample_rng(3, 2, 0).random() != a[0]

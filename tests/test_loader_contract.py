@@ -152,7 +152,9 @@ def test_dali_backend_gives_a_real_dali_classification_iterator(image_folder):
         ({"last_batch": "pad"}, "pad"),
         ({"backend": "tf"}, "backend"),
         ({"on_error": "ignore"}, "ignore"),
-        ({"num_workers": 1, "num_threads": 2}, "disagree"),
+        ({"num_workers": -1}, "num_workers"),
+        ({"scale": (0.5, 0.1)}, "scale"),
+        ({"ratio": (0, 1)}, "ratio"),
         ({"gpu_augment": lambda x, y: (x, y)}, "dtype=torch.uint8"),
         ({"seed": None}, "seed"),
         ({"seed": -1}, "seed"),
@@ -166,6 +168,27 @@ def test_bad_arguments_raise_errors_naming_them(image_folder, kwargs, match):
     args = {"train": True, "batch_size": 4, "device": "cpu", "backend": "torch", **kwargs}
     with pytest.raises(ValueError, match=match):
         classification_loader(image_folder, **args)
+
+
+def test_one_name_for_workers_and_threads_and_dali_iterator_only_on_dali(image_folder):
+    with pytest.raises(TypeError, match="num_threads"):
+        classification_loader(image_folder, train=True, batch_size=4, device="cpu", backend="torch", num_threads=2)
+    loader = classification_loader(image_folder, train=True, batch_size=4, device="cpu", backend="torch")
+    assert not hasattr(loader, "dali_iterator")
+    with pytest.raises(AttributeError, match="dali_iterator\\(\\) needs backend='dali'.*torch"):
+        loader.dali_iterator()
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        loader.nope  # noqa: B018
+
+
+def test_every_loader_option_is_an_argument_of_classification_loader():
+    import dataclasses
+    import inspect
+
+    from gpufeed.pipelines import LoaderOptions
+
+    arguments = inspect.signature(classification_loader).parameters
+    assert {f.name for f in dataclasses.fields(LoaderOptions)} <= set(arguments)
 
 
 def test_half_explicit_shards_next_to_a_launcher_are_refused(image_folder, monkeypatch):
@@ -235,6 +258,21 @@ def test_reused_output_buffers_never_overwrite_a_batch_someone_holds():
     again = pool.empty((4, 3), torch.float32)
     assert again.data_ptr() == ptr  # freed memory is reused
     assert view.eq(2).all()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_crop_scale_and_ratio_reach_the_random_crop(tmp_path, backend):
+    files = indexed_file_list(tmp_path, 4)
+
+    def first_batch(**kw):
+        loader = load(None, backend, file_list=files, train=True, batch_size=4, size=32, seed=1,
+                      dtype=torch.uint8, **kw)
+        assert loader.options.scale == kw.get("scale", (0.08, 1.0))
+        return next(iter(loader))[0]
+
+    default = first_batch()
+    assert torch.equal(first_batch(), default)
+    assert not torch.equal(first_batch(scale=(0.9, 1.0), ratio=(1.0, 1.0)), default)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -317,9 +355,8 @@ def test_dali_iterator_reports_skipped_files_per_epoch(tmp_path):
     assert any(in_epoch) and not all(in_epoch)
 
 
-@pytest.mark.skipif(not dali_installed(), reason="DALI not installed")
 def test_pipeline_seeds_of_different_streams_differ():
-    from gpufeed.pipelines.dali_pipeline import pipeline_seed
+    from gpufeed.pipelines.seeds import dali_seed
 
-    seeds = {pipeline_seed(0, 0, *stream) for stream in [(), (0,), (0, 0), (1,), (1, 0), (0, 1)]}
+    seeds = {dali_seed(0, 0, *stream) for stream in [(), (0,), (0, 0), (1,), (1, 0), (0, 1)]}
     assert len(seeds) == 6  # zero-padding must not make (e,) and (e, 0) the same stream

@@ -51,3 +51,11 @@ def test_drop_and_fill_counts_per_shard(shards):
 def test_more_shards_than_samples_is_refused():
     with pytest.raises(ValueError, match="cannot fill 5 shards"):
         plans(3, 1, 5, "partial")
+
+
+def test_seed_streams_of_different_purposes_never_coincide():
+    from gpufeed.pipelines.seeds import Stream, mix_seed
+
+    assert len({mix_seed(purpose, 0, 0, 0, bits=64) for purpose in Stream}) == len(Stream)
+    assert mix_seed(Stream.SAMPLE, 1, 2, 3, bits=64) == mix_seed(Stream.SAMPLE, 1, 2, 3, bits=64)
+    assert mix_seed(Stream.SAMPLE, 1, 2, 3, bits=31) < 2**31

@@ -153,8 +153,8 @@ def _verify(row: dict[str, Any], files: int, classes: int, size: int) -> str:
 def run(args: argparse.Namespace) -> int:
     """Run the suite, print the side-by-side table, write JSON + Markdown results."""
     from gpufeed.backends import dali_installed, resolve_device
-    from gpufeed.machine import cuda_available, usable_cpus
     from gpufeed.datasets.images import default_image_dataset
+    from gpufeed.machine import cuda_available, usable_cpus
     from gpufeed.pipelines.sources import scan_image_folder
 
     root = Path(args.data) if args.data else default_image_dataset(args.images)

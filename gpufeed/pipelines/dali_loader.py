@@ -5,10 +5,9 @@ resize and normalisation on the device, copied once into a torch tensor.
 
 In CPU-only mode DALI decodes (only the random crop's region of each JPEG, on DALI's
 threads) and torch does the geometry and normalisation on the decoded pixels while DALI
-decodes the next batch: DALI's CPU resampler measured about 5x slower here than torch's
-SIMD uint8 antialiased bilinear kernel (1.3 ms vs 0.25 ms for a 330x340 -> 224x224
-crop), and resizing is half of the pipeline's work. The val geometry is torchvision's
-own, so val batches match the torch backend's.
+decodes the next batch, with the torch backend's code (:mod:`gpufeed.pipelines.geometry`,
+which says why). The val geometry is torchvision's own, so val batches match the torch
+backend's.
 
 Either way the loader adds what DALI leaves to the user: the shared epoch plan,
 skipped-file accounting, and recovery when a decoder fails on a file the byte checks let
@@ -26,56 +25,15 @@ import numpy as np
 import torch
 from nvidia.dali.plugin.pytorch import DALIClassificationIterator, LastBatchPolicy, feed_ndarray
 
+from gpufeed.backends import BackendChoice
 from gpufeed.pipelines import geometry
-from gpufeed.pipelines.base import Batch, ClassificationLoader, Normalizer, ReusedBuffers
-from gpufeed.pipelines.dali_pipeline import FileFeed, build_pipeline
-from gpufeed.pipelines.options import OnError
-from gpufeed.pipelines.sources import (
-    BadFileMemory,
-    Skipped,
-    pil_reason,
-    read_bytes,
-    undecodable_reason,
-)
+from gpufeed.pipelines.base import Augment, Batch, ClassificationLoader, Normalizer, ReusedBuffers
+from gpufeed.pipelines.dali_pipeline import build_pipeline
+from gpufeed.pipelines.feeds import FileFeed, IteratorSkips
+from gpufeed.pipelines.options import LoaderOptions
+from gpufeed.pipelines.sources import SampleList, pil_reason, read_bytes, undecodable_reason
 
 _TORCH_DTYPE = {"FLOAT": torch.float32, "FLOAT16": torch.float16, "UINT8": torch.uint8}
-
-
-class IteratorSkips(BadFileMemory):
-    """The skipped-file report of :meth:`DaliLoader.dali_iterator`, per epoch like
-    ``loader.skipped``.
-
-    The iterator's feed reads ahead of the user (DALI prefetches the next epoch's first
-    batches as soon as it resets at the end of an epoch), so each file is filed under the
-    epoch it was read for, and :attr:`skipped` lists the files left out of the epoch of
-    the last batch the iterator returned: after an epoch's last batch, and after its
-    ``StopIteration``, that epoch's; from the next epoch's first batch on, the next one's.
-    """
-
-    def __init__(self, on_error: OnError) -> None:
-        super().__init__(on_error)
-        #: The epoch of the last batch the iterator returned (0 before the first).
-        self.epoch = 0
-        self.feed: FileFeed | None = None  # set once the feed that reports here exists
-        self._by_epoch: dict[int, dict[str, Skipped]] = {}
-
-    @property
-    def skipped(self) -> list[Skipped]:
-        """The files left out of epoch :attr:`epoch`, with reasons."""
-        return list(self._by_epoch.get(self.epoch, {}).values())
-
-    def add(self, path: str, reason: str) -> None:
-        """Record a bad file under the epoch being read, or raise :class:`BadImageError`."""
-        self._remember(path, reason)
-        epoch = self.feed.epoch if self.feed is not None else self.epoch
-        self._by_epoch.setdefault(epoch, {}).setdefault(path, Skipped(path, reason))
-
-    def delivered(self, epoch: int) -> None:
-        """The iterator returned a batch of ``epoch``: report that epoch from now on."""
-        if epoch != self.epoch:
-            self.epoch = epoch
-            for old in [e for e in self._by_epoch if e < epoch]:
-                del self._by_epoch[old]
 
 
 class _PlannedIterator(DALIClassificationIterator):
@@ -105,8 +63,9 @@ class DaliLoader(ClassificationLoader):
 
     backend = "dali"
 
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, samples: SampleList, options: LoaderOptions, device: torch.device,
+                 choice: BackendChoice, gpu_augment: Augment | None = None) -> None:
+        super().__init__(samples, options, device, choice, gpu_augment)
         self.device_id = None if self.device.type == "cpu" else (self.device.index or 0)
         self._on_cpu = self.device_id is None
         self._finish = Normalizer(self.options, ReusedBuffers().empty)
@@ -124,9 +83,9 @@ class DaliLoader(ClassificationLoader):
         # A fresh pipeline every epoch, seeded with the epoch: DALI's random ops cannot be
         # reseeded, and a pipeline carried over from the last epoch (reset()) would draw
         # crops and flips that depend on every epoch before, so set_epoch(k) on a new
-        # loader could not repeat epoch k's pixels. Building costs a few ms on a CPU (an
-        # epoch's first batches wait for DALI's queue to fill after reset() too); it also
-        # drops batches of an epoch left half-way that may still be queued inside DALI.
+        # loader could not repeat epoch k's pixels (an epoch's first batches wait for DALI's
+        # queue to fill after reset() too). A fresh pipeline also drops batches of an epoch
+        # left half-way that may still be queued inside DALI.
         self._pipe = None  # free the old pipeline's buffers before allocating new ones
         self._feed.next_epoch = epoch
         self._feed.in_flight.clear()
@@ -151,11 +110,11 @@ class DaliLoader(ClassificationLoader):
         Samples are resized and normalised on a pool of as many threads as DALI has
         (torch's kernels release the GIL), each sample straight into its slice of the
         output while it is still in cache: done on the main thread alone, this hand-off
-        was the pipeline's bottleneck, holding it ~80% of the time.
+        becomes the pipeline's bottleneck.
         """
         size = self.options.size
         out, view = self._finish.output(len(decoded), size, size, torch.device("cpu"))
-        threads = max(1, self.options.threads)
+        threads = max(1, self.options.workers)
         if self._pool is None:
             self._pool = ThreadPoolExecutor(threads, thread_name_prefix="gpufeed-resize")
             weakref.finalize(self, self._pool.shutdown, wait=False)  # no idle threads left behind

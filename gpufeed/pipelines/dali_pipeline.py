@@ -6,9 +6,7 @@ choice, so torch-only installs never need it.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import numpy as np
 import nvidia.dali.fn as fn
@@ -17,72 +15,11 @@ from nvidia.dali import math as dmath
 from nvidia.dali import pipeline_def
 from nvidia.dali.pipeline import Pipeline
 
+from gpufeed.pipelines.feeds import FileFeed
 from gpufeed.pipelines.options import LoaderOptions
-from gpufeed.pipelines.plan import EpochPlan, mix_seed
-from gpufeed.pipelines.sources import SampleList, SkipLog, read_bytes, undecodable_reason
-
-if TYPE_CHECKING:
-    from gpufeed.pipelines.dali_loader import IteratorSkips
+from gpufeed.pipelines.seeds import dali_seed
 
 _DALI_DTYPE = {"torch.float32": types.FLOAT, "torch.float16": types.FLOAT16, "torch.uint8": types.UINT8}
-
-
-class FileFeed:
-    """The pipeline's ``external_source``: each ``next()`` is one planned batch of
-    encoded files and their labels.
-
-    Files are read and checked here (in the Python thread that schedules DALI runs), so a
-    file that is empty, not an image or a cut-short JPEG is skipped before DALI sees it.
-    ``iter()`` starts the next epoch of the plan, unless :meth:`resume` set a batch to
-    go on from (after a pipeline was rebuilt mid-epoch).
-    """
-
-    def __init__(self, samples: SampleList, plan: EpochPlan, log: SkipLog | IteratorSkips) -> None:
-        self.samples, self.plan, self.log = samples, plan, log
-        #: The epoch the next plain ``iter()`` starts (DALI calls it as soon as an epoch
-        #: runs dry, to be ready for ``reset()``).
-        self.next_epoch = 0
-        self.epoch = -1
-        self._batches: list[np.ndarray] = []
-        self._pos = 0
-        self._resume: tuple[int, int] | None = None
-        #: ``(epoch, batch number, paths)`` handed to DALI and not yet taken out, in order.
-        self.in_flight: deque[tuple[int, int, list[str]]] = deque()
-
-    def __iter__(self) -> FileFeed:
-        if self._resume is None:
-            self.epoch, self._pos = self.next_epoch, 0
-            self.next_epoch += 1
-        else:
-            (self.epoch, self._pos), self._resume = self._resume, None
-            self.next_epoch = self.epoch + 1
-        self._batches = self.plan.batches(self.epoch)
-        return self
-
-    def resume(self, epoch: int, batch_number: int) -> None:
-        """Make the next ``iter()`` go on from ``batch_number`` of ``epoch``."""
-        self._resume = (epoch, batch_number)
-
-    def __next__(self) -> tuple[list[np.ndarray], np.ndarray]:
-        while self._pos < len(self._batches):
-            number, self._pos = self._pos, self._pos + 1
-            encoded, labels = [], []
-            for i in self._batches[number]:
-                path = self.samples.paths[i]
-                reason = self.log.known(path)
-                data = None
-                if reason is None:
-                    data = read_bytes(path)
-                    reason = undecodable_reason(data)
-                if reason is not None:
-                    self.log.add(path, reason)
-                    continue
-                encoded.append(data)
-                labels.append(self.samples.labels[i])
-            if encoded:
-                self.in_flight.append((self.epoch, number, [self.samples.paths[i] for i in self._batches[number]]))
-                return encoded, np.asarray(labels, dtype=np.int32)
-        raise StopIteration
 
 
 def _round_half_even(x):
@@ -106,11 +43,6 @@ def _resize_and_centre_crop(encoded, images, shorter: int, size: int):
     left = _round_half_even((out_w - size) / 2.0)
     return fn.slice(images, fn.stack(top, left), np.array([size, size], np.float32),
                     axis_names="HW", normalized_anchor=False, normalized_shape=False)
-
-
-def pipeline_seed(*entropy: int) -> int:
-    """A DALI seed (DALI takes 31 bits) mixed from ``entropy`` by :func:`mix_seed`."""
-    return mix_seed(*entropy, bits=31)
 
 
 def build_pipeline(source: Callable | FileFeed | None, options: LoaderOptions, device_id: int | None,
@@ -179,8 +111,8 @@ def build_pipeline(source: Callable | FileFeed | None, options: LoaderOptions, d
         return images, labels
 
     pipe = classification(
-        batch_size=batch_size or o.batch_size, num_threads=max(1, o.threads), device_id=device_id,
-        seed=pipeline_seed(o.seed, o.shard_id, *stream), prefetch_queue_depth=prefetch,
+        batch_size=batch_size or o.batch_size, num_threads=max(1, o.workers), device_id=device_id,
+        seed=dali_seed(o.seed, o.shard_id, *stream), prefetch_queue_depth=prefetch,
     )
     pipe.build()
     return pipe

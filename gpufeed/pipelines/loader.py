@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import fields
 
 import torch
 
@@ -15,7 +16,7 @@ from gpufeed.pipelines.options import (
     LastBatch,
     LoaderOptions,
     OnError,
-    default_shard,
+    resolve_shard,
 )
 from gpufeed.pipelines.sources import read_file_list, scan_image_folder
 
@@ -36,19 +37,20 @@ def classification_loader(
     num_shards: int | None = None,
     last_batch: str | LastBatch = "partial",
     num_workers: int | None = None,
-    num_threads: int | None = None,
     on_error: str | OnError = "skip",
     file_list: str | os.PathLike[str] | Sequence[tuple[str, int]] | None = None,
     mean: Sequence[float] = IMAGENET_MEAN,
     std: Sequence[float] = IMAGENET_STD,
     val_resize: int | None = None,
+    scale: Sequence[float] = (0.08, 1.0),
+    ratio: Sequence[float] = (3 / 4, 4 / 3),
     gpu_augment: Augment | None = None,
 ) -> ClassificationLoader:
     """An image-classification loader: ``(images, labels)`` batches on the device.
 
-    Train: fused decode + random-resized-crop (area ``0.08..1``, aspect ``3/4..4/3``),
-    resize to ``size``, random horizontal flip, normalise. Val: resize the shorter side
-    to ``val_resize`` (default ``size / 0.875``: 256 for 224), centre crop, normalise.
+    Train: fused decode + random-resized-crop (area ``scale``, aspect ``ratio``), resize
+    to ``size``, random horizontal flip, normalise. Val: resize the shorter side to
+    ``val_resize`` (default ``size / 0.875``: 256 for 224), centre crop, normalise.
 
     Args:
         root: ImageFolder-style tree ``root/<class>/<image>`` (classes sorted by name),
@@ -70,14 +72,17 @@ def classification_loader(
         shard_id, num_shards: this process's shard; default from torch.distributed or
             torchrun's ``RANK`` / ``WORLD_SIZE``, else 0 of 1.
         last_batch: ``"partial"``, ``"drop"`` or ``"fill"`` (see :class:`LastBatch`).
-        num_workers, num_threads: DataLoader workers (torch) or DALI threads; either
-            name works for either backend; default: all usable cores.
+        num_workers: DataLoader worker processes (torch) or DALI threads; default: all
+            usable cores.
         on_error: ``"skip"`` (leave undecodable files out, list them in
             ``loader.skipped``, warn once) or ``"raise"`` (:class:`BadImageError`).
         file_list: instead of scanning ``root``, a DALI-style list file
             (``relative/path label`` per line) or ``(path, label)`` pairs.
         mean, std: normalisation in [0, 1] units (ImageNet's by default).
         val_resize: validation's shorter side before the centre crop.
+        scale, ratio: the train crop's area as a fraction of the image, ``(lo, hi)`` in
+            ``(0, 1]``, and its aspect ratio (width / height, drawn log-uniformly), as in
+            torchvision's ``RandomResizedCrop``.
         gpu_augment: ``f(images, labels) -> (images, labels)`` applied to every batch on
             the device after loading (e.g. a :mod:`gpufeed.gpu_transforms.augment` stage);
             needs ``dtype=torch.uint8``, ``layout="NCHW"``. The loader's own train
@@ -96,8 +101,7 @@ def classification_loader(
         >>> for images, labels in loader:   # (256, 3, 224, 224) float32, (256,) int64
         ...     loss = torch.nn.functional.cross_entropy(model(images), labels)
     """
-    if num_workers is not None and num_threads is not None and num_workers != num_threads:
-        raise ValueError(f"num_workers={num_workers} and num_threads={num_threads} disagree; give one")
+    arguments = dict(locals())  # first thing: the arguments as given, nothing else
     if gpu_augment is not None and (dtype != torch.uint8 or layout != "NCHW"):
         raise ValueError(
             "gpu_augment needs the raw pixels: pass dtype=torch.uint8 and layout='NCHW' "
@@ -109,20 +113,9 @@ def classification_loader(
         raise ValueError("give root (an ImageFolder tree) or file_list")
     else:
         samples = scan_image_folder(root)
-    default_id, default_count = default_shard()
-    if (shard_id is None) != (num_shards is None) and default_count > 1:
-        # Half explicit, half from the launcher: RANK=1 with num_shards=4 would silently read
-        # shard 1 of 4 of a split the other ranks do not share.
-        given = f"shard_id={shard_id}" if shard_id is not None else f"num_shards={num_shards}"
-        raise ValueError(f"{given} was given but not its partner, which would come from the launcher "
-                         f"(rank {default_id} of {default_count}); pass both shard_id and num_shards, or neither")
-    options = LoaderOptions(
-        train=train, batch_size=batch_size, size=size, dtype=dtype, layout=layout, shuffle=shuffle,
-        seed=seed, shard_id=default_id if shard_id is None else shard_id,
-        num_shards=default_count if num_shards is None else num_shards,
-        last_batch=LastBatch(last_batch), num_workers=num_workers if num_workers is not None else num_threads,
-        on_error=OnError(on_error), mean=tuple(mean), std=tuple(std), val_resize=val_resize,
-    )
+    settings = {f.name: arguments[f.name] for f in fields(LoaderOptions)}
+    settings["shard_id"], settings["num_shards"] = resolve_shard(shard_id, num_shards)
+    options = LoaderOptions(**settings)
     torch_device = resolve_device(device)
     choice = choose_image_backend(backend, torch_device)
     if choice.name == "dali":

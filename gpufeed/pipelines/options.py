@@ -51,27 +51,46 @@ def default_shard() -> tuple[int, int]:
     return 0, 1
 
 
+def resolve_shard(shard_id: int | None, num_shards: int | None) -> tuple[int, int]:
+    """``(shard_id, num_shards)``: as given, with what is not given from the launcher
+    (:func:`default_shard`).
+
+    Raises:
+        ValueError: one of the two was given and a launcher sets the other: RANK=1 with
+            ``num_shards=4`` would silently read shard 1 of 4 of a split the other ranks
+            do not share.
+    """
+    default_id, default_count = default_shard()
+    if (shard_id is None) != (num_shards is None) and default_count > 1:
+        given = f"shard_id={shard_id}" if shard_id is not None else f"num_shards={num_shards}"
+        raise ValueError(f"{given} was given but not its partner, which would come from the launcher "
+                         f"(rank {default_id} of {default_count}); pass both shard_id and num_shards, or neither")
+    return (default_id if shard_id is None else shard_id), (default_count if num_shards is None else num_shards)
+
+
 @dataclass(frozen=True)
 class LoaderOptions:
-    """Validated loader settings; see :func:`gpufeed.pipelines.classification_loader`."""
+    """Validated loader settings, one field per setting of
+    :func:`gpufeed.pipelines.classification_loader` (which holds the defaults and the
+    meaning of each): string options are parsed and sequences made tuples here."""
 
     train: bool
     batch_size: int
-    size: int = 224
-    dtype: torch.dtype = torch.float32
-    layout: str = "NCHW"
-    shuffle: bool | None = None
-    seed: int = 0
-    shard_id: int = 0
-    num_shards: int = 1
-    last_batch: LastBatch = LastBatch.PARTIAL
-    num_workers: int | None = None
-    on_error: OnError = OnError.SKIP
-    mean: tuple[float, float, float] = IMAGENET_MEAN
-    std: tuple[float, float, float] = IMAGENET_STD
-    val_resize: int | None = None
-    scale: tuple[float, float] = (0.08, 1.0)
-    ratio: tuple[float, float] = (3 / 4, 4 / 3)
+    size: int
+    dtype: torch.dtype
+    layout: str
+    shuffle: bool | None
+    seed: int
+    shard_id: int
+    num_shards: int
+    last_batch: LastBatch
+    num_workers: int | None
+    on_error: OnError
+    mean: tuple[float, float, float]
+    std: tuple[float, float, float]
+    val_resize: int | None
+    scale: tuple[float, float]
+    ratio: tuple[float, float]
 
     def __post_init__(self) -> None:
         def bad(name: str, value: object, want: str) -> ValueError:
@@ -79,6 +98,14 @@ class LoaderOptions:
 
         def integer(value: object) -> bool:  # numpy integers too, but not bools
             return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
+
+        def setting(name: str, value: object) -> None:  # the dataclass is frozen
+            object.__setattr__(self, name, value)
+
+        setting("last_batch", LastBatch.parse(self.last_batch, "last_batch"))
+        setting("on_error", OnError.parse(self.on_error, "on_error"))
+        for name in ("mean", "std", "scale", "ratio"):
+            setting(name, tuple(getattr(self, name)))
 
         if not isinstance(self.train, bool):
             raise bad("train", self.train, "True or False")
@@ -93,7 +120,7 @@ class LoaderOptions:
             raise bad("seed", self.seed, "a non-negative int (the same on every shard)")
         # Plain ints from here on (numpy integers overflow in the seed arithmetic).
         for name in ("batch_size", "size", "seed"):
-            object.__setattr__(self, name, int(getattr(self, name)))
+            setting(name, int(getattr(self, name)))
         if self.dtype not in _DTYPES:
             raise bad("dtype", self.dtype, "torch.float32, torch.float16 or torch.uint8")
         if self.layout not in ("NCHW", "NHWC"):
@@ -129,8 +156,9 @@ class LoaderOptions:
         return self.val_resize or round(self.size / 0.875)
 
     @property
-    def threads(self) -> int:
-        """Worker processes (torch) or threads (DALI): all usable cores unless told."""
+    def workers(self) -> int:
+        """``num_workers`` resolved: DataLoader worker processes (torch) or DALI threads,
+        all usable cores unless told."""
         return usable_cpus() if self.num_workers is None else self.num_workers
 
     @property

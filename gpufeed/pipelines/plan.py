@@ -10,16 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpufeed.pipelines.options import LastBatch
-
-
-def mix_seed(*entropy: int, bits: int) -> int:
-    """A ``bits``-bit seed mixed from ``entropy``: distinct tuples give unrelated streams (a
-    sum such as ``seed + 7919 * shard + epoch`` makes neighbouring runs collide).
-
-    The tuple's length is mixed in too: SeedSequence pads with zeros, so ``(s, e)`` and
-    ``(s, e, 0)`` would otherwise give the same seed.
-    """
-    return int(np.random.SeedSequence([*entropy, len(entropy)]).generate_state(1, np.uint64)[0] >> (64 - bits))
+from gpufeed.pipelines.seeds import shuffle_rng
 
 
 class EpochPlan:
@@ -60,10 +51,7 @@ class EpochPlan:
     def shard_indices(self, epoch: int) -> np.ndarray:
         """This shard's sample indices for ``epoch``, in order."""
         n = self.num_samples
-        if self.shuffle:
-            order = np.random.default_rng([self.seed, epoch]).permutation(n)
-        else:
-            order = np.arange(n)
+        order = shuffle_rng(self.seed, epoch).permutation(n) if self.shuffle else np.arange(n)
         return order[n * self.shard_id // self.num_shards: n * (self.shard_id + 1) // self.num_shards]
 
     def batches(self, epoch: int) -> list[np.ndarray]:

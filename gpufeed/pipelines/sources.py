@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import os
 import warnings
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from gpufeed.pipelines.options import OnError
+from gpufeed.policies import OnError
 
 
 class BadImageError(ValueError):
@@ -215,16 +216,28 @@ def read_bytes(path: str) -> np.ndarray:
     return np.fromfile(path, dtype=np.uint8)
 
 
-class BadFileMemory:
-    """The ``on_error`` policy and the files found bad so far (not decoded again)."""
+class BadFileMemory(ABC):
+    """Where a feed of files reports the bad ones: the ``on_error`` policy and the files
+    found bad so far (so they are not decoded again).
 
-    def __init__(self, on_error: OnError) -> None:
-        self.on_error = OnError(on_error)
+    A feed (:class:`gpufeed.pipelines.feeds.FileFeed`) asks :meth:`known` before reading a
+    file and calls :meth:`add` for one that cannot be decoded; a subclass decides where
+    :meth:`add` files it (:class:`SkipLog`: the loader's epoch;
+    :class:`gpufeed.pipelines.feeds.IteratorSkips`: the epoch a DALI iterator reads).
+    """
+
+    def __init__(self, on_error: OnError | str) -> None:
+        self.on_error = OnError.parse(on_error, "on_error")
         self._known: dict[str, str] = {}
 
     def known(self, path: str) -> str | None:
         """The reason ``path`` was found bad before, or None."""
         return self._known.get(path)
+
+    @abstractmethod
+    def add(self, path: str, reason: str) -> None:
+        """Record a bad file, or raise :class:`BadImageError` under ``on_error="raise"``
+        (subclasses call :meth:`_remember` first)."""
 
     def _remember(self, path: str, reason: str) -> None:
         """Raise :class:`BadImageError` under ``on_error="raise"``, else remember the file."""
@@ -241,7 +254,7 @@ class SkipLog(BadFileMemory):
     samples yielded + ``len(skipped)`` = files in the shard, every epoch.
     """
 
-    def __init__(self, on_error: OnError) -> None:
+    def __init__(self, on_error: OnError | str) -> None:
         super().__init__(on_error)
         self.skipped: list[Skipped] = []
         self._this_epoch: set[str] = set()

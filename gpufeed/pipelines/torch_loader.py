@@ -11,6 +11,7 @@ import re
 import sys
 import warnings
 from collections.abc import Iterator
+from typing import NoReturn
 
 import numpy as np
 import torch
@@ -19,11 +20,13 @@ from PIL import Image
 from torch.utils.data import DataLoader, Dataset, Sampler
 from torchvision.transforms.v2 import functional as TF
 
+from gpufeed.backends import BackendChoice
 from gpufeed.pipelines import geometry
-from gpufeed.pipelines.base import Batch, ClassificationLoader, Normalizer, shared_empty
+from gpufeed.pipelines.base import Augment, Batch, ClassificationLoader, Normalizer, shared_empty
 from gpufeed.pipelines.options import LoaderOptions
 from gpufeed.pipelines.plan import EpochPlan
-from gpufeed.pipelines.sources import image_format, read_bytes, undecodable_reason
+from gpufeed.pipelines.seeds import sample_rng
+from gpufeed.pipelines.sources import SampleList, image_format, read_bytes, undecodable_reason
 
 # torchvision 0.29 deprecates its image codecs in favour of TorchCodec, warning on every
 # call; they remain the fastest decoder a DataLoader user has today, so the kit keeps
@@ -77,7 +80,7 @@ class _Files(Dataset):
             return i, None, f"could not decode: {words}"
         o = self.options
         if o.train:
-            rng = geometry.sample_rng(o.seed, epoch, i)
+            rng = sample_rng(o.seed, epoch, i)
             return i, geometry.train_crop(image, rng, o.size, o.scale, o.ratio), None
         return i, geometry.val_crop(image, o.resize_shorter, o.size), None
 
@@ -118,19 +121,20 @@ class TorchLoader(ClassificationLoader):
 
     backend = "torch"
 
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, samples: SampleList, options: LoaderOptions, device: torch.device,
+                 choice: BackendChoice, gpu_augment: Augment | None = None) -> None:
+        super().__init__(samples, options, device, choice, gpu_augment)
         o = self.options
         on_gpu = self.device.type == "cuda"
         self._finish = Normalizer(o)
         # Workers write batches straight into shared memory, which they cross to this
-        # process in (share_memory_() would copy them); for a GPU they stay uint8 NCHW,
-        # a quarter of the bytes to copy, and are normalised there.
-        allocate = shared_empty if o.threads > 0 else None
+        # process in (share_memory_() would copy them); for a GPU they stay uint8 NCHW
+        # and are normalised there.
+        allocate = shared_empty if o.workers > 0 else None
         raw = dataclasses.replace(o, dtype=torch.uint8, layout="NCHW")
         in_workers = Normalizer(raw if on_gpu else o, allocate)
         self._sampler = _PlanSampler(self.plan)
-        workers = o.threads
+        workers = o.workers
         # Workers forked from a process holding DALI pipelines have crashed: fork only
         # when DALI is not loaded here.
         context = None if workers == 0 or "nvidia.dali" not in sys.modules else "forkserver"
@@ -144,6 +148,12 @@ class TorchLoader(ClassificationLoader):
             prefetch_factor=4 if workers > 0 else None,
             multiprocessing_context=context,
         )
+
+    def __getattr__(self, name: str) -> NoReturn:  # only called for attributes the loader lacks
+        if name == "dali_iterator":
+            raise AttributeError(f"dali_iterator() needs backend='dali'; this loader uses 'torch' "
+                                 f"({self.choice.reason})", name=name, obj=self)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}", name=name, obj=self)
 
     def _batches(self) -> Iterator:
         try:

@@ -4,8 +4,9 @@ Coordinates are continuous pixels: pixel ``i`` covers ``[i, i + 1)``, so an imag
 ``W`` spans ``[0, W]`` and a horizontal flip is ``x -> W - x``. Boxes use the same
 convention, which is what keeps images, masks, boxes and keypoints aligned. Each op maps
 input coordinates to output coordinates; the stage multiplies the matrices of all its
-geometric ops and warps once (kornia's ``warp_perspective``), instead of resampling the
-image once per op as an eager pipeline does.
+geometric ops and warps once (``grid_sample`` on a grid built from the affine terms, or
+kornia's ``warp_perspective`` when a projective op is in the list), instead of
+resampling the image once per op as an eager pipeline does.
 
 Angles, translations and shears follow ``torchvision.transforms.v2`` (including its sign
 difference between ``rotate`` and ``affine``), so parameters can be checked against it.
@@ -35,11 +36,15 @@ class GeometricOp(Op):
     #: False for projective ops: the warp then needs kornia's homography path.
     affine = True
 
-    def output_size(self, size: tuple[int, int]) -> tuple[int, int]:
-        return size
-
     def matrix(self, params: dict[str, torch.Tensor], size: tuple[int, int]) -> torch.Tensor:
+        """(B, 3, 3) matrices from input to output continuous pixel coordinates."""
         raise NotImplementedError
+
+    def apply(self, x: torch.Tensor, params: dict[str, torch.Tensor]) -> torch.Tensor:
+        """This op alone, as one warp (the stage composes all its geometric ops and warps once)."""
+        size = (x.shape[-2], x.shape[-1])
+        return warp(x, self.matrix(params, size), self.output_size(size), inside=self.stays_inside,
+                    affine=self.affine)
 
 
 def _eye(b: int, device: torch.device) -> torch.Tensor:

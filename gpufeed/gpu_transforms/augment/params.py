@@ -22,16 +22,44 @@ KINDS = ("geometric", "pixel", "mix")
 class Op:
     """Base of all augmentation ops: configuration only, validated in the constructor.
 
-    Subclasses set ``kind`` and ``num_uniforms`` and implement
-    ``sample(u, size) -> dict[str, Tensor]``, a pure function of ``u`` (B, num_uniforms)
-    uniforms in [0, 1) and the current (H, W).
+    An op declares what the stage needs to know about it, so the stage never asks which
+    class it is:
+
+    - ``kind``: ``"geometric"`` (contributes a matrix to the one fused warp), ``"pixel"``
+      (:meth:`apply` on the float batch) or ``"mix"`` (mixes samples with partners from
+      the batch, and their labels: see :mod:`~gpufeed.gpu_transforms.augment.mixing`);
+      the stage runs kinds in that order.
+    - ``num_uniforms``: uniforms per sample that :meth:`sample` turns into parameters,
+      a pure function of ``u`` (B, num_uniforms) in [0, 1) and the current (H, W).
+    - ``output_range``: the values the op leaves pixels in: ``(0.0, 1.0)``, or None when
+      they can be any real number (normalised), which only the last pixel op may do.
+    - ``channels``: the channel count the op needs, or None for any.
     """
 
     kind: ClassVar[str] = "pixel"
     num_uniforms: int = 0
+    output_range: ClassVar[tuple[float, float] | None] = (0.0, 1.0)
+    channels: int | None = None
+
+    @property
+    def mixes_samples(self) -> bool:
+        """True for ops whose output for a sample depends on other samples (and whose
+        labels become soft)."""
+        return self.kind == "mix"
 
     def sample(self, u: torch.Tensor, size: tuple[int, int]) -> dict[str, torch.Tensor]:
+        """This op's parameters for a batch, from its ``(B, num_uniforms)`` uniforms."""
         return {}
+
+    def output_size(self, size: tuple[int, int]) -> tuple[int, int]:
+        """The (H, W) the op makes of an (H, W) input."""
+        return size
+
+    def apply(self, x: torch.Tensor, params: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The op on a float (B, C, H, W) batch in [0, 1], with the parameters
+        :meth:`sample` drew for it. The stage calls it for pixel ops; it fuses geometric
+        ops into one warp and mixes samples in one kernel instead."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement apply()")
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))

@@ -307,6 +307,8 @@ class Normalize(Op):
         mean, std: one value per channel, in [0, 1] pixel units (e.g. ImageNet's).
     """
 
+    output_range = None  # normalised: any real value, so it is the last pixel op
+
     def __init__(self, mean: Sequence[float], std: Sequence[float]) -> None:
         if len(mean) != len(std) or len(mean) == 0:
             raise ValueError(f"mean and std must have the same non-zero length, got {mean!r} and {std!r}")

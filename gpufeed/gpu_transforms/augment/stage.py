@@ -3,40 +3,24 @@
 from __future__ import annotations
 
 import numbers
-from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
 from gpufeed.gpu_transforms.augment import checks
-from gpufeed.gpu_transforms.augment.geometric import (
-    GeometricOp,
-    apply_flips,
-    compose,
-    only_flips,
-    warp,
-)
-from gpufeed.gpu_transforms.augment.mixing import CutMix, MixOp, MixUp, mix
-from gpufeed.gpu_transforms.augment.params import (
-    KINDS,
-    AugmentParams,
-    Op,
-    draw_uniforms,
-    permutation,
-)
-from gpufeed.gpu_transforms.augment.photometric import Normalize
+from gpufeed.gpu_transforms.augment.chunks import ChunkRunner, chunk_parts
+from gpufeed.gpu_transforms.augment.geometric import apply_flips, compose, only_flips, warp
+from gpufeed.gpu_transforms.augment.mixing import MIX_UNIFORMS, check_mixers, draw_mix, mix
+from gpufeed.gpu_transforms.augment.params import KINDS, AugmentParams, Op, draw_uniforms
 from gpufeed.gpu_transforms.augment.targets import warp_boxes, warp_keypoints, warp_masks
 
-#: Float elements per chunk on a CPU (4 MB): big enough to amortise per-op overhead,
-#: small enough to stay in cache across the ~20 passes of a colour recipe.
-_CPU_CHUNK_ELEMENTS = 1 << 20
 _OUTPUT_DTYPES = (None, torch.uint8, torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
-def _check_ops(ops: tuple[Op, ...]) -> tuple[list[Op], list[MixOp]]:
-    """Validate an op list; returns its pixel ops and its mixing ops."""
+def _check_ops(ops: tuple[Op, ...]) -> Op | None:
+    """Validate an op list from what its ops declare; returns the op that leaves values
+    unbounded (e.g. Normalize, the last pixel op), if any."""
     for i, op in enumerate(ops):
         if not isinstance(op, Op):
             raise TypeError(f"ops[{i}] must be an augmentation op (e.g. RandomResizedCrop), got {op!r}")
@@ -45,28 +29,14 @@ def _check_ops(ops: tuple[Op, ...]) -> tuple[list[Op], list[MixOp]]:
         if rank[i] < rank[i - 1]:
             raise ValueError(
                 f"ops[{i}] {type(ops[i]).__name__} is a {ops[i].kind} op after a {ops[i - 1].kind} op; "
-                "order ops as geometric, then pixel, then MixUp/CutMix"
+                "order ops as geometric, then pixel, then mixing (MixUp, CutMix)"
             )
     pixel = [op for op in ops if op.kind == "pixel"]
-    if any(isinstance(op, Normalize) for op in pixel[:-1]):
-        raise ValueError("Normalize must be the last pixel op: the ops after it expect values in [0, 1]")
-    mixers = [op for op in ops if isinstance(op, MixOp)]
-    if len({type(m) for m in mixers}) != len(mixers):
-        raise ValueError("give MixUp and CutMix at most once each")
-    if len({m.num_classes for m in mixers}) > 1:
-        raise ValueError("MixUp and CutMix must have the same num_classes")
-    return pixel, mixers
-
-
-@contextmanager
-def _intra_op_threads(n: int) -> Iterator[None]:
-    """Run with ``n`` torch intra-op threads, restoring the process-wide setting after."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
+    for op in pixel[:-1]:
+        if op.output_range is None:
+            raise ValueError(f"{type(op).__name__} must be the last pixel op: the ops after it expect values in [0, 1]")
+    check_mixers([op for op in ops if op.mixes_samples])
+    return pixel[-1] if pixel and pixel[-1].output_range is None else None
 
 
 @dataclass
@@ -97,8 +67,8 @@ class GpuAugment:
 
     Ops run in a fixed order of kinds: geometric ops (composed into one matrix per sample
     and applied with one warp), then pixel ops in the order given (colour, blur, erasing,
-    ``Normalize`` last), then MixUp/CutMix. An op list out of that order is refused rather
-    than silently reordered.
+    ``Normalize`` last), then the mixing ops (MixUp, CutMix). An op list out of that order
+    is refused rather than silently reordered.
 
     Args:
         ops: the augmentation ops, e.g. ``[RandomResizedCrop(224), RandomHorizontalFlip(),
@@ -119,9 +89,9 @@ class GpuAugment:
         min_box_size: boxes narrower or shorter than this (pixels) after clipping are dropped.
         check_inputs: check values (range, NaN/inf), costing one device sync per batch.
         chunk_size: samples processed together; None: the whole batch on a GPU, chunks of
-            about 4 MB of float pixels on a CPU (cache-sized, ~2.5x faster there). On a CPU
-            the chunks run on one thread per torch intra-op thread, each op single-threaded
-            (torch's process-wide thread setting is lowered for the call and restored).
+            about 4 MB of float pixels on a CPU, run on one thread per torch intra-op
+            thread, each op single-threaded (torch's process-wide thread setting is
+            lowered for the call and restored); why: :mod:`.chunks`.
 
     Example:
         >>> from gpufeed.gpu_transforms.augment import (GpuAugment, RandomResizedCrop,
@@ -142,12 +112,13 @@ class GpuAugment:
                  fill: float = 0.0, mask_fill: float = 0, min_box_size: float = 1.0,
                  check_inputs: bool = True, chunk_size: int | None = None) -> None:
         ops = tuple(ops)
-        pixel, mixers = _check_ops(ops)
+        unbounded = _check_ops(ops)
         self.value_range = checks.check_value_range(value_range)
         if output_dtype not in _OUTPUT_DTYPES:
             raise ValueError(f"output_dtype must be None, uint8 or a float dtype, got {output_dtype!r}")
-        if output_dtype == torch.uint8 and pixel and isinstance(pixel[-1], Normalize):
-            raise ValueError("output_dtype=torch.uint8 cannot hold normalised values; drop Normalize or use a float dtype")
+        if output_dtype == torch.uint8 and unbounded is not None:
+            raise ValueError(f"output_dtype=torch.uint8 cannot hold normalised values; drop {type(unbounded).__name__} "
+                             "or use a float dtype")
         if not isinstance(same_on_batch, bool):
             raise TypeError(f"same_on_batch must be a bool, got {same_on_batch!r}")
         self.ops = ops
@@ -162,13 +133,13 @@ class GpuAugment:
         if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1):
             raise ValueError(f"chunk_size must be None or a positive int, got {chunk_size!r}")
         self.chunk_size = chunk_size
-        self._pool: ThreadPoolExecutor | None = None
-        self._pool_threads = 0
-        self._geometric = [op for op in ops if isinstance(op, GeometricOp)]
-        self._mixers = mixers
+        self._chunks = ChunkRunner()
+        self._geometric = [op for op in ops if op.kind == "geometric"]
+        self._mixers = [op for op in ops if op.mixes_samples]
+        self._mixer_names = "/".join(type(m).__name__ for m in self._mixers)
         self._inside = all(op.stays_inside for op in self._geometric)
         self._affine = all(op.affine for op in self._geometric)
-        self._normalize = bool(pixel) and isinstance(pixel[-1], Normalize)
+        self._normalize = unbounded is not None
         self._reprs = tuple(repr(op) for op in ops)
         if seed is None:
             self.seed_stream(int(torch.randint(0, 2**62, ()).item()))
@@ -210,7 +181,6 @@ class GpuAugment:
         # Generators are per process; a copy restarts from the seed.
         state = dict(self.__dict__)
         state["_generators"] = {}
-        state["_pool"] = None
         return state
 
     def __repr__(self) -> str:
@@ -226,31 +196,17 @@ class GpuAugment:
         checks.check_images(images)
         b, _, h, w = images.shape
         counts = [op.num_uniforms for op in self.ops]
-        extra = 2 if self._mixers else 0  # partner permutation, MixUp-or-CutMix choice
+        extra = MIX_UNIFORMS if self._mixers else 0
         u = draw_uniforms(self._generator(images.device), b, sum(counts) + extra, images.device, self.same_on_batch)
         size, start, per_op = (h, w), 0, []
-        mixed: dict[type, dict[str, torch.Tensor]] = {}
         for op, n in zip(self.ops, counts, strict=True):
-            p = op.sample(u[:, start:start + n], size)
+            per_op.append(op.sample(u[:, start:start + n], size))
             start += n
-            per_op.append(p)
-            if isinstance(op, GeometricOp):
-                size = op.output_size(size)
-            elif isinstance(op, MixOp):
-                mixed[type(op)] = p
+            size = op.output_size(size)
         mix_params: dict[str, torch.Tensor] = {}
         if self._mixers:
-            if CutMix in mixed and MixUp in mixed:
-                use_box = u[:, start + 1] < 0.5
-            else:
-                use_box = torch.full((b,), CutMix in mixed, device=images.device)
-            cut, up = mixed.get(CutMix, mixed.get(MixUp)), mixed.get(MixUp, mixed.get(CutMix))
-            mix_params = {
-                "perm": permutation(u[:, start], self.same_on_batch),
-                "use_box": use_box,
-                "lam": torch.where(use_box, cut["lam"], up["lam"]),
-                "box": torch.where(use_box[:, None], cut["box"], 0.0),
-            }
+            drawn = [p for op, p in zip(self.ops, per_op, strict=True) if op.mixes_samples]
+            mix_params = draw_mix(self._mixers, drawn, u[:, start], u[:, start + 1], self.same_on_batch)
         return AugmentParams(self._reprs, b, (h, w), size, per_op, mix_params)
 
     def _check_replay(self, params: AugmentParams, images: torch.Tensor) -> None:
@@ -314,16 +270,15 @@ class GpuAugment:
             self._check_replay(params, images)
         self.last_params = params
 
-        geo = [p for op, p in zip(self.ops, params.per_op, strict=True) if isinstance(op, GeometricOp)]
+        geo = [p for op, p in zip(self.ops, params.per_op, strict=True) if op.kind == "geometric"]
         matrix = None
         if self._geometric and not only_flips(self._geometric):
             matrix, _ = compose(self._geometric, geo, params.input_size)
         b, c = images.shape[:2]
         oh, ow = params.output_size
-        step = self._chunk(images.device, c * oh * ow, b)
+        parts = chunk_parts(b, c * oh * ow, images.device, self.chunk_size)
         # Without mixing each chunk goes straight to its slice of the output; mixing needs
         # the whole float batch first (partners come from anywhere in the batch).
-        parts = [slice(i, min(b, i + step)) for i in range(0, b, step)]
         if len(parts) == 1:  # a GPU batch, or a small one: no output buffer to fill
             out = self._augment_chunk(images, params, parts[0], geo, matrix)
             out = out if self._mixers else self._to_output(out, images.dtype)
@@ -337,15 +292,7 @@ class GpuAugment:
                 x = self._augment_chunk(images[part], params, part, geo, None if matrix is None else matrix[part])
                 out[part] = x if self._mixers else self._to_output(x, images.dtype)
 
-            threads = torch.get_num_threads()
-            if images.device.type == "cpu" and threads > 1:
-                # One chunk per core, each op single-threaded: many small ops with intra-op
-                # threads pay a barrier each, which on a busy machine costs more than the op.
-                with _intra_op_threads(1):
-                    list(self._cpu_pool(threads).map(work, parts))
-            else:
-                for part in parts:
-                    work(part)
+            self._chunks.run(work, parts, images.device)
         out_labels = labels
         if self._mixers:
             x, out_labels = mix(out, labels, params.mix["perm"], params.mix["lam"], params.mix["box"],
@@ -359,15 +306,14 @@ class GpuAugment:
         if labels is not None:
             checks.check_labels(images, labels)
         elif self._mixers:
-            raise ValueError("labels are required: MixUp/CutMix mix the labels with the images")
+            raise ValueError(f"labels are required: {self._mixer_names} mix the labels with the images")
         if self._mixers and (boxes is not None or masks is not None or keypoints is not None):
-            raise ValueError("MixUp/CutMix cannot carry boxes, masks or keypoints; use them for classification")
+            raise ValueError(f"{self._mixer_names} cannot carry boxes, masks or keypoints; use them for classification")
         if box_labels is not None and boxes is None:
             raise ValueError("box_labels given without boxes")
         for op in self.ops:
-            need = getattr(op, "channels", None)
-            if need is not None:
-                checks.check_channels(images, need, type(op).__name__)
+            if op.channels is not None:
+                checks.check_channels(images, op.channels, type(op).__name__)
         if boxes is not None:
             checks.check_boxes(images, boxes, box_labels)
         if masks is not None:
@@ -375,31 +321,13 @@ class GpuAugment:
         if keypoints is not None:
             checks.check_keypoints(images, keypoints)
 
-    def _cpu_pool(self, threads: int) -> ThreadPoolExecutor:
-        if self._pool is None or self._pool_threads != threads:
-            self._pool = ThreadPoolExecutor(threads, thread_name_prefix="gpufeed-augment")
-            self._pool_threads = threads
-        return self._pool
-
-    def _chunk(self, device: torch.device, sample_elements: int, batch: int) -> int:
-        """Samples per chunk: the whole batch on a GPU; on a CPU, chunks that stay in cache.
-
-        Every op is a pass over the batch; on a CPU a 64 x 224^2 float batch (38 MB) streams
-        through memory once per pass, while ~4 MB chunks stay in cache: about 2.5x faster.
-        """
-        if self.chunk_size is not None:
-            return self.chunk_size
-        if device.type != "cpu":
-            return batch
-        return max(1, _CPU_CHUNK_ELEMENTS // max(1, sample_elements))
-
     def _augment_chunk(self, images: torch.Tensor, params: AugmentParams, part: slice,
                        geo: list[dict[str, torch.Tensor]], matrix: torch.Tensor | None) -> torch.Tensor:
         """Geometric and pixel ops on samples ``part`` of the batch; float32, [0, 1] or normalised."""
         x = images.to(torch.float32)
         scale = 255.0 if images.dtype == torch.uint8 else self.value_range[1]
         if scale != 1.0:
-            # In place on the fresh copy (uint8 / 255.0 with type promotion is ~20x slower).
+            # In place on the fresh copy (uint8 / 255.0 with type promotion is much slower).
             x = x.div_(scale) if x.data_ptr() != images.data_ptr() else x / scale
         if matrix is not None:
             x = warp(x, matrix, params.output_size, fill=self.fill, inside=self._inside, affine=self._affine)

@@ -1,0 +1,118 @@
+"""What the DALI pipeline reads: planned batches of encoded files, checked before DALI
+sees them, and the per-epoch report of the files left out of DALI's own iterator.
+
+Pure Python (no DALI import), so the pipeline builder, the loader and the iterator all
+import it without importing each other.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+from gpufeed.pipelines.plan import EpochPlan
+from gpufeed.pipelines.sources import (
+    BadFileMemory,
+    SampleList,
+    Skipped,
+    read_bytes,
+    undecodable_reason,
+)
+from gpufeed.policies import OnError
+
+
+class FileFeed:
+    """The pipeline's ``external_source``: each ``next()`` is one planned batch of
+    encoded files and their labels.
+
+    Files are read and checked here (in the Python thread that schedules DALI runs), so a
+    file that is empty, not an image or a cut-short JPEG is skipped before DALI sees it.
+    ``iter()`` starts the next epoch of the plan, unless :meth:`resume` set a batch to
+    go on from (after a pipeline was rebuilt mid-epoch).
+    """
+
+    def __init__(self, samples: SampleList, plan: EpochPlan, log: BadFileMemory) -> None:
+        self.samples, self.plan, self.log = samples, plan, log
+        #: The epoch the next plain ``iter()`` starts (DALI calls it as soon as an epoch
+        #: runs dry, to be ready for ``reset()``).
+        self.next_epoch = 0
+        self.epoch = -1
+        self._batches: list[np.ndarray] = []
+        self._pos = 0
+        self._resume: tuple[int, int] | None = None
+        #: ``(epoch, batch number, paths)`` handed to DALI and not yet taken out, in order.
+        self.in_flight: deque[tuple[int, int, list[str]]] = deque()
+
+    def __iter__(self) -> FileFeed:
+        if self._resume is None:
+            self.epoch, self._pos = self.next_epoch, 0
+            self.next_epoch += 1
+        else:
+            (self.epoch, self._pos), self._resume = self._resume, None
+            self.next_epoch = self.epoch + 1
+        self._batches = self.plan.batches(self.epoch)
+        return self
+
+    def resume(self, epoch: int, batch_number: int) -> None:
+        """Make the next ``iter()`` go on from ``batch_number`` of ``epoch``."""
+        self._resume = (epoch, batch_number)
+
+    def __next__(self) -> tuple[list[np.ndarray], np.ndarray]:
+        while self._pos < len(self._batches):
+            number, self._pos = self._pos, self._pos + 1
+            encoded, labels = [], []
+            for i in self._batches[number]:
+                path = self.samples.paths[i]
+                reason = self.log.known(path)
+                data = None
+                if reason is None:
+                    data = read_bytes(path)
+                    reason = undecodable_reason(data)
+                if reason is not None:
+                    self.log.add(path, reason)
+                    continue
+                encoded.append(data)
+                labels.append(self.samples.labels[i])
+            if encoded:
+                self.in_flight.append((self.epoch, number, [self.samples.paths[i] for i in self._batches[number]]))
+                return encoded, np.asarray(labels, dtype=np.int32)
+        raise StopIteration
+
+
+class IteratorSkips(BadFileMemory):
+    """The skipped-file report of :meth:`DaliLoader.dali_iterator
+    <gpufeed.pipelines.dali_loader.DaliLoader.dali_iterator>`, per epoch like
+    ``loader.skipped``.
+
+    The iterator's feed reads ahead of the user (DALI prefetches the next epoch's first
+    batches as soon as it resets at the end of an epoch), so each file is filed under the
+    epoch it was read for, and :attr:`skipped` lists the files left out of the epoch of
+    the last batch the iterator returned: after an epoch's last batch, and after its
+    ``StopIteration``, that epoch's; from the next epoch's first batch on, the next one's.
+    """
+
+    def __init__(self, on_error: OnError | str) -> None:
+        super().__init__(on_error)
+        #: The epoch of the last batch the iterator returned (0 before the first).
+        self.epoch = 0
+        self.feed: FileFeed | None = None  # set once the feed that reports here exists
+        self._by_epoch: dict[int, dict[str, Skipped]] = {}
+
+    @property
+    def skipped(self) -> list[Skipped]:
+        """The files left out of epoch :attr:`epoch`, with reasons."""
+        return list(self._by_epoch.get(self.epoch, {}).values())
+
+    def add(self, path: str, reason: str) -> None:
+        """Record a bad file under the epoch being read, or raise :class:`BadImageError`."""
+        self._remember(path, reason)
+        epoch = self.feed.epoch if self.feed is not None else self.epoch
+        self._by_epoch.setdefault(epoch, {}).setdefault(path, Skipped(path, reason))
+
+    def delivered(self, epoch: int) -> None:
+        """The iterator returned a batch of ``epoch``: report that epoch from now on."""
+        if epoch != self.epoch:
+            self.epoch = epoch
+            for old in [e for e in self._by_epoch if e < epoch]:
+                del self._by_epoch[old]
