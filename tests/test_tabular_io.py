@@ -13,18 +13,20 @@ import pytest
 
 from gpufeed.bench.formats import differing_columns
 from gpufeed.datasets.sensor import generate_sensor_table
-from gpufeed.datasets.table_formats import convert
-from gpufeed.gpu_transforms.tabular import (
+from gpufeed.datasets.tables import (
     FORMATS,
+    convert,
+    detect_format,
+    read_table,
+    read_table_with_report,
+    write_table,
+)
+from gpufeed.gpu_transforms.tabular import (
     EmptyTableError,
     MalformedCSVError,
     MixedTypeError,
     TabularError,
     UnknownFormatError,
-    detect_format,
-    read_table,
-    read_table_with_report,
-    write_table,
 )
 
 SUFFIX = {"csv": "csv", "parquet": "parquet", "feather": "feather", "pickle": "pkl", "hdf5": "h5", "json": "jsonl"}
@@ -89,11 +91,11 @@ def test_malformed_csv_lines_are_rejected_with_line_numbers(tmp_path):
 def test_malformed_csv_lines_can_be_skipped_and_are_counted(tmp_path):
     path = tmp_path / "bad.csv"
     path.write_text("a,b,c\n1,2,3\n4,5\n6,7,8\n")
-    frame, report = read_table_with_report(path, backend="polars", on_bad_lines="report")
+    frame, report = read_table_with_report(path, backend="polars", on_bad_lines="skip")
     assert frame.height == 2 and report.rows == 2 and report.rows_skipped == 1
     assert report.bad_lines == [(3, "4,5")]
     with pytest.warns(UserWarning, match=r"skipped 1 malformed line\(s\) \(lines 3\); kept 2 rows"):
-        read_table(path, backend="pandas", on_bad_lines="report")
+        read_table(path, backend="pandas", on_bad_lines="skip")
 
 
 def test_mixed_types_in_a_column_are_named(tmp_path):
@@ -122,7 +124,7 @@ def test_mixed_type_error_names_the_file_line(tmp_path, name, text, line):
     with opener(path, "wt", newline="") as fh:
         fh.write(text)
     with pytest.raises(MixedTypeError, match=rf"'n/a\?' on line {line}\."):
-        read_table(path, backend="pandas", on_bad_lines="report", format="csv")
+        read_table(path, backend="pandas", on_bad_lines="skip", format="csv")
 
 
 def test_mixed_types_in_json_are_named(tmp_path):
@@ -262,7 +264,7 @@ def test_csv_options_keep_line_numbers(tmp_path):
         read_table(path, backend="pandas", sep="\t", encoding="latin-1")
     assert [n for n, _ in info.value.lines] == [3] and info.value.lines[0][1] == "ö\t2\t3"
     with pytest.raises(MixedTypeError, match=r"'n/a\?' on line 4\."):
-        read_table(path, backend="pandas", sep="\t", encoding="latin-1", on_bad_lines="report")
+        read_table(path, backend="pandas", sep="\t", encoding="latin-1", on_bad_lines="skip")
 
 
 @pytest.mark.parametrize("backend", ["pandas", "polars"])

@@ -27,8 +27,8 @@ from gpufeed.gpu_transforms.tabular import (
     split_random,
     to_backend,
 )
+from gpufeed.gpu_transforms.tabular.categorical import MISSING_INDEX, UNSEEN_INDEX, stable_hash
 from gpufeed.gpu_transforms.tabular.dask import to_dask
-from gpufeed.gpu_transforms.tabular.recipe import MISSING_INDEX, UNSEEN_INDEX, stable_hash
 
 
 @pytest.fixture(scope="module")
@@ -184,7 +184,7 @@ def test_categorify_reserves_indices_for_unseen_and_missing(table):
     assert recipe.ops[0].num_embeddings("region") == 6
     out = recipe.transform(pd.DataFrame({"region": ["east", "mars", None, "west"]}))
     assert out["region"].tolist() == [2, UNSEEN_INDEX, MISSING_INDEX, 5]
-    strict = Recipe([Categorify(["region"], on_unseen="error")]).fit(table)
+    strict = Recipe([Categorify(["region"], on_unseen="raise")]).fit(table)
     with pytest.raises(UnseenCategoryError, match=r"column 'region' has 1 value\(s\) not seen.*'mars'"):
         strict.transform(pd.DataFrame({"region": ["east", "mars"]}))
 
@@ -329,14 +329,8 @@ def test_bad_fractions_are_rejected(table):
 def test_recipe_rules_and_downcast_on_cudf_match_pandas(table, tmp_path):
     import cudf
 
-    from gpufeed.gpu_transforms.tabular import (
-        Rule,
-        apply_rules,
-        col,
-        downcast,
-        read_table,
-        write_table,
-    )
+    from gpufeed.datasets.tables import read_table, write_table
+    from gpufeed.gpu_transforms.tabular import Rule, apply_rules, col, downcast
 
     gdf = cudf.from_pandas(table)
     recipe = Recipe(OPS["full"]() + [HashBucket(["station"], 8)]).fit(gdf)
