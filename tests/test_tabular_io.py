@@ -165,6 +165,26 @@ def test_convert_between_formats_reports_rows(table, tmp_path):
 def test_bad_policy_arguments_are_rejected(tmp_path):
     with pytest.raises(ValueError, match="on_bad_lines"):
         read_table(tmp_path / "x.csv", on_bad_lines="drop")
+    # the spellings before the one bad-input vocabulary (gpufeed.policies)
+    with pytest.raises(ValueError, match="on_bad_lines must be one of 'skip', 'raise', got 'report'"):
+        read_table(tmp_path / "x.csv", on_bad_lines="report")
+    with pytest.raises(ValueError, match="mixed_types must be one of 'keep', 'raise', got 'error'"):
+        read_table(tmp_path / "x.csv", mixed_types="error")
+
+
+def test_malformed_line_error_names_the_skip_policy(tmp_path):
+    path = tmp_path / "bad.csv"
+    path.write_text("a,b\n1,2\n3\n")
+    with pytest.raises(MalformedCSVError, match="on_bad_lines='skip'"):
+        read_table(path, backend="pandas", on_bad_lines="raise")
+
+
+def test_every_format_is_one_registry_entry_with_a_pandas_fallback():
+    suffixes = [s for f in FORMATS.values() for s in f.suffixes]
+    assert len(suffixes) == len(set(suffixes))
+    assert all({"pandas"} <= set(f.readers) and {"pandas"} <= set(f.writers) for f in FORMATS.values())
+    assert [f for f in FORMATS if FORMATS[f].text_options] == ["csv"]
+    assert {detect_format(f"t{f.suffixes[0]}") for f in FORMATS.values()} == set(FORMATS)
 
 
 # --- missing text, categoricals, exact JSON, clear errors, CSV options ------------------

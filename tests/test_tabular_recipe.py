@@ -187,6 +187,15 @@ def test_categorify_reserves_indices_for_unseen_and_missing(table):
     strict = Recipe([Categorify(["region"], on_unseen="raise")]).fit(table)
     with pytest.raises(UnseenCategoryError, match=r"column 'region' has 1 value\(s\) not seen.*'mars'"):
         strict.transform(pd.DataFrame({"region": ["east", "mars"]}))
+    assert Recipe.from_json(strict.to_json()).ops[0].on_unseen == "raise"
+
+
+def test_recipes_saved_with_the_old_on_unseen_spelling_still_load(table):
+    saved = Recipe([Categorify(["region"], on_unseen="raise")]).fit(table).to_json()
+    old = Recipe.from_json(saved.replace('"on_unseen": "raise"', '"on_unseen": "error"'))
+    assert old.ops[0].on_unseen == "raise" and old.to_json() == saved
+    with pytest.raises(UnseenCategoryError):
+        old.transform(pd.DataFrame({"region": ["mars"]}))
 
 
 def test_categorify_min_count_maps_rare_values_to_unseen():
@@ -289,6 +298,8 @@ def test_unfitted_recipe_and_bad_arguments_are_rejected(table):
         Clip(["volt"], quantiles=(0.9, 0.1))
     with pytest.raises(ValueError, match="not a gpufeed recipe"):
         Recipe.from_json('{"ops": []}')
+    with pytest.raises(ValueError, match="on_unseen must be one of 'index', 'raise', got 'error'"):
+        Categorify(["region"], on_unseen="error")
 
 
 @pytest.mark.parametrize("backend", ["pandas", "polars"])
