@@ -19,10 +19,13 @@ def test_cpu_workflow_never_imports_gpu_libraries(tmp_path):
     script = textwrap.dedent(f"""
         import sys
         from gpufeed.datasets.sensor import generate_sensor_table
+        from gpufeed.backends import choose_dataframe_backend
+        from gpufeed.datasets.tables import read_table, write_table
         from gpufeed.gpu_transforms.tabular import (Categorify, FillMissing, Recipe, Rule, apply_rules, col,
-            choose_backend, downcast, read_table, split_random, to_tensors, write_table)
+            downcast, split_random)
         from gpufeed.gpu_transforms.tabular.dask import to_dask
-        backend = choose_backend("auto").name
+        from gpufeed.pipelines.tables import to_tensors
+        backend = choose_dataframe_backend("auto").name
         assert backend == "polars", backend
         table = read_table(write_table(generate_sensor_table(300, n_features=6), r"{tmp_path}/t.parquet"),
                            backend=backend)

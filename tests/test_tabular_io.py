@@ -13,18 +13,20 @@ import pytest
 
 from gpufeed.bench.formats import differing_columns
 from gpufeed.datasets.sensor import generate_sensor_table
-from gpufeed.datasets.table_formats import convert
-from gpufeed.gpu_transforms.tabular import (
+from gpufeed.datasets.tables import (
     FORMATS,
+    convert,
+    detect_format,
+    read_table,
+    read_table_with_report,
+    write_table,
+)
+from gpufeed.gpu_transforms.tabular import (
     EmptyTableError,
     MalformedCSVError,
     MixedTypeError,
     TabularError,
     UnknownFormatError,
-    detect_format,
-    read_table,
-    read_table_with_report,
-    write_table,
 )
 
 SUFFIX = {"csv": "csv", "parquet": "parquet", "feather": "feather", "pickle": "pkl", "hdf5": "h5", "json": "jsonl"}
@@ -89,11 +91,11 @@ def test_malformed_csv_lines_are_rejected_with_line_numbers(tmp_path):
 def test_malformed_csv_lines_can_be_skipped_and_are_counted(tmp_path):
     path = tmp_path / "bad.csv"
     path.write_text("a,b,c\n1,2,3\n4,5\n6,7,8\n")
-    frame, report = read_table_with_report(path, backend="polars", on_bad_lines="report")
+    frame, report = read_table_with_report(path, backend="polars", on_bad_lines="skip")
     assert frame.height == 2 and report.rows == 2 and report.rows_skipped == 1
     assert report.bad_lines == [(3, "4,5")]
     with pytest.warns(UserWarning, match=r"skipped 1 malformed line\(s\) \(lines 3\); kept 2 rows"):
-        read_table(path, backend="pandas", on_bad_lines="report")
+        read_table(path, backend="pandas", on_bad_lines="skip")
 
 
 def test_mixed_types_in_a_column_are_named(tmp_path):
@@ -122,7 +124,7 @@ def test_mixed_type_error_names_the_file_line(tmp_path, name, text, line):
     with opener(path, "wt", newline="") as fh:
         fh.write(text)
     with pytest.raises(MixedTypeError, match=rf"'n/a\?' on line {line}\."):
-        read_table(path, backend="pandas", on_bad_lines="report", format="csv")
+        read_table(path, backend="pandas", on_bad_lines="skip", format="csv")
 
 
 def test_mixed_types_in_json_are_named(tmp_path):
@@ -163,6 +165,26 @@ def test_convert_between_formats_reports_rows(table, tmp_path):
 def test_bad_policy_arguments_are_rejected(tmp_path):
     with pytest.raises(ValueError, match="on_bad_lines"):
         read_table(tmp_path / "x.csv", on_bad_lines="drop")
+    # the spellings before the one bad-input vocabulary (gpufeed.policies)
+    with pytest.raises(ValueError, match="on_bad_lines must be one of 'skip', 'raise', got 'report'"):
+        read_table(tmp_path / "x.csv", on_bad_lines="report")
+    with pytest.raises(ValueError, match="mixed_types must be one of 'keep', 'raise', got 'error'"):
+        read_table(tmp_path / "x.csv", mixed_types="error")
+
+
+def test_malformed_line_error_names_the_skip_policy(tmp_path):
+    path = tmp_path / "bad.csv"
+    path.write_text("a,b\n1,2\n3\n")
+    with pytest.raises(MalformedCSVError, match="on_bad_lines='skip'"):
+        read_table(path, backend="pandas", on_bad_lines="raise")
+
+
+def test_every_format_is_one_registry_entry_with_a_pandas_fallback():
+    suffixes = [s for f in FORMATS.values() for s in f.suffixes]
+    assert len(suffixes) == len(set(suffixes))
+    assert all({"pandas"} <= set(f.readers) and {"pandas"} <= set(f.writers) for f in FORMATS.values())
+    assert [f for f in FORMATS if FORMATS[f].text_options] == ["csv"]
+    assert {detect_format(f"t{f.suffixes[0]}") for f in FORMATS.values()} == set(FORMATS)
 
 
 # --- missing text, categoricals, exact JSON, clear errors, CSV options ------------------
@@ -262,7 +284,7 @@ def test_csv_options_keep_line_numbers(tmp_path):
         read_table(path, backend="pandas", sep="\t", encoding="latin-1")
     assert [n for n, _ in info.value.lines] == [3] and info.value.lines[0][1] == "ö\t2\t3"
     with pytest.raises(MixedTypeError, match=r"'n/a\?' on line 4\."):
-        read_table(path, backend="pandas", sep="\t", encoding="latin-1", on_bad_lines="report")
+        read_table(path, backend="pandas", sep="\t", encoding="latin-1", on_bad_lines="skip")
 
 
 @pytest.mark.parametrize("backend", ["pandas", "polars"])

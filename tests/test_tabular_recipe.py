@@ -27,8 +27,8 @@ from gpufeed.gpu_transforms.tabular import (
     split_random,
     to_backend,
 )
+from gpufeed.gpu_transforms.tabular.categorical import MISSING_INDEX, UNSEEN_INDEX, stable_hash
 from gpufeed.gpu_transforms.tabular.dask import to_dask
-from gpufeed.gpu_transforms.tabular.recipe import MISSING_INDEX, UNSEEN_INDEX, stable_hash
 
 
 @pytest.fixture(scope="module")
@@ -184,9 +184,18 @@ def test_categorify_reserves_indices_for_unseen_and_missing(table):
     assert recipe.ops[0].num_embeddings("region") == 6
     out = recipe.transform(pd.DataFrame({"region": ["east", "mars", None, "west"]}))
     assert out["region"].tolist() == [2, UNSEEN_INDEX, MISSING_INDEX, 5]
-    strict = Recipe([Categorify(["region"], on_unseen="error")]).fit(table)
+    strict = Recipe([Categorify(["region"], on_unseen="raise")]).fit(table)
     with pytest.raises(UnseenCategoryError, match=r"column 'region' has 1 value\(s\) not seen.*'mars'"):
         strict.transform(pd.DataFrame({"region": ["east", "mars"]}))
+    assert Recipe.from_json(strict.to_json()).ops[0].on_unseen == "raise"
+
+
+def test_recipes_saved_with_the_old_on_unseen_spelling_still_load(table):
+    saved = Recipe([Categorify(["region"], on_unseen="raise")]).fit(table).to_json()
+    old = Recipe.from_json(saved.replace('"on_unseen": "raise"', '"on_unseen": "error"'))
+    assert old.ops[0].on_unseen == "raise" and old.to_json() == saved
+    with pytest.raises(UnseenCategoryError):
+        old.transform(pd.DataFrame({"region": ["mars"]}))
 
 
 def test_categorify_min_count_maps_rare_values_to_unseen():
@@ -289,6 +298,8 @@ def test_unfitted_recipe_and_bad_arguments_are_rejected(table):
         Clip(["volt"], quantiles=(0.9, 0.1))
     with pytest.raises(ValueError, match="not a gpufeed recipe"):
         Recipe.from_json('{"ops": []}')
+    with pytest.raises(ValueError, match="on_unseen must be one of 'index', 'raise', got 'error'"):
+        Categorify(["region"], on_unseen="error")
 
 
 @pytest.mark.parametrize("backend", ["pandas", "polars"])
@@ -329,14 +340,8 @@ def test_bad_fractions_are_rejected(table):
 def test_recipe_rules_and_downcast_on_cudf_match_pandas(table, tmp_path):
     import cudf
 
-    from gpufeed.gpu_transforms.tabular import (
-        Rule,
-        apply_rules,
-        col,
-        downcast,
-        read_table,
-        write_table,
-    )
+    from gpufeed.datasets.tables import read_table, write_table
+    from gpufeed.gpu_transforms.tabular import Rule, apply_rules, col, downcast
 
     gdf = cudf.from_pandas(table)
     recipe = Recipe(OPS["full"]() + [HashBucket(["station"], 8)]).fit(gdf)

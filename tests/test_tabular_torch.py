@@ -7,7 +7,8 @@ import pandas as pd
 import pytest
 import torch
 
-from gpufeed.gpu_transforms.tabular import MissingColumnError, iter_batches, to_backend, to_tensors
+from gpufeed.gpu_transforms.tabular import MissingColumnError, to_backend
+from gpufeed.pipelines.tables import iter_batches, to_tensors
 
 FEATURES = ["a", "b", "c"]
 

@@ -2,7 +2,7 @@
 
 For one table (a file you pass, or the generated sensor table) every format is written
 and read back in its own process with the kit's readers and writers
-(:mod:`gpufeed.gpu_transforms.tabular.io`), on the chosen backend (pandas by default, the
+(:mod:`gpufeed.datasets.tables`), on the chosen backend (pandas by default, the
 library most users start from). Each figure is the median of several repeats after a
 warm-up; after timing, the table read back is checked against the original value by value
 (:func:`differing_columns`: every column, missing values in the same places) and, separately,
@@ -96,8 +96,8 @@ def differing_columns(expected: Any, actual: Any) -> list[str]:
 def _format_worker(source: str, fmt: str, backend: str, work_dir: str, warmup: int, repeats: int) -> dict[str, Any]:
     import narwhals as nw
 
+    from gpufeed.datasets.tables import read_table, write_table
     from gpufeed.gpu_transforms.tabular.frames import wrap
-    from gpufeed.gpu_transforms.tabular.io import read_table, write_table
 
     table = read_table(source, backend=backend)
     rows, cols = wrap(table).shape
@@ -175,7 +175,7 @@ def recommend(rows: list[dict[str, Any]]) -> str:
 def run(args: argparse.Namespace) -> int:
     """Measure every format, print the table and recommendation, and write results."""
     from gpufeed.datasets.sensor import cached_sensor_file
-    from gpufeed.gpu_transforms.tabular.io import detect_format
+    from gpufeed.datasets.tables import detect_format
 
     default = [f for f in _EXT if f != "csv-pandas" or args.backend == "pandas"]
     formats = [f.strip() for f in args.formats.split(",") if f.strip()] if args.formats else default

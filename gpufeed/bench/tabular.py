@@ -28,8 +28,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gpufeed.machine import cuda_available, installed
 from gpufeed.bench.harness import markdown_table, measure, run_isolated, write_results
+from gpufeed.machine import cuda_available, installed
 
 #: Peak RSS per row of one recipe process (the table, the reader's buffers while loading,
 #: the output and the temporaries), measured at 10M rows of the 99-column sensor table
@@ -74,7 +74,7 @@ def sensor_columns() -> dict[str, list[str]]:
 
 def bench_recipe() -> Any:
     """The full recipe the benchmark times (kit version)."""
-    from gpufeed.gpu_transforms.tabular.recipe import (
+    from gpufeed.gpu_transforms.tabular import (
         Categorify,
         Clip,
         FillMissing,
@@ -174,7 +174,7 @@ def _load(path: str, backend: str, rows: int | None = None) -> Any:
         # baseline equally fast. Some columns are then read-only: no recipe writes in place.
         frame = pq.read_table(path).to_pandas(self_destruct=True, split_blocks=True)
     else:
-        from gpufeed.gpu_transforms.tabular.io import read_table
+        from gpufeed.datasets.tables import read_table
 
         frame = read_table(path, backend=backend)
     return frame if rows is None else frame[:rows]

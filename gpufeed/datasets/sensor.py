@@ -158,7 +158,7 @@ def write_sensor_table(
 
     Parquet (``.parquet``) is written as one row group per chunk and CSV (``.csv``) by
     appending; other formats need the whole table, so write Parquet here and convert
-    with :func:`gpufeed.datasets.table_formats.convert`.
+    with :func:`gpufeed.datasets.tables.convert`.
 
     Args:
         path: destination ending in ``.parquet`` or ``.csv``.

@@ -92,13 +92,23 @@ def device_of(obj: Any) -> torch.device:
     raise TypeError(f"cannot tell where a {type(obj).__name__} lives")
 
 
-def _cudf_to_cupy(obj: Any) -> Any:
+def _cudf_to_cupy(obj: Any, dtype: str | None = None) -> Any:
     # A numeric column without nulls is one contiguous device buffer: to_cupy() views it.
     if hasattr(obj, "columns"):  # DataFrame: one 2-D array, which needs one dtype
-        return obj.to_cupy()
+        return obj.to_cupy(dtype=dtype)
     if obj.null_count:
         raise ValueError("a cuDF column with nulls has no zero-copy array view; fill the nulls first")
-    return obj.to_cupy()
+    return obj.to_cupy(dtype=dtype)
+
+
+def cudf_to_torch(obj: Any, dtype: str | None = None) -> torch.Tensor:
+    """A cuDF Series or DataFrame as a tensor on its GPU: cuDF -> cupy -> torch by DLPack.
+
+    The data never leaves the device; the tensor shares cupy's memory. A DataFrame becomes
+    one 2-D matrix of ``dtype`` (e.g. ``"float32"``, cast on the GPU; default: the columns'
+    common type).
+    """
+    return torch.from_dlpack(_cudf_to_cupy(obj, dtype))
 
 
 def to_torch(obj: Any, *, device: torch.device | str | None = None, allow_copy: bool = False) -> torch.Tensor:
@@ -122,7 +132,7 @@ def to_torch(obj: Any, *, device: torch.device | str | None = None, allow_copy: 
     elif fam == "numpy":
         t = torch.from_numpy(obj)
     elif fam == "cudf":
-        t = torch.from_dlpack(_cudf_to_cupy(obj))
+        t = cudf_to_torch(obj)
     elif fam == "cupy" or hasattr(obj, "__dlpack__"):
         t = torch.from_dlpack(obj)
     else:

@@ -1,19 +1,31 @@
 """Table preprocessing on cuDF (GPU) with polars and pandas fallbacks, and Dask for scale-out.
 
-Choose the backend once (``backend="auto" | "cudf" | "polars" | "pandas"``) when reading;
-every op after that runs on the frame's own backend with identical results:
+The backend is chosen once, when the table is read (:mod:`gpufeed.datasets.tables`);
+every op here runs on the frame's own backend with identical results:
 
-- :mod:`.io`: read/write CSV, Parquet, Feather, pickle, HDF5, JSON; bad lines reported.
-- :mod:`.downcast`: lossless dtype shrinking with a per-column report.
+- :mod:`.ops` and :mod:`.categorical`: the table ops (:class:`TableOp`), and
+  :mod:`.recipe`: a :class:`Recipe` of them, fitted on train, applied anywhere, saved as JSON.
+  :mod:`.kernels` holds the per-backend fast paths they use, :mod:`.stats` shared statistics.
+- :mod:`.split`: random, by-group and by-time splits, every row counted.
 - :mod:`.rules`: declarative row rules compiled to vectorised case-when.
-- :mod:`.recipe` and :mod:`.split`: fit on train / transform anywhere, saved as JSON.
-- :mod:`.torch_handoff`: float32/int64 tensors on the device (DLPack from cuDF).
+- :mod:`.downcast`: lossless dtype shrinking with a per-column report.
+- :mod:`.frames`: the backend edge (detection, conversion, narwhals wrapping);
+  :mod:`.errors`: the bad-table errors, shared with the readers and writers.
 - :mod:`.dask`: partitions, files and a local cluster for the same recipes.
 - :mod:`.cudf_pandas`: run unchanged pandas scripts on the GPU, with a fallback report.
+
+Reading and writing files: :mod:`gpufeed.datasets.tables`; the hand-off to torch:
+:mod:`gpufeed.pipelines.tables`.
 
 Nothing here imports cuDF or cupy unless a cuDF frame is passed or cuDF is asked for.
 """
 
+from gpufeed.gpu_transforms.tabular.categorical import (
+    MISSING_INDEX,
+    UNSEEN_INDEX,
+    Categorify,
+    HashBucket,
+)
 from gpufeed.gpu_transforms.tabular.downcast import DowncastReport, downcast
 from gpufeed.gpu_transforms.tabular.errors import (
     BackendError,
@@ -27,35 +39,16 @@ from gpufeed.gpu_transforms.tabular.errors import (
     UnknownFormatError,
     UnseenCategoryError,
 )
-from gpufeed.gpu_transforms.tabular.frames import backend_of, choose_backend, to_backend
-from gpufeed.gpu_transforms.tabular.io import (
-    FORMATS,
-    ReadReport,
-    detect_format,
-    read_table,
-    read_table_with_report,
-    write_table,
-)
-from gpufeed.gpu_transforms.tabular.recipe import (
-    Categorify,
-    Clip,
-    FillMissing,
-    HashBucket,
-    Log,
-    MinMax,
-    Recipe,
-    Standardize,
-)
+from gpufeed.gpu_transforms.tabular.frames import backend_of, to_backend
+from gpufeed.gpu_transforms.tabular.ops import Clip, FillMissing, Log, MinMax, Standardize, TableOp
+from gpufeed.gpu_transforms.tabular.recipe import Recipe
 from gpufeed.gpu_transforms.tabular.rules import Rule, apply_rules, apply_rules_rowwise, col
 from gpufeed.gpu_transforms.tabular.split import Split, split_by_group, split_by_time, split_random
-from gpufeed.gpu_transforms.tabular.torch_handoff import iter_batches, to_tensors
 
 __all__ = [
-    "FORMATS", "BackendError", "Categorify", "Clip", "DowncastError", "DowncastReport", "EmptyTableError",
-    "FillMissing", "HashBucket", "Log", "MalformedCSVError", "MinMax", "MissingColumnError", "MixedTypeError",
-    "NonFiniteError", "ReadReport", "Recipe", "Rule", "Split", "Standardize", "TabularError",
-    "UnknownFormatError", "UnseenCategoryError", "apply_rules", "apply_rules_rowwise", "backend_of",
-    "choose_backend", "col", "detect_format", "downcast", "iter_batches", "read_table",
-    "read_table_with_report", "split_by_group", "split_by_time", "split_random", "to_backend", "to_tensors",
-    "write_table",
+    "MISSING_INDEX", "UNSEEN_INDEX", "BackendError", "Categorify", "Clip", "DowncastError", "DowncastReport",
+    "EmptyTableError", "FillMissing", "HashBucket", "Log", "MalformedCSVError", "MinMax", "MissingColumnError",
+    "MixedTypeError", "NonFiniteError", "Recipe", "Rule", "Split", "Standardize", "TableOp", "TabularError",
+    "UnknownFormatError", "UnseenCategoryError", "apply_rules", "apply_rules_rowwise", "backend_of", "col",
+    "downcast", "split_by_group", "split_by_time", "split_random", "to_backend",
 ]

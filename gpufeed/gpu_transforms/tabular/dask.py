@@ -15,9 +15,10 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from gpufeed.machine import cuda_available, installed
+from gpufeed.backends import choose_dataframe_backend
 from gpufeed.gpu_transforms.tabular.errors import UnknownFormatError
-from gpufeed.gpu_transforms.tabular.frames import Frame, backend_of, choose_backend
+from gpufeed.gpu_transforms.tabular.frames import Frame, backend_of
+from gpufeed.machine import cuda_available, installed
 
 
 def to_dask(df: Frame, npartitions: int = 4) -> Any:
@@ -61,7 +62,7 @@ def read_dask(paths: str | os.PathLike[str] | Sequence[str], *, backend: str = "
     import dask
     import dask.dataframe as dd
 
-    name = choose_backend(backend).name
+    name = choose_dataframe_backend(backend).name
     target = "cudf" if name == "cudf" else "pandas"
     first = os.fspath(paths[0] if isinstance(paths, list | tuple) else paths)
     with dask.config.set({"dataframe.backend": target}):

@@ -1,5 +1,8 @@
 """Exceptions for bad tables: each names the file, line or column at fault.
 
+Raised by the table ops here and by the readers and writers in
+:mod:`gpufeed.datasets.tables`, which import them from this module.
+
 All subclass :class:`TabularError`, itself a ``ValueError``, so callers that already catch
 ``ValueError`` keep working and callers that want to tell cases apart can.
 """
@@ -8,7 +11,7 @@ from __future__ import annotations
 
 
 class TabularError(ValueError):
-    """Base class of every bad-input error raised by :mod:`gpufeed.gpu_transforms.tabular`."""
+    """Base class of every bad-input error raised by the table ops, readers and writers."""
 
 
 class UnknownFormatError(TabularError):
@@ -43,7 +46,7 @@ class NonFiniteError(TabularError):
 
 
 class UnseenCategoryError(TabularError):
-    """A category met at transform time that the fitted vocabulary lacks (``on_unseen='error'``)."""
+    """A category met at transform time that the fitted vocabulary lacks (``on_unseen='raise'``)."""
 
 
 class DowncastError(TabularError):

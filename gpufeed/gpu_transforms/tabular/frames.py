@@ -6,43 +6,26 @@ aggregations), its per-backend code is tested upstream, and it adds almost nothi
 because expressions are translated once per ``with_columns``. The quirks it leaves to us
 (NaN versus null, sizes, conversion between backends) stay in this module.
 
-cuDF and Dask are recognised through ``sys.modules`` (a cuDF frame can only exist if cudf is
-already imported), so a CPU-only workflow never imports them.
+The few ops that leave narwhals for a backend's own API where it is measurably faster or
+more exact are listed, with the reason for each, in :mod:`.kernels`.
+
+cuDF and Dask are recognised by their type's module name (a cuDF frame can only exist if
+cudf is already imported), so a CPU-only workflow never imports them.
 """
 
 from __future__ import annotations
 
-import sys
 import warnings
 from collections.abc import Iterable
 from typing import Any
 
 import narwhals as nw
 
-from gpufeed.backends import BackendChoice, choose_dataframe_backend
+from gpufeed.backends import choose_dataframe_backend
 from gpufeed.gpu_transforms.tabular.errors import BackendError, MissingColumnError
-
-#: Backends a table can be converted to with :func:`to_backend`.
-EAGER_BACKENDS = ("pandas", "polars", "cudf")
 
 Frame = Any  # a native pandas / polars / cuDF / Dask dataframe
 NwFrame = nw.DataFrame | nw.LazyFrame
-
-
-def choose_backend(backend: str = "auto") -> BackendChoice:
-    """Resolve ``"auto" | "cudf" | "polars" | "pandas"`` to a concrete backend, with the reason.
-
-    Args:
-        backend: what the user asked for; ``"auto"`` prefers cuDF on a GPU, then polars.
-
-    Returns:
-        A :class:`gpufeed.backends.BackendChoice` (``name`` and ``reason``).
-
-    Example:
-        >>> choose_backend("pandas").name
-        'pandas'
-    """
-    return choose_dataframe_backend(backend)
 
 
 def backend_of(df: Frame) -> str:
@@ -111,16 +94,17 @@ def is_missing(value: Any) -> bool:
         return True
 
 
-def nan_as_null(frame: NwFrame, columns: Iterable[str]) -> NwFrame:
+def nan_as_null(frame: NwFrame, columns: Iterable[str], *, backend: str | None = None) -> NwFrame:
     """Make NaN in the float ``columns`` missing (null) on polars and cuDF, as pandas treats it.
 
     polars and cuDF keep NaN as a value distinct from null, so a frame built there directly
-    (not read with :func:`~gpufeed.gpu_transforms.tabular.io.read_table`) would be fitted
-    and compared differently from the same data on pandas. Only the named columns change,
-    and only those that hold a NaN (one read-only pass finds them), so other columns keep
-    their NaN and a frame without NaN is returned as it is.
+    (not read with :func:`gpufeed.datasets.tables.read_table`) would be fitted and
+    compared differently from the same data on pandas. Only the named columns change, and
+    only those that hold a NaN (one read-only pass finds them), so other columns keep their
+    NaN and a frame without NaN is returned as it is. ``backend``: the frame's, when the
+    caller already knows it.
     """
-    if backend_of(frame) not in ("polars", "cudf"):
+    if (backend or backend_of(frame)) not in ("polars", "cudf"):
         return frame
     schema = frame.collect_schema()
     floats = [c for c in dict.fromkeys(columns) if c in schema and schema[c].is_float()]
@@ -164,7 +148,8 @@ def to_backend(df: Frame, backend: str) -> Frame:
 
     Args:
         df: a pandas, polars or cuDF frame.
-        backend: ``"pandas" | "polars" | "cudf"`` (``"auto"`` resolves via :func:`choose_backend`).
+        backend: ``"pandas" | "polars" | "cudf"`` (``"auto"`` resolves via
+            :func:`gpufeed.backends.choose_dataframe_backend`).
 
     Returns:
         The native frame on ``backend`` (``df`` itself when it already is).
@@ -174,7 +159,7 @@ def to_backend(df: Frame, backend: str) -> Frame:
         >>> type(to_backend(pd.DataFrame({"a": [1.0]}), "polars")).__name__
         'DataFrame'
     """
-    target = choose_backend(backend).name
+    target = choose_dataframe_backend(backend).name
     source = backend_of(df)
     if source == target:
         return df
@@ -192,8 +177,3 @@ def to_backend(df: Frame, backend: str) -> Frame:
         return cudf.from_pandas(df, nan_as_null=True)
     return cudf.DataFrame.from_arrow(df.to_arrow())
 
-
-def native_module(df: Frame) -> Any:
-    """The module of ``df``'s backend (``pandas``, ``polars``, ``cudf``, ``dask.dataframe``)."""
-    name = backend_of(df)
-    return sys.modules["dask.dataframe" if name == "dask" else name]

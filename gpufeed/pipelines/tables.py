@@ -1,10 +1,13 @@
 """Hand a prepared table to torch: float32 features, int64 labels, on the training device.
 
-From cuDF the columns go to a cupy matrix on the GPU and into torch through DLPack, so the
-data never leaves the device (zero-copy: the tensor shares cupy's memory). From pandas and
-polars they go through one numpy float32 matrix (``torch.from_numpy`` shares it), then
-``.to(device)``. Tables larger than one batch are cut into row slices first, so only one
-batch is ever converted at a time.
+From cuDF the columns go to a cupy matrix on the GPU and into torch through DLPack
+(:func:`gpufeed.gpu_transforms.arrays.cudf_to_torch`), so the data never leaves the device
+(zero-copy: the tensor shares cupy's memory). From pandas and polars they go through one
+numpy float32 matrix (``torch.from_numpy`` shares it), then ``.to(device)``. Tables larger
+than one batch are cut into row slices first, so only one batch is ever converted at a time.
+
+Not imported by :mod:`gpufeed.pipelines` itself, so image-only code never loads the table
+stack (narwhals, polars).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import numpy as np
 import torch
 
 from gpufeed.backends import resolve_device
+from gpufeed.gpu_transforms.arrays import cudf_to_torch
 from gpufeed.gpu_transforms.tabular.errors import BackendError
 from gpufeed.gpu_transforms.tabular.frames import Frame, backend_of, require_columns, wrap
 
@@ -47,11 +51,10 @@ def _matrix(df: Frame, columns: Sequence[str], dtype: torch.dtype, device: torch
     backend = backend_of(df)
     is_label = dtype == torch.int64
     if backend == "cudf":
-        # cuDF -> cupy (one device matrix) -> torch via DLPack: no host round trip.
         nulls = df[list(columns)].isna().any().to_numpy()
         if nulls.any():
             raise _missing_error(columns, nulls)
-        tensor = torch.from_dlpack(df[list(columns)].to_cupy(dtype="int64" if is_label else "float32"))
+        tensor = cudf_to_torch(df[list(columns)], "int64" if is_label else "float32")  # no host round trip
         return tensor if tensor.device == device else tensor.to(device)
     if backend == "polars":
         array = df.select(list(columns)).to_numpy()

@@ -1,0 +1,239 @@
+"""CSV: parsed by Arrow's multi-threaded reader on every backend, with every bad line named.
+
+Arrow's is the one CSV reader that hands back each malformed line, so no row is dropped
+without being counted and named; cuDF's reader would skip or fail silently. The table is
+then handed to the backend asked for. An empty field (quoted or not) and the usual NA
+spellings are missing values in every column, text included, as ``pandas.read_csv`` reads
+them. Writers: each backend's own.
+"""
+
+from __future__ import annotations
+
+import codecs
+import csv
+import io
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, TextIO
+
+import pandas as pd
+
+from gpufeed.datasets.tables.base import (
+    MAX_LINES_IN_MESSAGE,
+    ReadOptions,
+    ReadReport,
+    TableFormat,
+    WriteOptions,
+)
+from gpufeed.gpu_transforms.tabular.errors import EmptyTableError, MalformedCSVError, MixedTypeError
+from gpufeed.gpu_transforms.tabular.frames import Frame
+from gpufeed.policies import MixedTypes, OnError
+
+
+def _open_text(path: Path, encoding: str = "utf-8") -> TextIO:
+    """The file as text, decompressed by suffix the way Arrow's CSV reader does it (.gz,
+    .bz2, .lz4, .zst); ``newline=""`` as the csv module needs."""
+    import pyarrow as pa
+
+    return io.TextIOWrapper(pa.input_stream(str(path), compression="detect"), encoding=encoding,
+                            errors="replace", newline="")
+
+
+def _text_lines(path: Path, encoding: str = "utf-8") -> Iterator[tuple[int, str]]:
+    """``(line number, line)`` of a (possibly compressed) text file."""
+    with _open_text(path, encoding) as fh:
+        yield from enumerate(fh, start=1)
+
+
+def _first_undecodable_line(path: Path, encoding: str) -> tuple[int, bytes] | None:
+    """``(line number, raw line)`` of the first line ``encoding`` cannot decode (error path only)."""
+    import pyarrow as pa
+
+    with pa.input_stream(str(path), compression="detect") as raw:
+        for lineno, line in enumerate(io.BufferedReader(raw), start=1):
+            try:
+                line.decode(encoding)
+            except UnicodeDecodeError:
+                return lineno, line.rstrip(b"\r\n")
+    return None
+
+
+def _locate_lines(
+    path: Path, bad: list[tuple[int | None, str]], encoding: str = "utf-8"
+) -> list[tuple[int | None, str]]:
+    """Fill in physical line numbers Arrow's threaded parser could not give (bad rows only)."""
+    if all(n is not None for n, _ in bad):
+        return bad
+    pending: dict[str, list[int]] = defaultdict(list)
+    for i, (_, text) in enumerate(bad):
+        pending[text].append(i)
+    located = list(bad)
+    for lineno, line in _text_lines(path, encoding):
+        slots = pending.get(line.rstrip("\r\n"))
+        if slots:
+            located[slots.pop(0)] = (lineno, line.rstrip("\r\n"))
+    return located
+
+
+def _line_of_row(
+    path: Path, row: int, skipped: list[tuple[int | None, str]], sep: str = ",", encoding: str = "utf-8"
+) -> int | None:
+    """The file line where data row ``row`` (0-based, as Arrow counts rows) starts.
+
+    Records are read as the csv module reads them (a quoted field may span lines); blank
+    lines, the header (the first non-blank record) and the malformed lines skipped before
+    the row are not rows. None when the file has fewer rows (the caller then names the row).
+    Only run on the error path.
+    """
+    skip = {n for n, _ in skipped if n is not None}
+    seen, end, header = -1, 0, True
+    with _open_text(path, encoding) as fh:
+        reader = csv.reader(fh, delimiter=sep)
+        for record in reader:
+            start, end = end + 1, reader.line_num
+            if not record:
+                continue
+            if header:
+                header = False
+            elif start not in skip:
+                seen += 1
+                if seen == row:
+                    return start
+    return None
+
+
+def csv_options(path: Path, sep: str | None, encoding: str | None) -> tuple[str, str]:
+    """Checked ``(delimiter, codec name)``: ``","`` and UTF-8 unless ``sep``/``encoding`` say otherwise."""
+    sep = "," if sep is None else sep
+    if not isinstance(sep, str) or len(sep) != 1 or sep in "\r\n\"":
+        raise ValueError(f"{path}: sep must be one character other than a quote or line end, got {sep!r}")
+    try:
+        name = codecs.lookup("utf-8" if encoding is None else encoding).name
+    except LookupError as exc:
+        raise ValueError(f"{path}: unknown encoding {encoding!r}") from exc
+    return sep, name
+
+
+def _read_csv_arrow(path: Path, on_bad_lines: OnError, report: ReadReport, sep: str, encoding: str) -> Any:
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+    from pyarrow import ArrowInvalid
+
+    bad: list[tuple[int | None, str]] = []
+
+    def handler(row: Any) -> str:
+        bad.append((row.number, row.text))
+        return "skip"
+
+    # Arrow decodes UTF-8 natively; any other codec is transcoded through Python.
+    read_options = pacsv.ReadOptions(encoding="utf8" if encoding == "utf-8" else encoding)
+    # strings_can_be_null: an empty field (quoted or not) and the usual NA spellings are
+    # missing in text columns too, as pandas.read_csv reads them; by default Arrow keeps
+    # them as text there, so a missing value written as an empty field came back as "".
+    convert_options = pacsv.ConvertOptions(strings_can_be_null=True)
+    try:
+        table = pacsv.read_csv(path, read_options=read_options, convert_options=convert_options,
+                               parse_options=pacsv.ParseOptions(delimiter=sep, invalid_row_handler=handler))
+    except ArrowInvalid as exc:
+        if "Empty CSV file" in str(exc):
+            raise EmptyTableError(f"{path}: the CSV file is empty (not even a header line)") from exc
+        raise MalformedCSVError(f"{path}: cannot parse CSV: {exc}") from exc
+    except UnicodeError as exc:  # raised by the Python codec while transcoding
+        raise MalformedCSVError(
+            f"{path}: cannot decode the file as {encoding} ({exc}); pass the file's encoding=, "
+            "e.g. encoding='latin-1' or 'cp1252'"
+        ) from exc
+    # Arrow reads text that is not valid UTF-8 as a binary column instead of failing; a CSV
+    # has no binary type, so such a column always means the wrong encoding.
+    binary = [n for n, f in zip(table.column_names, table.schema, strict=True)
+              if pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type)]
+    if binary:
+        first = _first_undecodable_line(path, encoding)
+        where = f" (first on line {first[0]}: {first[1][:80]!r})" if first else ""
+        raise MalformedCSVError(
+            f"{path}: column(s) {binary} are not valid {encoding}{where}; pass the file's encoding=, "
+            "e.g. encoding='latin-1' or 'cp1252'"
+        )
+    names = table.column_names
+    duplicated = sorted({n for n in names if names.count(n) > 1})
+    if duplicated:
+        # pandas would rename them (a, a.1) and polars refuse: one clear error on every backend.
+        raise MalformedCSVError(f"{path}: the header names column(s) {duplicated} more than once; "
+                                "give every column its own name")
+    if bad:
+        bad = sorted(_locate_lines(path, bad, encoding), key=lambda b: (b[0] is None, b[0] or 0))
+        shown = "; ".join(f"line {n}: {t[:80]!r}" for n, t in bad[:MAX_LINES_IN_MESSAGE])
+        more = f" (and {len(bad) - MAX_LINES_IN_MESSAGE} more)" if len(bad) > MAX_LINES_IN_MESSAGE else ""
+        if on_bad_lines is OnError.RAISE:
+            raise MalformedCSVError(
+                f"{path}: {len(bad)} malformed line(s) with the wrong number of fields: {shown}{more}. "
+                "Pass on_bad_lines='skip' to skip them and get them in the read report.",
+                lines=bad,
+            )
+        report.bad_lines = bad
+    return table
+
+
+def _check_mixed_types(
+    table: Any, path: Path, skipped: list[tuple[int | None, str]], sep: str = ",", encoding: str = "utf-8"
+) -> None:
+    """Reject text columns that hold numbers and non-numbers alike (a typo in a numeric column)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    for name, column in zip(table.column_names, table.columns, strict=True):
+        if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+            continue
+        distinct = pd.Series(pc.unique(column).to_pylist(), dtype=object).dropna()
+        distinct = distinct[distinct.str.strip() != ""]
+        numeric = pd.to_numeric(distinct, errors="coerce").notna()
+        if numeric.any() and not numeric.all():
+            odd = distinct[~numeric] if numeric.mean() >= 0.5 else distinct[numeric]
+            example = str(odd.iloc[0])
+            row = pc.index(column, example).as_py()
+            line = _line_of_row(path, row, skipped, sep, encoding)
+            where = f"on line {line}" if line is not None else f"in data row {row + 1}"
+            raise MixedTypeError(
+                f"{path}: column {name!r} mixes numbers and text ({int(numeric.sum())} numeric and "
+                f"{int((~numeric).sum())} non-numeric distinct values); e.g. {example!r} {where}. "
+                "Fix the values, or pass mixed_types='keep' to read the column as text."
+            )
+
+
+def _from_arrow(table: Any, backend: str) -> Frame:
+    if backend == "polars":
+        import polars as pl
+
+        return pl.from_arrow(table)
+    if backend == "cudf":
+        import cudf
+
+        return cudf.DataFrame.from_arrow(table)
+    return table.to_pandas()
+
+
+def read_csv(path: Path, options: ReadOptions, report: ReadReport) -> Frame:
+    """The CSV file on ``options.backend``; its ``sep``/``encoding`` checked by :func:`csv_options`."""
+    table = _read_csv_arrow(path, options.on_bad_lines, report, options.sep, options.encoding)
+    if options.mixed_types is MixedTypes.RAISE:
+        _check_mixed_types(table, path, report.bad_lines, options.sep, options.encoding)
+    return _from_arrow(table, options.backend)
+
+
+def _write_csv(df: Frame, path: Path, options: WriteOptions) -> None:
+    """pandas and cuDF write alike; no index column."""
+    df.to_csv(path, index=False, sep=options.sep)
+
+
+def _write_csv_polars(df: Frame, path: Path, options: WriteOptions) -> None:
+    df.write_csv(path, separator=options.sep)
+
+
+CSV = TableFormat(
+    "csv", (".csv", ".csv.gz"),
+    readers=dict.fromkeys(("pandas", "polars", "cudf"), read_csv),
+    writers={"pandas": _write_csv, "polars": _write_csv_polars, "cudf": _write_csv},
+    text_options=csv_options,
+    names_errors=True,
+)

@@ -1,0 +1,170 @@
+"""Read and write tables as CSV, Parquet, Feather, pickle, HDF5 and JSON on any backend.
+
+The format comes from ``format=`` or the file suffix (:mod:`.formats`); the backend is
+chosen once (``"auto"`` prefers cuDF on a GPU, then polars). Each format reads and writes
+with a backend's own functions where it has them (cuDF's GPU readers and writers for
+Parquet and JSON, polars' for Parquet, Feather and JSON) and through pandas otherwise.
+
+Pickle runs code while loading: read only pickles you wrote yourself.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+
+from gpufeed.backends import choose_dataframe_backend
+from gpufeed.datasets.tables.base import MAX_LINES_IN_MESSAGE, ReadOptions, ReadReport, WriteOptions
+from gpufeed.datasets.tables.formats import table_format
+from gpufeed.gpu_transforms.tabular.frames import Frame, backend_of, to_backend
+from gpufeed.policies import MixedTypes, OnError
+
+
+def read_table_with_report(
+    path: str | os.PathLike[str], *, format: str | None = None, backend: str = "auto",
+    on_bad_lines: str = "raise", mixed_types: str = "raise", sep: str | None = None,
+    encoding: str | None = None,
+) -> tuple[Frame, ReadReport]:
+    """Read a table and say what was read: like :func:`read_table`, plus a :class:`ReadReport`.
+
+    Args:
+        path, format, backend, on_bad_lines, mixed_types, sep, encoding: as in :func:`read_table`.
+
+    Returns:
+        ``(frame, report)``; ``report.bad_lines`` lists every skipped CSV line.
+
+    Example:
+        >>> frame, report = read_table_with_report("readings.csv", on_bad_lines="skip")  # doctest: +SKIP
+        >>> report.bad_lines  # doctest: +SKIP
+        [(3, '4,5')]
+    """
+    bad_lines = OnError.parse(on_bad_lines, "on_bad_lines")
+    mixed = MixedTypes.parse(mixed_types, "mixed_types")
+    src = Path(path)
+    fmt = table_format(src, format)
+    if fmt.text_options is None and (sep is not None or encoding is not None):
+        raise ValueError(f"{src}: sep= and encoding= apply to CSV files only, not {fmt.name}")
+    if not src.exists():
+        raise FileNotFoundError(f"{src}: no such file")
+    target = choose_dataframe_backend(backend).name
+    report = ReadReport(str(src), fmt.name, target)
+    if fmt.text_options is not None:
+        sep, encoding = fmt.text_options(src, sep, encoding)
+    options = ReadOptions(target, bad_lines, mixed, sep, encoding)
+    frame = fmt.reader(target)(src, options, report)
+    frame = to_backend(frame, target) if backend_of(frame) != target else frame
+    report.rows = len(frame)
+    return frame, report
+
+
+def read_table(
+    path: str | os.PathLike[str], *, format: str | None = None, backend: str = "auto",
+    on_bad_lines: str = "raise", mixed_types: str = "raise", sep: str | None = None,
+    encoding: str | None = None,
+) -> Frame:
+    """Read a CSV, Parquet, Feather, pickle, HDF5 or JSON-lines table onto ``backend``.
+
+    In CSV files an empty field (quoted or not) and the usual NA spellings (``NA``,
+    ``null``, ``NaN``, ...) are missing values in every column, as ``pandas.read_csv``
+    reads them. JSON has no datetime type: a JSON text column whose every value is an ISO
+    8601 date and time (``2024-01-01 10:00:00``, ``...T10:00:00.5+01:00``) is read as
+    datetimes, in UTC when the values carry an offset.
+
+    Args:
+        path: the file; its suffix gives the format unless ``format`` is passed.
+        format: one of :data:`~gpufeed.datasets.tables.formats.FORMATS` (``csv``,
+            ``parquet``, ``feather``, ``pickle``, ``hdf5``, ``json``).
+        backend: ``"auto" | "cudf" | "polars" | "pandas"``.
+        on_bad_lines: CSV lines with the wrong number of fields: ``"raise"`` raises
+            :class:`MalformedCSVError` naming the lines; ``"skip"`` skips them and warns
+            with their line numbers (use :func:`read_table_with_report` to get them back).
+        mixed_types: ``"raise"`` raises :class:`MixedTypeError` for a CSV/JSON text column
+            mixing numbers and words; ``"keep"`` leaves it as text.
+        sep: CSV only: the one-character field delimiter (default ``","``; e.g. ``";"``, ``"\\t"``).
+        encoding: CSV only: the text encoding (default UTF-8; e.g. ``"latin-1"``, ``"cp1252"``).
+            A file that is not valid in it raises :class:`MalformedCSVError` naming the line.
+
+    Returns:
+        A native frame of the chosen backend.
+
+    Raises:
+        UnknownFormatError, MalformedCSVError, MixedTypeError, EmptyTableError (an empty file
+        of any format), TabularError (a file its format's reader cannot parse), FileNotFoundError;
+        all name the file.
+
+    Example:
+        >>> df = read_table("readings.csv", backend="pandas", on_bad_lines="skip")  # doctest: +SKIP
+        >>> df = read_table("export.csv", sep=";", encoding="cp1252")  # doctest: +SKIP
+    """
+    frame, report = read_table_with_report(
+        path, format=format, backend=backend, on_bad_lines=on_bad_lines, mixed_types=mixed_types,
+        sep=sep, encoding=encoding,
+    )
+    if report.bad_lines:
+        lines = ", ".join(str(n) for n, _ in report.bad_lines[:MAX_LINES_IN_MESSAGE])
+        warnings.warn(
+            f"{report.path}: skipped {report.rows_skipped} malformed line(s) (lines {lines}"
+            f"{' ...' if report.rows_skipped > MAX_LINES_IN_MESSAGE else ''}); kept {report.rows} rows",
+            stacklevel=2,
+        )
+    return frame
+
+
+def write_table(
+    df: Frame, path: str | os.PathLike[str], *, format: str | None = None, sep: str | None = None
+) -> Path:
+    """Write ``df`` (pandas, polars or cuDF) in the format given or implied by ``path``.
+
+    JSON is written as JSON lines (one record per line), the layout GPU and streaming
+    readers expect, with floats written exactly and datetimes as ISO 8601 text; HDF5 uses
+    the key ``"table"`` (and pandas' ``"table"`` layout when a column is categorical, which
+    the default fixed layout cannot store); CSV has no index column.
+
+    Args:
+        df: the frame.
+        path: destination.
+        format: overrides the suffix (see :data:`~gpufeed.datasets.tables.formats.FORMATS`).
+        sep: CSV only: the one-character field delimiter (default ``","``).
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+
+    Example:
+        >>> write_table(df, tmp_path / "readings.parquet")  # doctest: +SKIP
+        >>> write_table(df, tmp_path / "readings.csv", sep=";")  # doctest: +SKIP
+    """
+    out = Path(path)
+    fmt = table_format(out, format)
+    if fmt.text_options is not None:
+        sep, _ = fmt.text_options(out, sep, None)
+    elif sep is not None:
+        raise ValueError(f"{out}: sep= applies to CSV files only, not {fmt.name}")
+    backend = backend_of(df)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    takes, writer = fmt.writer(backend)
+    writer(df if takes == backend else df.to_pandas(), out, WriteOptions(sep))
+    return out
+
+
+def convert(
+    src: str | os.PathLike[str], dst: str | os.PathLike[str], *, src_format: str | None = None,
+    dst_format: str | None = None, backend: str = "auto", on_bad_lines: str = "raise",
+) -> tuple[Path, ReadReport]:
+    """Read ``src`` and write it to ``dst`` in another format, with the same bad-line
+    reporting and format detection as :func:`read_table` and :func:`write_table`.
+
+    Args:
+        src: input file (format from its suffix unless ``src_format``).
+        dst: output file (format from its suffix unless ``dst_format``).
+        backend: backend that holds the table in between (``"auto"``: cuDF on a GPU).
+        on_bad_lines: ``"raise"`` or ``"skip"`` for malformed CSV lines (see :func:`read_table`).
+
+    Returns:
+        ``(dst path, read report)``; the report counts rows kept and lines skipped.
+
+    Example:
+        >>> convert("readings.csv", "readings.parquet", backend="polars")  # doctest: +SKIP
+    """
+    frame, report = read_table_with_report(src, format=src_format, backend=backend, on_bad_lines=on_bad_lines)
+    return write_table(frame, dst, format=dst_format), report

@@ -1,0 +1,143 @@
+"""JSON: read as records or JSON lines, written as JSON lines with floats exact.
+
+JSON lines (one record per line) is the layout GPU and streaming readers expect. JSON has
+no datetime type: a text column whose every value is an ISO 8601 date and time is read
+back as datetimes (in UTC when the values carry an offset). cuDF reads JSON on the GPU;
+the other backends read through pandas, which checks for columns mixing numbers and text.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pandas as pd
+
+from gpufeed.datasets.tables.base import ReadOptions, ReadReport, TableFormat, WriteOptions
+from gpufeed.gpu_transforms.tabular.errors import MixedTypeError, TabularError
+from gpufeed.gpu_transforms.tabular.frames import Frame
+from gpufeed.policies import MixedTypes
+
+#: A JSON text column whose every value matches this is read back as datetimes: JSON has no
+#: datetime type, and this is how both writers (polars' and pandas' ISO format) store one.
+#: Date and time are both required, so plain dates, codes and free text stay text.
+_ISO_DATETIME = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?(?:Z|[+-]\d{2}:?\d{2})?")
+_ISO_OFFSET = r"(?:Z|[+-]\d{2}:?\d{2})$"
+
+
+def _lines(path: Path) -> bool:
+    return path.suffix.lower() in (".jsonl", ".ndjson") or _looks_like_json_lines(path)
+
+
+def _read_json_cudf(path: Path, options: ReadOptions, report: ReadReport) -> Frame:
+    import cudf
+
+    return cudf.read_json(path, lines=_lines(path))
+
+
+def _read_json_pandas(path: Path, options: ReadOptions, report: ReadReport) -> Frame:
+    lines = _lines(path)
+    try:
+        # precise_float: the default parser can change a float64 in its last bit, so a
+        # write/read round trip would not be exact. dtype=False: no guessing of types
+        # (pandas would otherwise turn columns named like dates into datetimes).
+        frame = pd.read_json(path, lines=lines, orient=None if lines else "records", dtype=False,
+                             precise_float=True)
+    except ValueError as exc:
+        raise TabularError(f"{path}: not valid JSON{_json_error_location(path, lines)} ({exc})") from exc
+    if options.mixed_types is MixedTypes.RAISE:
+        for name in frame.columns:
+            col = frame[name]
+            if col.dtype == object:
+                kinds = {type(v) for v in col.dropna()}
+                if str in kinds and kinds & {int, float}:
+                    idx = next(i for i, v in enumerate(col) if isinstance(v, str))
+                    raise MixedTypeError(
+                        f"{path}: column {name!r} mixes numbers and text; e.g. {col.iloc[idx]!r} in record {idx + 1}"
+                    )
+    return _parse_iso_datetimes(frame)
+
+
+def _json_error_location(path: Path, lines: bool) -> str:
+    """``" on line N: 'text'"`` for the first line Python's json module rejects (error path only)."""
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        if not lines:
+            try:
+                json.load(fh)
+            except json.JSONDecodeError as exc:
+                return f" on line {exc.lineno}"
+            return ""
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                json.loads(line)
+            except json.JSONDecodeError:
+                return f" on line {lineno}: {line.rstrip()[:80]!r}"
+    return ""
+
+
+def _parse_iso_datetimes(frame: pd.DataFrame) -> pd.DataFrame:
+    """Text columns whose every value is an ISO 8601 date-time, as datetimes (UTC with offsets)."""
+    for name in frame.columns:
+        col = frame[name]
+        if not (col.dtype == object or pd.api.types.is_string_dtype(col.dtype)):
+            continue
+        values = col.dropna()
+        # The first value rules most columns out before the whole column is scanned.
+        if values.empty or not all(isinstance(v, str) for v in values.iloc[:1]):
+            continue
+        if not _ISO_DATETIME.fullmatch(values.iloc[0]):
+            continue
+        text = values.astype(str)
+        if not text.str.fullmatch(_ISO_DATETIME.pattern).all():
+            continue
+        offsets = text.str.contains(_ISO_OFFSET)
+        if offsets.any() and not offsets.all():
+            continue  # some with and some without a zone: no one reading is right, keep the text
+        try:
+            frame[name] = pd.to_datetime(col, format="ISO8601", utc=bool(offsets.all()))
+        except (ValueError, OverflowError):
+            continue  # e.g. month 13: not dates after all
+    return frame
+
+
+def _looks_like_json_lines(path: Path) -> bool:
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        return fh.read(1).lstrip().startswith("{")
+
+
+def _write_json_lines(pdf: pd.DataFrame, out: Path, options: WriteOptions) -> None:
+    """JSON lines from pandas, through polars' writer when the frame converts.
+
+    pandas' ``to_json`` keeps at most 15 significant digits, so float64 values would not
+    survive a round trip; polars writes the shortest text that reads back to the same
+    float, and datetimes as ISO 8601 at their own precision.
+    """
+    import polars as pl
+    from pyarrow import ArrowException
+
+    try:
+        frame = pl.from_pandas(pdf.reset_index(drop=True))
+    except (ArrowException, TypeError, ValueError):
+        # Columns polars cannot type (e.g. Python objects mixing numbers and text): pandas'
+        # writer still writes them, at its best float precision.
+        pdf.to_json(out, orient="records", lines=True, date_format="iso", date_unit="ns", double_precision=15)
+        return
+    frame.write_ndjson(out)
+
+
+def _write_json_polars(df: Frame, path: Path, options: WriteOptions) -> None:
+    df.write_ndjson(path)
+
+
+def _write_json_cudf(df: Frame, path: Path, options: WriteOptions) -> None:
+    df.to_json(path, orient="records", lines=True)
+
+
+JSON = TableFormat(
+    "json", (".json", ".jsonl", ".ndjson"),
+    readers={"pandas": _read_json_pandas, "cudf": _read_json_cudf},
+    writers={"pandas": _write_json_lines, "polars": _write_json_polars, "cudf": _write_json_cudf},
+)

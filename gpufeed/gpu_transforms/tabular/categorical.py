@@ -1,0 +1,151 @@
+"""Categorical ops: :class:`Categorify` (a fitted vocabulary) and :class:`HashBucket` (none).
+
+Both give int32 codes for an embedding table, with a reserved code for missing values;
+categorical columns are compared by their text values.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import narwhals as nw
+
+from gpufeed.gpu_transforms.tabular.errors import UnseenCategoryError
+from gpufeed.gpu_transforms.tabular.frames import NwFrame, collect_small, is_missing, small_rows
+from gpufeed.gpu_transforms.tabular.ops import TableOp
+from gpufeed.gpu_transforms.tabular.stats import aggregate, lookup
+from gpufeed.policies import OnUnseen
+
+#: Categorify's reserved indices: unseen (or rarer than ``min_count``) values and missing values.
+UNSEEN_INDEX = 0
+MISSING_INDEX = 1
+
+
+def _category_exprs(columns: Sequence[str], schema: Any) -> dict[str, nw.Expr]:
+    """Categorical columns are compared by their text values."""
+    return {c: nw.col(c).cast(nw.String) if schema[c] == nw.Categorical else nw.col(c) for c in columns}
+
+
+def _json_key(value: Any, column: str) -> Any:
+    if isinstance(value, bool | int | float | str):
+        return value
+    raise TypeError(f"Categorify: column {column!r} holds {type(value).__name__} values, which JSON cannot "
+                    "store; cast the column to text or integers first")
+
+
+@dataclass
+class Categorify(TableOp):
+    """Map each category to a dense integer index fitted on the training table.
+
+    Index :data:`UNSEEN_INDEX` (0) is reserved for categories not in the vocabulary (unseen
+    at fit time, or seen fewer than ``min_count`` times) and :data:`MISSING_INDEX` (1) for
+    missing values; known categories get 2, 3, ... in sorted order, so the embedding table
+    needs ``len(vocabulary) + 2`` rows. ``on_unseen="raise"`` raises
+    :class:`UnseenCategoryError` instead of mapping to 0.
+    """
+
+    min_count: int = 1
+    on_unseen: str = OnUnseen.INDEX
+    kind: ClassVar[str] = "categorify"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.on_unseen = OnUnseen.parse(self.on_unseen, "on_unseen")
+        if self.min_count < 1:
+            raise ValueError(f"Categorify: min_count must be >= 1, got {self.min_count}")
+
+    def fit(self, frame: NwFrame, backend: str) -> None:
+        exprs = _category_exprs(self.columns, frame.collect_schema())
+        state = {}
+        for c in self.columns:
+            counts = collect_small(frame.select(exprs[c].alias(c)).group_by(c).agg(nw.len().alias("n")))
+            values = [r[c] for r in small_rows(counts) if not is_missing(r[c]) and r["n"] >= self.min_count]
+            state[c] = sorted(_json_key(v, c) for v in values)
+        self.state = state
+
+    def num_embeddings(self, column: str) -> int:
+        """Rows an embedding table for ``column`` needs (vocabulary + the two reserved indices)."""
+        return len(self.state[column]) + 2
+
+    def transform(self, frame: NwFrame, backend: str) -> NwFrame:
+        exprs = _category_exprs(self.columns, frame.collect_schema())
+        if self.on_unseen is OnUnseen.RAISE:
+            self._reject_unseen(frame, exprs)
+        out = []
+        for c in self.columns:
+            vocab = self.state[c]
+            mapped = lookup(exprs[c], vocab, list(range(2, len(vocab) + 2)), UNSEEN_INDEX, nw.Int32)
+            out.append(nw.when(exprs[c].is_null()).then(nw.lit(MISSING_INDEX, nw.Int32))
+                       .otherwise(mapped).cast(nw.Int32).alias(c))
+        return frame.with_columns(*out)
+
+    def _reject_unseen(self, frame: NwFrame, exprs: dict[str, nw.Expr]) -> None:
+        masks = {c: ~exprs[c].is_in(self.state[c]) & ~exprs[c].is_null() for c in self.columns}
+        counts = aggregate(frame, [m.sum().alias(c) for c, m in masks.items()])
+        for c, n in counts.items():
+            if n:
+                examples = collect_small(frame.filter(masks[c]).select(exprs[c].alias(c))).get_column(c).head(3).to_list()
+                raise UnseenCategoryError(
+                    f"Categorify: column {c!r} has {int(n)} value(s) not seen at fit time, e.g. {examples}; "
+                    f"use on_unseen='index' to map them to index {UNSEEN_INDEX}"
+                )
+
+    def params(self) -> dict[str, Any]:
+        return {"min_count": self.min_count, "on_unseen": self.on_unseen.value}
+
+    @classmethod
+    def from_dict(cls, spec: dict[str, Any]) -> Categorify:
+        """As :meth:`TableOp.from_dict`; recipes saved before ``on_unseen="raise"`` stored it
+        as ``"error"``, read as ``"raise"``."""
+        if spec.get("on_unseen") == "error":
+            spec = {**spec, "on_unseen": OnUnseen.RAISE.value}
+        return super().from_dict(spec)
+
+
+def stable_hash(value: Any, buckets: int) -> int:
+    """The bucket of ``value`` in ``1 .. buckets-1`` (CRC32 of its text; 0 is for missing).
+
+    CRC32 of the text is the same on every machine, process and backend, unlike Python's
+    salted ``hash`` or each library's own hash function.
+
+    Example:
+        >>> stable_hash("north", 1000)
+        964
+    """
+    return 1 + zlib.crc32(str(value).encode()) % (buckets - 1)
+
+
+@dataclass
+class HashBucket(TableOp):
+    """Hash each value into ``buckets`` buckets without a vocabulary (0 = missing).
+
+    Useful for high-cardinality ids whose vocabulary would be large or keeps growing;
+    unseen values hash like any other. No fitting needed.
+    """
+
+    buckets: int = 1024
+    kind: ClassVar[str] = "hash_bucket"
+    stateless: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.buckets < 2:
+            raise ValueError(f"HashBucket: buckets must be >= 2, got {self.buckets}")
+
+    def transform(self, frame: NwFrame, backend: str) -> NwFrame:
+        exprs = _category_exprs(self.columns, frame.collect_schema())
+        out = []
+        for c in self.columns:
+            # Hash the distinct values in Python (few), then map them vectorised.
+            distinct = collect_small(frame.select(exprs[c].alias(c)).unique()).get_column(c).to_list()
+            distinct = [v for v in distinct if not is_missing(v)]
+            mapped = lookup(exprs[c], distinct, [stable_hash(v, self.buckets) for v in distinct], 0, nw.Int32)
+            out.append(nw.when(exprs[c].is_null()).then(nw.lit(0, nw.Int32)).otherwise(mapped)
+                       .cast(nw.Int32).alias(c))
+        return frame.with_columns(*out)
+
+    def params(self) -> dict[str, Any]:
+        return {"buckets": self.buckets}

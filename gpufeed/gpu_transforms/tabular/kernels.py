@@ -1,0 +1,203 @@
+"""Per-backend fast paths: where the table ops leave narwhals, and why.
+
+:mod:`.frames` promises that every op is written once on narwhals. The kernels here break
+that promise on purpose, each for a reason that narwhals cannot meet; every other backend
+still takes the narwhals form in the same function, so results stay identical:
+
+- :func:`quantile_bounds` (``Clip(quantiles=)``):
+
+  - Dask: narwhals has no quantile across partitions, so Dask's own (approximate) is used.
+  - polars: ``bottom_k``/``top_k`` read only the tails, then the two neighbouring order
+    statistics are interpolated exactly as numpy does. polars' own ``quantile`` rounds the
+    interpolation differently in the last bit now and then, so pandas and polars would fit
+    different bounds; reading the tails is also faster than a full copy to numpy.
+  - pandas: numpy's partial sort, one thread per column (numpy releases the GIL); faster
+    than pandas' (and narwhals') quantile.
+  - cuDF: narwhals' linear quantile, exact on the GPU.
+
+- :func:`group_stats_f64` (``Standardize(by=)``): one narwhals group-by, except that on
+  eager pandas and cuDF float32 columns are cast to float64 a chunk at a time, so the
+  float64 copy never holds every column at once (it would double a downcast table's
+  memory, or overflow a GPU).
+- :func:`standardize_by_code` (``Standardize(by=)``): on polars and pandas each row's
+  group statistics are gathered by an integer code, much faster than the hash lookup
+  per column of narwhals' ``replace_strict``, which the other backends use.
+
+Measurements behind these choices: ``docs/tabular.md`` (Fast paths).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import narwhals as nw
+import numpy as np
+
+from gpufeed.gpu_transforms.tabular.frames import (
+    NwFrame,
+    collect_small,
+    is_lazy,
+    is_missing,
+    small_rows,
+    wrap,
+)
+from gpufeed.gpu_transforms.tabular.stats import aggregate, f64, narrow_float, no_values, number
+
+#: Temporary column holding each row's group code in ``Standardize(by=)``.
+GROUP_CODE = "__gpufeed_group_code"
+#: Float32 columns cast to float64 per group-by pass on eager pandas/cuDF.
+_CAST_CHUNK = 16
+#: Polars reads a quantile's two neighbouring order statistics with ``bottom_k``/``top_k``
+#: when they lie among this many values at either end of the column (or this share of its
+#: rows): clipping outliers needs only the tails. Deeper quantiles use numpy's partial sort.
+_TAIL_ROWS, _TAIL_SHARE = 4096, 0.02
+
+
+def quantile_bounds(frame: NwFrame, backend: str, columns: Sequence[str],
+                    qs: tuple[float, float]) -> dict[str, list[float]]:
+    """``{column: [low, high]}``: the linear-interpolation quantiles ``qs`` of each column.
+
+    Raises:
+        EmptyTableError: a column has no non-missing value.
+    """
+    low, high = qs
+    if backend == "dask":
+        q = nw.to_native(frame)[list(columns)].quantile([low, high]).compute()
+        return {c: [number(q[c].iloc[0], c, "Clip"), number(q[c].iloc[1], c, "Clip")] for c in columns}
+    if backend == "polars":
+        return _polars_quantiles(frame, columns, qs)
+    if backend == "pandas":
+        return _numpy_quantiles_threaded(frame, columns, qs)
+    stats = aggregate(frame, [
+        *[nw.col(c).quantile(low, interpolation="linear").alias(f"lo:{c}") for c in columns],
+        *[nw.col(c).quantile(high, interpolation="linear").alias(f"hi:{c}") for c in columns],
+    ])
+    return {c: [number(stats[f"lo:{c}"], c, "Clip"), number(stats[f"hi:{c}"], c, "Clip")] for c in columns}
+
+
+def _numpy_quantiles_threaded(frame: nw.DataFrame, columns: Sequence[str],
+                              qs: tuple[float, float]) -> dict[str, list[float]]:
+    with ThreadPoolExecutor(max_workers=os.cpu_count()) as pool:
+        bounds = list(pool.map(lambda c: _numpy_quantiles(frame, c, qs), columns))
+    return dict(zip(columns, bounds, strict=True))
+
+
+def _numpy_quantiles(frame: nw.DataFrame, column: str, qs: tuple[float, float]) -> list[float]:
+    values = frame.get_column(column).drop_nulls().to_numpy()
+    if len(values) == 0:
+        raise no_values("Clip", column)
+    with np.errstate(invalid="ignore"):  # inf at a bound gives NaN, which Clip.fit names
+        return [float(q) for q in np.quantile(values.astype(np.float64, copy=False), qs)]
+
+
+def _polars_quantiles(frame: NwFrame, columns: Sequence[str], qs: tuple[float, float]) -> dict[str, list[float]]:
+    """numpy's linear quantiles of polars columns, bit for bit, in one query for the tails.
+
+    ``bottom_k``/``top_k`` over all columns run in one ``select`` (polars' threads); a
+    column whose quantiles lie deeper than the tails goes through numpy's partial sort.
+    """
+    import polars as pl
+
+    native = nw.to_native(frame).lazy()
+    schema = native.collect_schema()
+    fast = [c for c in columns if schema[c].is_float() or schema[c].is_integer()]
+    # The in-memory engine: top_k/bottom_k are slower on polars' streaming engine.
+    info = native.select(*[pl.col(c).count().alias(f"n:{c}") for c in fast],
+                         *[pl.col(c).is_nan().any().alias(f"nan:{c}") for c in fast if schema[c].is_float()]
+                         ).collect(engine="in-memory").row(0, named=True) if fast else {}
+    state: dict[str, list[float]] = {}
+    exprs, plans = [], {}
+    for c in fast:
+        n = info[f"n:{c}"]
+        if n == 0:
+            raise no_values("Clip", c)
+        if info.get(f"nan:{c}"):
+            state[c] = [math.nan] * len(qs)  # numpy: any NaN makes every quantile NaN
+            continue
+        limit = max(_TAIL_ROWS, int(n * _TAIL_SHARE))
+        spots = [_quantile_spot(n, q) for q in qs]
+        if not all(nxt < limit or n - prev <= limit for prev, nxt, _ in spots):
+            continue
+        values = pl.col(c).drop_nulls()
+        for i, (prev, nxt, _) in enumerate(spots):
+            if nxt < limit:  # the nxt+1 smallest values, ascending: positions prev and nxt
+                exprs.append(values.bottom_k(nxt + 1).sort().gather([prev, nxt]).implode().alias(f"{i}:{c}"))
+            else:  # the n-prev largest values, ascending: sorted position prev comes first
+                exprs.append(values.top_k(n - prev).sort().gather([0, nxt - prev]).implode().alias(f"{i}:{c}"))
+        plans[c] = spots
+    found = native.select(*exprs).collect(engine="in-memory").row(0, named=True) if exprs else {}
+    for c, spots in plans.items():
+        state[c] = [_lerp(float(found[f"{i}:{c}"][0]), float(found[f"{i}:{c}"][1]), gamma)
+                    for i, (_, _, gamma) in enumerate(spots)]
+    rest = [c for c in columns if c not in state]
+    if rest:
+        state |= _numpy_quantiles_threaded(collect_small(frame.select(*rest)), rest, qs)
+    return {c: state[c] for c in columns}
+
+
+def _quantile_spot(n: int, q: float) -> tuple[int, int, float]:
+    """numpy's linear method: the sorted positions around ``(n - 1) * q`` and the weight
+    of the upper one, including its convention for the last position."""
+    index = (n - 1) * q
+    if index >= n - 1:
+        return n - 1, n - 1, index + 1  # numpy marks both as position -1; gamma = index - (-1)
+    prev = math.floor(index)
+    return prev, prev + 1, index - prev
+
+
+def _lerp(a: float, b: float, t: float) -> float:
+    # numpy's _lerp, operation for operation, so the bounds equal np.quantile's exactly.
+    diff = b - a
+    return b - diff * (1 - t) if t >= 0.5 else a + diff * t
+
+
+def group_stats_f64(frame: NwFrame, backend: str, by: str, columns: Sequence[str],
+                    schema: Any) -> list[dict[str, Any]]:
+    """Per-group mean and population std (``m:<col>``, ``s:<col>``) of ``columns``,
+    accumulated in float64, one row per group (missing keys included)."""
+    narrow = [c for c in columns if narrow_float(c, schema)]
+    if not narrow or backend == "polars" or is_lazy(frame):
+        chunks = [list(columns)]  # polars fuses the cast into its group-by; Dask is lazy
+    else:
+        wide = [c for c in columns if c not in narrow]
+        chunks = [wide] * bool(wide) + [narrow[i:i + _CAST_CHUNK] for i in range(0, len(narrow), _CAST_CHUNK)]
+    merged: dict[Any, dict[str, Any]] = {}
+    for chunk in chunks:
+        # Cast before grouping: Dask's group-by takes plain column aggregations only.
+        part = frame.select(by, *[f64(c, schema) for c in chunk])
+        for row in small_rows(part.group_by(by).agg(*[nw.col(c).mean().alias(f"m:{c}") for c in chunk],
+                                                  *[nw.col(c).std(ddof=0).alias(f"s:{c}") for c in chunk])):
+            key = None if is_missing(row[by]) else row[by]
+            merged.setdefault(key, {by: row[by]}).update(row)
+    return list(merged.values())
+
+
+def standardize_by_code(frame: NwFrame, backend: str,
+                        tables: dict[str, tuple[list[float], list[float]]]) -> NwFrame:
+    """``(x - mean[code]) / std[code]`` per column, ``code`` being the :data:`GROUP_CODE`
+    column; ``tables`` maps each column to its per-code means and stds."""
+    if backend == "polars":
+        import polars as pl
+
+        # Gather takes polars' index type (UInt32); Int32 codes would be cast for every gather.
+        native = nw.to_native(frame).with_columns(pl.col(GROUP_CODE).cast(pl.get_index_type()))
+        code = pl.col(GROUP_CODE)
+        return wrap(native.with_columns(*[
+            ((pl.col(c) - pl.lit(pl.Series(m)).gather(code)) / pl.lit(pl.Series(sd)).gather(code))
+            .cast(pl.Float64).alias(c) for c, (m, sd) in tables.items()]))
+    if backend == "pandas":
+        native = nw.to_native(frame)
+        codes = native[GROUP_CODE].to_numpy()
+        return wrap(native.assign(**{
+            c: (native[c].to_numpy(dtype=np.float64, na_value=np.nan) - np.asarray(m)[codes]) / np.asarray(sd)[codes]
+            for c, (m, sd) in tables.items()}))
+    code = nw.col(GROUP_CODE)
+    ids = list(range(len(next(iter(tables.values()))[0])))
+    return frame.with_columns(*[
+        ((nw.col(c) - code.replace_strict(ids, m, default=m[-1], return_dtype=nw.Float64))
+         / code.replace_strict(ids, sd, default=sd[-1], return_dtype=nw.Float64)).cast(nw.Float64).alias(c)
+        for c, (m, sd) in tables.items()])

@@ -1,0 +1,319 @@
+"""The table op API: :class:`TableOp` and the numeric ops a :class:`~.recipe.Recipe` chains.
+
+Each op is fitted on the training table (``fit``: one aggregation pass, statistics kept in
+``state``) and applied to any table (``transform``: vectorised narwhals expressions), on
+the frame's own backend, which the recipe works out once and passes in. Missing means
+null or NaN (the recipe turns NaN into null in the columns an op reads).
+
+Numeric ops: :class:`FillMissing`, :class:`Clip`, :class:`Log`, :class:`Standardize`
+(optionally per group) and :class:`MinMax`; the categorical ones (:class:`~.categorical.Categorify`,
+:class:`~.categorical.HashBucket`) are in :mod:`.categorical`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import narwhals as nw
+
+from gpufeed.gpu_transforms.tabular.errors import NonFiniteError
+from gpufeed.gpu_transforms.tabular.frames import NwFrame, is_missing
+from gpufeed.gpu_transforms.tabular.kernels import (
+    GROUP_CODE,
+    group_stats_f64,
+    quantile_bounds,
+    standardize_by_code,
+)
+from gpufeed.gpu_transforms.tabular.stats import (
+    aggregate,
+    aggregate_finite,
+    check_finite,
+    f64,
+    lookup,
+    number,
+    scale,
+)
+
+
+@dataclass
+class TableOp:
+    """Base class of a table op: ``columns`` to work on, fitted ``state``, and how to
+    (de)serialise both.
+
+    ``fit``, ``transform`` and ``fit_transform`` take a narwhals frame and its backend name
+    (``"pandas" | "polars" | "cudf" | "dask"``), worked out once by the recipe.
+    """
+
+    columns: list[str]
+    state: dict[str, Any] = field(default_factory=dict, repr=False)
+    kind: ClassVar[str] = ""
+    stateless: ClassVar[bool] = False
+
+    def __post_init__(self) -> None:
+        if isinstance(self.columns, str) or not self.columns:
+            raise ValueError(f"{type(self).__name__}: columns must be a non-empty list of names, got {self.columns!r}")
+        self.columns = list(self.columns)
+
+    @property
+    def fitted(self) -> bool:
+        return self.stateless or bool(self.state)
+
+    def needs(self) -> list[str]:
+        """Columns the op reads."""
+        return list(self.columns)
+
+    def fit(self, frame: NwFrame, backend: str) -> None:
+        """Compute ``state`` from the training table."""
+
+    def transform(self, frame: NwFrame, backend: str) -> NwFrame:
+        raise NotImplementedError
+
+    def fit_transform(self, frame: NwFrame, backend: str) -> NwFrame:
+        """``fit`` then ``transform`` on the same table; ops override it to skip repeated checks."""
+        self.fit(frame, backend)
+        return self.transform(frame, backend)
+
+    def params(self) -> dict[str, Any]:
+        """Constructor arguments other than ``columns`` (for JSON)."""
+        return {}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"op": self.kind, "columns": self.columns, **self.params(), "state": self.state}
+
+    @classmethod
+    def from_dict(cls, spec: dict[str, Any]) -> TableOp:
+        """Rebuild an op from :meth:`to_dict`'s output (without its ``"op"`` key)."""
+        params = dict(spec)
+        state = params.pop("state")
+        op = cls(**params)
+        op.state = state
+        return op
+
+
+@dataclass
+class FillMissing(TableOp):
+    """Fill missing values with the training ``mean`` or ``median``, or a ``constant``.
+
+    On Dask the median is Dask's approximate one; use ``mean`` for exact results there.
+    """
+
+    strategy: str = "mean"
+    value: float | str | None = None
+    kind: ClassVar[str] = "fill_missing"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.strategy not in ("mean", "median", "constant"):
+            raise ValueError(f"FillMissing: strategy must be 'mean', 'median' or 'constant', got {self.strategy!r}")
+        if self.strategy == "constant" and self.value is None:
+            raise ValueError("FillMissing: strategy='constant' needs value=")
+
+    def fit(self, frame: NwFrame, backend: str) -> None:
+        if self.strategy == "constant":
+            self.state = {c: self.value for c in self.columns}
+            return
+        schema = frame.collect_schema()
+        exprs = [getattr(f64(c, schema), self.strategy)().alias(c) for c in self.columns]
+        if self.strategy == "mean":
+            stats = aggregate_finite(frame, exprs, self.columns, "FillMissing")
+        else:  # a median stays finite beside a few inf values: count them
+            check_finite(frame, self.columns, "FillMissing")
+            stats = aggregate(frame, exprs)
+        self.state = {c: number(stats[c], c, "FillMissing") for c in self.columns}
+
+    def transform(self, frame: NwFrame, backend: str) -> NwFrame:
+        schema = frame.collect_schema()
+        exprs = []
+        for c in self.columns:
+            value = self.state[c]
+            if schema[c].is_integer() and isinstance(value, int | float) and not float(value).is_integer():
+                # A fractional fill makes an integer column float on every backend (pandas
+                # would keep int64 when nothing is missing, polars always promotes).
+                exprs.append(nw.col(c).cast(nw.Float64).fill_null(value))
+            elif schema[c].is_integer() and isinstance(value, float):
+                exprs.append(nw.col(c).fill_null(int(value)))
+            else:
+                exprs.append(nw.col(c).fill_null(value))
+        return frame.with_columns(*exprs)
+
+    def params(self) -> dict[str, Any]:
+        return {"strategy": self.strategy, "value": self.value}
+
+
+@dataclass
+class Clip(TableOp):
+    """Clip to fixed ``lower``/``upper`` bounds, or to training ``quantiles=(low, high)``.
+
+    Quantiles are exact (linear interpolation) on pandas, polars and cuDF, approximate on Dask.
+    """
+
+    lower: float | None = None
+    upper: float | None = None
+    quantiles: tuple[float, float] | None = None
+    kind: ClassVar[str] = "clip"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("lower", "upper"):
+            bound = getattr(self, name)
+            if bound is not None and math.isnan(bound):
+                raise ValueError(f"Clip: {name} is NaN; pass a number, or None for no bound")
+            if bound is not None and math.isinf(bound):
+                setattr(self, name, None)  # +-inf means no bound (and keeps the JSON strict)
+        if self.quantiles is None and self.lower is None and self.upper is None:
+            raise ValueError("Clip needs lower=, upper= or quantiles=(low, high)")
+        if self.quantiles is not None:
+            low, high = self.quantiles
+            if not 0.0 <= low < high <= 1.0:
+                raise ValueError(f"Clip: quantiles must satisfy 0 <= low < high <= 1, got {self.quantiles}")
+            self.quantiles = (float(low), float(high))
+
+    def fit(self, frame: NwFrame, backend: str) -> None:
+        if self.quantiles is None:
+            self.state = {c: [self.lower, self.upper] for c in self.columns}
+            return
+        self.state = quantile_bounds(frame, backend, self.columns, self.quantiles)
+        bad = [c for c in self.columns if not all(math.isfinite(b) for b in self.state[c])]
+        if bad:
+            # inf at a tail makes the bound inf or NaN, which would clip nothing; a few inf
+            # values beyond finite bounds are fine (they are clipped to the bound).
+            check_finite(frame, bad, "Clip")
+            raise NonFiniteError(f"Clip: column(s) {bad} gave non-finite quantile bounds {[self.state[c] for c in bad]}")
+
+    def transform(self, frame: NwFrame, backend: str) -> NwFrame:
+        schema = frame.collect_schema()
+        exprs = []
+        for c in self.columns:
+            bounds = self.state[c]
+            fractional = any(b is not None and not float(b).is_integer() for b in bounds)
+            # polars would round a fractional bound to the integer column's type (0.5 -> 0,
+            # leaving 0 below the bound); clip integers to fractional bounds as floats, as pandas does.
+            expr = nw.col(c).cast(nw.Float64) if fractional and schema[c].is_integer() else nw.col(c)
+            # pandas computes a float32 column's clip in float64 (and keeps it), polars in
+            # float32: keep float32 on both.
+            exprs.append(expr.clip(*bounds).cast(nw.Float32) if schema[c] == nw.Float32 else expr.clip(*bounds))
+        return frame.with_columns(*exprs)
+
+    def params(self) -> dict[str, Any]:
+        return {"lower": self.lower, "upper": self.upper,
+                "quantiles": list(self.quantiles) if self.quantiles else None}
+
+
+@dataclass
+class Log(TableOp):
+    """``log(x + offset)`` (``offset=1``: log1p). Values at or below ``-offset`` are an error."""
+
+    offset: float = 1.0
+    kind: ClassVar[str] = "log"
+    stateless: ClassVar[bool] = True
+
+    def _check_domain(self, frame: NwFrame) -> None:
+        counts = aggregate(frame, [(nw.col(c) + self.offset <= 0).sum().alias(c) for c in self.columns])
+        bad = {c: int(n) for c, n in counts.items() if n}
+        if bad:
+            raise NonFiniteError(
+                f"Log(offset={self.offset}): column(s) have values <= {-self.offset}, whose log is undefined: "
+                f"{bad} (count per column); clip them first or raise the offset"
+            )
+
+    def fit(self, frame: NwFrame, backend: str) -> None:
+        self._check_domain(frame)
+
+    def transform(self, frame: NwFrame, backend: str) -> NwFrame:
+        self._check_domain(frame)
+        return self._log(frame)
+
+    def fit_transform(self, frame: NwFrame, backend: str) -> NwFrame:
+        """Check the domain once (fit and transform would check the same table), then log."""
+        self._check_domain(frame)
+        return self._log(frame)
+
+    def _log(self, frame: NwFrame) -> NwFrame:
+        return frame.with_columns(*[(nw.col(c).cast(nw.Float64) + self.offset).log() for c in self.columns])
+
+    def params(self) -> dict[str, Any]:
+        return {"offset": self.offset}
+
+
+@dataclass
+class Standardize(TableOp):
+    """``(x - mean) / std`` with training statistics (population std; a constant column gives 0).
+
+    With ``by=``, mean and std are fitted per group (e.g. per station); groups unseen at fit
+    time use the global statistics.
+    """
+
+    by: str | None = None
+    kind: ClassVar[str] = "standardize"
+
+    def needs(self) -> list[str]:
+        return [*self.columns, *([self.by] if self.by else [])]
+
+    def fit(self, frame: NwFrame, backend: str) -> None:
+        schema = frame.collect_schema()
+        stats = aggregate_finite(frame, [
+            *[f64(c, schema).mean().alias(f"m:{c}") for c in self.columns],
+            *[f64(c, schema).std(ddof=0).alias(f"s:{c}") for c in self.columns],
+        ], self.columns, "Standardize")
+        state: dict[str, Any] = {"global": {
+            c: [number(stats[f"m:{c}"], c, "Standardize"), scale(stats[f"s:{c}"])] for c in self.columns
+        }}
+        if self.by:
+            groups = group_stats_f64(frame, backend, self.by, self.columns, schema)
+            # Rows with a missing group use the global statistics (as unseen groups do).
+            groups = sorted((g for g in groups if not is_missing(g[self.by])), key=lambda g: g[self.by])
+            state["groups"] = {c: [[g[self.by], *_group_stats(g, c, state["global"][c])] for g in groups]
+                               for c in self.columns}
+        self.state = state
+
+    def transform(self, frame: NwFrame, backend: str) -> NwFrame:
+        if not self.by:
+            schema = frame.collect_schema()
+            return frame.with_columns(*[((f64(c, schema) - m) / sd).alias(c)
+                                        for c, (m, sd) in self.state["global"].items()])
+        # Look each row's group up once (text keys hash slowly) as a small integer code;
+        # code k (after the k known groups) stands for unseen or missing groups and picks
+        # the global statistics appended at the end of each table.
+        keys = sorted({g[0] for c in self.columns for g in self.state["groups"][c]})
+        frame = frame.with_columns(lookup(nw.col(self.by), keys, list(range(len(keys))), len(keys), nw.Int32)
+                                   .fill_null(len(keys)).alias(GROUP_CODE))
+        tables = {}
+        for c in self.columns:
+            stats = {g[0]: g[1:] for g in self.state["groups"][c]}
+            rows = [stats.get(k, self.state["global"][c]) for k in keys] + [self.state["global"][c]]
+            tables[c] = ([m for m, _ in rows], [sd for _, sd in rows])
+        return standardize_by_code(frame, backend, tables).drop(GROUP_CODE)
+
+    def params(self) -> dict[str, Any]:
+        return {"by": self.by}
+
+
+def _group_stats(row: dict[str, Any], column: str, fallback: list[float]) -> list[float]:
+    mean = row[f"m:{column}"]
+    if is_missing(mean):
+        return list(fallback)  # a group with no value for this column
+    return [float(mean), scale(row[f"s:{column}"])]
+
+
+@dataclass
+class MinMax(TableOp):
+    """Scale to [0, 1] with the training minimum and maximum (a constant column gives 0)."""
+
+    kind: ClassVar[str] = "minmax"
+
+    def fit(self, frame: NwFrame, backend: str) -> None:
+        stats = aggregate_finite(frame, [*[nw.col(c).min().alias(f"lo:{c}") for c in self.columns],
+                                          *[nw.col(c).max().alias(f"hi:{c}") for c in self.columns]],
+                                  self.columns, "MinMax")
+        self.state = {c: [number(stats[f"lo:{c}"], c, "MinMax"), number(stats[f"hi:{c}"], c, "MinMax")]
+                      for c in self.columns}
+
+    def transform(self, frame: NwFrame, backend: str) -> NwFrame:
+        schema = frame.collect_schema()
+        exprs = []
+        for c in self.columns:
+            low, high = self.state[c]
+            exprs.append(((f64(c, schema) - low) / ((high - low) or 1.0)).alias(c))
+        return frame.with_columns(*exprs)

@@ -1,0 +1,97 @@
+"""Statistics helpers shared by the table ops and their fast paths, written on narwhals.
+
+One aggregation pass per call, inf named instead of spread into a mean, float32 columns
+accumulated in float64, and the one error for a column with nothing to fit on.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import narwhals as nw
+import numpy as np
+
+from gpufeed.gpu_transforms.tabular.errors import EmptyTableError, NonFiniteError
+from gpufeed.gpu_transforms.tabular.frames import NwFrame, first_row, is_missing
+
+
+def aggregate(frame: NwFrame, exprs: list[nw.Expr]) -> dict[str, Any]:
+    """One pass over ``frame`` computing every named aggregate in ``exprs``."""
+    return first_row(frame.select(*exprs))
+
+
+def check_finite(frame: NwFrame, columns: Sequence[str], op: str) -> None:
+    """inf would poison a mean or a range silently; name the columns instead."""
+    counts = aggregate(frame, [(nw.col(c).abs() == math.inf).sum().alias(c) for c in columns])
+    bad = {c: int(n) for c, n in counts.items() if n}
+    if bad:
+        raise NonFiniteError(
+            f"{op}: column(s) hold inf values {bad} (count per column); clip them (Clip) or "
+            "replace them with missing values before fitting"
+        )
+
+
+def aggregate_finite(frame: NwFrame, exprs: list[nw.Expr], columns: Sequence[str], op: str) -> dict[str, Any]:
+    """:func:`aggregate` for statistics that an inf value turns into inf or NaN (mean, std,
+    min, max), raising :class:`NonFiniteError` as :func:`check_finite` does.
+
+    A finite result proves the columns hold no inf, so the separate counting pass (one more
+    read of every column) only runs when some statistic is missing or not finite.
+    """
+    with np.errstate(invalid="ignore"):  # pandas warns on inf - inf before we can name the column
+        stats = aggregate(frame, exprs)
+    if not all(_is_finite(v) for v in stats.values()):
+        check_finite(frame, columns, op)
+    return stats
+
+
+def _is_finite(value: Any) -> bool:
+    try:
+        return math.isfinite(float(value))
+    except (TypeError, ValueError):  # None, pandas NA, a non-number: let the full check decide
+        return False
+
+
+def no_values(op: str, column: str) -> EmptyTableError:
+    """The error for a column with no non-missing value to fit ``op`` on."""
+    return EmptyTableError(f"{op}: column {column!r} has no non-missing value to fit on (empty table?)")
+
+
+def number(value: Any, column: str, op: str) -> float:
+    """A fitted statistic as a float; a missing one means the column had nothing to fit on."""
+    if is_missing(value):
+        raise no_values(op, column)
+    return float(value)
+
+
+def scale(std: Any) -> float:
+    """A std to divide by: a constant column (std 0) or a single row (std missing) gives 1,
+    so the column maps to 0 instead of inf/NaN."""
+    return 1.0 if is_missing(std) or std == 0 else float(std)
+
+
+def f64(column: str, schema: Any) -> nw.Expr:
+    """``column`` with float32 values as float64, for statistics and arithmetic.
+
+    A float32 column (after a downcast) would otherwise be summed in float32 by some
+    backends, which then disagree with each other and with the float64 truth in the 7th
+    digit (scikit-learn accumulates in float64 too). Other columns are used as they are:
+    every backend already averages integers in float64.
+    """
+    return nw.col(column).cast(nw.Float64) if narrow_float(column, schema) else nw.col(column)
+
+
+def narrow_float(column: str, schema: Any) -> bool:
+    """True for a float column narrower than float64 (float32, float16)."""
+    return schema[column].is_float() and schema[column] != nw.Float64
+
+
+def lookup(expr: nw.Expr, old: list[Any], new: list[Any], default: Any, dtype: Any) -> nw.Expr:
+    """``expr.replace_strict(old, new, default=...)``; with nothing to look up (an empty
+    vocabulary: every value rarer than ``min_count``, or an all-missing column) every value
+    gets ``default`` (narwhals' pandas backend raises IndexError on an empty mapping)."""
+    if not old:
+        return nw.lit(default, dtype)
+    return expr.replace_strict(old, new, default=default, return_dtype=dtype)
