@@ -360,3 +360,36 @@ def test_pipeline_seeds_of_different_streams_differ():
 
     seeds = {dali_seed(0, 0, *stream) for stream in [(), (0,), (0, 0), (1,), (1, 0), (0, 1)]}
     assert len(seeds) == 6  # zero-padding must not make (e,) and (e, 0) the same stream
+
+
+@pytest.mark.skipif(not dali_installed(), reason="DALI not installed")
+def test_both_backends_crop_and_flip_a_sample_alike(image_folder):
+    # The DALI feed draws each sample's window and flip as the torch backend does, from
+    # (seed, epoch, sample): the same crops, up to the decoders' rounding.
+    def epoch(backend, seed):
+        loader = load(image_folder, backend, train=True, shuffle=False, batch_size=8, size=48,
+                      seed=seed, dtype=torch.uint8)
+        return torch.cat([x for x, _ in loader]).float()
+
+    dali, torch_ = epoch("dali", 5), epoch("torch", 5)
+    same = (dali - torch_).abs().mean(dim=(1, 2, 3))
+    other = (dali - epoch("torch", 6)).abs().mean(dim=(1, 2, 3))
+    assert same.max() < 3.0, same  # pixel levels of 0..255: decoder rounding only
+    assert other.mean() > 4 * same.mean() + 5  # another seed's crops are far off
+
+
+@pytest.mark.skipif(not dali_installed(), reason="DALI not installed")
+def test_dali_builds_its_pipeline_once_for_consecutive_epochs(image_folder, monkeypatch):
+    from gpufeed.pipelines import dali_loader
+
+    builds = []
+    real = dali_loader.build_pipeline
+    monkeypatch.setattr(dali_loader, "build_pipeline", lambda *a, **k: builds.append(1) or real(*a, **k))
+    loader = load(image_folder, "dali", train=True, batch_size=8, size=32, seed=1, dtype=torch.uint8)
+    epochs = [[x.clone() for x, _ in loader] for _ in range(3)]
+    assert len(builds) == 1  # a rebuild costs ~2 s on a GPU
+    for _ in loader:  # an epoch left half-way...
+        break
+    loader.set_epoch(1)  # ...and a jump: a fresh pipeline, and epoch 1's pixels again
+    assert all(torch.equal(a, b) for a, b in zip([x for x, _ in loader], epochs[1], strict=True))
+    assert len(builds) == 2

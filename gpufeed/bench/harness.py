@@ -16,7 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpufeed.machine import PACKAGES, cpu_model, cuda_available, gpu_metadata, usable_cpus, version_of
+from gpufeed.machine import (
+    PACKAGES,
+    cpu_model,
+    cuda_available,
+    gpu_metadata,
+    usable_cpus,
+    version_of,
+)
 
 
 @dataclass

@@ -29,7 +29,7 @@ from gpufeed.backends import BackendChoice
 from gpufeed.pipelines import geometry
 from gpufeed.pipelines.base import Augment, Batch, ClassificationLoader, Normalizer, ReusedBuffers
 from gpufeed.pipelines.dali_pipeline import build_pipeline
-from gpufeed.pipelines.feeds import FileFeed, IteratorSkips
+from gpufeed.pipelines.feeds import FileFeed, IteratorSkips, crop_inputs
 from gpufeed.pipelines.options import LoaderOptions
 from gpufeed.pipelines.sources import SampleList, pil_reason, read_bytes, undecodable_reason
 
@@ -69,8 +69,9 @@ class DaliLoader(ClassificationLoader):
         self.device_id = None if self.device.type == "cpu" else (self.device.index or 0)
         self._on_cpu = self.device_id is None
         self._finish = Normalizer(self.options, ReusedBuffers().empty)
-        self._feed = FileFeed(self.samples, self.plan, self.log)
+        self._feed = FileFeed(self.samples, self.plan, self.log, self.options)
         self._pipe = None
+        self._follows: int | None = None  # the epoch the current pipeline can go on with
         self._probe = None
         self._pool: ThreadPoolExecutor | None = None
 
@@ -80,16 +81,18 @@ class DaliLoader(ClassificationLoader):
                               prefetch=3 if self._on_cpu else 2, stream=stream)
 
     def _epoch_batches(self, epoch: int) -> Iterator[Batch]:
-        # A fresh pipeline every epoch, seeded with the epoch: DALI's random ops cannot be
-        # reseeded, and a pipeline carried over from the last epoch (reset()) would draw
-        # crops and flips that depend on every epoch before, so set_epoch(k) on a new
-        # loader could not repeat epoch k's pixels (an epoch's first batches wait for DALI's
-        # queue to fill after reset() too). A fresh pipeline also drops batches of an epoch
-        # left half-way that may still be queued inside DALI.
-        self._pipe = None  # free the old pipeline's buffers before allocating new ones
-        self._feed.next_epoch = epoch
-        self._feed.in_flight.clear()
-        self._pipe = self._new_pipeline((epoch,))
+        if self._pipe is not None and self._follows == epoch:
+            # The last epoch ran dry and this is the next one: go on with the same
+            # pipeline (the feed draws the crops, so nothing random carries over).
+            self._pipe.reset()
+        else:
+            # A first epoch, a jump (set_epoch), or an epoch left half-way, whose batches
+            # may still be queued inside DALI: a fresh pipeline, fed from this epoch.
+            self._pipe = None  # free the old pipeline's buffers before allocating new ones
+            self._feed.next_epoch = epoch
+            self._feed.in_flight.clear()
+            self._pipe = self._new_pipeline((epoch,))
+        self._follows = None  # until this epoch runs dry
         while True:
             try:
                 images, labels = self._pipe.run()
@@ -103,6 +106,7 @@ class DaliLoader(ClassificationLoader):
             labels = torch.from_numpy(np.asarray(labels.as_tensor())).view(-1).to(torch.int64)
             images = self._geometry_on_cpu(images) if self._on_cpu else self._from_gpu(images)
             yield images, labels.to(images.device, non_blocking=True)
+        self._follows = epoch + 1
 
     def _geometry_on_cpu(self, decoded) -> torch.Tensor:
         """Variable-size uint8 HWC images -> the contract's batch (resize, crop, normalise).
@@ -171,8 +175,14 @@ class DaliLoader(ClassificationLoader):
             return reason
         if self._probe is None:
             self._probe = build_pipeline(None, self.options, self.device_id, batch_size=1, prefetch=1)
-        self._probe.feed_input("encoded", [data])
-        self._probe.feed_input("label", [np.zeros((), np.int32)])
+        inputs = {"encoded": data, "label": np.zeros((), np.int32)}
+        if self.options.train:
+            crop = crop_inputs(data, self.options, 0, 0)
+            if isinstance(crop, str):
+                return crop
+            inputs.update(zip(("start", "shape", "flip"), crop, strict=True))
+        for name, value in inputs.items():
+            self._probe.feed_input(name, [value])
         try:
             self._probe.run()
         except RuntimeError as exc:
@@ -216,7 +226,7 @@ class DaliLoader(ClassificationLoader):
                 "batch_size or last_batch='partial' / 'fill'"
             )
         log = IteratorSkips(self.options.on_error)
-        feed = FileFeed(self.samples, self.plan, log)
+        feed = FileFeed(self.samples, self.plan, log, self.options)
         log.feed = feed
         pipe = build_pipeline(feed, self.options, self.device_id)
         # The feed already applied the last-batch policy, which PARTIAL passes through.

@@ -45,6 +45,13 @@ def _resize_and_centre_crop(encoded, images, shorter: int, size: int):
                     axis_names="HW", normalized_anchor=False, normalized_shape=False)
 
 
+#: The train pipeline's inputs, in the order :class:`FileFeed` yields them (by name when
+#: fed with ``feed_input``): encoded bytes, label, crop start (top, left), crop shape
+#: (h, w) and horizontal flip. Validation takes the first two.
+TRAIN_INPUTS = (("encoded", types.UINT8, 1), ("label", types.INT32, 0), ("start", types.INT32, 1),
+                ("shape", types.INT32, 1), ("flip", types.INT32, 0))
+
+
 def build_pipeline(source: Callable | FileFeed | None, options: LoaderOptions, device_id: int | None,
                    *, batch_size: int | None = None, prefetch: int = 2, decode_only: bool = False,
                    stream: tuple[int, ...] = ()) -> Pipeline:
@@ -52,19 +59,19 @@ def build_pipeline(source: Callable | FileFeed | None, options: LoaderOptions, d
 
     Args:
         source: the ``external_source`` (a :class:`FileFeed`), or None to feed by name
-            (``"encoded"``, ``"label"``) with ``feed_input``.
+            (:data:`TRAIN_INPUTS`' names; ``"encoded"`` and ``"label"`` for validation)
+            with ``feed_input``.
         options: the loader settings (train or val, size, dtype, layout, mean/std).
         device_id: CUDA device for GPU decoding (``device="mixed"``: the hardware JPEG
             decoder where the GPU has one), or None for DALI's CPU-only mode.
         batch_size: maximum batch size (default ``options.batch_size``).
         prefetch: batches DALI prepares ahead.
-        decode_only: stop after decoding (train: the random crop's region, randomly
-            flipped; val: the whole image), leaving variable-size uint8 HWC images for
-            the caller to resize (see :class:`gpufeed.pipelines.dali_loader.DaliLoader`).
-        stream: which random stream the pipeline draws from, mixed into its seed with
-            ``options.seed`` and the shard: the loader passes ``(epoch,)`` for an epoch's
-            pipeline and ``(epoch, batch)`` for one rebuilt mid-epoch, so neither replays
-            another's random crops.
+        decode_only: stop after decoding (train: the crop's region, flipped as asked;
+            val: the whole image), leaving variable-size uint8 HWC images for the caller
+            to resize (see :class:`gpufeed.pipelines.dali_loader.DaliLoader`).
+        stream: mixed into the pipeline's seed with ``options.seed`` and the shard. The
+            pipeline has no random operator (the feed draws the crops), so the seed only
+            keeps pipelines apart should one be added.
 
     Returns:
         A built pipeline with outputs ``(images, labels)``.
@@ -72,34 +79,35 @@ def build_pipeline(source: Callable | FileFeed | None, options: LoaderOptions, d
     o = options
     decoder = "cpu" if device_id is None else "mixed"
     # GPU decoding: preallocate (sizes from DALI's ResNet-50 example) so the first epochs
-    # do not stall on buffer growth.
-    padding = {} if device_id is None else {"device_memory_padding": 211_025_920,
-                                            "host_memory_padding": 140_544_512}
+    # do not stall on buffer growth. EXIF orientation is not applied, as in the torch
+    # backend (torchvision and PIL leave it too), so both decode a photo alike.
+    decode_args = {"device": decoder, "output_type": types.RGB, "adjust_orientation": False}
+    if device_id is not None:
+        decode_args.update(device_memory_padding=211_025_920, host_memory_padding=140_544_512)
     std = [255.0 * s for s in o.std] if o.normalizes else [1.0, 1.0, 1.0]
     mean = [255.0 * m for m in o.mean] if o.normalizes else [0.0, 0.0, 0.0]
+    inputs = TRAIN_INPUTS if o.train else TRAIN_INPUTS[:2]
 
     @pipeline_def(enable_conditionals=False)
     def classification():
         if source is None:
-            encoded = fn.external_source(name="encoded", dtype=types.UINT8, ndim=1)
-            labels = fn.external_source(name="label", dtype=types.INT32, ndim=0)
+            nodes = [fn.external_source(name=name, dtype=dtype, ndim=ndim) for name, dtype, ndim in inputs]
         else:
-            encoded, labels = fn.external_source(
-                source=source, num_outputs=2, dtype=[types.UINT8, types.INT32], ndim=[1, 0],
+            nodes = fn.external_source(
+                source=source, num_outputs=len(inputs), dtype=[d for _, d, _ in inputs],
+                ndim=[n for _, _, n in inputs],
                 cycle="raise",  # StopIteration ends the epoch; reset() calls iter() for the next
             )
+        encoded, labels = nodes[0], nodes[1]
         if o.train:
-            # Fused decode + random crop: only the crop's region of each JPEG is decoded.
-            images = fn.decoders.image_random_crop(
-                encoded, device=decoder, output_type=types.RGB,
-                random_area=list(o.scale), random_aspect_ratio=list(o.ratio), num_attempts=10, **padding,
-            )
-            mirror = fn.random.coin_flip(probability=0.5)
+            start, shape, mirror = nodes[2:]
+            # Fused decode + crop: only the crop's region of each JPEG is decoded.
+            images = fn.decoders.image_slice(encoded, start=start, shape=shape, axis_names="HW", **decode_args)
             if decode_only:
                 return fn.flip(images, horizontal=mirror), labels
             images = fn.resize(images, resize_x=o.size, resize_y=o.size)
         else:
-            images = fn.decoders.image(encoded, device=decoder, output_type=types.RGB, **padding)
+            images = fn.decoders.image(encoded, **decode_args)
             if decode_only:
                 return images, labels
             images = _resize_and_centre_crop(encoded, images, o.resize_shorter, o.size)

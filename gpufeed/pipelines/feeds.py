@@ -11,20 +11,43 @@ from collections import deque
 
 import numpy as np
 
+from gpufeed.pipelines.geometry import train_window
+from gpufeed.pipelines.options import LoaderOptions
 from gpufeed.pipelines.plan import EpochPlan
+from gpufeed.pipelines.seeds import sample_rng
 from gpufeed.pipelines.sources import (
     BadFileMemory,
     SampleList,
     Skipped,
+    image_size,
     read_bytes,
     undecodable_reason,
 )
 from gpufeed.policies import OnError
 
 
+def crop_inputs(data: np.ndarray, options: LoaderOptions, epoch: int, index: int,
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | str:
+    """The train pipeline's per-sample crop inputs ``(start [top, left], shape [h, w],
+    flip)`` for sample ``index`` of ``epoch``, drawn as the torch backend draws them
+    (:func:`gpufeed.pipelines.geometry.train_window`) from the size in the image's header;
+    or the reason the header gives no size."""
+    size = image_size(data)
+    if size is None or min(size) < 1:
+        return "unreadable image header (no width and height)"
+    rng = sample_rng(options.seed, epoch, index)
+    top, left, h, w, flip = train_window(rng, size[0], size[1], options.scale, options.ratio)
+    return (np.array([top, left], np.int32), np.array([h, w], np.int32), np.array(flip, np.int32))
+
+
 class FileFeed:
     """The pipeline's ``external_source``: each ``next()`` is one planned batch of
-    encoded files and their labels.
+    encoded files and their labels, and for training each sample's crop window and flip.
+
+    Training crops are drawn here, in Python, from ``(seed, epoch, sample)`` (the torch
+    backend's draws), not by DALI's random operators: the pipeline is then built once
+    and reused across epochs (a rebuild costs about 2 s on a GPU), any epoch can be
+    replayed, and both backends crop a sample alike.
 
     Files are read and checked here (in the Python thread that schedules DALI runs), so a
     file that is empty, not an image or a cut-short JPEG is skipped before DALI sees it.
@@ -32,8 +55,9 @@ class FileFeed:
     go on from (after a pipeline was rebuilt mid-epoch).
     """
 
-    def __init__(self, samples: SampleList, plan: EpochPlan, log: BadFileMemory) -> None:
-        self.samples, self.plan, self.log = samples, plan, log
+    def __init__(self, samples: SampleList, plan: EpochPlan, log: BadFileMemory,
+                 options: LoaderOptions) -> None:
+        self.samples, self.plan, self.log, self.options = samples, plan, log, options
         #: The epoch the next plain ``iter()`` starts (DALI calls it as soon as an epoch
         #: runs dry, to be ready for ``reset()``).
         self.next_epoch = 0
@@ -58,25 +82,34 @@ class FileFeed:
         """Make the next ``iter()`` go on from ``batch_number`` of ``epoch``."""
         self._resume = (epoch, batch_number)
 
-    def __next__(self) -> tuple[list[np.ndarray], np.ndarray]:
+    def __next__(self) -> tuple:
+        train = self.options.train
         while self._pos < len(self._batches):
             number, self._pos = self._pos, self._pos + 1
-            encoded, labels = [], []
+            encoded, labels, crops = [], [], []
             for i in self._batches[number]:
                 path = self.samples.paths[i]
                 reason = self.log.known(path)
-                data = None
+                data = crop = None
                 if reason is None:
                     data = read_bytes(path)
                     reason = undecodable_reason(data)
+                if reason is None and train:
+                    crop = crop_inputs(data, self.options, self.epoch, int(i))
+                    reason = crop if isinstance(crop, str) else None
                 if reason is not None:
                     self.log.add(path, reason)
                     continue
                 encoded.append(data)
                 labels.append(self.samples.labels[i])
+                crops.append(crop)
             if encoded:
                 self.in_flight.append((self.epoch, number, [self.samples.paths[i] for i in self._batches[number]]))
-                return encoded, np.asarray(labels, dtype=np.int32)
+                labels = np.asarray(labels, dtype=np.int32)
+                if not train:
+                    return encoded, labels
+                starts, shapes, flips = (list(c) for c in zip(*crops, strict=True))
+                return encoded, labels, starts, shapes, flips
         raise StopIteration
 
 

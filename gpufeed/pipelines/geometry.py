@@ -45,12 +45,21 @@ def resize(image: torch.Tensor, size: int) -> torch.Tensor:
     return F.interpolate(image, size=(size, size), mode="bilinear", antialias=True)
 
 
+def train_window(rng: random.Random, height: int, width: int, scale: tuple[float, float],
+                 ratio: tuple[float, float]) -> tuple[int, int, int, int, bool]:
+    """``(top, left, h, w, flip)``: one sample's random-resized-crop window and horizontal
+    flip. Both backends draw through here (the DALI backend from the image's header), so a
+    sample gets the same crop on either, given ``(seed, epoch, sample)``."""
+    top, left, h, w = random_crop_box(rng, height, width, scale, ratio)
+    return top, left, h, w, rng.random() < 0.5
+
+
 def train_crop(image: torch.Tensor, rng: random.Random, size: int, scale: tuple[float, float],
                ratio: tuple[float, float]) -> torch.Tensor:
     """Random-resized-crop to ``size`` and a random horizontal flip."""
-    top, left, h, w = random_crop_box(rng, image.shape[-2], image.shape[-1], scale, ratio)
+    top, left, h, w, flip = train_window(rng, image.shape[-2], image.shape[-1], scale, ratio)
     out = resize(image[..., top: top + h, left: left + w], size)
-    return out.flip(-1) if rng.random() < 0.5 else out
+    return out.flip(-1) if flip else out
 
 
 def val_crop(image: torch.Tensor, shorter: int, size: int) -> torch.Tensor:

@@ -193,6 +193,49 @@ def undecodable_reason(data: bytes | memoryview) -> str | None:
     return None
 
 
+#: JPEG start-of-frame markers (baseline, progressive, lossless, arithmetic): they hold
+#: the frame's height and width.
+_JPEG_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
+
+
+def image_size(data: np.ndarray) -> tuple[int, int] | None:
+    """``(height, width)`` of encoded image bytes from their header, or None if unreadable.
+
+    JPEG (the start-of-frame segment) and PNG (IHDR) are read directly, a few
+    microseconds; other formats go through PIL, which reads only the header. Sizes are as
+    stored, before any EXIF rotation (neither backend applies EXIF orientation).
+    """
+    mv = memoryview(data).cast("B")
+    fmt = image_format(mv)
+    if fmt == "png" and len(mv) >= 24:
+        return int.from_bytes(mv[20:24], "big"), int.from_bytes(mv[16:20], "big")
+    if fmt == "jpeg":
+        pos, end = 2, len(mv) - 9
+        while pos < end:
+            if mv[pos] != 0xFF:
+                return None  # not a marker where one must be: a damaged header
+            marker = mv[pos + 1]
+            if marker == 0xFF:  # fill byte
+                pos += 1
+                continue
+            if marker in _JPEG_SOF:
+                return int.from_bytes(mv[pos + 5: pos + 7], "big"), int.from_bytes(mv[pos + 7: pos + 9], "big")
+            if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7:  # markers without a length
+                pos += 2
+                continue
+            pos += 2 + int.from_bytes(mv[pos + 2: pos + 4], "big")
+        return None
+    import io
+
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(mv.tobytes())) as img:
+            return img.height, img.width
+    except Exception:  # noqa: BLE001 - any header PIL cannot read means "no size"
+        return None
+
+
 def pil_reason(data: np.ndarray) -> str | None:
     """PIL's words for why ``data`` does not decode, or None when PIL decodes it.
 
