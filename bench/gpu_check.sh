@@ -26,8 +26,7 @@ for part in $parts; do
       $PY -m pytest -q -p no:cacheprovider -rs -m gpu tests 2>&1 | tee "$OUT/pytest-gpu.log" || status=1
       # The CPU suites again, now that device="auto" resolves to the GPU.
       $PY -m pytest -q -p no:cacheprovider -rs \
-        tests/test_loader_contract.py tests/test_augment_loader.py tests/test_augment_stage.py \
-        tests/test_arrays.py tests/test_tabular_recipe.py tests/test_tabular_torch.py \
+        tests/pipelines tests/gpu_transforms \
         2>&1 | tee "$OUT/pytest-gpu-auto.log" || status=1 ;;
     images)
       $PY -m gpufeed bench images --mode train --device cuda --out "$OUT/results" || status=1

@@ -60,7 +60,7 @@ def test_missing_values_and_non_integer_labels_are_rejected(table):
 
 @pytest.mark.gpu
 def test_cudf_hand_off_is_zero_copy_on_the_gpu(table):
-    import cudf
+    cudf = pytest.importorskip("cudf", reason="cuDF is not installed")
 
     gdf = cudf.from_pandas(table)
     x, y = to_tensors(gdf, FEATURES, "label", device="cuda")

@@ -15,7 +15,7 @@ from gpufeed.backends import dali_installed
 from gpufeed.datasets.images import generate_image_folder
 from gpufeed.pipelines import BadImageError, classification_loader
 from tests.helpers import png16_bytes
-from tests.test_loader_contract import BACKENDS, load
+from tests.pipelines.test_loader_contract import BACKENDS, load
 
 BAD = {  # file name -> words the reason must contain
     "truncated.jpg": "truncated",

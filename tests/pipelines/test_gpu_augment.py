@@ -83,7 +83,7 @@ def test_the_docs_example_runs_as_written(monkeypatch):
     """docs/augment.md's first example is copied into users' scripts: it must run."""
     import re
 
-    doc = (Path(__file__).resolve().parents[1] / "docs" / "augment.md").read_text()
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "augment.md").read_text()
     code = re.search(r"```python\n(.*?)```", doc, re.S).group(1)
     monkeypatch.setattr(pipelines, "classification_loader",
                         _with_defaults(pipelines.classification_loader, num_workers=0, device="cpu"))

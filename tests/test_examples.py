@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_loader_contract import BACKENDS
+from tests.pipelines.test_loader_contract import BACKENDS
 
 SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "train_resnet18.py"
 

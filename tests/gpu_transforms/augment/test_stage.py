@@ -53,7 +53,9 @@ def test_same_on_batch_shares_parameters_and_output():
     for p in stage.last_params.per_op:
         for v in p.values():
             assert (v == v[:1]).all()
-    assert torch.equal(out, out[:1].expand_as(out))
+    # Equal up to float rounding: with many cores the batch is split into chunks run on
+    # different threads, and a chunk's vector width can change the last bit (seen on 16 cores).
+    torch.testing.assert_close(out, out[:1].expand_as(out), rtol=1e-5, atol=1e-5)
 
 
 def test_replay_is_bit_for_bit_and_new_calls_differ():

@@ -70,6 +70,7 @@ def test_run_script_without_a_gpu_explains_what_is_needed(tmp_path):
 
 @pytest.mark.gpu
 def test_run_script_reports_fallbacks_on_the_gpu(tmp_path):
+    pytest.importorskip("cudf", reason="cuDF is not installed")
     script = tmp_path / "prep.py"
     script.write_text("import pandas as pd\ndf = pd.DataFrame({'a': range(1000)})\n"
                       "df.groupby(df.a % 7).sum()\ndf.apply(list, axis=1)\n")
