@@ -1,25 +1,38 @@
-# A GPU container that runs the gpufeed benchmarks.
-#   docker build -t gpufeed .
-#   docker run --gpus all --rm -v $PWD/bench/results:/app/bench/results gpufeed            # gpufeed bench
-#   docker run --gpus all --rm gpufeed gpufeed bench tabular
+# Containers that run the gpufeed benchmarks: a GPU image (default) and a CPU variant.
+#
+#   docker build -t gpufeed .                                           # GPU: CUDA 13 base, DALI + cupy + cuDF
+#   docker run --gpus all --rm -v "$PWD/results:/results" gpufeed       # gpufeed bench all --out /results
 #   docker run --gpus all --rm gpufeed gpufeed doctor
-# The CUDA 13 stack (DALI, cupy, cuDF) matches PyPI's default torch; the driver on the
-# host must support CUDA 13.
-FROM nvidia/cuda:13.0.1-cudnn-runtime-ubuntu24.04
+#
+#   docker build -t gpufeed-cpu --build-arg BASE=ubuntu:24.04 --build-arg EXTRAS=dali-cpu,dask,hdf5 .
+#   docker run --rm -v "$PWD/results:/results" gpufeed-cpu
+#
+# The install is the README's own: `make install` (the target `make test` and `make bench`
+# build on), so CI tests what the image runs. The CUDA 13 stack matches PyPI's default
+# torch; the host's driver must support CUDA 13.
+ARG BASE=nvidia/cuda:13.0.1-cudnn-runtime-ubuntu24.04
+FROM ${BASE}
+ARG EXTRAS=cuda13,dask,hdf5
 
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV DEBIAN_FRONTEND=noninteractive PIP_NO_CACHE_DIR=1 PYTHONUNBUFFERED=1 \
-    GPUFEED_CACHE=/app/.cache VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH
+    GPUFEED_CACHE=/home/gpufeed/.cache/gpufeed PATH=/opt/venv/bin:$PATH
+# Distribution packages are not pinned: the base image's release pins them.
+# hadolint ignore=DL3008
 RUN apt-get update \
- && apt-get install -y --no-install-recommends python3 python3-venv python3-dev git make \
+ && apt-get install -y --no-install-recommends python3 python3-venv make \
  && rm -rf /var/lib/apt/lists/* \
- && python3 -m venv /opt/venv
+ && useradd --create-home --uid 1000 gpufeed \
+ && mkdir -p /app /opt/venv /results && chown gpufeed:gpufeed /app /opt/venv /results
 
+USER 1000:1000
 WORKDIR /app
-# Dependencies first (cached layer), then the source.
-COPY pyproject.toml README.md ./
-COPY gpufeed/__init__.py gpufeed/__init__.py
-RUN pip install --upgrade pip && pip install ".[cuda13,dask,hdf5]" && pip uninstall -y gpufeed
-COPY . .
-RUN pip install --no-deps -e . && pip check
+# Dependencies first (a cached layer), then the source.
+COPY --chown=gpufeed:gpufeed pyproject.toml README.md Makefile ./
+COPY --chown=gpufeed:gpufeed gpufeed/__init__.py gpufeed/__init__.py
+RUN make install VENV=/opt/venv EXTRAS="${EXTRAS}"
+COPY --chown=gpufeed:gpufeed . .
+RUN pip check
 
-CMD ["gpufeed", "bench"]
+VOLUME ["/results"]
+CMD ["gpufeed", "bench", "all", "--out", "/results"]

@@ -5,7 +5,7 @@ VENV   ?= .venv
 EXTRAS ?= dali-cpu,test
 BIN     = $(VENV)/bin
 
-.PHONY: install bench test lint clean
+.PHONY: install bench test lint gpu-check clean
 
 $(BIN)/gpufeed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,9 +20,15 @@ bench: install
 
 lint: install
 	$(BIN)/ruff check gpufeed tests examples
+	$(BIN)/hadolint --failure-threshold warning Dockerfile
 
 test: install lint
 	$(BIN)/python -m pytest
+
+# On a machine with a CUDA GPU: gpu-marked tests, doctor, every suite with --device cuda,
+# one bundle in gpu-check-out/ (bench/gpu_check.sh says what runs).
+gpu-check: install
+	PYTHON=$(BIN)/python bash bench/gpu_check.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache
