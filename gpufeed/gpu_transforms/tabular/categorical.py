@@ -15,6 +15,7 @@ import narwhals as nw
 
 from gpufeed.gpu_transforms.tabular.errors import UnseenCategoryError
 from gpufeed.gpu_transforms.tabular.frames import NwFrame, collect_small, is_missing, small_rows
+from gpufeed.gpu_transforms.tabular.kernels import vocabulary_codes
 from gpufeed.gpu_transforms.tabular.ops import TableOp
 from gpufeed.gpu_transforms.tabular.stats import aggregate, lookup
 from gpufeed.policies import OnUnseen
@@ -74,13 +75,8 @@ class Categorify(TableOp):
         exprs = _category_exprs(self.columns, frame.collect_schema())
         if self.on_unseen is OnUnseen.RAISE:
             self._reject_unseen(frame, exprs)
-        out = []
-        for c in self.columns:
-            vocab = self.state[c]
-            mapped = lookup(exprs[c], vocab, list(range(2, len(vocab) + 2)), UNSEEN_INDEX, nw.Int32)
-            out.append(nw.when(exprs[c].is_null()).then(nw.lit(MISSING_INDEX, nw.Int32))
-                       .otherwise(mapped).cast(nw.Int32).alias(c))
-        return frame.with_columns(*out)
+        return vocabulary_codes(frame, backend, exprs, {c: self.state[c] for c in self.columns},
+                                UNSEEN_INDEX, MISSING_INDEX)
 
     def _reject_unseen(self, frame: NwFrame, exprs: dict[str, nw.Expr]) -> None:
         masks = {c: ~exprs[c].is_in(self.state[c]) & ~exprs[c].is_null() for c in self.columns}

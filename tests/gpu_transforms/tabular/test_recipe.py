@@ -524,3 +524,23 @@ def test_per_group_statistics_of_many_float32_columns_match_across_backends():
     state = Recipe(ops()).fit(df).ops[0].state
     truth = df.loc[df["g"] == "a", "f19"].astype(np.float64)
     assert dict((k, v) for k, *v in state["groups"]["f19"])["a"] == pytest.approx([truth.mean(), truth.std(ddof=0)])
+
+
+@pytest.mark.parametrize("kind", ["object", "str", "category", "int", "float", "empty-vocabulary"])
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_categorify_codes_every_column_kind_as_the_reference_does(kind, backend):
+    # The fast paths (pandas: factorise then look up the distinct values; polars: an Enum)
+    # against the plain definition: vocabulary index + 2, 1 for missing, 0 for unseen.
+    train_values = {"object": ["b", "a", None, "c", "a"], "str": ["b", "a", None, "c", "a"],
+                    "category": ["b", "a", None, "c", "a"], "int": [3, 1, 2, 3, 1],
+                    "float": [2.5, 1.0, np.nan, 7.0, 1.0], "empty-vocabulary": ["x", "y", None, "z", "w"]}[kind]
+    test_values = {"object": ["a", "zz", None, "c"], "str": ["a", "zz", None, "c"],
+                   "category": ["a", "zz", None, "c"], "int": [1, 9, 3, 2],
+                   "float": [1.0, 9.5, np.nan, 7.0], "empty-vocabulary": ["x", "q", None, "w"]}[kind]
+    dtype = {"str": "str", "category": "category"}.get(kind, "object" if kind in ("object", "empty-vocabulary") else None)
+    train, test = (pd.DataFrame({"c": pd.Series(v, dtype=dtype)}) for v in (train_values, test_values))
+    recipe = Recipe([Categorify(["c"], min_count=2 if kind == "empty-vocabulary" else 1)]).fit(train)
+    vocab = recipe.ops[0].state["c"]
+    expected = [1 if pd.isna(v) else (vocab.index(v) + 2 if v in vocab else 0) for v in test_values]
+    got = _as_pandas(recipe.transform(to_backend(test, backend)))["c"]
+    assert got.tolist() == expected and str(got.dtype) == "int32"
