@@ -2,7 +2,7 @@
 
 ``gpufeed bench [SUITE]`` runs a benchmark suite (``images`` when none is named),
 ``gpufeed doctor`` reports the machine and the backend each loader will pick,
-``gpufeed data images|sensor`` generates synthetic datasets.
+``gpufeed data images|sensor|transactions`` generates synthetic datasets.
 """
 
 from __future__ import annotations
@@ -54,6 +54,11 @@ def _build_parser() -> argparse.ArgumentParser:
     images.add_argument("--images", type=int, default=1000, help="number of images (default 1000)")
     images.add_argument("--classes", type=int, default=10, help="number of classes (default 10)")
     images.add_argument("--seed", type=int, default=0)
+    transactions = kinds.add_parser(
+        "transactions", help="transactions-like table (ids, 6 text columns of 3..5,000 values, gaps, time)")
+    transactions.add_argument("out", help="output file ending in .parquet or .csv")
+    transactions.add_argument("--rows", type=int, default=100_000, help="number of rows (default 100000)")
+    transactions.add_argument("--seed", type=int, default=0)
     sensor = kinds.add_parser("sensor", help="sensor-like table (station, region, timestamp, ~95 features)")
     sensor.add_argument("out", help="output file ending in .parquet or .csv")
     sensor.add_argument("--rows", type=int, default=100_000, help="number of rows (default 100000)")
@@ -104,9 +109,11 @@ def _run(args: argparse.Namespace) -> int:
         classes = min(args.images, args.classes)
         print(f"wrote {args.images} images in {classes} classes under {root}")
         return 0
-    from gpufeed.datasets.sensor import write_sensor_table
-
-    path = write_sensor_table(args.out, args.rows, seed=args.seed)
+    if args.kind == "transactions":
+        from gpufeed.datasets.transactions import write_transaction_table as write_table
+    else:
+        from gpufeed.datasets.sensor import write_sensor_table as write_table
+    path = write_table(args.out, args.rows, seed=args.seed)
     print(f"wrote {args.rows} rows to {path}")
     return 0
 

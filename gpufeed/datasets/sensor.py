@@ -21,6 +21,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gpufeed.datasets.chunked import cached_file, write_chunks
+
 #: Bump when the generated values change, so cached tables are rebuilt.
 GENERATOR_VERSION = 1
 #: Rows per seeded block; chunked writing rounds chunks to a multiple of it.
@@ -172,30 +174,7 @@ def write_sensor_table(
     Example:
         >>> write_sensor_table(tmp / "s.parquet", 2_000_000, chunk_rows=500_000)  # doctest: +SKIP
     """
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    out = Path(path)
-    suffix = out.suffix.lower()
-    if suffix not in (".parquet", ".csv"):
-        raise ValueError(f"write_sensor_table streams .parquet or .csv, got {out.name!r}")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".partial")  # a crash never leaves a truncated table behind
-    writer = None
-    try:
-        for i, chunk in enumerate(iter_sensor_chunks(n_rows, chunk_rows, **kwargs)):
-            if suffix == ".csv":
-                chunk.to_csv(tmp, mode="w" if i == 0 else "a", header=i == 0, index=False)
-                continue
-            table = pa.Table.from_pandas(chunk, preserve_index=False)
-            if writer is None:
-                writer = pq.ParquetWriter(tmp, table.schema)
-            writer.write_table(table)
-    finally:
-        if writer is not None:
-            writer.close()
-    tmp.replace(out)
-    return out
+    return write_chunks(path, iter_sensor_chunks(n_rows, chunk_rows, **kwargs))
 
 
 def cached_sensor_file(n_rows: int, cache_dir: str | os.PathLike[str] | None = None, *, seed: int = 0,
@@ -214,8 +193,5 @@ def cached_sensor_file(n_rows: int, cache_dir: str | os.PathLike[str] | None = N
     Example:
         >>> path = cached_sensor_file(1_000_000)  # doctest: +SKIP
     """
-    root = Path(cache_dir or os.environ.get("GPUFEED_DATA") or Path.home() / ".cache" / "gpufeed" / "tables")
-    path = root / f"sensor-{n_rows}-f{n_features}-s{seed}-v{GENERATOR_VERSION}.parquet"
-    if not path.exists():
-        write_sensor_table(path, n_rows, seed=seed, n_features=n_features)
-    return path
+    return cached_file(f"sensor-{n_rows}-f{n_features}-s{seed}-v{GENERATOR_VERSION}.parquet", cache_dir,
+                       lambda path: write_sensor_table(path, n_rows, seed=seed, n_features=n_features))
