@@ -20,6 +20,7 @@ BENCH_SUITES = {
     "augment": "gpufeed.bench.augment",
     "tabular": "gpufeed.bench.tabular",
     "formats": "gpufeed.bench.formats",
+    "tabular-ops": "gpufeed.bench.tabular_ops",
 }
 
 

@@ -14,8 +14,13 @@ from typing import Any, ClassVar
 import narwhals as nw
 
 from gpufeed.gpu_transforms.tabular.errors import UnseenCategoryError
-from gpufeed.gpu_transforms.tabular.frames import NwFrame, collect_small, is_missing, small_rows
-from gpufeed.gpu_transforms.tabular.kernels import vocabulary_codes
+from gpufeed.gpu_transforms.tabular.frames import NwFrame, collect_small, is_missing, wrap
+from gpufeed.gpu_transforms.tabular.kernels import (
+    category_values,
+    pandas_codes,
+    pandas_factorize,
+    vocabulary_codes,
+)
 from gpufeed.gpu_transforms.tabular.ops import TableOp
 from gpufeed.gpu_transforms.tabular.stats import aggregate, lookup
 from gpufeed.policies import OnUnseen
@@ -60,12 +65,21 @@ class Categorify(TableOp):
 
     def fit(self, frame: NwFrame, backend: str) -> None:
         exprs = _category_exprs(self.columns, frame.collect_schema())
-        state = {}
+        values = category_values(frame, backend, exprs, self.min_count)
+        self.state = {c: sorted(_json_key(v, c) for v in values[c]) for c in self.columns}
+
+    def fit_transform(self, frame: NwFrame, backend: str) -> NwFrame:
+        """On pandas, one factorisation per column serves both the fit and the codes."""
+        if backend != "pandas" or self.on_unseen is OnUnseen.RAISE:
+            return super().fit_transform(frame, backend)
+        native = nw.to_native(frame)
+        state, codes = {}, {}
         for c in self.columns:
-            counts = collect_small(frame.select(exprs[c].alias(c)).group_by(c).agg(nw.len().alias("n")))
-            values = [r[c] for r in small_rows(counts) if not is_missing(r[c]) and r["n"] >= self.min_count]
-            state[c] = sorted(_json_key(v, c) for v in values)
+            found, uniques, counts = pandas_factorize(native[c])
+            state[c] = sorted(_json_key(v, c) for v in uniques[counts >= self.min_count].tolist())
+            codes[c] = pandas_codes(found, uniques, state[c], UNSEEN_INDEX, MISSING_INDEX)
         self.state = state
+        return wrap(native.assign(**codes))
 
     def num_embeddings(self, column: str) -> int:
         """Rows an embedding table for ``column`` needs (vocabulary + the two reserved indices)."""

@@ -22,8 +22,9 @@ still takes the narwhals form in the same function, so results stay identical:
 - :func:`standardize_by_code` (``Standardize(by=)``): on polars and pandas each row's
   group statistics are gathered by an integer code, much faster than the hash lookup
   per column of narwhals' ``replace_strict``, which the other backends use.
-- :func:`vocabulary_codes` (``Categorify``): on pandas the column is factorised once (a hash
-  pass, as ``pd.factorize``) and only its distinct values are looked up in the vocabulary;
+- :func:`vocabulary_codes`, :func:`category_values` (``Categorify``): on pandas the column
+  is factorised once (a hash pass, as ``pd.factorize``; ``fit_transform`` uses the one pass
+  for both) and only its distinct values are looked up in the vocabulary;
   narwhals' ``replace_strict`` hashes every row against the mapping, ~6x slower on a text
   column with thousands of categories. On polars a text vocabulary becomes an ``Enum`` and
   the codes are its physical indices (~1.3x faster than ``replace_strict``). cuDF and
@@ -216,6 +217,46 @@ def standardize_by_code(frame: NwFrame, backend: str,
         for c, (m, sd) in tables.items()])
 
 
+def pandas_factorize(series: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(codes, distinct values, counts)`` of a pandas column in one hash pass (missing
+    values get code -1 and are not counted); categorical columns give their text values."""
+    import pandas as pd
+
+    found, uniques = pd.factorize(series)
+    if isinstance(series.dtype, pd.CategoricalDtype):
+        uniques = uniques.astype(str)  # categories compare by their text, as elsewhere
+    counts = np.bincount(found[found >= 0], minlength=len(uniques))
+    return found, np.asarray(uniques, dtype=object), counts
+
+
+def pandas_codes(found: np.ndarray, uniques: np.ndarray, vocabulary: list[Any], unseen: int,
+                 missing: int, start: int = 2) -> np.ndarray:
+    """Vocabulary codes of a factorised column: only its distinct values are looked up."""
+    import pandas as pd
+
+    where = pd.Index(vocabulary, dtype=object).get_indexer(uniques)
+    table = np.append(np.where(where >= 0, where + start, unseen), missing).astype(np.int32)
+    return table[found]
+
+
+def category_values(frame: NwFrame, backend: str, exprs: dict[str, nw.Expr], min_count: int) -> dict[str, list[Any]]:
+    """The distinct non-missing values of each column of ``exprs`` seen ``min_count`` times
+    or more (unsorted): one factorisation per column on pandas, a narwhals group-by count
+    elsewhere (on polars as fast as its ``unique``)."""
+    if backend == "pandas":
+        native = nw.to_native(frame)
+        out = {}
+        for c in exprs:
+            _, uniques, counts = pandas_factorize(native[c])
+            out[c] = uniques[counts >= min_count].tolist()
+        return out
+    out = {}
+    for c, e in exprs.items():
+        counts = collect_small(frame.select(e.alias(c)).group_by(c).agg(nw.len().alias("n")))
+        out[c] = [r[c] for r in small_rows(counts) if not is_missing(r[c]) and r["n"] >= min_count]
+    return out
+
+
 def vocabulary_codes(frame: NwFrame, backend: str, exprs: dict[str, nw.Expr],
                      vocabularies: dict[str, list[Any]], unseen: int, missing: int) -> NwFrame:
     """Replace each column of ``vocabularies`` by int32 codes: ``i + 2`` for the vocabulary's
@@ -225,18 +266,11 @@ def vocabulary_codes(frame: NwFrame, backend: str, exprs: dict[str, nw.Expr],
     """
     start = 2
     if backend == "pandas":
-        import pandas as pd
-
         native = nw.to_native(frame)
 
         def codes(column: str) -> np.ndarray:
-            series = native[column]
-            found, uniques = pd.factorize(series)  # missing -> -1
-            if isinstance(series.dtype, pd.CategoricalDtype):
-                uniques = uniques.astype(str)  # categories compare by their text, as elsewhere
-            where = pd.Index(vocabularies[column], dtype=object).get_indexer(np.asarray(uniques, dtype=object))
-            table = np.append(np.where(where >= 0, where + start, unseen), missing).astype(np.int32)
-            return table[found]
+            found, uniques, _ = pandas_factorize(native[column])
+            return pandas_codes(found, uniques, vocabularies[column], unseen, missing, start)
 
         return wrap(native.assign(**{c: codes(c) for c in vocabularies}))
     if backend == "polars" and all(isinstance(v, str) for vocab in vocabularies.values() for v in vocab):

@@ -544,3 +544,15 @@ def test_categorify_codes_every_column_kind_as_the_reference_does(kind, backend)
     expected = [1 if pd.isna(v) else (vocab.index(v) + 2 if v in vocab else 0) for v in test_values]
     got = _as_pandas(recipe.transform(to_backend(test, backend)))["c"]
     assert got.tolist() == expected and str(got.dtype) == "int32"
+
+
+@pytest.mark.parametrize("min_count", [1, 2])
+def test_categorify_fit_transform_in_one_pass_equals_fit_then_transform(min_count):
+    df = pd.DataFrame({"a": pd.Series(["b", "a", None, "c", "a", "b", "z"], dtype="str"),
+                       "n": [3.0, 1.0, 2.0, np.nan, 1.0, 3.0, 9.0],
+                       "k": pd.Categorical(["x", "y", "x", None, "y", "y", "w"])})
+    one = Recipe([Categorify(["a", "n", "k"], min_count=min_count)])
+    together = one.fit_transform(df)
+    two = Recipe([Categorify(["a", "n", "k"], min_count=min_count)]).fit(df)
+    assert one.ops[0].state == two.ops[0].state
+    pd.testing.assert_frame_equal(together, two.transform(df))
