@@ -258,13 +258,15 @@ def category_values(frame: NwFrame, backend: str, exprs: dict[str, nw.Expr], min
 
 
 def vocabulary_codes(frame: NwFrame, backend: str, exprs: dict[str, nw.Expr],
-                     vocabularies: dict[str, list[Any]], unseen: int, missing: int) -> NwFrame:
-    """Replace each column of ``vocabularies`` by int32 codes: ``i + 2`` for the vocabulary's
-    ``i``-th value, ``missing`` for a missing value and ``unseen`` for any other value.
+                     vocabularies: dict[str, list[Any]], unseen: int, missing: int, *, start: int = 2,
+                     names: dict[str, str] | None = None) -> NwFrame:
+    """Int32 codes of each column of ``vocabularies``: ``start + i`` for the vocabulary's
+    ``i``-th value, ``missing`` for a missing value and ``unseen`` for any other value,
+    written over the column (or into ``names[column]``).
 
     ``exprs`` are the columns as compared (categorical columns by their text).
     """
-    start = 2
+    names = {c: (names or {}).get(c, c) for c in vocabularies}
     if backend == "pandas":
         native = nw.to_native(frame)
 
@@ -272,8 +274,9 @@ def vocabulary_codes(frame: NwFrame, backend: str, exprs: dict[str, nw.Expr],
             found, uniques, _ = pandas_factorize(native[column])
             return pandas_codes(found, uniques, vocabularies[column], unseen, missing, start)
 
-        return wrap(native.assign(**{c: codes(c) for c in vocabularies}))
-    if backend == "polars" and all(isinstance(v, str) for vocab in vocabularies.values() for v in vocab):
+        return wrap(native.assign(**{names[c]: codes(c) for c in vocabularies}))
+    if backend == "polars" and all(vocabularies.values()) and all(
+            isinstance(v, str) for vocab in vocabularies.values() for v in vocab):
         import polars as pl
 
         native = nw.to_native(frame)
@@ -283,9 +286,9 @@ def vocabulary_codes(frame: NwFrame, backend: str, exprs: dict[str, nw.Expr],
                 pl.when(pl.col(c).is_null()).then(pl.lit(missing, pl.Int32))
                 .otherwise((pl.col(c).cast(pl.String).cast(pl.Enum(vocab), strict=False)
                             .to_physical().cast(pl.Int32) + start).fill_null(unseen))
-                .alias(c) for c, vocab in vocabularies.items()]))
+                .alias(names[c]) for c, vocab in vocabularies.items()]))
     return frame.with_columns(*[
         nw.when(exprs[c].is_null()).then(nw.lit(missing, nw.Int32))
         .otherwise(lookup(exprs[c], vocab, list(range(start, len(vocab) + start)), unseen, nw.Int32))
-        .cast(nw.Int32).alias(c)
+        .cast(nw.Int32).alias(names[c])
         for c, vocab in vocabularies.items()])

@@ -25,13 +25,13 @@ from gpufeed.gpu_transforms.tabular.kernels import (
     group_stats_f64,
     quantile_bounds,
     standardize_by_code,
+    vocabulary_codes,
 )
 from gpufeed.gpu_transforms.tabular.stats import (
     aggregate,
     aggregate_finite,
     check_finite,
     f64,
-    lookup,
     number,
     scale,
 )
@@ -277,8 +277,8 @@ class Standardize(TableOp):
         # code k (after the k known groups) stands for unseen or missing groups and picks
         # the global statistics appended at the end of each table.
         keys = sorted({g[0] for c in self.columns for g in self.state["groups"][c]})
-        frame = frame.with_columns(lookup(nw.col(self.by), keys, list(range(len(keys))), len(keys), nw.Int32)
-                                   .fill_null(len(keys)).alias(GROUP_CODE))
+        frame = vocabulary_codes(frame, backend, {self.by: nw.col(self.by)}, {self.by: keys}, len(keys), len(keys),
+                                 start=0, names={self.by: GROUP_CODE})
         tables = {}
         for c in self.columns:
             stats = {g[0]: g[1:] for g in self.state["groups"][c]}

@@ -126,11 +126,12 @@ def test_statistics_come_from_the_training_split_only(table):
     np.testing.assert_allclose(out["volt"], expected)
 
 
-def test_standardize_by_group_uses_group_statistics_and_global_for_unseen(table):
-    recipe = Recipe([Standardize(["volt"], by="region")]).fit(table)
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_standardize_by_group_uses_group_statistics_and_global_for_unseen(table, backend):
+    recipe = Recipe([Standardize(["volt"], by="region")]).fit(to_backend(table, backend))
     north = table[table.region == "north"]["volt"]
     new = pd.DataFrame({"region": ["north", "atlantis", None], "volt": [north.mean(), 2.0, 2.0]})
-    out = recipe.transform(new)
+    out = _as_pandas(recipe.transform(to_backend(new, backend)))
     mean, std = recipe.ops[0].state["global"]["volt"]
     assert out["volt"].iloc[0] == pytest.approx(0.0, abs=1e-12)
     assert out["volt"].iloc[1] == pytest.approx((2.0 - mean) / std)
