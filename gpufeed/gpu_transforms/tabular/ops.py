@@ -23,6 +23,7 @@ from gpufeed.gpu_transforms.tabular.frames import NwFrame, is_missing
 from gpufeed.gpu_transforms.tabular.kernels import (
     GROUP_CODE,
     group_stats_f64,
+    pooled_stats,
     quantile_bounds,
     standardize_by_code,
     vocabulary_codes,
@@ -32,6 +33,7 @@ from gpufeed.gpu_transforms.tabular.stats import (
     aggregate_finite,
     check_finite,
     f64,
+    no_values,
     number,
     scale,
 )
@@ -253,15 +255,24 @@ class Standardize(TableOp):
 
     def fit(self, frame: NwFrame, backend: str) -> None:
         schema = frame.collect_schema()
-        stats = aggregate_finite(frame, [
-            *[f64(c, schema).mean().alias(f"m:{c}") for c in self.columns],
-            *[f64(c, schema).std(ddof=0).alias(f"s:{c}") for c in self.columns],
-        ], self.columns, "Standardize")
-        state: dict[str, Any] = {"global": {
-            c: [number(stats[f"m:{c}"], c, "Standardize"), scale(stats[f"s:{c}"])] for c in self.columns
-        }}
         if self.by:
+            # The global statistics (for unseen groups) pooled from the groups' own: one
+            # pass over the table instead of two.
             groups = group_stats_f64(frame, backend, self.by, self.columns, schema)
+            pooled = {c: pooled_stats(groups, c) for c in self.columns}
+            if any(p is None for p in pooled.values()):
+                check_finite(frame, self.columns, "Standardize")  # names inf columns, or:
+                raise no_values("Standardize", next(c for c, p in pooled.items() if p is None))
+            state: dict[str, Any] = {"global": {c: [m, scale(sd)] for c, (m, sd) in pooled.items()}}
+        else:
+            stats = aggregate_finite(frame, [
+                *[f64(c, schema).mean().alias(f"m:{c}") for c in self.columns],
+                *[f64(c, schema).std(ddof=0).alias(f"s:{c}") for c in self.columns],
+            ], self.columns, "Standardize")
+            state = {"global": {
+                c: [number(stats[f"m:{c}"], c, "Standardize"), scale(stats[f"s:{c}"])] for c in self.columns
+            }}
+        if self.by:
             # Rows with a missing group use the global statistics (as unseen groups do).
             groups = sorted((g for g in groups if not is_missing(g[self.by])), key=lambda g: g[self.by])
             state["groups"] = {c: [[g[self.by], *_group_stats(g, c, state["global"][c])] for g in groups]
