@@ -202,7 +202,8 @@ def image_size(data: np.ndarray) -> tuple[int, int] | None:
     """``(height, width)`` of encoded image bytes from their header, or None if unreadable.
 
     JPEG (the start-of-frame segment) and PNG (IHDR) are read directly, a few
-    microseconds; other formats go through PIL, which reads only the header. Sizes are as
+    microseconds; other formats, and JPEGs whose segments do not chain cleanly, go through
+    PIL, which reads only the header. Sizes are as
     stored, before any EXIF rotation (neither backend applies EXIF orientation).
     """
     mv = memoryview(data).cast("B")
@@ -213,7 +214,7 @@ def image_size(data: np.ndarray) -> tuple[int, int] | None:
         pos, end = 2, len(mv) - 9
         while pos < end:
             if mv[pos] != 0xFF:
-                return None  # not a marker where one must be: a damaged header
+                break  # stray bytes between segments (some cameras write them): PIL scans on
             marker = mv[pos + 1]
             if marker == 0xFF:  # fill byte
                 pos += 1
@@ -224,7 +225,6 @@ def image_size(data: np.ndarray) -> tuple[int, int] | None:
                 pos += 2
                 continue
             pos += 2 + int.from_bytes(mv[pos + 2: pos + 4], "big")
-        return None
     import io
 
     from PIL import Image
