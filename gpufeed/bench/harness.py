@@ -164,6 +164,10 @@ def epoch_runner(batches: Callable[[], Iterable], device: str) -> Callable[[], f
 
 
 def _child(conn: Any, target: Callable[..., dict], args: tuple, kwargs: dict) -> None:
+    # A spawned child inherits "spawn" as its default start method, so DataLoader workers
+    # would start by re-importing torch (~5 s each here) where a user's script forks them:
+    # back to the platform's default, as in the user's process.
+    mp.set_start_method(None, force=True)
     try:
         conn.send(("ok", target(*args, **kwargs)))
     except BaseException as exc:  # noqa: BLE001 - the parent reports whatever broke

@@ -124,7 +124,7 @@ def plot_tuning(doc: dict[str, Any], path: str | os.PathLike[str]) -> Path:
     Returns:
         ``path``.
     """
-    knobs = [k for k in dict.fromkeys(r["knob"] for r in doc["sweep"]) if k not in ("start", "combined")]
+    knobs = list(doc.get("gains", {}))
     if not knobs:
         raise ValueError("doc: the sweep has no knob to plot")
     cols = min(3, len(knobs))

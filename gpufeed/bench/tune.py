@@ -15,6 +15,7 @@ way beside the best configuration.
 from __future__ import annotations
 
 import argparse
+import warnings
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -171,6 +172,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the kit's loader backends timed beside the best (default torch,dali; '' for none)")
     parser.add_argument("--time-per-config", type=float, default=5.0,
                         help="timed seconds per configuration after a warm-up epoch (default 5)")
+    parser.add_argument("--start-repeats", type=int, default=2, choices=(1, 2),
+                        help="measure the start again after the sweep (default 2): the two runs' spread is "
+                             "the noise a knob's gain must beat")
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
     add_out_argument(parser)
 
@@ -201,6 +205,8 @@ def _worker(kind: str, root: str, mode: str, size: int, config: dict[str, Any], 
         # user's num_workers=0 script does.
         if cfg.num_workers:
             torch.set_num_threads(1)
+        # More workers than cores is one of the points the sweep tries on purpose.
+        warnings.filterwarnings("ignore", message="This DataLoader will create")
         if picked is not None:
             dataset = torch.utils.data.Subset(dataset, picked)
         loader = baseline_loader(dataset, train=train, **asdict(cfg.normalised()))
@@ -266,9 +272,21 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a and b else None
 
 
+def _beyond(gain: float | None, noise: float | None) -> bool | None:
+    """Whether a gain over the start beats the start's own run-to-run spread (None: unknown)."""
+    if gain is None or noise is None:
+        return None
+    return gain - 1 > noise
+
+
 def _sweep(args: argparse.Namespace, start: LoaderConfig, values: dict[str, list[Any]], root: Path,
-           device: str) -> tuple[list[dict[str, Any]], dict[LoaderConfig, float], dict[str, dict[str, Any]]]:
-    """Run the plan, then every knob's best value together: (rows, rate per config, gains)."""
+           device: str) -> tuple[list[dict[str, Any]], dict[LoaderConfig, float], dict[str, dict[str, Any]], float | None]:
+    """Run the plan, the start again, then every knob's best value together.
+
+    Returns:
+        The sweep's rows, the rate of each configuration (the start's: the mean of its
+        runs), each knob's gain, and the noise (half the relative spread of the start's runs).
+    """
     measured: dict[LoaderConfig, dict[str, Any]] = {}
     sweep = []
     for knob, value, cfg in sweep_plan(start, values):
@@ -276,13 +294,27 @@ def _sweep(args: argparse.Namespace, start: LoaderConfig, values: dict[str, list
             measured[cfg] = _measure("dataloader", cfg, args, root, device, f"{len(measured) + 1}. {cfg.label()}")
         sweep.append({"knob": knob, "value": value, "config": cfg.label(), **measured[cfg]})
     rate = {cfg: r.get("rate", 0.0) for cfg, r in measured.items()}
-    start_rate = rate[start.normalised()]
+    first = start.normalised()
+    noise: float | None = None  # half the relative spread of the start's two runs
+    if args.start_repeats > 1:
+        # The machine drifts during a sweep: the start measured again at the end gives the
+        # reference (the mean of both) and the noise a gain must beat (their spread).
+        again = _measure("dataloader", first, args, root, device, f"{len(measured) + 1}. the start again")
+        sweep.append({"knob": "start again", "value": None, "config": first.label(), **again})
+        if rate[first] and again.get("rate"):
+            noise = abs(rate[first] - again["rate"]) / (rate[first] + again["rate"])
+            rate[first] = (rate[first] + again["rate"]) / 2
+    start_rate = rate[first]
     gains, combined = {}, start
     for knob, tried in values.items():
         by_value = {v: rate[replace(start, **{knob: v}).normalised()] for v in tried}
         best_value = max(by_value, key=by_value.get)
-        combined = replace(combined, **{knob: best_value})
-        gains[knob] = {"best": best_value, "gain": _ratio(by_value[best_value], start_rate)}
+        gain = _ratio(by_value[best_value], start_rate)
+        real = _beyond(gain, noise)
+        if real is not False:  # a gain within the noise keeps the start's value
+            combined = replace(combined, **{knob: best_value})
+        gains[knob] = {"best": best_value, "gain": gain,
+                       "note": "" if real is not False else f"within the noise: keep {getattr(start, knob)}"}
     combined = combined.normalised()
     if combined not in rate:
         r = _measure("dataloader", combined, args, root, device, f"{len(rate) + 1}. every knob's best: {combined.label()}")
@@ -293,7 +325,7 @@ def _sweep(args: argparse.Namespace, start: LoaderConfig, values: dict[str, list
         if "rate" in row:
             row["vs_start"] = _ratio(row["rate"], start_rate)
             row["spread"] = f"{row['rate_min']:,.0f}–{row['rate_max']:,.0f}"
-    return sweep, rate, gains
+    return sweep, rate, gains, noise
 
 
 def run(args: argparse.Namespace) -> int:
@@ -316,9 +348,11 @@ def run(args: argparse.Namespace) -> int:
     print(f"gpufeed tune: {root}, {args.mode}, {args.size}px, output float32 NCHW on {device}, {cores} cores; "
           f"{len({c for _, _, c in sweep_plan(start, values)})} configurations, {args.time_per_config:g} s each "
           "after a warm-up epoch", flush=True)
-    sweep, rate, gains = _sweep(args, start, values, root, device)
+    sweep, rate, gains, noise = _sweep(args, start, values, root, device)
     start_rate = rate[start.normalised()]
-    best = max(rate, key=rate.get)
+    fastest = max(rate, key=rate.get)
+    # The fastest configuration, unless it beat the start by no more than the noise.
+    best = start.normalised() if _beyond(_ratio(rate[fastest], start_rate), noise) is False else fastest
     best_rate = rate[best]
     kit = []
     for backend in backends:
@@ -341,7 +375,12 @@ def run(args: argparse.Namespace) -> int:
                                       ("rate", "images/s (median epoch)"), ("spread", "min–max"),
                                       ("vs_start", "× start"), ("epochs", "epochs"), ("check", "check")])
     gains_md = markdown_table([{"knob": k, **g} for k, g in gains.items()],
-                              [("knob", "knob"), ("best", "best value"), ("gain", "gain × start")])
+                              [("knob", "knob"), ("best", "best value"), ("gain", "gain × start"), ("note", "note")])
+    noise_md = (f"The start ran twice (first and last): ±{100 * noise:.1f} % between the two, the noise a gain "
+                "must beat." if noise is not None else "The start ran once: no noise estimate.")
+    if best != fastest:
+        noise_md += (f" The fastest configuration ({fastest.label()}, {rate[fastest]:,.0f} images/s) was within it: "
+                     "the start is recommended.")
     kit_md = markdown_table([{"loader": "best DataLoader", "rate": best_rate, "vs_best": 1.0,
                               "vs_start": _ratio(best_rate, start_rate), "check": best.label()}, *kit],
                             [("loader", "loader"), ("rate", "images/s"), ("vs_best", "× best DataLoader"),
@@ -351,7 +390,7 @@ def run(args: argparse.Namespace) -> int:
         f"{device}, {cores} cores. Start: {start.normalised().label()}; one knob at a time, then every knob's "
         f"best together; each configuration in its own process, a warm-up epoch then whole epochs for "
         f"{args.time_per_config:g} s.\n\n## Sweep\n\n{sweep_md}\n\n## Gain of each knob (its best value vs the "
-        f"start)\n\n{gains_md}\n\n## Best configuration ({best_rate:,.0f} images/s)\n\n```python\n{code}\n```\n\n"
+        f"start)\n\n{gains_md}\n\n{noise_md}\n\n## Recommended configuration ({best_rate:,.0f} images/s)\n\n```python\n{code}\n```\n\n"
         f"## The kit's loaders beside it (batch {best.batch_size}, a worker/thread per core)\n\n{kit_md}"
     )
     print(summary, flush=True)
@@ -359,7 +398,7 @@ def run(args: argparse.Namespace) -> int:
         "setup": {"data": str(root), "mode": args.mode, "size": args.size, "device": device, "cores": cores,
                   "max_images": args.max_images, "time_per_config": args.time_per_config,
                   "start": asdict(start.normalised()), "values": values},
-        "sweep": sweep, "gains": gains, "best": asdict(best), "best_rate": best_rate, "start_rate": start_rate,
+        "sweep": sweep, "gains": gains, "noise": noise, "best": asdict(best), "fastest": asdict(fastest), "best_rate": best_rate, "start_rate": start_rate,
         "code": code, "kit": kit, "ratio_to_baseline": ratios, "headline": headline,
     }
     json_path, md_path = write_results(f"tune-{args.mode}", payload, summary, args.out)

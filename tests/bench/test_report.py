@@ -21,7 +21,7 @@ def test_bench_all_quick_writes_one_report(image_folder, tmp_path, capsys):
                          "images-train": ["--only", "torch-cpu", "--size", "32", "--batch-size", "8",
                                           "--workers", "1", "--repeats", "1"],
                          "tune": ["--knobs", "num_workers", "--workers", "0", "--batch-sizes", "8", "--size", "32",
-                                  "--time-per-config", "0.2", "--kit", ""]})
+                                  "--time-per-config", "0.2", "--kit", "", "--start-repeats", "1"]})
     err = capsys.readouterr().err
     assert status == 0, err[-3000:]
     assert "[all] 1/2 images-train ..." in err and "\r" not in err
