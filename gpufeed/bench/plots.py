@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,7 @@ def plot_rates(
     unit: str = "images/s",
     baseline: str | None = None,
     ceiling: tuple[str, float] | None = None,
+    ours: Collection[str] | None = None,
 ) -> Path:
     """Horizontal bars of each pipeline's median rate with min–max whiskers.
 
@@ -49,8 +50,10 @@ def plot_rates(
         path: the PNG to write.
         title: the figure's title.
         unit: the rate's unit, for the axis.
-        baseline: the baseline's name (drawn grey; the others green).
+        baseline: the baseline's name (drawn grey).
         ceiling: ``(label, rate)`` drawn as a dashed vertical line (e.g. decode-only).
+        ours: the kit's pipelines (green); other contenders are blue. Default: every
+            pipeline but the baseline.
 
     Returns:
         ``path``.
@@ -68,14 +71,15 @@ def plot_rates(
     rates = [r["rate"] for r in rows]
     lo = [r["rate"] - r.get("rate_min", r["rate"]) for r in rows]
     hi = [r.get("rate_max", r["rate"]) - r["rate"] for r in rows]
-    colours = [_BASE_COLOUR if n == baseline else _KIT_COLOUR for n in names]
+    colours = [_BASE_COLOUR if n == baseline else _KIT_COLOUR if ours is None or n in ours else _OTHER_COLOUR
+               for n in names]
     ax.barh(names, rates, xerr=[lo, hi], color=colours, capsize=4)
     ax.invert_yaxis()
-    for y, rate in enumerate(rates):
-        ax.annotate(f"{rate:,.0f}", (rate, y), xytext=(4, -10), textcoords="offset points", fontsize=8)
+    for y, (rate, up) in enumerate(zip(rates, hi, strict=True)):
+        ax.annotate(f"{rate:,.0f}", (rate + up, y), xytext=(6, -3), textcoords="offset points", fontsize=8)
     if ceiling:
         ax.axvline(ceiling[1], color="#c62828", linestyle="--", label=f"{ceiling[0]} ({ceiling[1]:,.0f})")
-        ax.legend(loc="lower right", fontsize=8)
+        fig.legend(loc="outside lower center", fontsize=8)
     ax.set_xlabel(f"{unit} (median; whiskers: min–max)")
     ax.set_title(title)
     return _save(fig, path)
@@ -127,7 +131,7 @@ def plot_tuning(doc: dict[str, Any], path: str | os.PathLike[str]) -> Path:
     knobs = list(doc.get("gains", {}))
     if not knobs:
         raise ValueError("doc: the sweep has no knob to plot")
-    cols = min(3, len(knobs))
+    cols = 2 if len(knobs) == 4 else min(3, len(knobs))
     rows = math.ceil(len(knobs) / cols)
     from matplotlib.figure import Figure
 
@@ -213,7 +217,7 @@ def draw_figures(doc: dict[str, Any], base: str | os.PathLike[str]) -> list[Path
         rows = doc.get("summary_rows", [])
         floor = next((r for r in rows if r.get("name") == "floor" and r.get("rate")), None)
         return [plot_rates([r for r in rows if r.get("name") != "floor"], path, title="Batch augmentation",
-                           baseline="torchvision-per-sample",
+                           baseline="torchvision-per-sample", ours={"gpufeed"},
                            ceiling=("floor: convert + normalise", floor["rate"]) if floor else None)]
     if suite.startswith("tune"):
         return [plot_tuning(doc, path)]

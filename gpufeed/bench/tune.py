@@ -313,8 +313,9 @@ def _sweep(args: argparse.Namespace, start: LoaderConfig, values: dict[str, list
         real = _beyond(gain, noise)
         if real is not False:  # a gain within the noise keeps the start's value
             combined = replace(combined, **{knob: best_value})
+        kept = real is False and best_value != getattr(start, knob)
         gains[knob] = {"best": best_value, "gain": gain,
-                       "note": "" if real is not False else f"within the noise: keep {getattr(start, knob)}"}
+                       "note": f"within the noise: keep {getattr(start, knob)}" if kept else ""}
     combined = combined.normalised()
     if combined not in rate:
         r = _measure("dataloader", combined, args, root, device, f"{len(rate) + 1}. every knob's best: {combined.label()}")
@@ -377,7 +378,8 @@ def run(args: argparse.Namespace) -> int:
     gains_md = markdown_table([{"knob": k, **g} for k, g in gains.items()],
                               [("knob", "knob"), ("best", "best value"), ("gain", "gain × start"), ("note", "note")])
     noise_md = (f"The start ran twice (first and last): ±{100 * noise:.1f} % between the two, the noise a gain "
-                "must beat." if noise is not None else "The start ran once: no noise estimate.")
+                f"must beat; × start is relative to their mean ({start_rate:,.0f} images/s)." if noise is not None
+                else "The start ran once: no noise estimate.")
     if best != fastest:
         noise_md += (f" The fastest configuration ({fastest.label()}, {rate[fastest]:,.0f} images/s) was within it: "
                      "the start is recommended.")
