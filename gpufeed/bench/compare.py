@@ -13,7 +13,7 @@ import argparse
 from typing import Any
 
 from gpufeed.bench.harness import markdown_table
-from gpufeed.bench.results import load_results, suite_ratios
+from gpufeed.bench.results import load_results, machine_kind, suite_ratios
 
 DEFAULT_THRESHOLD = 10.0  # percent
 
@@ -71,7 +71,8 @@ def run(args: argparse.Namespace) -> int:
     Returns:
         1 when a ratio dropped by more than the threshold, else 0.
     """
-    old, new = load_results([args.old]), load_results([args.new])
+    new = load_results([args.new])
+    old = load_results([args.old], like=new)
     rows = compare_results(old, new, threshold=args.threshold)
     for row in rows:
         row["shown"] = f"{row['change']:+.1f} %" if row["change"] is not None else "—"
@@ -82,6 +83,10 @@ def run(args: argparse.Namespace) -> int:
     for label, only in (("old", old.keys() - new.keys()), ("new", new.keys() - old.keys())):
         if only:
             print(f"\nOnly in the {label} run (not compared): {', '.join(sorted(only))}")
+    across = [f"{s} ({machine_kind(old[s])} → {machine_kind(new[s])})" for s in sorted(old.keys() & new.keys())
+              if machine_kind(old[s]) != machine_kind(new[s])]
+    if across:
+        print(f"\nCompared across different machines (ratios may differ for that reason): {', '.join(across)}")
     dropped = [r for r in rows if r["flag"] == "**▼ slower**"]
     if dropped:
         print(f"\n{len(dropped)} ratio(s) dropped by more than {args.threshold:g} %: "

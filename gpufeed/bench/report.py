@@ -1,9 +1,9 @@
-"""Every suite into one results folder, with one summary: ``gpufeed bench all``.
+"""Every suite into one results folder, with a summary and figures.
 
-Runs images (train and val), augment, tabular, formats and the DataLoader tuning sweep,
-each writing its JSON, Markdown and PNG figure into the same folder, then writes
-``summary.md``: one row per suite with its headline ratio and links to its files, and
-the figures. ``--quick`` shrinks every suite (fewer repeats, smaller tables, a shorter
+``gpufeed bench all`` runs images (train and val), augment, tabular, formats and the
+DataLoader tuning sweep, each writing its JSON, Markdown and PNG figure into the same
+folder, then writes ``summary.md``: one row per suite with its headline ratio and links
+to its files, and the figures. ``--quick`` shrinks every suite (fewer repeats, smaller tables, a shorter
 sweep) so the whole report takes a few minutes on two cores.
 """
 

@@ -16,11 +16,26 @@ from pathlib import Path
 from typing import Any
 
 
-def load_results(paths: Iterable[str | os.PathLike[str]]) -> dict[str, dict[str, Any]]:
+def machine_kind(doc: dict[str, Any]) -> str:
+    """``"gpu16"``, ``"cpu2"``...: the kind of machine a result came from (as in its file name).
+
+    Example:
+        >>> machine_kind({"metadata": {"gpu": None, "cpu_count": 2}})
+        'cpu2'
+    """
+    meta = doc.get("metadata", {})
+    return f"{'gpu' if meta.get('gpu') else 'cpu'}{meta.get('cpu_count', '')}"
+
+
+def load_results(paths: Iterable[str | os.PathLike[str]], *,
+                 like: dict[str, dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
     """Read result JSON files (or every ``*.json`` in folders), the latest per suite.
 
     Args:
         paths: result files and/or folders holding them.
+        like: ``{suite: document}`` of another run: for each of its suites, prefer the
+            latest document from the same kind of machine (:func:`machine_kind`), so a
+            folder holding CPU and GPU runs is compared like with like.
 
     Returns:
         ``{suite: document}``; where several files hold one suite, the one with the latest
@@ -33,7 +48,7 @@ def load_results(paths: Iterable[str | os.PathLike[str]]) -> dict[str, dict[str,
     Example:
         >>> docs = load_results(["bench/results"])  # doctest: +SKIP
         >>> sorted(docs)  # doctest: +SKIP
-        ['augment', 'formats', 'images-train', 'images-val', 'tabular']
+        ['augment', 'formats', 'images-train', 'images-val', 'tabular', 'tune-train']
     """
     files: list[Path] = []
     given = [Path(p) for p in paths]
@@ -44,22 +59,26 @@ def load_results(paths: Iterable[str | os.PathLike[str]]) -> dict[str, dict[str,
             files.append(path)
         else:
             raise FileNotFoundError(f"{path}: no such file or folder")
-    docs: dict[str, dict[str, Any]] = {}
+    found: dict[str, list[dict[str, Any]]] = {}
     for file in files:
         try:
             doc = json.loads(file.read_text())
         except (json.JSONDecodeError, UnicodeDecodeError):
             continue
-        if not isinstance(doc, dict) or "suite" not in doc:
-            continue
-        doc["_path"] = str(file)
-        key = (doc.get("metadata", {}).get("timestamp") or "", file.name)
-        old = docs.get(doc["suite"])
-        if old is None or key > (old.get("metadata", {}).get("timestamp") or "", Path(old["_path"]).name):
-            docs[doc["suite"]] = doc
-    if not docs:
+        if isinstance(doc, dict) and "suite" in doc:
+            doc["_path"] = str(file)
+            found.setdefault(doc["suite"], []).append(doc)
+    if not found:
         raise ValueError(f"no gpufeed result JSON in {', '.join(map(str, given))}")
-    return docs
+
+    def newest(docs: list[dict[str, Any]]) -> dict[str, Any]:
+        return max(docs, key=lambda d: (d.get("metadata", {}).get("timestamp") or "", Path(d["_path"]).name))
+
+    picked = {}
+    for suite, docs in found.items():
+        same = [d for d in docs if like and suite in like and machine_kind(d) == machine_kind(like[suite])]
+        picked[suite] = newest(same or docs)
+    return picked
 
 
 def _rate(entry: dict[str, Any]) -> float | None:

@@ -1,5 +1,7 @@
-"""DataLoader tuning sweep: which num_workers, pin_memory, persistent_workers, prefetch_factor
-and batch size feed this machine fastest, and how the kit's loaders compare with the best.
+"""DataLoader tuning sweep: the settings that feed this machine fastest, beside the kit's loaders.
+
+Which ``num_workers``, ``pin_memory``, ``persistent_workers``, ``prefetch_factor`` and batch
+size feed this machine fastest, and how the kit's loaders compare with the best found.
 
 The pipeline swept is the baseline users have (torchvision ``ImageFolder`` + PIL +
 transforms.v2 in a ``DataLoader``: :func:`gpufeed.bench.images.baseline_dataset`). A full

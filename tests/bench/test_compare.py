@@ -65,7 +65,7 @@ def test_a_folder_gives_its_latest_file_per_suite_and_new_pipelines_are_listed(t
 def test_bad_inputs_are_named(tmp_path, capsys):
     with pytest.raises(ValueError, match="threshold"):
         compare_results({}, {}, threshold=0)
-    assert main(["bench", "compare", str(tmp_path / "missing"), str(tmp_path)]) == 2
+    assert main(["bench", "compare", str(tmp_path), str(tmp_path / "missing")]) == 2
     assert "missing" in capsys.readouterr().err
     with pytest.raises(ValueError, match="no gpufeed result JSON"):
         load_results([tmp_path])
@@ -79,3 +79,15 @@ def test_every_recorded_suite_has_ratios_and_a_headline():
         head = headline(doc)
         assert head["ratio"] and head["ratio"] > 0 and head["what"], suite
     assert "dali-gpu" in headline(docs["images-train"])["what"]  # the H100 run is the latest
+
+
+def test_a_folder_of_cpu_and_gpu_runs_is_compared_like_with_like(tmp_path, capsys):
+    cpu = _images_doc(2.6, 1.8, "2026-01-01T00:00:00+00:00") | {"metadata": {
+        "timestamp": "2026-01-01T00:00:00+00:00", "gpu": None, "cpu_count": 2}}
+    gpu = _images_doc(3.5, 2.1, "2026-01-02T00:00:00+00:00") | {"metadata": {
+        "timestamp": "2026-01-02T00:00:00+00:00", "gpu": {"name": "H100"}, "cpu_count": 16}}
+    old = _write(_write(tmp_path / "old", "cpu.json", cpu), "gpu.json", gpu)
+    new = _write(tmp_path / "new", "cpu.json", cpu | {"metadata": {**cpu["metadata"], "timestamp": "2026-02-01"}})
+    assert load_results([old])["images-train"]["metadata"]["cpu_count"] == 16  # the latest alone
+    assert main(["bench", "compare", str(old), str(new)]) == 0  # the CPU run against the CPU run
+    assert "across different machines" not in capsys.readouterr().out
