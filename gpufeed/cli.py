@@ -26,8 +26,6 @@ BENCH_SUITES = {
     "all": "gpufeed.bench.report",
     "compare": "gpufeed.bench.compare",
 }
-#: The tuning sweep is also a command of its own: ``gpufeed tune``.
-TUNE_MODULE = "gpufeed.bench.tune"
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -66,7 +64,7 @@ def _build_parser() -> argparse.ArgumentParser:
     sensor.add_argument("--rows", type=int, default=100_000, help="number of rows (default 100000)")
     sensor.add_argument("--seed", type=int, default=0)
 
-    tune_module = importlib.import_module(TUNE_MODULE)
+    tune_module = importlib.import_module(BENCH_SUITES["tune"])  # also a command of its own
     tune = sub.add_parser("tune", help="sweep DataLoader settings (workers, pinning, prefetch, batch) here",
                           description=tune_module.__doc__.strip().splitlines()[0])
     tune_module.add_arguments(tune)
