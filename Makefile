@@ -16,7 +16,7 @@ $(BIN)/gpufeed: pyproject.toml
 install: $(BIN)/gpufeed
 
 bench: install
-	$(BIN)/gpufeed bench
+	$(BIN)/gpufeed bench --out bench/results
 
 lint: install
 	$(BIN)/ruff check gpufeed tests examples

@@ -1,8 +1,10 @@
 """The ``gpufeed`` command line (also ``python -m gpufeed``).
 
 ``gpufeed bench [SUITE]`` runs a benchmark suite (``images`` when none is named),
-``gpufeed doctor`` reports the machine and the backend each loader will pick,
-``gpufeed data images|sensor|transactions`` generates synthetic datasets.
+``gpufeed bench all`` runs every suite into one report, ``gpufeed bench compare OLD NEW``
+compares two runs, ``gpufeed doctor`` reports the machine and the backend each loader
+will pick, ``gpufeed data images|sensor|transactions`` generates synthetic datasets,
+``gpufeed tune`` sweeps DataLoader settings on this machine.
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ BENCH_SUITES = {
     "tabular": "gpufeed.bench.tabular",
     "formats": "gpufeed.bench.formats",
     "tabular-ops": "gpufeed.bench.tabular_ops",
+    "tune": "gpufeed.bench.tune",
+    "all": "gpufeed.bench.report",
+    "compare": "gpufeed.bench.compare",
 }
 
 
@@ -64,6 +69,12 @@ def _build_parser() -> argparse.ArgumentParser:
     sensor.add_argument("out", help="output file ending in .parquet or .csv")
     sensor.add_argument("--rows", type=int, default=100_000, help="number of rows (default 100000)")
     sensor.add_argument("--seed", type=int, default=0)
+
+    tune_module = importlib.import_module(BENCH_SUITES["tune"])  # also a command of its own
+    tune = sub.add_parser("tune", help="sweep DataLoader settings (workers, pinning, prefetch, batch) here",
+                          description=tune_module.__doc__.strip().splitlines()[0])
+    tune_module.add_arguments(tune)
+    tune.set_defaults(_run=tune_module.run)
     return parser
 
 
@@ -83,7 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    if args.command == "bench":
+    if args.command in ("bench", "tune"):
         return int(args._run(args) or 0)
     if args.command == "doctor":
         from gpufeed.doctor import run as run_doctor

@@ -26,7 +26,14 @@ import resource
 from collections.abc import Callable
 from typing import Any
 
-from gpufeed.bench.harness import markdown_table, measure, run_isolated, write_results
+from gpufeed.bench.harness import (
+    add_out_argument,
+    markdown_table,
+    measure,
+    run_isolated,
+    write_results,
+)
+from gpufeed.bench.progress import stage
 
 BASELINE = "torchvision-per-sample"
 KORNIA = "kornia-eager"
@@ -45,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=5, help="timed passes per contender")
     parser.add_argument("--threads", type=int, default=None, help="torch threads each (default: all cores)")
     parser.add_argument("--only", nargs="*", choices=CONTENDERS, help="run only these contenders")
-    parser.add_argument("--out", default="bench/results", help="results folder")
+    add_out_argument(parser)
 
 
 def make_batches(count: int, batch_size: int, size: int, device: str) -> list:
@@ -175,11 +182,12 @@ def run(args: argparse.Namespace) -> int:
     names = [n for n in CONTENDERS if n in args.only] if args.only else default
     results: dict[str, dict[str, Any]] = {}
     for name in names:
-        print(f"[augment] {name} ...", flush=True)
+        stage(f"[augment] running {name} ...")
         results[name] = run_isolated(_contender, name, batch_size, args.size, input_size, args.batches, device,
                                      args.repeats, threads, timeout=600)
         r = results[name]
-        print(f"  {r.get('rate', 0):,.1f} images/s" if "rate" in r else f"  failed: {r['error'][:300]}", flush=True)
+        stage(f"[augment] {name}: {r['rate']:,.1f} images/s" if "rate" in r
+              else f"[augment] {name} failed: {r['error'][:300]}")
     checksums = {r["input_checksum"] for r in results.values() if "input_checksum" in r}
     rows = []
     for name in names:

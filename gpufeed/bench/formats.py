@@ -20,7 +20,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpufeed.bench.harness import markdown_table, measure, run_isolated, write_results
+from gpufeed.bench.harness import (
+    add_out_argument,
+    markdown_table,
+    measure,
+    run_isolated,
+    write_results,
+)
+from gpufeed.bench.progress import stage
 
 _EXT = {"csv": ".csv", "parquet": ".parquet", "feather": ".feather", "pickle": ".pkl", "hdf5": ".h5",
         "json": ".jsonl", "csv-pandas": ".csv"}
@@ -44,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--data-dir", default=None, help="where the generated table is cached")
     parser.add_argument("--work-dir", default=None, help="where the files are written (default: a temp folder)")
-    parser.add_argument("--out", default="bench/results", help="results folder")
+    add_out_argument(parser)
 
 
 def _as_pandas(df: Any) -> pd.DataFrame:
@@ -201,8 +208,11 @@ def run(args: argparse.Namespace) -> int:
     work = Path(args.work_dir) if args.work_dir else Path(tempfile.mkdtemp(prefix="gpufeed-formats-"))
     work.mkdir(parents=True, exist_ok=True)
     try:
-        results = {f: run_isolated(_format_worker, str(source), f, args.backend, str(work), args.warmup,
-                                   args.repeats) for f in formats}
+        results = {}
+        for f in formats:
+            stage(f"[formats] {f}: write and read back ...")
+            results[f] = run_isolated(_format_worker, str(source), f, args.backend, str(work), args.warmup,
+                                      args.repeats)
     finally:
         if not args.work_dir:
             shutil.rmtree(work, ignore_errors=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import datetime as _dt
 import json
 import multiprocessing as mp
@@ -9,9 +10,10 @@ import os
 import platform
 import statistics
 import subprocess
+import sys
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,16 @@ from gpufeed.machine import (
     usable_cpus,
     version_of,
 )
+
+#: Where results go unless ``--out`` says otherwise: a folder in the current working
+#: directory, never inside the installed package (``make bench`` passes ``bench/results``).
+DEFAULT_OUT = "gpufeed-results"
+
+
+def add_out_argument(parser: argparse.ArgumentParser) -> None:
+    """The ``--out`` option every suite shares (default: ``./gpufeed-results``)."""
+    parser.add_argument("--out", default=DEFAULT_OUT,
+                        help=f"results folder (default: ./{DEFAULT_OUT} in the current directory)")
 
 
 @dataclass
@@ -92,7 +104,70 @@ def measure(run: Callable[[], float], *, warmup: int = 1, repeats: int = 5) -> T
     return Timing(seconds, float(work))
 
 
+def measure_for(run: Callable[[], float], seconds: float, *, warmup: int = 1, max_repeats: int = 1000) -> Timing:
+    """Call ``run`` after ``warmup`` untimed calls until ``seconds`` of timed calls have passed.
+
+    For a time budget rather than a count: every timed call completes (an epoch is never
+    cut, so per-epoch costs such as starting workers weigh as they do in training), and
+    there is at least one.
+
+    Args:
+        run: as for :func:`measure`: one unit of work, returning the items it processed.
+        seconds: the timed budget, > 0; the last call may run past it.
+        warmup: untimed calls first.
+        max_repeats: at most this many timed calls.
+
+    Returns:
+        A :class:`Timing` with one entry per timed call.
+
+    Example:
+        >>> measure_for(lambda: 10, 0.01).work
+        10.0
+    """
+    if seconds <= 0:
+        raise ValueError(f"seconds must be > 0, got {seconds}")
+    for _ in range(warmup):
+        run()
+        synchronize()
+    timings: list[float] = []
+    work = 1.0
+    while not timings or (sum(timings) < seconds and len(timings) < max_repeats):
+        start = time.perf_counter()
+        work = run()
+        synchronize()
+        timings.append(time.perf_counter() - start)
+    return Timing(timings, float(work))
+
+
+def epoch_runner(batches: Callable[[], Iterable], device: str) -> Callable[[], float]:
+    """One epoch for :func:`measure`: pull every ``(images, labels)`` batch onto ``device``.
+
+    Args:
+        batches: returns a fresh iterable of batches (a loader).
+        device: where each batch is moved (``non_blocking``; the harness synchronises).
+
+    Returns:
+        A callable that runs one epoch and returns the number of samples.
+    """
+    import torch
+
+    target = torch.device(device)
+
+    def run() -> float:
+        n = 0
+        for images, _ in batches():
+            images = images.to(target, non_blocking=True)
+            n += images.shape[0]
+        return n
+
+    return run
+
+
 def _child(conn: Any, target: Callable[..., dict], args: tuple, kwargs: dict) -> None:
+    # A spawned child inherits "spawn" as its default start method, so DataLoader workers
+    # would start by re-importing torch (~5 s each here) where a user's script forks them:
+    # back to the platform's default, as in the user's process.
+    mp.set_start_method(None, force=True)
     try:
         conn.send(("ok", target(*args, **kwargs)))
     except BaseException as exc:  # noqa: BLE001 - the parent reports whatever broke
@@ -179,10 +254,15 @@ def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, 
 def write_results(
     suite: str, payload: dict[str, Any], summary_md: str, out_dir: str | os.PathLike[str],
 ) -> tuple[Path, Path]:
-    """Write ``<suite>-<host-kind>-<UTC time>.json`` and ``.md`` under ``out_dir``.
+    """Write ``<suite>-<host-kind>-<UTC time>.json``, ``.md`` and PNG figures under ``out_dir``.
 
     The JSON holds ``payload`` plus machine metadata; the Markdown holds ``summary_md``
     followed by the key metadata, so a reader of either file knows where it came from.
+    The figures (:func:`gpufeed.bench.plots.draw_figures`) are drawn from the JSON
+    document and linked from the Markdown; a failure to draw warns and writes no figure.
+
+    Returns:
+        The JSON and Markdown paths.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -190,9 +270,10 @@ def write_results(
     kind = "gpu" if meta["gpu"] else "cpu"
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     base = out / f"{suite}-{kind}{meta['cpu_count']}-{stamp}"
-    doc = {"suite": suite, "metadata": meta, **payload}
+    doc = json.loads(json.dumps({"suite": suite, "metadata": meta, **payload}, default=str))
+    doc["figures"] = [p.name for p in _draw_figures(doc, base)]
     json_path = base.with_suffix(".json")
-    json_path.write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    json_path.write_text(json.dumps(doc, indent=2) + "\n")
     gpu = meta["gpu"]
     gpu_line = f"{gpu['name']} (driver {gpu.get('driver')}, CUDA {gpu['cuda_runtime']})" if gpu else "none"
     md = (
@@ -201,8 +282,19 @@ def write_results(
         f"- CPU: {meta['cpu_model']} × {meta['cpu_count']}\n- GPU: {gpu_line}\n"
         f"- packages: {', '.join(f'{k} {v}' for k, v in meta['packages'].items())}\n"
         f"- raw numbers: `{json_path.name}`\n"
+        + "".join(f"\n![{name}]({name})\n" for name in doc["figures"])
     )
     md_path = base.with_suffix(".md")
     md_path.write_text(md)
     return json_path, md_path
 
+
+
+def _draw_figures(doc: dict[str, Any], base: Path) -> list[Path]:
+    try:
+        from gpufeed.bench.plots import draw_figures
+
+        return draw_figures(doc, base)
+    except Exception as exc:  # noqa: BLE001 - a figure is never worth losing the results
+        print(f"gpufeed: warning: no figure for {doc['suite']}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return []

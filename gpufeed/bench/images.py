@@ -11,12 +11,20 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from gpufeed.bench.harness import markdown_table, measure, run_isolated, write_results
+from gpufeed.bench.harness import (
+    add_out_argument,
+    epoch_runner,
+    markdown_table,
+    measure,
+    run_isolated,
+    write_results,
+)
+from gpufeed.bench.progress import stage
 
 BASELINE = "torch-pil"
 #: Every pipeline the suite knows, and what it is (printed under the table).
@@ -41,23 +49,63 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
     parser.add_argument("--only", nargs="*", choices=sorted(PIPELINES), metavar="PIPELINE",
                         help=f"run only these pipelines (the baseline always runs): {', '.join(PIPELINES)}")
-    parser.add_argument("--out", default="bench/results", help="results folder")
+    add_out_argument(parser)
 
 
-def _epoch_runner(batches: Callable[[], Iterable], device: str) -> Callable[[], float]:
-    """One timed epoch: pull every batch onto ``device`` and count the samples."""
+def baseline_dataset(root: str | os.PathLike[str], *, train: bool, size: int) -> Any:
+    """The baseline's dataset: torchvision ``ImageFolder`` (PIL decode) + transforms.v2.
+
+    Train: ``RandomResizedCrop(size)`` + horizontal flip; val: resize the short side to
+    ``size / 0.875`` + centre crop; then float32 in 0..1 and ImageNet normalisation: the
+    output contract of the kit's loaders, written as users write it.
+
+    Args:
+        root: an ImageFolder tree.
+        train: the train or the val transforms.
+        size: output height and width.
+
+    Returns:
+        A ``torchvision.datasets.ImageFolder``.
+
+    Example:
+        >>> ds = baseline_dataset("data/train", train=True, size=224)  # doctest: +SKIP
+    """
+    import torch
+    from torchvision import datasets
+    from torchvision.transforms import v2
+
+    from gpufeed.pipelines.options import IMAGENET_MEAN, IMAGENET_STD
+
+    geometric = (
+        [v2.RandomResizedCrop(size, antialias=True), v2.RandomHorizontalFlip()] if train
+        else [v2.Resize(round(size / 0.875), antialias=True), v2.CenterCrop(size)]
+    )
+    tf = v2.Compose([*geometric, v2.PILToTensor(), v2.ToDtype(torch.float32, scale=True),
+                     v2.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
+    return datasets.ImageFolder(os.fspath(root), transform=tf)
+
+
+def baseline_loader(dataset: Any, *, train: bool, batch_size: int, num_workers: int, pin_memory: bool,
+                    persistent_workers: bool = True, prefetch_factor: int | None = 4) -> Any:
+    """The baseline's ``torch.utils.data.DataLoader`` over ``dataset`` (shuffled when training).
+
+    ``persistent_workers`` and ``prefetch_factor`` apply only with workers (the
+    DataLoader refuses them with ``num_workers=0``), so they are dropped there.
+
+    Args:
+        dataset: e.g. :func:`baseline_dataset`, or a ``Subset`` of it.
+        train: shuffle or not.
+        batch_size, num_workers, pin_memory, persistent_workers, prefetch_factor: as for
+            the DataLoader.
+
+    Returns:
+        The DataLoader.
+    """
     import torch
 
-    target = torch.device(device)
-
-    def run() -> float:
-        n = 0
-        for images, _ in batches():
-            images = images.to(target, non_blocking=True)
-            n += images.shape[0]
-        return n
-
-    return run
+    extra = {"persistent_workers": persistent_workers, "prefetch_factor": prefetch_factor} if num_workers else {}
+    return torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=train, num_workers=num_workers,
+                                       pin_memory=pin_memory, **extra)
 
 
 def _checked_epoch(batches: Iterable, device: str) -> dict[str, Any]:
@@ -103,23 +151,10 @@ def _contender(name: str, root: str, mode: str, batch_size: int, size: int, work
         timing = measure(run, warmup=1, repeats=repeats)
         return {"name": name, **timing.as_dict(), "check": check}
     if name == BASELINE:
-        from torchvision import datasets
-        from torchvision.transforms import v2
-
-        from gpufeed.pipelines.options import IMAGENET_MEAN, IMAGENET_STD
-
-        geometric = (
-            [v2.RandomResizedCrop(size, antialias=True), v2.RandomHorizontalFlip()] if train
-            else [v2.Resize(round(size / 0.875), antialias=True), v2.CenterCrop(size)]
-        )
-        tf = v2.Compose([*geometric, v2.PILToTensor(), v2.ToDtype(torch.float32, scale=True),
-                         v2.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
-        loader = torch.utils.data.DataLoader(
-            datasets.ImageFolder(root, transform=tf), batch_size=batch_size, shuffle=train,
-            num_workers=workers, pin_memory=device.startswith("cuda"), persistent_workers=True,
-            prefetch_factor=4,
-        )
-        timing = measure(_epoch_runner(lambda: loader, device), warmup=1, repeats=repeats)
+        loader = baseline_loader(baseline_dataset(root, train=train, size=size), train=train,
+                                 batch_size=batch_size, num_workers=workers,
+                                 pin_memory=device.startswith("cuda"))
+        timing = measure(epoch_runner(lambda: loader, device), warmup=1, repeats=repeats)
         return {"name": name, **timing.as_dict(), "check": _checked_epoch(loader, device)}
     from gpufeed.pipelines import classification_loader
 
@@ -128,7 +163,7 @@ def _contender(name: str, root: str, mode: str, batch_size: int, size: int, work
         root, train=train, batch_size=batch_size, size=size, backend=backend,
         device="cuda" if where == "gpu" else "cpu", num_workers=workers,
     )
-    timing = measure(_epoch_runner(lambda: loader, device), warmup=1, repeats=repeats)
+    timing = measure(epoch_runner(lambda: loader, device), warmup=1, repeats=repeats)
     check = _checked_epoch(loader, device)
     check["skipped"] = len(loader.skipped)
     return {"name": name, **timing.as_dict(), "check": check}
@@ -177,13 +212,13 @@ def run(args: argparse.Namespace) -> int:
           f"{args.size}px, {workers} workers/threads each, output float32 NCHW on {device}")
     rows = []
     for name in names:
-        print(f"  running {name} ...", flush=True)
+        stage(f"[images] running {name} ...")
         row = run_isolated(_contender, name, str(root), args.mode, args.batch_size, args.size, workers,
                            device, args.repeats)
         row.setdefault("name", name)
         rows.append(row)
         if "error" in row:
-            print(f"    failed: {row['error'].splitlines()[0]}")
+            stage(f"[images] {name} failed: {row['error'].splitlines()[0]}")
     base = next((r for r in rows if r["name"] == BASELINE and "rate" in r), None)
     ceiling = next((r for r in rows if r["name"] == "decode-only" and "rate" in r), None)
     for r in rows:

@@ -28,7 +28,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gpufeed.bench.harness import markdown_table, measure, run_isolated, write_results
+from gpufeed.bench.harness import (
+    add_out_argument,
+    markdown_table,
+    measure,
+    run_isolated,
+    write_results,
+)
+from gpufeed.bench.progress import stage
 from gpufeed.machine import cuda_available, installed
 
 #: Peak RSS per row of one recipe process (the table, the reader's buffers while loading,
@@ -52,7 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", default=None, help="where generated tables are cached")
     parser.add_argument("--max-ram-gb", type=float, default=None,
                         help="skip sizes whose estimated peak exceeds this (default: available RAM less 1 GB)")
-    parser.add_argument("--out", default="bench/results", help="results folder")
+    add_out_argument(parser)
 
 
 # ---------------------------------------------------------------- shared definitions
@@ -316,6 +323,7 @@ def _run_rule(args: argparse.Namespace, data_dir: str | None) -> tuple[dict, str
     for name, rows in plan:
         variant = name.removeprefix("kit-") if name.startswith("kit-") and name != "kit-pandas" else name
         variant = "kit" if name == "kit-pandas" else variant
+        stage(f"[tabular] rule: {name}, {rows:,} rows ...")
         results[name] = run_isolated(_rule_worker, path, variant, rows, args.warmup, args.repeats)
     # Correctness after timing: every variant gives the same weights as the vectorised
     # pandas reference on the same rows (loops on their prefix, checked by value counts).
@@ -351,6 +359,7 @@ def _run_recipe(args: argparse.Namespace, data_dir: str | None) -> tuple[dict, s
             if need[b] > limit:
                 per[b] = {"skipped": f"needs ~{need[b]:.0f} GB RAM, {limit:.0f} GB allowed (--max-ram-gb)"}
                 continue
+            stage(f"[tabular] recipe: {b}, {rows:,} rows ...")
             per[b] = run_isolated(_recipe_worker, path, b, args.warmup, args.repeats)
         base = per.get("pandas-baseline", {})
         for r in per.values():
@@ -371,6 +380,7 @@ def _run_downcast(args: argparse.Namespace, data_dir: str | None) -> tuple[dict,
 
     path = str(cached_sensor_file(args.downcast_rows, data_dir))
     backends, _ = _backends("pandas,polars,cudf")
+    stage(f"[tabular] downcast: {', '.join(backends)}, {args.downcast_rows:,} rows ...")
     results = {b: run_isolated(_downcast_worker, path, b) for b in backends}
     rows = [{"backend": b, "before": r.get("bytes_before", 0) / 2**20, "after": r.get("bytes_after", 0) / 2**20,
              "saved": 100 * r.get("saved_fraction", 0.0), "seconds": r.get("seconds"),

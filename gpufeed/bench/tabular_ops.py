@@ -23,7 +23,13 @@ import resource
 from collections.abc import Callable
 from typing import Any
 
-from gpufeed.bench.harness import markdown_table, measure, run_isolated, write_results
+from gpufeed.bench.harness import (
+    add_out_argument,
+    markdown_table,
+    measure,
+    run_isolated,
+    write_results,
+)
 from gpufeed.machine import cuda_available, installed
 
 #: What each op runs on: pandas written by hand (the baseline of every ratio), then the kit per backend.
@@ -147,6 +153,10 @@ def _worker(table: str, rows: int, variant: str, repeats: int) -> dict[str, Any]
             "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
 
 
+def _total(result: dict[str, Any]) -> float:
+    return sum(step["median_s"] for step in result["per_op"])
+
+
 def _same(a: dict[str, list[float]], b: dict[str, list[float]]) -> bool:
     if a.keys() != b.keys():
         return False
@@ -162,7 +172,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--variants", default="hand,pandas,polars,cudf",
                         help="hand (pandas written by hand, the baseline), pandas, polars, cudf")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--out", default="bench/results", help="results folder")
+    add_out_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -194,7 +204,11 @@ def run(args: argparse.Namespace) -> int:
                f"{args.repeats} after a warm-up) on the output of the ops before it; ratios are the "
                "hand-written pandas time over the variant's (> 1: faster than pandas by hand).\n\n"
                + "\n\n".join(sections))
-    json_path, md_path = write_results("tabular-ops", {"runs": runs}, summary, args.out)
+    # Whole-recipe ratios to pandas by hand, for `gpufeed bench compare` and `bench all`.
+    ratios = {f"{r['table']} {r['rows']:,}: {v}": _total(r["results"]["hand"]) / _total(res)
+              for r in runs for v, res in r["results"].items()
+              if v != "hand" and "error" not in res and "error" not in r["results"]["hand"]}
+    json_path, md_path = write_results("tabular-ops", {"runs": runs, "ratio_to_baseline": ratios}, summary, args.out)
     print(summary)
     print(f"results: {json_path} and {md_path.name}")
     return 0
@@ -213,11 +227,10 @@ def _section(table: str, rows: int, results: dict[str, dict[str, Any]], variants
                 s = ok[v]["per_op"][i]["median_s"]
                 row[v], row[f"x{v}"] = s, step["median_s"] / s
         lines.append(row)
-    total = {"op": "**whole recipe**", "hand": sum(s["median_s"] for s in hand["per_op"])}
+    total = {"op": "**whole recipe**", "hand": _total(hand)}
     for v in variants[1:]:
         if v in ok:
-            t = sum(s["median_s"] for s in ok[v]["per_op"])
-            total[v], total[f"x{v}"] = t, total["hand"] / t
+            total[v], total[f"x{v}"] = _total(ok[v]), total["hand"] / _total(ok[v])
     lines.append(total)
     lines.append({"op": "peak RSS GB", **{v: ok[v]["peak_rss_gb"] for v in ok}})
     lines.append({"op": "output check", **{v: "same as hand" if _same(ok[v]["checksum"], hand["checksum"])

@@ -77,7 +77,8 @@ def generate_image_folder(
         seed: the same seed writes the same bytes.
         min_side, max_side: range of the short side in pixels.
         quality: JPEG quality.
-        progress: show a progress bar on stderr.
+        progress: show progress on stderr: a bar in a terminal, a line at the start and
+            end (and every 30 s) in a log.
 
     Returns:
         The root folder.
@@ -93,9 +94,9 @@ def generate_image_folder(
     rng = np.random.default_rng(seed)
     indices = range(num_images)
     if progress:
-        from tqdm import tqdm
+        from gpufeed.bench.progress import progress as report
 
-        indices = tqdm(indices, desc=f"generating {root}", unit="img")
+        indices = report(indices, desc=f"generating {root}", unit="img")
     for i in indices:
         label = i % num_classes
         folder = root / f"class_{label:03d}"

@@ -1,0 +1,94 @@
+"""Compare two benchmark runs: how each pipeline's ratio to its baseline changed.
+
+``gpufeed bench compare OLD NEW`` takes result files or folders of them (the latest file
+per suite is used). Ratios, not absolute rates, are compared: a ratio is measured side by
+side in one run, so it survives a busier or faster machine that moves every rate alike.
+A change beyond ``--threshold`` (the run-to-run spread recorded on these machines, 10 %
+by default) is flagged; the exit status is 1 when a ratio dropped beyond it, for CI.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from gpufeed.bench.harness import markdown_table
+from gpufeed.bench.results import load_results, machine_kind, suite_ratios
+
+DEFAULT_THRESHOLD = 10.0  # percent
+
+
+def compare_results(old: dict[str, dict[str, Any]], new: dict[str, dict[str, Any]], *,
+                    threshold: float = DEFAULT_THRESHOLD) -> list[dict[str, Any]]:
+    """Per suite and pipeline: the old and new ratio to the baseline and the change.
+
+    Args:
+        old, new: ``{suite: result document}`` (as :func:`gpufeed.bench.results.load_results`
+            returns).
+        threshold: percent change beyond which a row is flagged, > 0.
+
+    Returns:
+        Rows ``{"suite", "pipeline", "old", "new", "change" (percent), "flag"}``; ``flag``
+        is ``"slower"`` or ``"faster"`` beyond the threshold, ``"new"`` or ``"gone"`` for a
+        pipeline in one run only, else ``""``.
+
+    Example:
+        >>> old = {"images-train": {"suite": "images-train", "rows": [{"name": "dali-cpu", "ratio": 2.6}]}}
+        >>> new = {"images-train": {"suite": "images-train", "rows": [{"name": "dali-cpu", "ratio": 2.0}]}}
+        >>> compare_results(old, new)[0]["flag"]
+        'slower'
+    """
+    if not threshold > 0:
+        raise ValueError(f"threshold must be > 0 (percent), got {threshold}")
+    rows = []
+    for suite in sorted(old.keys() & new.keys()):
+        before, after = suite_ratios(old[suite]), suite_ratios(new[suite])
+        for name in [*before, *[n for n in after if n not in before]]:
+            a, b = before.get(name), after.get(name)
+            row: dict[str, Any] = {"suite": suite, "pipeline": name, "old": a, "new": b, "change": None}
+            if a is None or b is None:
+                row["flag"] = "new" if a is None else "gone"
+            else:
+                row["change"] = 100 * (b / a - 1)
+                row["flag"] = ("slower" if row["change"] < -threshold
+                               else "faster" if row["change"] > threshold else "")
+            rows.append(row)
+    return rows
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``gpufeed bench compare``."""
+    parser.add_argument("old", help="result JSON file or folder of them (the reference)")
+    parser.add_argument("new", help="result JSON file or folder of them (the run to judge)")
+    parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
+                        help=f"percent change that counts (default {DEFAULT_THRESHOLD:g}: the run-to-run "
+                             "spread recorded on 2-core machines)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the comparison as a Markdown table.
+
+    Returns:
+        1 when a ratio dropped by more than the threshold, else 0.
+    """
+    new = load_results([args.new])
+    old = load_results([args.old], like=new)
+    rows = compare_results(old, new, threshold=args.threshold)
+    for row in rows:
+        row["shown"] = f"{row['change']:+.1f} %" if row["change"] is not None else "—"
+        row["flag"] = {"slower": "**▼ slower**", "faster": "▲ faster"}.get(row["flag"], row["flag"])
+    print(f"Ratio to each run's own baseline, old → new; flagged beyond ±{args.threshold:g} %.\n")
+    print(markdown_table(rows, [("suite", "suite"), ("pipeline", "pipeline"), ("old", "old ×"), ("new", "new ×"),
+                                ("shown", "change"), ("flag", "flag")]))
+    for label, only in (("old", old.keys() - new.keys()), ("new", new.keys() - old.keys())):
+        if only:
+            print(f"\nOnly in the {label} run (not compared): {', '.join(sorted(only))}")
+    across = [f"{s} ({machine_kind(old[s])} → {machine_kind(new[s])})" for s in sorted(old.keys() & new.keys())
+              if machine_kind(old[s]) != machine_kind(new[s])]
+    if across:
+        print(f"\nCompared across different machines (ratios may differ for that reason): {', '.join(across)}")
+    dropped = [r for r in rows if r["flag"] == "**▼ slower**"]
+    if dropped:
+        print(f"\n{len(dropped)} ratio(s) dropped by more than {args.threshold:g} %: "
+              + ", ".join(f"{r['suite']} {r['pipeline']}" for r in dropped))
+    return 1 if dropped else 0

@@ -1,0 +1,93 @@
+"""`gpufeed bench compare`: ratio changes flagged beyond the threshold, exit status for CI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gpufeed.bench.compare import compare_results
+from gpufeed.bench.results import headline, load_results, suite_ratios
+from gpufeed.cli import main
+
+RECORDED = Path(__file__).resolve().parents[2] / "bench" / "results"
+
+
+def _images_doc(dali: float, torch_cpu: float, when: str) -> dict:
+    return {"suite": "images-train", "metadata": {"timestamp": when}, "rows": [
+        {"name": "torch-pil", "rate": 500.0, "ratio": 1.0},
+        {"name": "dali-cpu", "rate": 500.0 * dali, "ratio": dali},
+        {"name": "torch-cpu", "rate": 500.0 * torch_cpu, "ratio": torch_cpu},
+    ]}
+
+
+def _write(folder: Path, name: str, doc: dict) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text(json.dumps(doc))
+    return folder
+
+
+def test_a_drop_beyond_the_threshold_is_flagged_and_fails(tmp_path, capsys):
+    old = _write(tmp_path / "old", "images-train-a.json", _images_doc(2.6, 1.8, "2026-01-01T00:00:00+00:00"))
+    new = _write(tmp_path / "new", "images-train-b.json", _images_doc(2.0, 1.85, "2026-01-02T00:00:00+00:00"))
+    assert main(["bench", "compare", str(old), str(new)]) == 1
+    out = capsys.readouterr().out
+    assert "| images-train | dali-cpu | 2.60 | 2.00 | -23.1 % | **▼ slower** |" in out
+    assert "| images-train | torch-cpu | 1.80 | 1.85 | +2.8 % |  |" in out
+    assert "1 ratio(s) dropped" in out
+    # A wider threshold lets the same drop pass.
+    assert main(["bench", "compare", str(old), str(new), "--threshold", "30"]) == 0
+
+
+def test_changes_within_the_threshold_pass_and_gains_are_flagged(tmp_path, capsys):
+    old = _write(tmp_path, "old.json", _images_doc(2.6, 1.8, "2026-01-01T00:00:00+00:00")) / "old.json"
+    new = _write(tmp_path, "new.json", _images_doc(2.5, 2.2, "2026-01-02T00:00:00+00:00")) / "new.json"
+    assert main(["bench", "compare", str(old), str(new)]) == 0
+    rows = {r["pipeline"]: r for r in compare_results(load_results([old]), load_results([new]))}
+    assert rows["dali-cpu"]["flag"] == "" and rows["torch-cpu"]["flag"] == "faster"
+    assert "torch-pil" not in rows  # the baseline is 1x by definition
+
+
+def test_a_folder_gives_its_latest_file_per_suite_and_new_pipelines_are_listed(tmp_path):
+    folder = tmp_path / "runs"
+    _write(folder, "images-train-1.json", _images_doc(1.0, 1.0, "2026-01-01T00:00:00+00:00"))
+    _write(folder, "images-train-2.json", _images_doc(3.0, 1.0, "2026-01-03T00:00:00+00:00"))
+    _write(folder, "notes.json", {"not": "a result"})
+    docs = load_results([folder])
+    assert list(docs) == ["images-train"] and suite_ratios(docs["images-train"])["dali-cpu"] == 3.0
+    newer = _images_doc(3.0, 1.0, "2026-01-04T00:00:00+00:00")
+    newer["rows"].append({"name": "dali-gpu", "rate": 4000.0, "ratio": 8.0})
+    rows = compare_results(docs, {"images-train": newer})
+    assert {r["pipeline"]: r["flag"] for r in rows}["dali-gpu"] == "new"
+
+
+def test_bad_inputs_are_named(tmp_path, capsys):
+    with pytest.raises(ValueError, match="threshold"):
+        compare_results({}, {}, threshold=0)
+    assert main(["bench", "compare", str(tmp_path), str(tmp_path / "missing")]) == 2
+    assert "missing" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="no gpufeed result JSON"):
+        load_results([tmp_path])
+
+
+def test_every_recorded_suite_has_ratios_and_a_headline():
+    docs = load_results([RECORDED])
+    assert {"images-train", "images-val", "augment", "tabular", "formats"} <= set(docs)
+    for suite, doc in docs.items():
+        assert suite_ratios(doc), suite
+        head = headline(doc)
+        assert head["ratio"] and head["ratio"] > 0 and head["what"], suite
+    assert "dali-gpu" in headline(docs["images-train"])["what"]  # the H100 run is the latest
+
+
+def test_a_folder_of_cpu_and_gpu_runs_is_compared_like_with_like(tmp_path, capsys):
+    cpu = _images_doc(2.6, 1.8, "2026-01-01T00:00:00+00:00") | {"metadata": {
+        "timestamp": "2026-01-01T00:00:00+00:00", "gpu": None, "cpu_count": 2}}
+    gpu = _images_doc(3.5, 2.1, "2026-01-02T00:00:00+00:00") | {"metadata": {
+        "timestamp": "2026-01-02T00:00:00+00:00", "gpu": {"name": "H100"}, "cpu_count": 16}}
+    old = _write(_write(tmp_path / "old", "cpu.json", cpu), "gpu.json", gpu)
+    new = _write(tmp_path / "new", "cpu.json", cpu | {"metadata": {**cpu["metadata"], "timestamp": "2026-02-01"}})
+    assert load_results([old])["images-train"]["metadata"]["cpu_count"] == 16  # the latest alone
+    assert main(["bench", "compare", str(old), str(new)]) == 0  # the CPU run against the CPU run
+    assert "across different machines" not in capsys.readouterr().out

@@ -1,0 +1,55 @@
+"""`gpufeed bench all`: one folder, one summary, figures; drawn from recorded results too."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpufeed.bench.plots import draw_figures
+from gpufeed.bench.report import run_all, write_summary
+from gpufeed.bench.results import load_results
+
+PNG = b"\x89PNG\r\n\x1a\n"
+RECORDED = Path(__file__).resolve().parents[2] / "bench" / "results"
+
+
+def test_bench_all_quick_writes_one_report(image_folder, tmp_path, capsys):
+    out = tmp_path / "report"
+    status = run_all(out, quick=True, data=image_folder, suites=["images-train", "tune"], device="cpu",
+                     stalls=[("torch-pil", 61.0), ("dali-cpu", 12.5)], extra={
+                         "images-train": ["--only", "torch-cpu", "--size", "32", "--batch-size", "8",
+                                          "--workers", "1", "--repeats", "1"],
+                         "tune": ["--knobs", "num_workers", "--workers", "0", "--batch-sizes", "8", "--size", "32",
+                                  "--time-per-config", "0.2", "--kit", "", "--start-repeats", "1"]})
+    err = capsys.readouterr().err
+    assert status == 0, err[-3000:]
+    assert "[all] 1/2 images-train ..." in err and "\r" not in err
+    summary = (out / "summary.md").read_text()
+    jsons = sorted(p.name for p in out.glob("*.json"))
+    assert [j.split("-cpu")[0] for j in jsons] == ["images-train", "tune-train"]
+    for name in jsons:
+        assert f"[json]({name})" in summary
+    assert "torch-cpu vs DataLoader + PIL + transforms.v2" in summary and "![input stalls](stalls.png)" in summary
+    pngs = sorted(out.glob("*.png"))
+    assert len(pngs) == 3 and all(p.read_bytes()[:8] == PNG for p in pngs)
+
+
+def test_unknown_suites_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="suites"):
+        run_all(tmp_path, suites=["imagez"])
+
+
+def test_figures_and_summary_from_recorded_results(tmp_path):
+    docs = load_results([RECORDED])
+    outcomes = []
+    for suite, doc in docs.items():
+        (fig,) = draw_figures(doc, tmp_path / suite)
+        assert fig.read_bytes()[:8] == PNG
+        name = Path(doc["_path"]).name
+        (tmp_path / name).write_text(Path(doc["_path"]).read_text())
+        outcomes.append({"step": suite, "status": 0, "error": None, "files": [name]})
+    outcomes.append({"step": "tune", "status": 1, "error": "RuntimeError: boom", "files": []})
+    text = write_summary(tmp_path, outcomes).read_text()
+    assert "| tune | did not run |" in text and "RuntimeError: boom" in text
+    assert "polars" in text and "parquet read vs CSV" in text
