@@ -3,14 +3,15 @@
 # test modules, `gpufeed doctor` and the benchmark suites with --device cuda, and bundle
 # the logs and results into one folder ($OUT, default ./gpu-check-out).
 #
-#   bash bench/gpu_check.sh [tests] [images] [augment] [tabular]     (default: all four)
+#   bash bench/gpu_check.sh [tests] [images] [augment] [tabular] [formats] [tune] [stall]
+#                                                                     (default: all of them)
 #
 # It runs the source tree (PYTHONPATH), so it works on a machine that cannot install.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-check-out}
 PY=${PYTHON:-python3}
-parts=${*:-tests images augment tabular}
+parts=${*:-tests images augment tabular formats tune stall}
 mkdir -p "$OUT/results"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 log() { echo "== $(date -u +%H:%M:%S) $*"; }
@@ -35,8 +36,16 @@ for part in $parts; do
       $PY -m gpufeed bench augment --device cuda --out "$OUT/results" || status=1 ;;
     tabular)
       $PY -m gpufeed bench tabular --backends "${TABULAR_BACKENDS:-pandas-baseline,polars,cudf}" \
-        --rows "${TABULAR_ROWS:-1000000,10000000}" --out "$OUT/results" || status=1 ;;
-    *) echo "unknown part $part (tests, images, augment, tabular)" >&2; status=2 ;;
+        --rows "${TABULAR_ROWS:-1000000,10000000}" --out "$OUT/results" || status=1
+      $PY -m gpufeed bench tabular-ops --variants hand,polars,cudf --rows "${TABULAR_ROWS:-1000000,10000000}" \
+        --out "$OUT/results" || status=1 ;;
+    formats)
+      $PY -m gpufeed bench formats --backend cudf --out "$OUT/results" || status=1 ;;
+    tune)
+      $PY -m gpufeed tune --device cuda --out "$OUT/results" || status=1 ;;
+    stall)
+      $PY -m gpufeed stall --model resnet50 --loader auto --device cuda --out "$OUT/results" || status=1 ;;
+    *) echo "unknown part $part (tests, images, augment, tabular, formats, tune, stall)" >&2; status=2 ;;
   esac
 done
 tar -C "$OUT" -czf "$OUT.tar.gz" . && mv "$OUT.tar.gz" "$OUT/bundle.tar.gz"
