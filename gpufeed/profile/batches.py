@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 
-def first_tensor(batch: Any) -> Any:
+def _first_tensor(batch: Any) -> Any:
     """The first array-like leaf of ``batch`` (a tensor, or anything with ``shape``).
 
     Raises:
@@ -47,7 +47,7 @@ def samples_in(batch: Any) -> int:
         >>> samples_in((torch.zeros(8, 3, 32, 32), torch.zeros(8)))
         8
     """
-    leaf = first_tensor(batch)
+    leaf = _first_tensor(batch)
     if len(leaf.shape) == 0:
         raise ValueError("the batch's first tensor is a scalar: pass batch_size_of= to count its samples")
     return int(leaf.shape[0])
@@ -64,6 +64,9 @@ def to_device(batch: Any, device: torch.device, *, copy: bool = False) -> Any:
 
     Returns:
         The batch, rebuilt with tuples, lists and dicts of the moved tensors.
+
+    Example:
+        >>> images, labels = to_device((torch.zeros(2, 3), torch.zeros(2)), torch.device("cpu"))
     """
     if isinstance(batch, torch.Tensor):
         moved = batch.to(device, non_blocking=True)
@@ -79,8 +82,19 @@ def take(loader: Iterable, count: int) -> Iterator[Any]:
     """``count`` batches from ``loader``, starting a new epoch (``iter(loader)``) each time
     one ends, so a measurement needs no knowledge of the epoch length.
 
+    Args:
+        loader: a re-iterable loader.
+        count: batches to yield.
+
+    Returns:
+        A generator of ``count`` batches.
+
     Raises:
         ValueError: an epoch yields no batch.
+
+    Example:
+        >>> len(list(take([1, 2, 3], 7)))
+        7
     """
     taken = 0
     while taken < count:

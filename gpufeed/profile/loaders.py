@@ -26,7 +26,15 @@ class BuiltLoader:
 
 
 def comparable_loaders() -> list[str]:
-    """The loaders worth measuring on this machine: torch, pil, and dali when installed."""
+    """The loaders worth measuring on this machine (without importing DALI).
+
+    Returns:
+        ``["torch", "dali", "pil"]``, without ``"dali"`` when DALI is not installed.
+
+    Example:
+        >>> "torch" in comparable_loaders()
+        True
+    """
     return ["torch", *(["dali"] if dali_installed() else []), "pil"]
 
 

@@ -200,15 +200,14 @@ class WhatIf:
     def to_text(self) -> str:
         """The three rates, the loaders alone, the verdict and the advice."""
         unit = self.actual.unit
-        alone = ", ".join(f"{n} {r:,.1f}" + (" (this run)" if n == self.loader else "")
+        alone = ", ".join(f"{n} {r:,.1f}" + (" (above)" if n == self.loader else "")
                           for n, r in sorted(self.loaders_alone.items(), key=lambda kv: -kv[1]))
-        lines = [
-            f"what-if ({self.steps} steps each after {self.warmup} warm-up):",
-            f"  model alone (one device-resident batch, no loading)  {self.model_rate:12,.1f} {unit}/s",
-            f"  loader alone ({self.loader}, no model){'':<{max(0, 30 - len(self.loader))}}{self.loader_rate:12,.1f} {unit}/s",
-            f"  together (the actual loop)                          {self.actual.samples_per_s:12,.1f} {unit}/s"
-            f"   stall {self.actual.stall_pct:.1f} %",
-        ]
+        rows = [("model alone (one device-resident batch, no loading)", self.model_rate, ""),
+                (f"loader alone ({self.loader}, no model)", self.loader_rate, ""),
+                ("together (the actual loop)", self.actual.samples_per_s,
+                 f"   stall {self.actual.stall_pct:.1f} %")]
+        lines = [f"what-if ({self.steps} steps each after {self.warmup} warm-up):"]
+        lines += [f"  {label:<52}{rate:12,.1f} {unit}/s{extra}" for label, rate, extra in rows]
         if alone:
             lines.append(f"  loaders alone on this machine ({unit}/s): {alone}")
         lines.append(f"verdict: {self.verdict}")
