@@ -5,6 +5,7 @@
     python examples/train_resnet18.py --loader dali --dali-iterator       # DALI's own iterator
 
 Runs on the GPU with mixed precision (AMP) when one is present, else on the CPU.
+Ends with the stall report: how much of the time went to waiting for data (gpufeed.profile).
 Under torchrun, each process reads its own shard (RANK / WORLD_SIZE).
 """
 
@@ -20,6 +21,7 @@ import torchvision
 
 from gpufeed.datasets.images import generate_image_folder
 from gpufeed.pipelines import classification_loader
+from gpufeed.profile import StallMeter
 
 
 def batches(loader, dali_iterator=None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:  # noqa: ANN001
@@ -44,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lr", type=float, default=0.01, help="SGD learning rate (default 0.01 for small batches)")
     p.add_argument("--dali-iterator", action="store_true", help="use DALIClassificationIterator directly")
     args = p.parse_args(argv)
+    if args.steps < 1:
+        p.error(f"--steps must be >= 1, got {args.steps}")
 
     if args.data is None:  # a small generated set, removed when the script ends
         scratch = tempfile.TemporaryDirectory(prefix="gpufeed-example-")
@@ -68,8 +72,11 @@ def main(argv: list[str] | None = None) -> int:
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9, weight_decay=5e-5)
     amp = device.type == "cuda"
     scaler = torch.amp.GradScaler("cuda", enabled=amp)
+    # The meter times each step's wait for data against the step (synchronising the GPU at
+    # each step's end); the first two steps (start-up) are left out of its figures.
+    meter = StallMeter(batches(loader, dali_iterator), warmup=min(2, args.steps - 1), device=device)
     start, seen = time.perf_counter(), 0
-    for step, (images, labels) in zip(range(args.steps), batches(loader, dali_iterator), strict=False):
+    for step, (images, labels) in zip(range(args.steps), meter, strict=False):
         with torch.autocast(device.type, dtype=torch.float16, enabled=amp):
             loss = torch.nn.functional.cross_entropy(model(images.to(device)), labels.to(device))
         opt.zero_grad(set_to_none=True)
@@ -82,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"step {step:3d}  loss {loss.item():.4f}")
     elapsed = time.perf_counter() - start
     print(f"trained {args.steps} steps, {seen} images in {elapsed:.1f} s ({seen / elapsed:.1f} images/s)")
+    print(meter.report().to_text())
     # The loader and DALI's iterator read files separately: report the one that ran.
     skipped = dali_iterator.gpufeed_skipped.skipped if dali_iterator is not None else loader.skipped
     if skipped:

@@ -49,6 +49,29 @@ def _build_parser() -> argparse.ArgumentParser:
     doctor = sub.add_parser("doctor", help="GPU, driver, library versions and backend choices")
     doctor.add_argument("--json", action="store_true", help="print the report as JSON")
 
+    stall = sub.add_parser(
+        "stall", help="is training waiting for data? stall %%, what-if and the loader that would keep up",
+        description="Train a few dozen steps under the stall meter, then measure the model alone and "
+                    "the loader alone: prints the stall report and the what-if, writes JSON, Markdown "
+                    "and a timeline PNG (docs/profile.md).",
+    )
+    stall.add_argument("--data", help="ImageFolder tree (default: the generated, cached ImageNet-like set)")
+    stall.add_argument("--model", choices=("resnet18", "resnet50", "tiny"), default="resnet18",
+                       help="default: resnet18 (tiny: a small conv net, for quick CPU runs)")
+    stall.add_argument("--loader", choices=("torch", "dali", "auto", "pil"), default="auto",
+                       help="the kit's torch or DALI backend, auto, or pil: DataLoader + PIL + "
+                            "transforms.v2 (default: auto)")
+    stall.add_argument("--steps", type=int, default=30, help="steps measured per run (default: 30)")
+    stall.add_argument("--warmup", type=int, default=2, help="steps left out first (default: 2)")
+    stall.add_argument("--batch-size", type=int, default=32, help="default: 32")
+    stall.add_argument("--size", type=int, default=224, help="image size (default: 224)")
+    stall.add_argument("--workers", type=int, default=None, help="loader workers/threads (default: all cores)")
+    stall.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
+    stall.add_argument("--compare", nargs="*", choices=("torch", "dali", "pil", "none"), default=None,
+                       metavar="LOADER", help="loaders to measure alone for the what-if: torch, dali, pil "
+                                              "or none (default: those available here)")
+    stall.add_argument("--out", default="gpufeed-stall", help="results folder (default: ./gpufeed-stall)")
+
     data = sub.add_parser("data", help="generate synthetic datasets")
     kinds = data.add_subparsers(dest="kind", required=True)
     images = kinds.add_parser(
@@ -96,6 +119,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     if args.command in ("bench", "tune"):
         return int(args._run(args) or 0)
+    if args.command == "stall":
+        from gpufeed.profile.command import run as run_stall
+
+        return run_stall(args)
     if args.command == "doctor":
         from gpufeed.doctor import run as run_doctor
 

@@ -1,0 +1,97 @@
+"""``gpufeed stall``: build a loader and a model, train a few dozen steps under the stall
+meter, run the what-if, print both and write JSON + Markdown + a timeline PNG.
+
+The other loaders compared in the what-if run alone, each in a fresh process (as the images
+benchmark runs its contenders): DataLoader workers forked next to DALI's threads have
+crashed, and one loader's threads must not take the next one's cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import gpufeed
+
+
+def _loader_alone(name: str, root: str, batch_size: int, size: int, device: str, workers: int,
+                  steps: int, warmup: int) -> dict[str, Any]:
+    """Loader ``name`` alone (runs in a fresh process): its rate in samples/s."""
+    from gpufeed.profile.loaders import build_loader
+    from gpufeed.profile.whatif import loader_rate
+
+    built = build_loader(name, root, batch_size=batch_size, size=size, device=torch.device(device),
+                         workers=workers)
+    report = loader_rate(built.loader, steps=steps, warmup=warmup, device=device)
+    return {"name": built.name, "samples_per_s": report.samples_per_s}
+
+
+def _check(args: argparse.Namespace) -> Path:
+    """Refuse bad arguments with a clear ValueError; returns the output folder."""
+    for flag in ("steps", "batch_size", "size"):
+        if getattr(args, flag) < 1:
+            raise ValueError(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
+    if args.warmup < 0:
+        raise ValueError(f"--warmup must be >= 0, got {args.warmup}")
+    if args.workers is not None and args.workers < 0:
+        raise ValueError(f"--workers must be >= 0, got {args.workers}")
+    out = Path(args.out).resolve()
+    package = Path(gpufeed.__file__).resolve().parent
+    if out == package or package in out.parents:
+        raise ValueError(f"--out {args.out} is inside the gpufeed package ({package}): write elsewhere")
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``gpufeed stall`` with parsed ``args``; returns the exit status."""
+    from gpufeed.backends import resolve_device
+    from gpufeed.bench.harness import run_isolated, write_results
+    from gpufeed.datasets.images import default_image_dataset
+    from gpufeed.machine import usable_cpus
+    from gpufeed.profile.loaders import build_loader, comparable_loaders
+    from gpufeed.profile.models import TrainStep, build_model
+    from gpufeed.profile.whatif import what_if
+
+    out = _check(args)
+    device = resolve_device(args.device)
+    root = Path(args.data) if args.data else default_image_dataset()
+    if not root.is_dir():
+        raise FileNotFoundError(f"--data {root}: no such folder")
+    workers = usable_cpus() if args.workers is None else args.workers
+    compare = comparable_loaders() if args.compare is None else [n for n in args.compare if n != "none"]
+    measure = {"batch_size": args.batch_size, "size": args.size, "device": str(device), "workers": workers,
+               "steps": args.steps, "warmup": args.warmup}
+    built = build_loader(args.loader, root, batch_size=args.batch_size, size=args.size, device=device,
+                         workers=workers)
+    # The others first, each alone in a fresh process, before this one starts its workers.
+    alternatives: dict[str, float] = {}
+    for name in (n for n in compare if n != built.name):
+        print(f"  measuring the {name} loader alone ...", flush=True)
+        row = run_isolated(_loader_alone, name, str(root), **measure)
+        if "error" in row:
+            print(f"    {name} failed: {row['error'].splitlines()[0]}")
+        else:
+            alternatives[name] = row["samples_per_s"]
+    model = build_model(args.model, built.classes, device)
+    print(f"gpufeed stall: {args.model} ({built.classes} classes) on {device}, loader {built.description}, "
+          f"batch {args.batch_size}, {args.size}px, {args.steps} steps after {args.warmup} warm-up, data {root}",
+          flush=True)
+    result = what_if(TrainStep(model, device), built.loader, steps=args.steps, warmup=args.warmup,
+                     device=device, loader_name=built.name, alternatives=alternatives)
+    text = f"{result.actual.to_text()}\n\n{result.to_text()}"
+    print(text)
+    setup = {"data": str(root), "model": args.model, "classes": built.classes, "loader": built.description,
+             **measure, "compared": compare}
+    suite = f"stall-{args.model}-{built.name}"
+    json_path, md_path = write_results(
+        suite, {"setup": setup, "report": result.actual.as_dict(), "what_if": result.as_dict()},
+        f"```\n{text}\n```\n\nTimeline: the PNG of the same name.", out,
+    )
+    png = result.actual.plot(json_path.with_suffix(".png"),
+                             title=f"{args.model} on {device}, {built.name} loader: stall "
+                                   f"{result.actual.stall_pct:.1f} % ({result.verdict.split(':')[0]})")
+    print(f"results: {json_path}, {md_path.name}, {png.name}")
+    return 0

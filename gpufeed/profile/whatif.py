@@ -1,0 +1,265 @@
+"""What-if analysis in the manner of DS-Analyzer (Mohan et al., "Analyzing and Mitigating
+Data Stalls in DNN Training", VLDB 2021): measure the model alone on a device-resident batch
+(no loading), the loader alone (no model) and the two together, and from the two rates alone
+say whether training is input-bound or compute-bound, by how much, and which loader would
+keep up with the model on this machine.
+
+With the model alone taking ``M`` samples/s and the loader alone delivering ``L``, a loop
+that overlaps loading perfectly runs at ``min(M, L)``; when ``L < M`` it waits for data
+``1 - L / M`` of the time, the "input-bound by X %" of the verdict. The rate measured
+together shows how far the real loop is from that ideal (shared CPU cores, shallow prefetch).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from gpufeed.backends import resolve_device
+from gpufeed.profile.batches import take, to_device
+from gpufeed.profile.report import StallReport
+from gpufeed.profile.stall import StallMeter
+
+#: Below this fraction of min(model alone, loader alone), the text notes that together
+#: the loop loses to something the two alone do not show.
+OVERLAP_NOTE_BELOW = 0.85
+
+
+def _metered(batches: Iterable[Any], body: Callable[[Any], Any], *, warmup: int, device: torch.device,
+             batch_size_of: Callable[[Any], int] | None, unit: str) -> StallReport:
+    meter = StallMeter(batches, warmup=warmup, device=device, batch_size_of=batch_size_of, unit=unit)
+    for batch in meter:
+        body(batch)
+    return meter.report()
+
+
+def _check_counts(steps: int, warmup: int) -> None:
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+        raise ValueError(f"steps must be an int >= 1, got {steps!r}")
+    if not isinstance(warmup, int) or isinstance(warmup, bool) or warmup < 0:
+        raise ValueError(f"warmup must be an int >= 0, got {warmup!r}")
+
+
+def loader_rate(loader: Iterable[Any], *, steps: int = 30, warmup: int = 2, device: str | torch.device = "auto",
+                batch_size_of: Callable[[Any], int] | None = None, unit: str = "images",
+                keep: list[Any] | None = None) -> StallReport:
+    """The loader alone: ``warmup + steps`` batches (across epochs), each moved to ``device``,
+    no model.
+
+    Args:
+        loader: a re-iterable loader (each ``iter()`` starts an epoch).
+        steps, warmup: batches measured, and batches drawn first and left out.
+        device: the training device (the batch is moved there, as a step would).
+        batch_size_of: a batch's sample count (default: its first tensor's length).
+        unit: what a sample is.
+        keep: if given, the last batch (on ``device``, copied) is appended to it.
+
+    Returns:
+        The :class:`StallReport`; its ``samples_per_s`` is the loader's rate.
+
+    Example:
+        >>> loader_rate(loader, steps=20).samples_per_s  # doctest: +SKIP
+    """
+    _check_counts(steps, warmup)
+    dev = resolve_device(device)
+    last: list[Any] = []
+
+    def hold(batch: Any) -> None:  # the step of this run: move the batch, keep the latest
+        last[:] = [to_device(batch, dev)]
+
+    report = _metered(take(loader, warmup + steps), hold, warmup=warmup, device=dev,
+                      batch_size_of=batch_size_of, unit=unit)
+    if keep is not None:
+        keep.append(to_device(last[0], dev, copy=True))
+    return report
+
+
+def model_rate(step: Callable[[Any], Any], batch: Any, *, steps: int = 30, warmup: int = 2,
+               device: str | torch.device = "auto", batch_size_of: Callable[[Any], int] | None = None,
+               unit: str = "images") -> StallReport:
+    """The model alone: ``step`` on the same device-resident ``batch``, ``warmup + steps`` times.
+
+    Args:
+        step: the training step, called with a batch.
+        batch: one real batch (moved to ``device`` once, before timing).
+        steps, warmup: steps measured, and steps run first and left out.
+        device: the training device.
+        batch_size_of: a batch's sample count (default: its first tensor's length).
+        unit: what a sample is.
+
+    Returns:
+        The :class:`StallReport`; its ``samples_per_s`` is the model's rate.
+
+    Example:
+        >>> model_rate(step, batch, steps=20).samples_per_s  # doctest: +SKIP
+    """
+    _check_counts(steps, warmup)
+    dev = resolve_device(device)
+    resident = to_device(batch, dev, copy=True)
+    return _metered(itertools.repeat(resident, warmup + steps), step, warmup=warmup, device=dev,
+                    batch_size_of=batch_size_of, unit=unit)
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """The three measurements and what they say.
+
+    Attributes:
+        model_rate: samples/s of the step alone on a device-resident batch.
+        loader_rate: samples/s of the loader alone.
+        actual: the stall report of loader and step together.
+        loader: the measured loader's name.
+        loaders_alone: samples/s of each loader alone on this machine (the measured one
+            included), for the "which loader keeps up" advice.
+        steps: steps measured in each run (after the warm-up).
+        warmup: warm-up steps left out of each run.
+    """
+
+    model_rate: float
+    loader_rate: float
+    actual: StallReport
+    loader: str = "loader"
+    loaders_alone: dict[str, float] = field(default_factory=dict)
+    steps: int = 30
+    warmup: int = 2
+
+    @property
+    def bound(self) -> str:
+        """``"input"`` when the loader alone is slower than the model alone, else ``"compute"``."""
+        return "input" if self.loader_rate < self.model_rate else "compute"
+
+    @property
+    def predicted_stall_pct(self) -> float:
+        """Waiting for data as a % of the time with loading perfectly overlapped: ``1 - L/M``."""
+        return max(0.0, 100.0 * (1.0 - self.loader_rate / self.model_rate))
+
+    @property
+    def keeps_up(self) -> list[str]:
+        """Loaders whose rate alone reaches the model's, fastest first."""
+        fast = [n for n, r in self.loaders_alone.items() if r >= self.model_rate]
+        return sorted(fast, key=lambda n: -self.loaders_alone[n])
+
+    @property
+    def verdict(self) -> str:
+        unit, m, lr = self.actual.unit, self.model_rate, self.loader_rate
+        if self.bound == "input":
+            return (f"input-bound by {self.predicted_stall_pct:.0f}%: the loader alone delivers {lr:,.1f} "
+                    f"{unit}/s, the model alone takes {m:,.1f}; even fully overlapped, "
+                    f"{self.predicted_stall_pct:.0f}% of the time would go to waiting for data")
+        return (f"compute-bound: the loader alone delivers {lr / m:.1f}x what the model takes "
+                f"({lr:,.1f} vs {m:,.1f} {unit}/s)")
+
+    @property
+    def advice(self) -> str:
+        """Which loader would remove the stall (or that none is needed, or none would)."""
+        unit, m = self.actual.unit, self.model_rate
+        if self.bound == "compute":
+            return "the input pipeline is not the bottleneck here: a faster loader would not speed training up"
+        others = {n: r for n, r in self.loaders_alone.items() if n != self.loader}
+        keep = [n for n in self.keeps_up if n != self.loader]
+        if keep:
+            best = keep[0]
+            return (f"{best} would remove the stall on this machine: alone it delivers "
+                    f"{others[best]:,.1f} {unit}/s, the model takes {m:,.1f}")
+        if not others:
+            return "no other loader was measured (gpufeed stall --compare names them)"
+        fastest = max(others, key=others.__getitem__)
+        short = 100.0 * (1.0 - others[fastest] / m)
+        return (f"none of the other loaders measured keeps up: the fastest, {fastest} at "
+                f"{others[fastest]:,.1f} {unit}/s, is {short:.0f}% short of the model; more cores, "
+                "smaller stored images or a GPU decode (DALI on a GPU) would close the gap")
+
+    @property
+    def notes(self) -> list[str]:
+        """What the together run shows that the two alone do not."""
+        ideal = min(self.model_rate, self.loader_rate)
+        together = self.actual.samples_per_s
+        if together >= OVERLAP_NOTE_BELOW * ideal:
+            return []
+        why = ("loading and the step share this machine's CPU cores" if self.actual.device == "cpu"
+               else "prefetching does not hide the loader's latency, or loader and step compete for the CPU")
+        return [f"together the loop runs {100 * (1 - together / ideal):.0f}% below the slower of the two "
+                f"alone ({together:,.1f} vs {ideal:,.1f} {self.actual.unit}/s): {why}"]
+
+    def as_dict(self) -> dict[str, Any]:
+        """The analysis as plain data (documented in docs/profile.md)."""
+        return {
+            "steps": self.steps, "warmup_steps": self.warmup, "unit": self.actual.unit,
+            "model_alone": {"samples_per_s": self.model_rate},
+            "loader_alone": {"name": self.loader, "samples_per_s": self.loader_rate},
+            "together": {"samples_per_s": self.actual.samples_per_s, "stall_pct": self.actual.stall_pct},
+            "bound": self.bound, "predicted_stall_pct": self.predicted_stall_pct,
+            "verdict": self.verdict, "loaders_alone": dict(self.loaders_alone),
+            "keeps_up": self.keeps_up, "advice": self.advice, "notes": self.notes,
+        }
+
+    def to_text(self) -> str:
+        """The three rates, the loaders alone, the verdict and the advice."""
+        unit = self.actual.unit
+        alone = ", ".join(f"{n} {r:,.1f}" + (" (above)" if n == self.loader else "")
+                          for n, r in sorted(self.loaders_alone.items(), key=lambda kv: -kv[1]))
+        rows = [("model alone (one device-resident batch, no loading)", self.model_rate, ""),
+                (f"loader alone ({self.loader}, no model)", self.loader_rate, ""),
+                ("together (the actual loop)", self.actual.samples_per_s,
+                 f"   stall {self.actual.stall_pct:.1f} %")]
+        lines = [f"what-if ({self.steps} steps each after {self.warmup} warm-up):"]
+        lines += [f"  {label:<52}{rate:12,.1f} {unit}/s{extra}" for label, rate, extra in rows]
+        if alone:
+            lines.append(f"  loaders alone on this machine ({unit}/s): {alone}")
+        lines.append(f"verdict: {self.verdict}")
+        lines.append(f"  -> {self.advice}")
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+def what_if(step: Callable[[Any], Any], loader: Iterable[Any], *, steps: int = 30, warmup: int = 2,
+            device: str | torch.device = "auto", batch_size_of: Callable[[Any], int] | None = None,
+            loader_name: str = "loader", alternatives: Mapping[str, float | Iterable[Any]] | None = None,
+            unit: str = "images") -> WhatIf:
+    """Measure loader and step together, the loader alone and the step alone.
+
+    Each run draws ``warmup + steps`` batches (starting new epochs as needed) and leaves the
+    warm-up out. The step trains for real in two of them (together, and alone on one batch).
+
+    Args:
+        step: the training step, called with each batch (moves it to the device itself).
+        loader: a re-iterable loader (a DataLoader, a gpufeed loader; not a one-shot iterator).
+        steps, warmup: steps measured per run, and steps left out first.
+        device: the training device (``"auto"``: CUDA when available).
+        batch_size_of: a batch's sample count (default: its first tensor's length).
+        loader_name: how the report names ``loader``.
+        alternatives: other loaders to compare, by name: a rate already measured
+            (samples/s) or a loader, measured here alone.
+        unit: what a sample is.
+
+    Returns:
+        A :class:`WhatIf`.
+
+    Example:
+        >>> result = what_if(train_step, loader, steps=20)   # doctest: +SKIP
+        >>> print(result.to_text())                           # doctest: +SKIP
+    """
+    _check_counts(steps, warmup)
+    if not callable(step):
+        raise ValueError(f"step must be a function of a batch, got {step!r}")
+    if not isinstance(loader, Iterable) or isinstance(loader, Iterator):
+        raise ValueError("loader must be re-iterable (a DataLoader, a gpufeed loader, a list): "
+                         f"a one-shot {type(loader).__name__} cannot be measured three times")
+    dev = resolve_device(device)
+    common = {"warmup": warmup, "device": dev, "batch_size_of": batch_size_of, "unit": unit}
+    actual = _metered(take(loader, warmup + steps), step, **common)
+    kept: list[Any] = []
+    alone = loader_rate(loader, steps=steps, keep=kept, **common)
+    model = model_rate(step, kept[0], steps=steps, **common)
+    rates = {loader_name: alone.samples_per_s}
+    for name, other in (alternatives or {}).items():
+        if isinstance(other, (int, float)):
+            rates[name] = float(other)
+        else:
+            rates[name] = loader_rate(other, steps=steps, **common).samples_per_s
+    return WhatIf(model_rate=model.samples_per_s, loader_rate=alone.samples_per_s, actual=actual,
+                  loader=loader_name, loaders_alone=rates, steps=steps, warmup=warmup)

@@ -1,0 +1,36 @@
+"""`gpufeed stall` end to end on a small generated folder (tiny model, CPU, no workers)."""
+
+import json
+import subprocess
+import sys
+
+import gpufeed
+from gpufeed.cli import main
+
+
+def test_stall_runs_end_to_end(image_folder, tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "gpufeed", "stall", "--data", str(image_folder), "--model", "tiny",
+         "--loader", "torch", "--steps", "3", "--warmup", "1", "--batch-size", "8", "--size", "32",
+         "--workers", "0", "--device", "cpu", "--compare", "torch", "pil", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "stall report: 3 steps" in out.stdout and "verdict: " in out.stdout
+    assert "loaders alone on this machine" in out.stdout and "pil " in out.stdout
+    (result,) = tmp_path.glob("stall-tiny-torch-*.json")
+    doc = json.loads(result.read_text())
+    assert doc["setup"]["model"] == "tiny" and doc["metadata"]["packages"]["torch"]
+    assert doc["report"]["steps"] == 3 and 0 <= doc["report"]["stall_pct"] <= 100
+    assert doc["what_if"]["bound"] in ("input", "compute") and set(doc["what_if"]["loaders_alone"]) == {"torch", "pil"}
+    assert result.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
+    assert result.with_suffix(".md").exists()
+
+
+def test_stall_refuses_bad_arguments_in_one_line(tmp_path, capsys):
+    assert main(["stall", "--steps", "0", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gpufeed: error: --steps must be >= 1") and "Traceback" not in err
+    package = gpufeed.__file__.rsplit("/", 1)[0]
+    assert main(["stall", "--out", f"{package}/results"]) == 2
+    assert "inside the gpufeed package" in capsys.readouterr().err

@@ -1,0 +1,53 @@
+"""The what-if against injected delays: the verdict and the loader that keeps up."""
+
+import pytest
+
+from gpufeed.profile import WhatIf, what_if
+from tests.profile.fakes import SleepyLoader, known, sleepy_step
+
+STEPS, WARMUP = 10, 2
+
+
+def test_input_bound_verdict_and_the_loader_that_would_keep_up():
+    result = what_if(sleepy_step(0.010), SleepyLoader(0.040), steps=STEPS, warmup=WARMUP, device="cpu",
+                     loader_name="slow", alternatives={"fast": SleepyLoader(0.002), "slower": SleepyLoader(0.060)})
+    assert result.bound == "input"
+    assert abs(result.predicted_stall_pct - 75) < 5  # 1 - (4 per 40 ms) / (4 per 10 ms)
+    assert abs(result.actual.stall_pct - 80) < 5     # 40 ms wait of every 50 ms
+    assert result.verdict.startswith(f"input-bound by {result.predicted_stall_pct:.0f}%")
+    assert result.keeps_up == ["fast"] and result.advice.startswith("fast would remove the stall")
+    text = result.to_text()
+    assert "model alone" in text and "loader alone (slow" in text and "slow" in text and "verdict: input-bound" in text
+
+
+def test_compute_bound_verdict():
+    result = what_if(sleepy_step(0.040), SleepyLoader(0.005), steps=STEPS, warmup=WARMUP, device="cpu")
+    assert result.bound == "compute" and result.predicted_stall_pct == 0
+    assert result.verdict.startswith("compute-bound")
+    assert abs(result.actual.stall_pct - 100 * 5 / 45) < 5
+    assert "not the bottleneck" in result.advice
+
+
+def test_rates_given_as_numbers_and_none_that_keeps_up():
+    result = WhatIf(model_rate=400.0, loader_rate=100.0, actual=known(), loader="torch",
+                    loaders_alone={"torch": 100.0, "pil": 50.0, "dali": 300.0})
+    assert result.keeps_up == [] and result.predicted_stall_pct == pytest.approx(75.0)
+    assert result.advice.startswith("none of the other loaders measured keeps up: the fastest, dali")
+    assert "25% short" in result.advice
+    doc = result.as_dict()
+    assert {"model_alone", "loader_alone", "together", "bound", "predicted_stall_pct", "verdict",
+            "loaders_alone", "keeps_up", "advice", "notes"} <= set(doc)
+    # Together, known() ran at 200 images/s: above min(400, 100), so nothing to note.
+    assert doc["notes"] == []
+
+
+def test_a_slow_together_run_is_noted():
+    result = WhatIf(model_rate=1000.0, loader_rate=1000.0, actual=known())  # together: 200/s
+    assert result.notes and "CPU cores" in result.notes[0]
+
+
+def test_a_one_shot_iterator_is_refused():
+    with pytest.raises(ValueError, match="re-iterable"):
+        what_if(sleepy_step(0), iter(SleepyLoader(0, batches=3)), device="cpu")
+    with pytest.raises(ValueError, match="steps"):
+        what_if(sleepy_step(0), SleepyLoader(0), steps=0, device="cpu")
