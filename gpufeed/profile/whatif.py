@@ -27,6 +27,8 @@ from gpufeed.profile.stall import StallMeter
 #: Below this fraction of min(model alone, loader alone), the text notes that together
 #: the loop loses to something the two alone do not show.
 OVERLAP_NOTE_BELOW = 0.85
+#: A compute-bound loop that still waited this share of its time gets a note saying why.
+STALL_NOTE_PCT = 10.0
 
 
 def _metered(batches: Iterable[Any], body: Callable[[Any], Any], *, warmup: int, device: torch.device,
@@ -178,12 +180,17 @@ class WhatIf:
         """What the together run shows that the two alone do not."""
         ideal = min(self.model_rate, self.loader_rate)
         together = self.actual.samples_per_s
-        if together >= OVERLAP_NOTE_BELOW * ideal:
-            return []
         why = ("loading and the step share this machine's CPU cores" if self.actual.device == "cpu"
                else "prefetching does not hide the loader's latency, or loader and step compete for the CPU")
-        return [f"together the loop runs {100 * (1 - together / ideal):.0f}% below the slower of the two "
-                f"alone ({together:,.1f} vs {ideal:,.1f} {self.actual.unit}/s): {why}"]
+        notes = []
+        if together < OVERLAP_NOTE_BELOW * ideal:
+            notes.append(f"together the loop runs {100 * (1 - together / ideal):.0f}% below the slower of the "
+                         f"two alone ({together:,.1f} vs {ideal:,.1f} {self.actual.unit}/s): {why}")
+        if self.bound == "compute" and self.actual.stall_pct >= STALL_NOTE_PCT:
+            # The loader is fast enough alone, yet the loop waited: the wait is contention,
+            # which a faster loader alone does not remove.
+            notes.append(f"yet {self.actual.stall_pct:.0f}% of the loop went to waiting for data: {why}")
+        return notes
 
     def as_dict(self) -> dict[str, Any]:
         """The analysis as plain data (documented in docs/profile.md)."""

@@ -51,3 +51,10 @@ def test_a_one_shot_iterator_is_refused():
         what_if(sleepy_step(0), iter(SleepyLoader(0, batches=3)), device="cpu")
     with pytest.raises(ValueError, match="steps"):
         what_if(sleepy_step(0), SleepyLoader(0), steps=0, device="cpu")
+
+
+def test_a_compute_bound_loop_that_still_waited_says_why():
+    # Alone, the loader (1000/s) outruns the model (250/s), yet known() waited 75 % of its time.
+    result = WhatIf(model_rate=250.0, loader_rate=1000.0, actual=known())
+    assert result.bound == "compute"
+    assert any(n.startswith("yet 75% of the loop went to waiting for data") for n in result.notes)
