@@ -26,7 +26,6 @@ from typing import Any
 from gpufeed.bench.harness import (
     add_out_argument,
     markdown_table,
-    measure,
     run_isolated,
     write_results,
 )
@@ -130,7 +129,7 @@ HAND: dict[str, Callable[[Any, Any], Any]] = {
 def _worker(table: str, rows: int, variant: str, repeats: int) -> dict[str, Any]:
     import pyarrow.parquet as pq
 
-    from gpufeed.bench.tabular import column_checksums
+    from gpufeed.bench.tabular import _timed, column_checksums
     from gpufeed.gpu_transforms.tabular import Recipe, to_backend
 
     frame = pq.read_table(table_file(table, rows)).to_pandas()
@@ -145,10 +144,8 @@ def _worker(table: str, rows: int, variant: str, repeats: int) -> dict[str, Any]
         else:
             def run(op: Any = op, frame: Any = frame) -> Any:
                 return Recipe([copy.deepcopy(op)]).fit_transform(frame)
-        box: dict[str, Any] = {}
-        timing = measure(lambda run=run, box=box: (box.__setitem__("out", run()), rows)[1], repeats=repeats)
-        per_op.append({"op": name, "columns": len(op.columns), **timing.as_dict()})
-        frame = box["out"]
+        timing, frame = _timed(run, rows, 1, repeats)
+        per_op.append({"op": name, "columns": len(op.columns), **timing})
     return {"per_op": per_op, "checksum": column_checksums(frame),
             "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
 

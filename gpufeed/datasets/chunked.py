@@ -3,10 +3,31 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
+
+
+def iter_block_chunks(n_rows: int, chunk_rows: int, block_rows: int,
+                      block: Callable[[int], dict[str, Any]]) -> Iterator[pd.DataFrame]:
+    """Frames of about ``chunk_rows`` rows built from fixed blocks of ``block_rows`` rows,
+    ``block(i)`` giving block ``i``'s columns: each block is seeded by its index alone, so
+    the table is the same whatever the chunking. ``chunk_rows`` is rounded up to whole
+    blocks; the index counts rows from the start of the table."""
+    if n_rows < 0 or chunk_rows < 1:
+        raise ValueError(f"n_rows must be >= 0 and chunk_rows >= 1, got {n_rows}, {chunk_rows}")
+    blocks_per_chunk = max(1, -(-chunk_rows // block_rows))
+    n_blocks = -(-n_rows // block_rows)
+    for first in range(0, n_blocks, blocks_per_chunk):
+        parts = [block(i) for i in range(first, min(n_blocks, first + blocks_per_chunk))]
+        take = min(n_rows - first * block_rows, len(parts) * block_rows)
+        # Series concatenation keeps pandas' extension dtypes (nullable ints) as they are.
+        frame = pd.DataFrame({k: pd.concat([pd.Series(p[k]) for p in parts], ignore_index=True)[:take]
+                              for k in parts[0]})
+        frame.index = pd.RangeIndex(first * block_rows, first * block_rows + take)
+        yield frame
 
 
 def write_chunks(path: str | os.PathLike[str], chunks: Iterable[pd.DataFrame]) -> Path:

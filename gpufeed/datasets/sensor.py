@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpufeed.datasets.chunked import cached_file, write_chunks
+from gpufeed.datasets.chunked import cached_file, iter_block_chunks, write_chunks
 
 #: Bump when the generated values change, so cached tables are rebuilt.
 GENERATOR_VERSION = 1
@@ -117,20 +117,10 @@ def iter_sensor_chunks(
         >>> sum(len(c) for c in iter_sensor_chunks(100_000, 65_536))
         100000
     """
-    if n_rows < 0 or chunk_rows < 1:
-        raise ValueError(f"n_rows must be >= 0 and chunk_rows >= 1, got {n_rows}, {chunk_rows}")
     if not 0.0 <= missing_rate < 1.0:
         raise ValueError(f"missing_rate must be in [0, 1), got {missing_rate}")
-    blocks_per_chunk = max(1, -(-chunk_rows // BLOCK_ROWS))
-    n_blocks = -(-n_rows // BLOCK_ROWS)
-    for first in range(0, n_blocks, blocks_per_chunk):
-        parts = [_block(seed, i, n_features, n_stations, missing_rate)
-                 for i in range(first, min(n_blocks, first + blocks_per_chunk))]
-        take = min(n_rows - first * BLOCK_ROWS, len(parts) * BLOCK_ROWS)
-        data = {k: np.concatenate([p[k] for p in parts])[:take] for k in parts[0]}
-        frame = pd.DataFrame(data)
-        frame.index = pd.RangeIndex(first * BLOCK_ROWS, first * BLOCK_ROWS + take)
-        yield frame
+    return iter_block_chunks(n_rows, chunk_rows, BLOCK_ROWS,
+                             lambda i: _block(seed, i, n_features, n_stations, missing_rate))
 
 
 def generate_sensor_table(

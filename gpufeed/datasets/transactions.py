@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gpufeed.datasets.chunked import cached_file, write_chunks
+from gpufeed.datasets.chunked import cached_file, iter_block_chunks, write_chunks
 
 #: Bump when the generated values change, so cached tables are rebuilt.
 GENERATOR_VERSION = 1
@@ -104,19 +104,9 @@ def iter_transaction_chunks(n_rows: int, chunk_rows: int = 1_048_576, *, missing
         >>> sum(len(c) for c in iter_transaction_chunks(100_000, 65_536))
         100000
     """
-    if n_rows < 0 or chunk_rows < 1:
-        raise ValueError(f"n_rows must be >= 0 and chunk_rows >= 1, got {n_rows}, {chunk_rows}")
     if not 0.0 <= missing_rate < 1 / 3:
         raise ValueError(f"missing_rate must be in [0, 1/3), got {missing_rate}")
-    blocks_per_chunk = max(1, -(-chunk_rows // BLOCK_ROWS))
-    n_blocks = -(-n_rows // BLOCK_ROWS)
-    for first in range(0, n_blocks, blocks_per_chunk):
-        parts = [_block(seed, i, missing_rate) for i in range(first, min(n_blocks, first + blocks_per_chunk))]
-        take = min(n_rows - first * BLOCK_ROWS, len(parts) * BLOCK_ROWS)
-        frame = pd.DataFrame({k: pd.concat([pd.Series(p[k]) for p in parts], ignore_index=True)[:take]
-                              for k in parts[0]})
-        frame.index = pd.RangeIndex(first * BLOCK_ROWS, first * BLOCK_ROWS + take)
-        yield frame
+    return iter_block_chunks(n_rows, chunk_rows, BLOCK_ROWS, lambda i: _block(seed, i, missing_rate))
 
 
 def write_transaction_table(path: str | os.PathLike[str], n_rows: int, *, chunk_rows: int = 1_048_576,

@@ -283,7 +283,7 @@ def category_values(frame: NwFrame, backend: str, exprs: dict[str, nw.Expr], min
                    for c, e in exprs.items()]
         counted = pl.collect_all(queries)
         return {c: [v for v, n in zip(t[c].to_list(), t["n"].to_list(), strict=True)
-                    if v is not None and n >= min_count and not is_missing(v)]
+                    if n >= min_count and not is_missing(v)]
                 for c, t in zip(exprs, counted, strict=True)}
     out = {}
     for c, e in exprs.items():
