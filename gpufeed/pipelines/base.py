@@ -1,13 +1,15 @@
 """What every image-classification loader shares: the contract, whatever the backend.
 
 A backend only implements :meth:`ClassificationLoader._epoch_batches`; epochs, shards,
-``len()``, the skipped-file report and the optional device augmentation live here.
+``len()``, the skipped-file report, mid-epoch resume (``state_dict``) and the optional
+device augmentation live here.
 """
 
 from __future__ import annotations
 
 import numbers
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 
@@ -15,10 +17,18 @@ from gpufeed.backends import BackendChoice
 from gpufeed.pipelines.options import LoaderOptions
 from gpufeed.pipelines.plan import EpochPlan
 from gpufeed.pipelines.seeds import augment_seed
-from gpufeed.pipelines.sources import SampleList, SkipLog, Skipped
+from gpufeed.pipelines.sources import SampleSource, SkipLog, Skipped
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 Augment = Callable[[torch.Tensor, torch.Tensor], Batch]
+#: A batch and its number in the epoch's plan (backends yield these).
+NumberedBatch = tuple[int, torch.Tensor, torch.Tensor]
+
+#: The ``state_dict`` format; a state of another format is refused.
+STATE_FORMAT = "gpufeed.loader/1"
+#: Settings that must match for a saved state to mean the same samples in the same order.
+_STATE_SETTINGS = ("train", "batch_size", "shuffles", "seed", "shard_id", "num_shards", "last_batch",
+                   "shuffle_buffer")
 
 
 class ClassificationLoader:
@@ -39,17 +49,20 @@ class ClassificationLoader:
 
     backend = "abstract"
 
-    def __init__(self, samples: SampleList, options: LoaderOptions, device: torch.device,
+    def __init__(self, samples: SampleSource, options: LoaderOptions, device: torch.device,
                  choice: BackendChoice, gpu_augment: Augment | None = None) -> None:
         self.samples, self.options, self.device, self.choice = samples, options, device, choice
         self.gpu_augment = gpu_augment
         self.plan = EpochPlan(
             len(samples), options.batch_size, shuffle=options.shuffles, seed=options.seed,
             shard_id=options.shard_id, num_shards=options.num_shards, last_batch=options.last_batch,
+            groups=samples.groups, shuffle_buffer=options.shuffle_buffer,
         )
         self.log = SkipLog(options.on_error)
         self.epoch = -1
         self.samples_yielded = 0
+        self._next_batch = 0  # the plan's next batch in the current epoch
+        self._start_at = 0  # the batch the next iter() starts from (load_state_dict)
 
     @property
     def classes(self) -> tuple[str, ...]:
@@ -76,7 +89,59 @@ class ClassificationLoader:
             raise ValueError(f"epoch must be >= 0, got {epoch}")
         epoch = int(epoch)
         self.epoch = epoch - 1
+        self._start_at = 0
         self._restart()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where this loader is: call it after any batch, save it with the checkpoint, and
+        :meth:`load_state_dict` it into a new loader to go on from the next batch.
+
+        After an epoch's last batch the state points at the start of the next epoch.
+        Plain data (ints and strings), so ``torch.save`` and JSON both keep it.
+        """
+        epoch, batch = max(self.epoch, 0), self._next_batch
+        if self.epoch < 0 or batch >= len(self.plan):
+            epoch, batch = (epoch + 1 if self.epoch >= 0 else 0), 0
+        o = self.options
+        return {
+            "format": STATE_FORMAT,
+            "dataset": self.samples.fingerprint(),
+            "settings": {name: _plain(getattr(o, name)) for name in _STATE_SETTINGS},
+            "epoch": epoch,
+            "batch": batch,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Make the next ``iter()`` yield exactly the rest of the epoch ``state`` was
+        taken in: the batches after the last one delivered, with the same samples, crops,
+        flips and (for a ``gpu_augment`` stage without its own seed) augmentation.
+
+        Raises:
+            ValueError: ``state`` is not a loader state, or was taken on another dataset
+                (other files or shard files), or with settings that change the plan
+                (batch size, seed, shuffling, shard, last-batch policy); each difference
+                is named.
+        """
+        if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
+            raise ValueError(f"not a gpufeed loader state (expected format {STATE_FORMAT!r}, got "
+                             f"{state.get('format') if isinstance(state, dict) else type(state).__name__!r})")
+        problems = []
+        mine = self.samples.fingerprint()
+        if state["dataset"] != mine:
+            keys = sorted(set(mine) | set(state["dataset"]))
+            problems += [f"dataset {k}: saved {state['dataset'].get(k)!r}, this loader {mine.get(k)!r}"
+                         for k in keys if state["dataset"].get(k) != mine.get(k)]
+        for name in _STATE_SETTINGS:
+            here = _plain(getattr(self.options, name))
+            if state["settings"].get(name) != here:
+                problems.append(f"{name}: saved {state['settings'].get(name)!r}, this loader {here!r}")
+        if problems:
+            raise ValueError("this loader state belongs to another dataset or plan: " + "; ".join(problems))
+        epoch, batch = int(state["epoch"]), int(state["batch"])
+        if not 0 <= batch <= len(self.plan):
+            raise ValueError(f"state batch {batch} is outside this plan's {len(self.plan)} batches")
+        self.set_epoch(epoch)
+        self._start_at = batch
 
     def _restart(self) -> None:
         """Backends that keep state across epochs drop it here."""
@@ -88,18 +153,26 @@ class ClassificationLoader:
 
     def __iter__(self) -> Iterator[Batch]:
         self.epoch += 1
+        start, self._start_at = self._start_at, 0
+        self._next_batch = start
         self.log.start_epoch()
         self.samples_yielded = 0
-        if self.gpu_augment is not None and getattr(self.gpu_augment, "has_own_seed", True) is False:
-            self.gpu_augment.seed_stream(augment_seed(self.options.seed, self.options.shard_id, self.epoch))
-        for images, labels in self._epoch_batches(self.epoch):
+        reseed = self.gpu_augment is not None and getattr(self.gpu_augment, "has_own_seed", True) is False
+        for number, images, labels in self._epoch_batches(self.epoch, start):
             self.samples_yielded += len(labels)
+            if reseed:  # per batch, so a run resumed mid-epoch draws what this one draws
+                self.gpu_augment.seed_stream(
+                    augment_seed(self.options.seed, self.options.shard_id, self.epoch, number))
             if self.gpu_augment is not None:
                 images, labels = self.gpu_augment(images, labels)
+            self._next_batch = number + 1
             yield images, labels
+        self._next_batch = len(self.plan)
         self.log.warn_new(self.epoch, self.plan.shard_size)
 
-    def _epoch_batches(self, epoch: int) -> Iterator[Batch]:
+    def _epoch_batches(self, epoch: int, start: int) -> Iterator[NumberedBatch]:
+        """``(batch number, images, labels)`` for the plan's batches of ``epoch`` from
+        batch ``start`` on, leaving out batches whose files were all skipped."""
         raise NotImplementedError
 
     def __repr__(self) -> str:
@@ -110,6 +183,11 @@ class ClassificationLoader:
             f"layout={o.layout}, device={self.device}, shard={o.shard_id}/{o.num_shards}, "
             f"last_batch={o.last_batch.value})"
         )
+
+
+def _plain(value: object) -> object:
+    """A setting as plain data for a saved state (enums by value)."""
+    return getattr(value, "value", value)
 
 
 Allocator = Callable[[tuple[int, ...], torch.dtype], torch.Tensor]

@@ -27,11 +27,17 @@ from nvidia.dali.plugin.pytorch import DALIClassificationIterator, LastBatchPoli
 
 from gpufeed.backends import BackendChoice
 from gpufeed.pipelines import geometry
-from gpufeed.pipelines.base import Augment, Batch, ClassificationLoader, Normalizer, ReusedBuffers
+from gpufeed.pipelines.base import (
+    Augment,
+    ClassificationLoader,
+    Normalizer,
+    NumberedBatch,
+    ReusedBuffers,
+)
 from gpufeed.pipelines.dali_pipeline import build_pipeline
 from gpufeed.pipelines.feeds import FileFeed, IteratorSkips, crop_inputs
 from gpufeed.pipelines.options import LoaderOptions
-from gpufeed.pipelines.sources import SampleList, pil_reason, read_bytes, undecodable_reason
+from gpufeed.pipelines.sources import SampleSource, pil_reason, undecodable_reason
 
 _TORCH_DTYPE = {"FLOAT": torch.float32, "FLOAT16": torch.float16, "UINT8": torch.uint8}
 
@@ -63,7 +69,7 @@ class DaliLoader(ClassificationLoader):
 
     backend = "dali"
 
-    def __init__(self, samples: SampleList, options: LoaderOptions, device: torch.device,
+    def __init__(self, samples: SampleSource, options: LoaderOptions, device: torch.device,
                  choice: BackendChoice, gpu_augment: Augment | None = None) -> None:
         super().__init__(samples, options, device, choice, gpu_augment)
         self.device_id = None if self.device.type == "cpu" else (self.device.index or 0)
@@ -78,10 +84,11 @@ class DaliLoader(ClassificationLoader):
     def _new_pipeline(self, stream: tuple[int, ...]):
         # CPU: a deeper queue lets DALI's threads decode ahead while torch resizes.
         return build_pipeline(self._feed, self.options, self.device_id, decode_only=self._on_cpu,
-                              prefetch=3 if self._on_cpu else 2, stream=stream)
+                              prefetch=3 if self._on_cpu else 2, stream=stream,
+                              pixels=self.samples.kind == "pixels")
 
-    def _epoch_batches(self, epoch: int) -> Iterator[Batch]:
-        if self._pipe is not None and self._follows == epoch:
+    def _epoch_batches(self, epoch: int, start: int) -> Iterator[NumberedBatch]:
+        if self._pipe is not None and self._follows == epoch and start == 0:
             # The last epoch ran dry and this is the next one: go on with the same
             # pipeline (the feed draws the crops, so nothing random carries over).
             self._pipe.reset()
@@ -89,7 +96,7 @@ class DaliLoader(ClassificationLoader):
             # A first epoch, a jump (set_epoch), or an epoch left half-way, whose batches
             # may still be queued inside DALI: a fresh pipeline, fed from this epoch.
             self._pipe = None  # free the old pipeline's buffers before allocating new ones
-            self._feed.next_epoch = epoch
+            self._feed.resume(epoch, start)
             self._feed.in_flight.clear()
             self._pipe = self._new_pipeline((epoch,))
         self._follows = None  # until this epoch runs dry
@@ -101,11 +108,11 @@ class DaliLoader(ClassificationLoader):
             except RuntimeError as err:
                 self._recover(err)
                 continue
-            self._feed.in_flight.popleft()
+            number = self._feed.in_flight.popleft()[1]
             # Both conversions read DALI's buffers before the next run() reuses them.
             labels = torch.from_numpy(np.asarray(labels.as_tensor())).view(-1).to(torch.int64)
             images = self._geometry_on_cpu(images) if self._on_cpu else self._from_gpu(images)
-            yield images, labels.to(images.device, non_blocking=True)
+            yield number, images, labels.to(images.device, non_blocking=True)
         self._follows = epoch + 1
 
     def _geometry_on_cpu(self, decoded) -> torch.Tensor:
@@ -150,15 +157,16 @@ class DaliLoader(ClassificationLoader):
         in_flight = list(self._feed.in_flight)
         if not in_flight:
             raise err
-        suspects = [p for _, _, paths in in_flight for p in paths if self.log.known(p) is None]
+        names = self.samples.name
+        suspects = [i for _, _, indices in in_flight for i in indices if self.log.known(names(i)) is None]
         found = False
-        for path in suspects:
-            reason = self._probe_file(path)
+        for i in suspects:
+            reason = self._probe_sample(i)
             if reason is not None:
                 found = True
-                self.log.add(path, reason)  # raises BadImageError under on_error="raise"
+                self.log.add(names(i), reason)  # raises BadImageError under on_error="raise"
         if not found:
-            shown = ", ".join(suspects[:4]) + (" ..." if len(suspects) > 4 else "")
+            shown = ", ".join(map(names, suspects[:4])) + (" ..." if len(suspects) > 4 else "")
             raise RuntimeError(f"DALI failed on a batch of {len(suspects)} files ({shown}), "
                                f"yet each decodes on its own: {err}") from err
         epoch, batch_number = in_flight[0][:2]
@@ -167,17 +175,19 @@ class DaliLoader(ClassificationLoader):
         self._pipe = None
         self._pipe = self._new_pipeline((epoch, batch_number))
 
-    def _probe_file(self, path: str) -> str | None:
-        """Decode one file through the same pipeline, alone: the reason it fails, or None."""
-        data = read_bytes(path)
-        reason = undecodable_reason(data)
+    def _probe_sample(self, index: int) -> str | None:
+        """Decode one sample through the same pipeline, alone: the reason it fails, or None."""
+        data = self.samples.read(index)
+        pixels = self.samples.kind == "pixels"
+        reason = None if pixels else undecodable_reason(data)
         if reason is not None:
             return reason
         if self._probe is None:
-            self._probe = build_pipeline(None, self.options, self.device_id, batch_size=1, prefetch=1)
+            self._probe = build_pipeline(None, self.options, self.device_id, batch_size=1, prefetch=1,
+                                         pixels=pixels)
         inputs = {"encoded": data, "label": np.zeros((), np.int32)}
         if self.options.train:
-            crop = crop_inputs(data, self.options, 0, 0)
+            crop = crop_inputs(data, self.options, 0, 0, pixels)
             if isinstance(crop, str):
                 return crop
             inputs.update(zip(("start", "shape", "flip"), crop, strict=True))
@@ -192,7 +202,7 @@ class DaliLoader(ClassificationLoader):
             cause = [ln.strip(" :") for ln in text.split("encountered:", 1)[-1].splitlines()
                      if ln.strip(" :") and "pipeline object is no longer valid" not in ln]
             op = "image decoder" if "decoders" in text else "pipeline"
-            pil = pil_reason(data)
+            pil = None if pixels else pil_reason(data)
             return (f"DALI's {op} failed on it" + (f" ({'; '.join(cause)})" if cause else "")
                     + (f"; PIL: {pil}" if pil else ""))
         return None
@@ -228,7 +238,7 @@ class DaliLoader(ClassificationLoader):
         log = IteratorSkips(self.options.on_error)
         feed = FileFeed(self.samples, self.plan, log, self.options)
         log.feed = feed
-        pipe = build_pipeline(feed, self.options, self.device_id)
+        pipe = build_pipeline(feed, self.options, self.device_id, pixels=self.samples.kind == "pixels")
         # The feed already applied the last-batch policy, which PARTIAL passes through.
         iterator = _PlannedIterator([pipe], last_batch_policy=LastBatchPolicy.PARTIAL, auto_reset=auto_reset)
         iterator.planned_batches = len(self.plan)

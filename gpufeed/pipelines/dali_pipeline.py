@@ -29,11 +29,11 @@ def _round_half_even(x):
     return k + (x - k) * 2.0 * odd_k  # x - k is 0 or 0.5: .5 rounds k up only when k is odd
 
 
-def _resize_and_centre_crop(encoded, images, shorter: int, size: int):
+def _resize_and_centre_crop(shape, images, shorter: int, size: int):
     """Validation geometry computed exactly as torchvision does it, so the kit's val batches
     match a torchvision reference pixel for pixel in position: the longer side is
-    floor(shorter * long / short) and the crop offset is round((side - size) / 2)."""
-    shape = fn.peek_image_shape(encoded)
+    floor(shorter * long / short) and the crop offset is round((side - size) / 2).
+    ``shape``: the images' ``(H, W, C)``."""
     h, w = fn.cast(shape[0], dtype=types.FLOAT), fn.cast(shape[1], dtype=types.FLOAT)
     h_short = fn.cast(h <= w, dtype=types.FLOAT)
     out_h = h_short * shorter + (1.0 - h_short) * dmath.floor(shorter * h / w)
@@ -54,7 +54,7 @@ TRAIN_INPUTS = (("encoded", types.UINT8, 1), ("label", types.INT32, 0), ("start"
 
 def build_pipeline(source: Callable | FileFeed | None, options: LoaderOptions, device_id: int | None,
                    *, batch_size: int | None = None, prefetch: int = 2, decode_only: bool = False,
-                   stream: tuple[int, ...] = ()) -> Pipeline:
+                   stream: tuple[int, ...] = (), pixels: bool = False) -> Pipeline:
     """Build the classification pipeline.
 
     Args:
@@ -72,6 +72,8 @@ def build_pipeline(source: Callable | FileFeed | None, options: LoaderOptions, d
         stream: mixed into the pipeline's seed with ``options.seed`` and the shard. The
             pipeline has no random operator (the feed draws the crops), so the seed only
             keeps pipelines apart should one be added.
+        pixels: the feed gives decoded ``(H, W, 3)`` uint8 pixels (a raw cache), not
+            encoded files: no decoder, the crop is a slice.
 
     Returns:
         A built pipeline with outputs ``(images, labels)``.
@@ -87,6 +89,8 @@ def build_pipeline(source: Callable | FileFeed | None, options: LoaderOptions, d
     std = [255.0 * s for s in o.std] if o.normalizes else [1.0, 1.0, 1.0]
     mean = [255.0 * m for m in o.mean] if o.normalizes else [0.0, 0.0, 0.0]
     inputs = TRAIN_INPUTS if o.train else TRAIN_INPUTS[:2]
+    if pixels:
+        inputs = (("encoded", types.UINT8, 3), *inputs[1:])
 
     @pipeline_def(enable_conditionals=False)
     def classification():
@@ -99,18 +103,25 @@ def build_pipeline(source: Callable | FileFeed | None, options: LoaderOptions, d
                 cycle="raise",  # StopIteration ends the epoch; reset() calls iter() for the next
             )
         encoded, labels = nodes[0], nodes[1]
+        if pixels:  # decoded ahead of time: to the GPU as they are
+            encoded = fn.reshape(encoded, layout="HWC")
+            decoded = encoded if device_id is None else encoded.gpu()
         if o.train:
             start, shape, mirror = nodes[2:]
-            # Fused decode + crop: only the crop's region of each JPEG is decoded.
-            images = fn.decoders.image_slice(encoded, start=start, shape=shape, axis_names="HW", **decode_args)
+            if pixels:
+                images = fn.slice(decoded, start, shape, axis_names="HW", normalized_anchor=False,
+                                  normalized_shape=False)
+            else:  # fused decode + crop: only the crop's region of each JPEG is decoded
+                images = fn.decoders.image_slice(encoded, start=start, shape=shape, axis_names="HW", **decode_args)
             if decode_only:
                 return fn.flip(images, horizontal=mirror), labels
             images = fn.resize(images, resize_x=o.size, resize_y=o.size)
         else:
-            images = fn.decoders.image(encoded, **decode_args)
+            images = decoded if pixels else fn.decoders.image(encoded, **decode_args)
             if decode_only:
                 return images, labels
-            images = _resize_and_centre_crop(encoded, images, o.resize_shorter, o.size)
+            shape = fn.shapes(encoded) if pixels else fn.peek_image_shape(encoded)
+            images = _resize_and_centre_crop(shape, images, o.resize_shorter, o.size)
             mirror = 0
         images = fn.crop_mirror_normalize(
             images, dtype=_DALI_DTYPE[str(o.dtype)], output_layout="CHW" if o.layout == "NCHW" else "HWC",

@@ -17,22 +17,21 @@ from gpufeed.pipelines.plan import EpochPlan
 from gpufeed.pipelines.seeds import sample_rng
 from gpufeed.pipelines.sources import (
     BadFileMemory,
-    SampleList,
+    SampleSource,
     Skipped,
     image_size,
-    read_bytes,
     undecodable_reason,
 )
 from gpufeed.policies import OnError
 
 
 def crop_inputs(data: np.ndarray, options: LoaderOptions, epoch: int, index: int,
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | str:
+                pixels: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray] | str:
     """The train pipeline's per-sample crop inputs ``(start [top, left], shape [h, w],
     flip)`` for sample ``index`` of ``epoch``, drawn as the torch backend draws them
-    (:func:`gpufeed.pipelines.geometry.train_window`) from the size in the image's header;
-    or the reason the header gives no size."""
-    size = image_size(data)
+    (:func:`gpufeed.pipelines.geometry.train_window`) from the size in the image's header
+    (or of ``(H, W, 3)`` pixels); or the reason the header gives no size."""
+    size = data.shape[:2] if pixels else image_size(data)
     if size is None or min(size) < 1:
         return "unreadable image header (no width and height)"
     rng = sample_rng(options.seed, epoch, index)
@@ -55,7 +54,7 @@ class FileFeed:
     go on from (after a pipeline was rebuilt mid-epoch).
     """
 
-    def __init__(self, samples: SampleList, plan: EpochPlan, log: BadFileMemory,
+    def __init__(self, samples: SampleSource, plan: EpochPlan, log: BadFileMemory,
                  options: LoaderOptions) -> None:
         self.samples, self.plan, self.log, self.options = samples, plan, log, options
         #: The epoch the next plain ``iter()`` starts (DALI calls it as soon as an epoch
@@ -65,8 +64,9 @@ class FileFeed:
         self._batches: list[np.ndarray] = []
         self._pos = 0
         self._resume: tuple[int, int] | None = None
-        #: ``(epoch, batch number, paths)`` handed to DALI and not yet taken out, in order.
-        self.in_flight: deque[tuple[int, int, list[str]]] = deque()
+        #: ``(epoch, batch number, sample indices)`` handed to DALI and not yet taken out,
+        #: in order.
+        self.in_flight: deque[tuple[int, int, list[int]]] = deque()
 
     def __iter__(self) -> FileFeed:
         if self._resume is None:
@@ -84,27 +84,29 @@ class FileFeed:
 
     def __next__(self) -> tuple:
         train = self.options.train
+        source = self.samples
+        pixels = source.kind == "pixels"
         while self._pos < len(self._batches):
             number, self._pos = self._pos, self._pos + 1
             encoded, labels, crops = [], [], []
             for i in self._batches[number]:
-                path = self.samples.paths[i]
+                path = source.name(i)
                 reason = self.log.known(path)
                 data = crop = None
                 if reason is None:
-                    data = read_bytes(path)
-                    reason = undecodable_reason(data)
+                    data = source.read(i)
+                    reason = None if pixels else undecodable_reason(data)
                 if reason is None and train:
-                    crop = crop_inputs(data, self.options, self.epoch, int(i))
+                    crop = crop_inputs(data, self.options, self.epoch, int(i), pixels)
                     reason = crop if isinstance(crop, str) else None
                 if reason is not None:
                     self.log.add(path, reason)
                     continue
                 encoded.append(data)
-                labels.append(self.samples.labels[i])
+                labels.append(source.labels[i])
                 crops.append(crop)
             if encoded:
-                self.in_flight.append((self.epoch, number, [self.samples.paths[i] for i in self._batches[number]]))
+                self.in_flight.append((self.epoch, number, [int(i) for i in self._batches[number]]))
                 labels = np.asarray(labels, dtype=np.int32)
                 if not train:
                     return encoded, labels

@@ -9,20 +9,23 @@ from dataclasses import fields
 import torch
 
 from gpufeed.backends import choose_image_backend, resolve_device
+from gpufeed.datasets.samples import SampleSource
 from gpufeed.pipelines.base import Augment, ClassificationLoader
 from gpufeed.pipelines.options import (
+    DEFAULT_SHUFFLE_BUFFER,
     IMAGENET_MEAN,
     IMAGENET_STD,
+    Cache,
     LastBatch,
     LoaderOptions,
     OnError,
     resolve_shard,
 )
-from gpufeed.pipelines.sources import read_file_list, scan_image_folder
+from gpufeed.pipelines.sources import open_source
 
 
 def classification_loader(
-    root: str | os.PathLike[str] | None = None,
+    source: str | os.PathLike[str] | Sequence[str] | SampleSource | None = None,
     *,
     train: bool,
     batch_size: int,
@@ -45,6 +48,8 @@ def classification_loader(
     scale: Sequence[float] = (0.08, 1.0),
     ratio: Sequence[float] = (3 / 4, 4 / 3),
     gpu_augment: Augment | None = None,
+    shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
+    cache: str | Cache = "none",
 ) -> ClassificationLoader:
     """An image-classification loader: ``(images, labels)`` batches on the device.
 
@@ -53,8 +58,13 @@ def classification_loader(
     ``val_resize`` (default ``size / 0.875``: 256 for 224), centre crop, normalise.
 
     Args:
-        root: ImageFolder-style tree ``root/<class>/<image>`` (classes sorted by name),
-            or the base folder of ``file_list``.
+        source: where the images are (:func:`~gpufeed.pipelines.sources.open_source`):
+            an ImageFolder-style tree ``root/<class>/<image>`` (classes sorted by name;
+            the files torchvision's ``ImageFolder`` would load); WebDataset or TFRecord
+            shards: a pattern (``"train-{000000..000127}.tar"``, a glob), a file or a
+            list; a folder written by ``gpufeed convert`` (shards or a raw cache); the
+            base folder of ``file_list``; or a
+            :class:`~gpufeed.datasets.samples.SampleSource`.
         train: training augmentation (and shuffling by default) or validation transforms.
         batch_size: samples per batch.
         size: output height and width.
@@ -91,10 +101,18 @@ def classification_loader(
             batches would come class by class). A stage built without a seed is reseeded
             by the loader every epoch from ``(seed, shard_id, epoch)``, so ``set_epoch``
             repeats its draws too; one given ``seed=`` keeps its own stream.
+        shuffle_buffer: for shards, the window samples are mixed in: shuffling reads
+            shard files whole in a random order and mixes each sample within this many
+            neighbours (WebDataset's shuffle buffer), so reads stay sequential.
+        cache: ``"none"`` or ``"ram"``: read the dataset (encoded bytes, or a raw
+            cache's pixels) once into shared memory that every worker and thread reads,
+            refused up front when it does not fit in the memory available.
 
     Returns:
         A :class:`ClassificationLoader`; with the DALI backend,
         ``loader.dali_iterator()`` gives a real ``DALIClassificationIterator``.
+        ``loader.state_dict()`` after any batch, loaded into a new loader with
+        ``load_state_dict``, resumes mid-epoch.
 
     Example:
         >>> loader = classification_loader("data/train", train=True, batch_size=256)
@@ -107,12 +125,11 @@ def classification_loader(
             "gpu_augment needs the raw pixels: pass dtype=torch.uint8 and layout='NCHW' "
             f"(got dtype={dtype}, layout={layout!r}) and let the stage normalise"
         )
-    if file_list is not None:
-        samples = read_file_list(file_list, root)
-    elif root is None:
-        raise ValueError("give root (an ImageFolder tree) or file_list")
-    else:
-        samples = scan_image_folder(root)
+    samples = open_source(source, file_list=file_list)
+    if Cache.parse(cache, "cache") == Cache.RAM:
+        from gpufeed.datasets.ram_cache import RamCache
+
+        samples = RamCache(samples)
     settings = {f.name: arguments[f.name] for f in fields(LoaderOptions)}
     settings["shard_id"], settings["num_shards"] = resolve_shard(shard_id, num_shards)
     options = LoaderOptions(**settings)

@@ -18,6 +18,9 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 
 _DTYPES = (torch.float32, torch.float16, torch.uint8)
 
+#: Samples mixed together when shuffling a sharded source (WebDataset's usual buffer).
+DEFAULT_SHUFFLE_BUFFER = 1024
+
 
 class LastBatch(StrOption):
     """What happens to a shard's last, incomplete batch (DALI's ``LastBatchPolicy``).
@@ -34,11 +37,24 @@ class LastBatch(StrOption):
 
     ``fill`` pads with the first samples of the shard's own epoch order, so every batch
     has ``batch_size`` samples (what DALI's FILL does when the reader wraps around).
+
+    With several shards (ranks), whose sizes differ by at most one sample, ``drop`` and
+    ``fill`` give every shard the same number of batches, so the ranks of a distributed
+    job step together: ``drop`` keeps the smallest shard's full batches on every shard,
+    ``fill`` pads every shard to the largest shard's batch count. ``partial`` yields each
+    sample once, and shards may then differ by one batch.
     """
 
     PARTIAL = "partial"
     DROP = "drop"
     FILL = "fill"
+
+
+class Cache(StrOption):
+    """Where a loader keeps the dataset between epochs (``cache=``)."""
+
+    NONE = "none"  # read from storage every epoch (the OS page cache permitting)
+    RAM = "ram"  # read once into shared memory, used by every worker and thread
 
 
 def default_shard() -> tuple[int, int]:
@@ -91,6 +107,7 @@ class LoaderOptions:
     val_resize: int | None
     scale: tuple[float, float]
     ratio: tuple[float, float]
+    shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER
 
     def __post_init__(self) -> None:
         def bad(name: str, value: object, want: str) -> ValueError:
@@ -142,6 +159,8 @@ class LoaderOptions:
             raise bad("scale", self.scale, "(lo, hi) with 0 < lo <= hi <= 1")
         if not 0 < self.ratio[0] <= self.ratio[1]:
             raise bad("ratio", self.ratio, "(lo, hi) with 0 < lo <= hi")
+        if not integer(self.shuffle_buffer) or self.shuffle_buffer < 1:
+            raise bad("shuffle_buffer", self.shuffle_buffer, "a positive int")
         if self.val_resize is not None and self.val_resize < self.size:
             raise bad("val_resize", self.val_resize, f">= size ({self.size})")
 

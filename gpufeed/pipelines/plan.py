@@ -2,15 +2,40 @@
 
 One plan drives every backend, so shuffling, sharding and the last-batch policy are the
 same whichever decodes: within an epoch with ``partial`` every sample appears exactly
-once across all shards.
+once across all shards (ranks), and with ``drop`` or ``fill`` every shard has the same
+number of batches, so no rank of a distributed job waits for another at the end of an
+epoch.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from gpufeed.pipelines.options import LastBatch
+from gpufeed.pipelines.options import DEFAULT_SHUFFLE_BUFFER, LastBatch
 from gpufeed.pipelines.seeds import shuffle_rng
+
+
+def grouped_order(groups: np.ndarray, rng: np.random.Generator, buffer: int) -> np.ndarray:
+    """A shuffled order of ``sum(groups)`` indices that reads storage units in turn.
+
+    Units (shards of ``groups[k]`` consecutive samples) are read whole, in a random order,
+    and samples are mixed within a sliding window: each position gets the key
+    ``position + uniform(0, buffer)`` and the order sorts by key, so a sample moves at most
+    ``buffer`` places and a reader only ever has about ``buffer`` samples of one or two
+    shards in flight (WebDataset's shuffle buffer, computed ahead, so any epoch and any
+    position in it can be replayed).
+    """
+    groups = np.asarray(groups, dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(groups)[:-1]])
+    units = rng.permutation(len(groups))
+    sizes = groups[units]
+    # concatenated aranges of the units in their new order, without a Python loop
+    offsets = np.repeat(starts[units] - np.concatenate([[0], np.cumsum(sizes)[:-1]]), sizes)
+    order = np.arange(int(sizes.sum()), dtype=np.int64) + offsets
+    if buffer > 1:
+        keys = np.arange(len(order)) + rng.uniform(0, buffer, len(order))
+        order = order[np.argsort(keys, kind="stable")]
+    return order
 
 
 class EpochPlan:
@@ -18,7 +43,10 @@ class EpochPlan:
 
     Every shard computes the same global order (seeded by ``seed`` and the epoch), then
     takes its contiguous slice ``[n*i//S, n*(i+1)//S)``: slices differ by at most one
-    sample, and they partition the epoch.
+    sample, and they partition the epoch. For a source stored in units read in order
+    (``groups``: samples per shard file), the order permutes units and mixes samples
+    within ``shuffle_buffer`` (:func:`grouped_order`), so each rank reads whole shard
+    files, split only where there are fewer files than ranks.
 
     Args:
         num_samples: dataset size.
@@ -27,16 +55,23 @@ class EpochPlan:
         seed: the same on every shard (otherwise shards overlap).
         shard_id, num_shards: this shard and the shard count.
         last_batch: the :class:`LastBatch` policy.
+        groups: samples per storage unit, in index order, or None (any order is cheap).
+        shuffle_buffer: the window samples are mixed in when ``groups`` is given.
     """
 
     def __init__(self, num_samples: int, batch_size: int, *, shuffle: bool, seed: int,
-                 shard_id: int, num_shards: int, last_batch: LastBatch) -> None:
+                 shard_id: int, num_shards: int, last_batch: LastBatch,
+                 groups: np.ndarray | None = None, shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER) -> None:
         if num_samples < num_shards:
             raise ValueError(f"{num_samples} samples cannot fill {num_shards} shards")
+        if groups is not None and int(np.sum(groups)) != num_samples:
+            raise ValueError(f"groups hold {int(np.sum(groups))} samples, not {num_samples}")
         self.num_samples, self.batch_size = num_samples, batch_size
         self.shuffle, self.seed = shuffle, seed
         self.shard_id, self.num_shards = shard_id, num_shards
         self.last_batch = LastBatch(last_batch)
+        self.groups = None if groups is None else np.asarray(groups, dtype=np.int64)
+        self.shuffle_buffer = shuffle_buffer
 
     @property
     def shard_size(self) -> int:
@@ -44,24 +79,35 @@ class EpochPlan:
         return n * (i + 1) // s - n * i // s
 
     def __len__(self) -> int:
-        """Batches per epoch for this shard."""
-        full, rest = divmod(self.shard_size, self.batch_size)
-        return full + (rest > 0 and self.last_batch != LastBatch.DROP)
+        """Batches per epoch for this shard: with ``drop`` and ``fill`` the same on every
+        shard (the smallest shard's full batches; the largest shard's, padded)."""
+        n, s, b = self.num_samples, self.num_shards, self.batch_size
+        if self.last_batch == LastBatch.DROP:
+            return (n // s) // b
+        if self.last_batch == LastBatch.FILL:
+            largest = -(-n // s)
+            return -(-largest // b)
+        return -(-self.shard_size // b)
+
+    def order(self, epoch: int) -> np.ndarray:
+        """Every sample index, in ``epoch``'s global order (the same on every shard)."""
+        n = self.num_samples
+        if not self.shuffle:
+            return np.arange(n)
+        rng = shuffle_rng(self.seed, epoch)
+        if self.groups is None:
+            return rng.permutation(n)
+        return grouped_order(self.groups, rng, self.shuffle_buffer)
 
     def shard_indices(self, epoch: int) -> np.ndarray:
         """This shard's sample indices for ``epoch``, in order."""
         n = self.num_samples
-        order = shuffle_rng(self.seed, epoch).permutation(n) if self.shuffle else np.arange(n)
-        return order[n * self.shard_id // self.num_shards: n * (self.shard_id + 1) // self.num_shards]
+        return self.order(epoch)[n * self.shard_id // self.num_shards: n * (self.shard_id + 1) // self.num_shards]
 
     def batches(self, epoch: int) -> list[np.ndarray]:
         """This shard's batches of sample indices for ``epoch``, after the last-batch policy."""
         idx = self.shard_indices(epoch)
-        out = [idx[i: i + self.batch_size] for i in range(0, len(idx), self.batch_size)]
-        if out and len(out[-1]) < self.batch_size:
-            if self.last_batch == LastBatch.DROP:
-                out.pop()
-            elif self.last_batch == LastBatch.FILL:
-                pad = np.resize(idx, self.batch_size - len(out[-1]))  # wraps round the shard
-                out[-1] = np.concatenate([out[-1], pad])
-        return out
+        b, count = self.batch_size, len(self)
+        if self.last_batch == LastBatch.FILL and len(idx) < count * b:
+            idx = np.concatenate([idx, np.resize(idx, count * b - len(idx))])  # wraps round the shard
+        return [idx[i * b: (i + 1) * b] for i in range(count)]

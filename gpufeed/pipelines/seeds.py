@@ -21,7 +21,7 @@ class Stream(IntEnum):
     SHUFFLE = 1  # an epoch's global sample order: (seed, epoch), the same on every shard
     SAMPLE = 2  # one sample's random crop and flip in the torch backend: (seed, epoch, index)
     DALI = 3  # a DALI pipeline's random ops: (seed, shard, epoch[, batch it restarts at])
-    AUGMENT = 4  # a gpu_augment stage without a seed of its own: (seed, shard, epoch)
+    AUGMENT = 4  # a gpu_augment stage without a seed of its own: (seed, shard, epoch, batch)
 
 
 def mix_seed(stream: Stream, *entropy: int, bits: int) -> int:
@@ -52,8 +52,8 @@ def dali_seed(seed: int, shard_id: int, *stream: int) -> int:
     return mix_seed(Stream.DALI, seed, shard_id, *stream, bits=31)
 
 
-def augment_seed(seed: int, shard_id: int, epoch: int) -> int:
-    """The seed a loader gives an unseeded ``gpu_augment`` stage for one epoch of one
-    shard: a function of these three numbers only, so a resumed run repeats it, and
-    shards (which see different images) do not draw in lockstep."""
-    return mix_seed(Stream.AUGMENT, seed, shard_id, epoch, bits=62)
+def augment_seed(seed: int, shard_id: int, epoch: int, batch: int) -> int:
+    """The seed a loader gives an unseeded ``gpu_augment`` stage for one batch of one
+    epoch of one shard: a function of these numbers only, so a run resumed at any epoch
+    or batch repeats it, and shards (which see different images) do not draw in lockstep."""
+    return mix_seed(Stream.AUGMENT, seed, shard_id, epoch, batch, bits=62)

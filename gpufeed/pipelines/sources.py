@@ -1,20 +1,25 @@
-"""Where samples come from: ImageFolder trees and file lists, and the byte-level checks
-that keep an undecodable file from ever reaching a decoder.
+"""Where samples come from: ImageFolder trees and file lists (one file per sample; the
+other storage formats are in :mod:`gpufeed.datasets.shards`), :func:`open_source` that
+picks the format, and the byte-level checks that keep an undecodable file from ever
+reaching a decoder.
 
 Both backends read files here, so a file is judged the same way whichever one runs.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from gpufeed.datasets.samples import SampleSource
+from gpufeed.datasets.storage import LOCAL, Storage
 from gpufeed.policies import OnError
 
 
@@ -34,28 +39,83 @@ class Skipped:
     reason: str
 
 
-@dataclass(frozen=True)
-class SampleList:
-    """The files of a dataset, their integer labels and the class names behind them."""
+@dataclass(frozen=True, eq=False)
+class SampleList(SampleSource):
+    """One file per sample: an image folder or a file list, with labels and class names."""
 
     paths: tuple[str, ...]
     labels: tuple[int, ...]
     classes: tuple[str, ...]
+    storage: Storage = field(default=LOCAL, repr=False)
+    #: Files in class folders that are not images (no image extension), left out.
+    ignored: int = 0
 
-    def __len__(self) -> int:
-        return len(self.paths)
+    def read(self, index: int) -> np.ndarray:
+        return self.storage.read_file(self.paths[index])
+
+    def name(self, index: int) -> str:
+        return self.paths[index]
+
+    def fingerprint(self) -> dict:
+        digest = hashlib.sha1("\n".join(f"{p}\t{lbl}" for p, lbl in zip(self.paths, self.labels, strict=True))
+                              .encode()).hexdigest()
+        return {"kind": "files", "samples": len(self.paths), "classes": len(self.classes), "digest": digest}
+
+    def nbytes(self) -> int:
+        return sum(os.path.getsize(p) for p in self.paths)
+
+    @property
+    def files(self) -> list[str]:
+        return list(self.paths)
 
 
-def scan_image_folder(root: str | os.PathLike[str]) -> SampleList:
-    """List ``root/<class>/**/<file>``: one label per class folder, in sorted order.
+def open_source(source: str | os.PathLike[str] | Sequence | SampleSource | None, *,
+                file_list: str | os.PathLike[str] | Sequence[tuple[str, int]] | None = None,
+                storage: Storage = LOCAL) -> SampleSource:
+    """The :class:`SampleSource` that ``source`` names.
 
-    Every regular, non-hidden file is a sample, whatever its extension: a file that is
-    not an image is reported when it is read, never silently dropped. Empty class
-    folders keep their label (so label numbers do not shift) and raise one warning.
+    - a :class:`SampleSource`: itself;
+    - with ``file_list``: that list, paths relative to ``source`` (:func:`read_file_list`);
+    - WebDataset or TFRecord shards: a pattern (``train-{000000..000127}.tar``, a glob),
+      a shard file or a list of them (:func:`gpufeed.datasets.shards.open_shards`);
+    - a folder written by ``gpufeed convert`` (shards or a raw cache; its manifest says
+      which);
+    - otherwise an ImageFolder tree (:func:`scan_image_folder`).
+    """
+    from gpufeed.datasets import shards
+
+    if isinstance(source, SampleSource):
+        return source
+    if file_list is not None:
+        return read_file_list(file_list, source, storage)
+    if source is None:
+        raise ValueError("give a source (an ImageFolder tree, shards or a raw cache) or file_list")
+    if shards.is_shard_spec(source):
+        return shards.open_shards(source, storage)
+    if shards.converted_format(source) is not None:
+        return shards.open_converted(source, storage)
+    return scan_image_folder(source, storage)
+
+
+#: The extensions torchvision's ``ImageFolder`` loads (compared lower-case), so a folder
+#: source counts the samples it would.
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+
+
+def scan_image_folder(root: str | os.PathLike[str], storage: Storage = LOCAL) -> SampleList:
+    """List ``root/<class>/**/<image>``: one label per class folder, in sorted order.
+
+    A sample is a file that torchvision's ``ImageFolder`` would load: one with an image
+    extension (:data:`IMAGE_EXTENSIONS`, any case), so ``len()`` matches it. Other files
+    in class folders (``.DS_Store``, notes) are left out and counted in one warning; a
+    file with an image extension that does not decode is still a sample, skipped and
+    reported when it is read. Hidden class folders (``.ipynb_checkpoints``) are not
+    classes (ImageFolder would make them one). Empty class folders keep their label (so
+    label numbers do not shift) and raise one warning.
 
     Raises:
         FileNotFoundError: ``root`` does not exist.
-        ValueError: ``root`` is not a folder or has no class folders.
+        ValueError: ``root`` is not a folder, has no class folders or no images.
     """
     root = Path(root)
     if not root.exists():
@@ -68,27 +128,34 @@ def scan_image_folder(root: str | os.PathLike[str]) -> SampleList:
     paths: list[str] = []
     labels: list[int] = []
     empty: list[str] = []
+    others: list[str] = []
     for label, name in enumerate(classes):
-        files = sorted(
-            str(p) for p in (root / name).rglob("*")
-            if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts)
-        )
+        files: list[str] = []
+        for folder, dirs, names in os.walk(root / name, followlinks=True):  # as ImageFolder walks
+            dirs.sort()
+            for file in sorted(names):
+                (files if file.lower().endswith(IMAGE_EXTENSIONS) else others).append(os.path.join(folder, file))
         if not files:
             empty.append(name)
         paths += files
         labels += [label] * len(files)
+    if others:
+        shown = ", ".join(os.path.relpath(p, root) for p in others[:3]) + (" ..." if len(others) > 3 else "")
+        warnings.warn(f"gpufeed: {root}: left out {len(others)} file(s) without an image extension "
+                      f"({shown}); {len(paths)} images kept", stacklevel=4)
     if empty:
         warnings.warn(
-            f"gpufeed: {len(empty)} empty class folder(s) under {root}: {', '.join(empty)} "
-            "(their labels are kept, no samples)", stacklevel=3,
+            f"gpufeed: {len(empty)} class folder(s) under {root} without images: {', '.join(empty)} "
+            "(their labels are kept, no samples)", stacklevel=4,
         )
     if not paths:
-        raise ValueError(f"image root {root} has class folders but no files")
-    return SampleList(tuple(paths), tuple(labels), tuple(classes))
+        raise ValueError(f"image root {root} has class folders but no images ({', '.join(IMAGE_EXTENSIONS)})")
+    return SampleList(tuple(paths), tuple(labels), tuple(classes), storage, ignored=len(others))
 
 
 def read_file_list(
     file_list: str | os.PathLike[str] | Sequence[tuple[str, int]], root: str | os.PathLike[str] | None = None,
+    storage: Storage = LOCAL,
 ) -> SampleList:
     """Samples from a file list: DALI's text format (``relative/path label`` per line) or
     a sequence of ``(path, label)`` pairs. Relative paths are taken from ``root``, by
@@ -136,7 +203,7 @@ def read_file_list(
     if min(lbl for _, lbl in pairs) < 0:
         raise ValueError(f"file list {file_list!r} has a negative label")
     classes = tuple(str(i) for i in range(max(lbl for _, lbl in pairs) + 1))
-    return SampleList(tuple(p for p, _ in pairs), tuple(lbl for _, lbl in pairs), classes)
+    return SampleList(tuple(p for p, _ in pairs), tuple(lbl for _, lbl in pairs), classes, storage)
 
 
 def _check_files_exist(paths: list[str], where: list[str]) -> None:

@@ -22,11 +22,17 @@ from torchvision.transforms.v2 import functional as TF
 
 from gpufeed.backends import BackendChoice
 from gpufeed.pipelines import geometry
-from gpufeed.pipelines.base import Augment, Batch, ClassificationLoader, Normalizer, shared_empty
+from gpufeed.pipelines.base import (
+    Augment,
+    ClassificationLoader,
+    Normalizer,
+    NumberedBatch,
+    shared_empty,
+)
 from gpufeed.pipelines.options import LoaderOptions
 from gpufeed.pipelines.plan import EpochPlan
 from gpufeed.pipelines.seeds import sample_rng
-from gpufeed.pipelines.sources import SampleList, image_format, read_bytes, undecodable_reason
+from gpufeed.pipelines.sources import SampleSource, image_format, undecodable_reason
 
 # torchvision 0.29 deprecates its image codecs in favour of TorchCodec, warning on every
 # call; they remain the fastest decoder a DataLoader user has today, so the kit keeps
@@ -54,35 +60,39 @@ def decode_rgb(data: np.ndarray) -> torch.Tensor:
 
 
 class _Files(Dataset):
-    """Index ``(epoch, i)`` -> ``(i, uint8 (1, 3, size, size) image or None, reason or None)``.
+    """Key ``(epoch, batch number, i)`` -> ``(number, i, uint8 (1, 3, size, size) image or
+    None, reason or None)``.
 
     Randomness comes from a generator per (seed, epoch, sample), not per worker, so a
-    seeded run repeats whatever the number of workers.
+    seeded run repeats whatever the number of workers, and from any batch on.
     """
 
-    def __init__(self, paths: tuple[str, ...], options: LoaderOptions) -> None:
-        self.paths, self.options = paths, options
+    def __init__(self, source: SampleSource, options: LoaderOptions) -> None:
+        self.source, self.options = source, options
 
     def __len__(self) -> int:
-        return len(self.paths)
+        return len(self.source)
 
-    def __getitem__(self, key: tuple[int, int]) -> tuple[int, torch.Tensor | None, str | None]:
-        epoch, i = key
-        data = read_bytes(self.paths[i])
-        reason = undecodable_reason(data)
-        if reason is not None:
-            return i, None, reason
-        try:
-            image = geometry.hwc_view(decode_rgb(data))
-        except (RuntimeError, OSError, ValueError) as exc:
-            # torchvision prefixes the C++ source location: keep the decoder's own words.
-            words = re.sub(r"^[\w ]+, \S+:\d+, ", "", str(exc).splitlines()[0])
-            return i, None, f"could not decode: {words}"
+    def __getitem__(self, key: tuple[int, int, int]) -> tuple[int, int, torch.Tensor | None, str | None]:
+        epoch, number, i = key
+        data = self.source.read(i)
+        if self.source.kind == "pixels":  # decoded ahead of time (a raw cache)
+            image = geometry.hwc_view(torch.from_numpy(data))
+        else:
+            reason = undecodable_reason(data)
+            if reason is not None:
+                return number, i, None, reason
+            try:
+                image = geometry.hwc_view(decode_rgb(data))
+            except (RuntimeError, OSError, ValueError) as exc:
+                # torchvision prefixes the C++ source location: keep the decoder's own words.
+                words = re.sub(r"^[\w ]+, \S+:\d+, ", "", str(exc).splitlines()[0])
+                return number, i, None, f"could not decode: {words}"
         o = self.options
         if o.train:
             rng = sample_rng(o.seed, epoch, i)
-            return i, geometry.train_crop(image, rng, o.size, o.scale, o.ratio), None
-        return i, geometry.val_crop(image, o.resize_shorter, o.size), None
+            return number, i, geometry.train_crop(image, rng, o.size, o.scale, o.ratio), None
+        return number, i, geometry.val_crop(image, o.resize_shorter, o.size), None
 
 
 class _Collate:
@@ -92,28 +102,30 @@ class _Collate:
     def __init__(self, labels: tuple[int, ...], options: LoaderOptions, finish: Normalizer) -> None:
         self.labels, self.size, self.finish = labels, options.size, finish
 
-    def __call__(self, items: list[tuple[int, torch.Tensor | None, str | None]]):
-        good = [(i, img) for i, img, _ in items if img is not None]
-        bad = [(i, reason) for i, img, reason in items if img is None]
+    def __call__(self, items: list[tuple[int, int, torch.Tensor | None, str | None]]):
+        number = items[0][0]
+        good = [(i, img) for _, i, img, _ in items if img is not None]
+        bad = [(i, reason) for _, i, img, reason in items if img is None]
         images, view = self.finish.output(len(good), self.size, self.size, torch.device("cpu"))
         for k, (_, img) in enumerate(good):
             self.finish.fill(view[k: k + 1], img)
         labels = torch.tensor([self.labels[i] for i, _ in good], dtype=torch.int64)
-        return images, labels, bad
+        return number, images, labels, bad
 
 
 class _PlanSampler(Sampler):
-    """Batches of ``(epoch, index)`` keys from the epoch plan; the loader sets the epoch."""
+    """Batches of ``(epoch, batch number, index)`` keys from the epoch plan, from batch
+    ``start`` on; the loader sets the epoch and the start."""
 
     def __init__(self, plan: EpochPlan) -> None:
-        self.plan, self.epoch = plan, 0
+        self.plan, self.epoch, self.start = plan, 0, 0
 
     def __len__(self) -> int:
-        return len(self.plan)
+        return len(self.plan) - self.start
 
-    def __iter__(self) -> Iterator[list[tuple[int, int]]]:
-        for batch in self.plan.batches(self.epoch):
-            yield [(self.epoch, int(i)) for i in batch]
+    def __iter__(self) -> Iterator[list[tuple[int, int, int]]]:
+        for number, batch in enumerate(self.plan.batches(self.epoch)[self.start:], self.start):
+            yield [(self.epoch, number, int(i)) for i in batch]
 
 
 class TorchLoader(ClassificationLoader):
@@ -121,7 +133,7 @@ class TorchLoader(ClassificationLoader):
 
     backend = "torch"
 
-    def __init__(self, samples: SampleList, options: LoaderOptions, device: torch.device,
+    def __init__(self, samples: SampleSource, options: LoaderOptions, device: torch.device,
                  choice: BackendChoice, gpu_augment: Augment | None = None) -> None:
         super().__init__(samples, options, device, choice, gpu_augment)
         o = self.options
@@ -139,7 +151,7 @@ class TorchLoader(ClassificationLoader):
         # when DALI is not loaded here.
         context = None if workers == 0 or "nvidia.dali" not in sys.modules else "forkserver"
         self._loader = DataLoader(
-            _Files(self.samples.paths, o),
+            _Files(self.samples, o),
             batch_sampler=self._sampler,
             num_workers=workers,
             collate_fn=_Collate(self.samples.labels, o, in_workers),
@@ -168,14 +180,14 @@ class TorchLoader(ClassificationLoader):
                 "(as for the spawn start method), or pass num_workers=0"
             ) from err
 
-    def _epoch_batches(self, epoch: int) -> Iterator[Batch]:
-        self._sampler.epoch = epoch
-        for images, labels, bad in self._batches():
+    def _epoch_batches(self, epoch: int, start: int) -> Iterator[NumberedBatch]:
+        self._sampler.epoch, self._sampler.start = epoch, start
+        for number, images, labels, bad in self._batches():
             for i, reason in bad:
-                self.log.add(self.samples.paths[i], reason)
+                self.log.add(self.samples.name(i), reason)
             if len(labels) == 0:
                 continue
             if self.device.type == "cuda":
                 images = self._finish(images.to(self.device, non_blocking=True))
                 labels = labels.to(self.device, non_blocking=True)
-            yield images, labels
+            yield number, images, labels

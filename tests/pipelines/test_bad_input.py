@@ -26,6 +26,8 @@ BAD = {  # file name -> words the reason must contain
     "animation.gif": "unsupported image format (GIF)",
 }
 DECODABLE = ("picture.png", "gray.jpg", "cmyk.jpg")
+#: Files a folder source leaves out (no image extension: ImageFolder would not load them).
+NOT_IMAGES = ("readme.txt", "animation.gif", ".DS_Store")
 
 
 @pytest.fixture(scope="module")
@@ -51,28 +53,46 @@ def messy_folder(tmp_path_factory) -> Path:
         img.save(root / "class_001" / "picture.png")
         img.convert("L").save(root / "class_001" / "gray.jpg")
         img.convert("CMYK").save(root / "class_001" / "cmyk.jpg")
+    (bad / ".DS_Store").write_bytes(b"\0\0\0\1Bud1")
     (root / "class_002").mkdir()
     return root
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_bad_files_are_skipped_reported_and_counted_exactly(messy_folder, backend):
-    with pytest.warns(UserWarning, match="empty class folder"):
+    bad_images = {name: words for name, words in BAD.items() if name not in NOT_IMAGES}
+    with pytest.warns(UserWarning) as built:
         loader = load(messy_folder, backend, train=True, batch_size=4, size=32)
-    assert len(loader.samples) == 12 + len(BAD) + len(DECODABLE)
+    # files without an image extension: left out, counted once in one line at build time
+    messages = [str(w.message) for w in built]
+    assert any("class folder(s)" in m and "class_002" in m for m in messages)
+    assert any(f"left out {len(NOT_IMAGES)} file(s) without an image extension" in m for m in messages)
+    assert loader.samples.ignored == len(NOT_IMAGES)
+    assert len(loader.samples) == 12 + len(bad_images) + len(DECODABLE)
     assert loader.classes == ("class_000", "class_001", "class_002")
     for epoch in range(2):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             yielded = sum(len(y) for _, y in loader)
         reasons = {os.path.basename(s.path): s.reason for s in loader.skipped}
-        assert set(reasons) == set(BAD), reasons
-        for name, words in BAD.items():
+        assert set(reasons) == set(bad_images), reasons
+        for name, words in bad_images.items():
             assert words in reasons[name], (name, reasons[name])
-        assert yielded + len(loader.skipped) == len(loader.samples) == loader.samples_yielded + len(BAD)
+        assert yielded + len(loader.skipped) == len(loader.samples) == loader.samples_yielded + len(bad_images)
         gpufeed_warnings = [w for w in caught if "skipped" in str(w.message)]
         # one warning line the first time these files turn up, none after
         assert len(gpufeed_warnings) == (1 if epoch == 0 else 0)
+
+
+def test_a_folder_counts_the_samples_torchvision_imagefolder_counts(messy_folder):
+    from torchvision.datasets import ImageFolder
+
+    with pytest.warns(UserWarning):
+        loader = classification_loader(messy_folder, train=False, batch_size=4, backend="torch", device="cpu")
+    reference = ImageFolder(messy_folder, allow_empty=True)
+    assert len(loader.samples) == len(reference)
+    assert list(loader.samples.paths) == [p for p, _ in reference.samples]
+    assert list(loader.samples.labels) == [y for _, y in reference.samples]
 
 
 @pytest.mark.skipif(not dali_installed(), reason="DALI not installed")

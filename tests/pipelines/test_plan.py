@@ -38,14 +38,42 @@ def test_documented_table_for_ten_samples_batch_four():
     assert batches("fill") == ([[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 0, 1]], 3)
 
 
-@pytest.mark.parametrize("shards", [2, 3])
-def test_drop_and_fill_counts_per_shard(shards):
-    for p in plans(23, 4, shards, "drop"):
-        assert sum(len(b) for b in p.batches(0)) == (p.shard_size // 4) * 4
-        assert len(p.batches(0)) == len(p)
-    for p in plans(23, 4, shards, "fill"):
-        got = np.concatenate(p.batches(0))
-        assert len(got) == len(p) * 4 and set(got) == set(p.shard_indices(0))
+@pytest.mark.parametrize(("n", "batch", "shards"), [(23, 4, 2), (23, 4, 3), (9, 2, 2), (11, 3, 2), (64, 8, 3)])
+def test_drop_and_fill_give_every_shard_the_same_number_of_full_batches(n, batch, shards):
+    """Shard sizes differ by one; a rank with one batch more would leave the others
+    waiting in a collective at the end of the epoch (DDP hangs)."""
+    for policy in ("drop", "fill"):
+        group = plans(n, batch, shards, policy)
+        counts = {len(p.batches(0)) for p in group} | {len(p) for p in group}
+        assert len(counts) == 1, (policy, counts)
+        for p in group:
+            got = p.batches(0)
+            assert all(len(b) == batch for b in got)
+            if policy == "drop":  # the smallest shard's full batches
+                assert len(got) == (n // shards) // batch
+                assert set(np.concatenate(got)) <= set(p.shard_indices(0))
+            else:  # every sample of the shard, padded from its own order
+                assert set(np.concatenate(got)) == set(p.shard_indices(0))
+
+
+@pytest.mark.parametrize("shards", [1, 2, 5])
+def test_grouped_order_reads_units_whole_and_covers_every_sample(shards):
+    """Shards of a sharded source: each unit's samples stay within a window of the
+    buffer, units come in a new order each epoch, and every sample appears once."""
+    groups = np.array([7, 10, 10, 3, 10, 10])
+    make = [EpochPlan(50, 4, shuffle=True, seed=3, shard_id=i, num_shards=shards, last_batch=LastBatch.PARTIAL,
+                      groups=groups, shuffle_buffer=4) for i in range(shards)]
+    unit_of = np.repeat(np.arange(len(groups)), groups)
+    for epoch in range(2):
+        order = make[0].order(epoch)
+        assert sorted(order.tolist()) == list(range(50))
+        # a sample moves at most `buffer` places from where its unit's run puts it: the
+        # units are read one after the other, not interleaved
+        runs = np.flatnonzero(np.diff(unit_of[order]) != 0)
+        assert len(runs) < 3 * len(groups)
+        seen = np.concatenate([np.concatenate(p.batches(epoch)) for p in make])
+        assert sorted(seen.tolist()) == list(range(50))
+    assert not np.array_equal(make[0].order(0), make[0].order(1))
 
 
 def test_more_shards_than_samples_is_refused():
