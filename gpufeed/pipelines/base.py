@@ -80,7 +80,7 @@ class ClassificationLoader:
         same settings: the same shuffle order and, on every backend, the same random
         crops and flips (they depend only on ``seed``, the shard and the epoch). So is a
         ``gpu_augment`` stage built without a seed of its own, which the loader reseeds
-        every epoch; a stage given ``seed=`` keeps its own stream across epochs, so its
+        before every batch; a stage given ``seed=`` keeps its own stream across epochs, so its
         draws repeat only in a run started from epoch 0.
         """
         if isinstance(epoch, bool) or not isinstance(epoch, numbers.Integral):
