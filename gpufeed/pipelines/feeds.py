@@ -7,7 +7,9 @@ import it without importing each other.
 
 from __future__ import annotations
 
+import weakref
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -50,6 +52,9 @@ class FileFeed:
 
     Files are read and checked here (in the Python thread that schedules DALI runs), so a
     file that is empty, not an image or a cut-short JPEG is skipped before DALI sees it.
+    A batch's files are read by ``num_workers`` threads at once, as many readers as the
+    torch backend has worker processes: on a network disk each open waits, and waits
+    overlap only when several reads are in flight.
     ``iter()`` starts the next epoch of the plan, unless :meth:`resume` set a batch to
     go on from (after a pipeline was rebuilt mid-epoch).
     """
@@ -67,6 +72,16 @@ class FileFeed:
         #: ``(epoch, batch number, sample indices)`` handed to DALI and not yet taken out,
         #: in order.
         self.in_flight: deque[tuple[int, int, list[int]]] = deque()
+        self._readers: ThreadPoolExecutor | None = None
+
+    def _read_all(self, indices: list[int]) -> list[np.ndarray]:
+        threads = self.options.workers
+        if threads <= 1 or len(indices) <= 1:
+            return [self.samples.read(i) for i in indices]
+        if self._readers is None:
+            self._readers = ThreadPoolExecutor(threads, thread_name_prefix="gpufeed-read")
+            weakref.finalize(self, self._readers.shutdown, wait=False)
+        return list(self._readers.map(self.samples.read, indices))
 
     def __iter__(self) -> FileFeed:
         if self._resume is None:
@@ -89,12 +104,14 @@ class FileFeed:
         while self._pos < len(self._batches):
             number, self._pos = self._pos, self._pos + 1
             encoded, labels, crops = [], [], []
+            todo = [int(i) for i in self._batches[number] if self.log.known(source.name(i)) is None]
+            read = dict(zip(todo, self._read_all(todo), strict=True))
             for i in self._batches[number]:
                 path = source.name(i)
                 reason = self.log.known(path)
                 data = crop = None
                 if reason is None:
-                    data = source.read(i)
+                    data = read[int(i)]
                     reason = None if pixels else undecodable_reason(data)
                 if reason is None and train:
                     crop = crop_inputs(data, self.options, self.epoch, int(i), pixels)
