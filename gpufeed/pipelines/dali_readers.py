@@ -140,8 +140,8 @@ def decimal_label(text):
     digits = fn.pad(digits * is_digit, fill_value=0, shape=[_LABEL_CHARS])
     weights = np.array([10 ** (_LABEL_CHARS - 1 - i) for i in range(_LABEL_CHARS)], np.int64)
     positions = np.arange(1, _LABEL_CHARS + 1, dtype=np.int64)
-    field = fn.reductions.sum(digits * types.Constant(weights))
-    end = fn.reductions.max(fn.pad(is_digit, fill_value=0, shape=[_LABEL_CHARS]) * types.Constant(positions))
+    field = fn.reductions.sum(digits * types.Constant(weights, dtype=types.INT64))
+    end = fn.reductions.max(fn.pad(is_digit, fill_value=0, shape=[_LABEL_CHARS]) * types.Constant(positions, dtype=types.INT64))
     # 10 ** k is exact in float64 for the widths here
     scale = fn.cast(dmath.pow(10.0, fn.cast(_LABEL_CHARS - end, dtype=types.FLOAT64)), dtype=types.INT64)
     return fn.cast(field // scale, dtype=types.INT32)
