@@ -3,9 +3,10 @@ checkpointing.
 
 The shards are written here: WebDataset tars with the ``webdataset`` library's own
 ``TarWriter`` (indexed with DALI's ``wds2idx``, or not), TFRecords with a small local
-writer (TFRecord framing, masked CRC-32C) and their DALI index. Every image is one solid
-colour whose red channel encodes its label, and every label is unique, so a batch shows
-which samples it holds and that each label belongs to its image, through any crop.
+writer (TFRecord framing, masked CRC-32C) and their DALI index. Every image's red channel
+is one value that encodes its label (green and blue are ramps, so crops and flips show),
+and every label is unique, so a batch shows which samples it holds and that each label
+belongs to its image, through any crop.
 """
 
 from __future__ import annotations
@@ -36,7 +37,10 @@ RED_STEP = 10  # red channel = label * RED_STEP
 def _jpeg(label: int, rng: np.random.Generator) -> bytes:
     h, w = (int(v) for v in rng.integers(36, 64, 2))
     pixels = np.empty((h, w, 3), np.uint8)
-    pixels[...] = (label * RED_STEP, 128, 64)
+    pixels[..., 0] = label * RED_STEP
+    # green and blue ramps, so crops and flips show in the pixels
+    pixels[..., 1] = np.linspace(0, 255, w, dtype=np.uint8)[None, :]
+    pixels[..., 2] = np.linspace(0, 255, h, dtype=np.uint8)[:, None]
     out = io.BytesIO()
     Image.fromarray(pixels).save(out, "JPEG", quality=95)
     return out.getvalue()
@@ -224,6 +228,18 @@ def test_a_checkpoint_resumes_with_the_same_samples_crops_and_flips(shards):
     for (labels, images), (labels2, images2) in zip(rest, again, strict=True):
         np.testing.assert_array_equal(labels2, labels)
         np.testing.assert_array_equal(images2, images)  # the crops and flips too
+
+
+def test_dali_draws_the_crops_from_the_seed(shards):
+    def first_epoch(seed):
+        return _epoch(_loader(shards, seed=seed, shuffle=False).dali_iterator())
+
+    run, again, other = first_epoch(5), first_epoch(5), first_epoch(6)
+    for (labels, images), (labels2, images2), (labels3, _) in zip(run, again, other, strict=True):
+        np.testing.assert_array_equal(labels2, labels)  # no shuffling: file order
+        np.testing.assert_array_equal(labels3, labels)
+        np.testing.assert_array_equal(images2, images)  # a fresh start repeats the crops
+    assert any(not np.array_equal(a[1], b[1]) for a, b in zip(run, other, strict=True))
 
 
 def test_a_checkpoint_is_refused_by_another_pipeline(shards, image_folder):
