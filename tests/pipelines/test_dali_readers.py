@@ -168,8 +168,14 @@ def _loader(source, **kw):
 
 
 def _epoch(it) -> list[tuple[np.ndarray, np.ndarray]]:
-    """One epoch's batches as ``(labels, images)`` numpy arrays."""
-    return [(b[0]["label"].numpy().ravel().copy(), b[0]["data"].numpy().copy()) for b in it]
+    """One epoch's batches as ``(labels, images)`` numpy arrays, after checking the labels
+    come as from the feed-based iterator: ``(B,)`` int32."""
+    out = []
+    for batch in it:
+        labels, images = batch[0]["label"], batch[0]["data"]
+        assert labels.dtype == torch.int32 and labels.shape == (len(images),)
+        out.append((labels.numpy().copy(), images.numpy().copy()))
+    return out
 
 
 def _check_labels_match_images(labels: np.ndarray, images: np.ndarray) -> None:
@@ -252,6 +258,13 @@ def test_a_checkpoint_is_refused_by_another_pipeline(shards, image_folder):
         _loader(shards).dali_iterator(checkpoint=_loader(shards).state_dict())
     with pytest.raises(ValueError, match="load_state_dict"):
         _loader(image_folder).dali_iterator(checkpoint=state)
+
+
+def test_tfrecord_shards_need_their_dali_index(tmp_path):
+    source = _shards(tmp_path, "tfrecord")
+    source._index = []
+    with pytest.raises(ValueError, match="3 tfrecord shard files but 0 DALI index files"):
+        _loader(source).dali_iterator()
 
 
 def test_decimal_labels_are_parsed_in_the_graph():
