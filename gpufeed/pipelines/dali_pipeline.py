@@ -13,6 +13,7 @@ import nvidia.dali.fn as fn
 import nvidia.dali.types as types
 from nvidia.dali import math as dmath
 from nvidia.dali import pipeline_def
+from nvidia.dali.data_node import DataNode
 from nvidia.dali.pipeline import Pipeline
 
 from gpufeed.pipelines.feeds import FileFeed
@@ -52,8 +53,9 @@ TRAIN_INPUTS = (("encoded", types.UINT8, 1), ("label", types.INT32, 0), ("start"
                 ("shape", types.INT32, 1), ("flip", types.INT32, 0))
 
 
-def classification_outputs(encoded, labels, options: LoaderOptions, device_id: int | None, *,
-                           window: tuple | None = None, decode_only: bool = False, pixels: bool = False):
+def classification_outputs(encoded: DataNode, labels: DataNode, options: LoaderOptions, device_id: int | None, *,
+                           window: tuple[DataNode, DataNode, DataNode] | None = None, decode_only: bool = False,
+                           pixels: bool = False) -> tuple[DataNode, DataNode]:
     """The kit's graph after its inputs: encoded files and labels -> ``(images, labels)``.
 
     One graph whatever feeds it: the kit's ``external_source`` (:func:`build_pipeline`)

@@ -46,6 +46,7 @@ import nvidia.dali.types as types
 import torch
 from nvidia.dali import math as dmath
 from nvidia.dali import pipeline_def
+from nvidia.dali.data_node import DataNode
 from nvidia.dali.pipeline import Pipeline
 from nvidia.dali.plugin.pytorch import DALIClassificationIterator, LastBatchPolicy
 
@@ -126,9 +127,10 @@ def shard_files(samples: SampleSource) -> ShardFiles:
     return ShardFiles(fmt, files, index)
 
 
-def decimal_label(text):
+def decimal_label(text: DataNode) -> DataNode:
     """A DALI node of int32 labels from ``text``, 1-D uint8 nodes holding a decimal
-    number as text (WebDataset's ``.cls``, e.g. ``b"42"`` or ``b"42\\n"``).
+    number as text of up to 16 characters (WebDataset's ``.cls``, e.g. ``b"42"`` or
+    ``b"42\\n"``).
 
     DALI reads ``.cls`` as raw bytes and has no text parser, so the digits are weighed
     in the graph: the text is padded to a fixed width, each digit multiplied by its power
@@ -142,13 +144,14 @@ def decimal_label(text):
     weights = np.array([10 ** (_LABEL_CHARS - 1 - i) for i in range(_LABEL_CHARS)], np.int64)
     positions = np.arange(1, _LABEL_CHARS + 1, dtype=np.int64)
     field = fn.reductions.sum(digits * types.Constant(weights, dtype=types.INT64))
-    end = fn.reductions.max(fn.pad(is_digit, fill_value=0, shape=[_LABEL_CHARS]) * types.Constant(positions, dtype=types.INT64))
+    is_digit = fn.pad(is_digit, fill_value=0, shape=[_LABEL_CHARS])
+    end = fn.reductions.max(is_digit * types.Constant(positions, dtype=types.INT64))  # after the last digit
     # 10 ** k is exact in float64 for the widths here
     scale = fn.cast(dmath.pow(10.0, fn.cast(_LABEL_CHARS - end, dtype=types.FLOAT64)), dtype=types.INT64)
     return fn.cast(field // scale, dtype=types.INT32)
 
 
-def _reader(shards: ShardFiles, options: LoaderOptions, pad_last_batch: bool):
+def _reader(shards: ShardFiles, options: LoaderOptions, pad_last_batch: bool) -> tuple[DataNode, DataNode]:
     """DALI's reader for ``shards``: ``(encoded, labels)`` nodes, labels int32 scalars."""
     o = options
     common = dict(
