@@ -20,6 +20,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
 import torch
@@ -35,6 +36,7 @@ from gpufeed.pipelines.base import (
     ReusedBuffers,
 )
 from gpufeed.pipelines.dali_pipeline import build_pipeline
+from gpufeed.pipelines.dali_readers import reader_iterator, shard_format
 from gpufeed.pipelines.feeds import FileFeed, IteratorSkips, crop_inputs
 from gpufeed.pipelines.options import LoaderOptions
 from gpufeed.pipelines.sources import SampleSource, pil_reason, undecodable_reason
@@ -207,9 +209,19 @@ class DaliLoader(ClassificationLoader):
                     + (f"; PIL: {pil}" if pil else ""))
         return None
 
-    def dali_iterator(self, *, auto_reset: bool = True) -> DALIClassificationIterator:
+    def dali_iterator(self, *, auto_reset: bool = True,
+                      checkpoint: dict[str, Any] | None = None) -> DALIClassificationIterator:
         """A real ``DALIClassificationIterator`` over the kit's pipeline, for training
         scripts written against DALI.
+
+        For WebDataset and TFRecord shards it reads with DALI's own reader
+        (``fn.readers.webdataset`` / ``fn.readers.tfrecord``) and returns a
+        :class:`~gpufeed.pipelines.dali_readers.ReaderIterator`: DALI's order, crops and
+        last-batch handling (:mod:`gpufeed.pipelines.dali_readers` says how they differ
+        from the loader's), no skipped-file report, and DALI's checkpointing:
+        ``it.state_dict()`` after any batch, ``loader.dali_iterator(checkpoint=state)``
+        to go on from the next one with the same samples, crops and flips. What follows
+        is the iterator of other sources (image folders, raw and RAM caches).
 
         It yields ``[{"data": images, "label": labels}]`` like any DALI classification
         iterator (labels int32, as DALI gives them), with ``len()``, and with the whole
@@ -223,10 +235,15 @@ class DaliLoader(ClassificationLoader):
         one stream across epochs (as in any DALI pipeline), so unlike the loader's they
         do not repeat on a resumed run.
 
+        Args:
+            auto_reset: as in DALI's iterators: start the next epoch after the last.
+            checkpoint: shard sources only: an ``it.state_dict()`` to resume from.
+
         Raises:
             ValueError: the plan has no batch for this shard (``last_batch="drop"`` with
                 fewer samples in the shard than ``batch_size``); DALI would fail with
-                "no data in the pipeline".
+                "no data in the pipeline". A ``checkpoint`` for a source DALI's readers
+                do not read, or one taken on another pipeline.
         """
         if len(self.plan) == 0:
             raise ValueError(
@@ -235,6 +252,13 @@ class DaliLoader(ClassificationLoader):
                 "last_batch='drop' drops that incomplete batch: no batch to iterate. Use a smaller "
                 "batch_size or last_batch='partial' / 'fill'"
             )
+        if shard_format(self.samples) is not None:
+            return reader_iterator(self.samples, self.options, self.device_id, checkpoint=checkpoint,
+                                   auto_reset=auto_reset)
+        if checkpoint is not None:
+            raise ValueError(
+                f"dali_iterator(checkpoint=...) resumes DALI's own shard readers; {type(self.samples).__name__} "
+                "is read through the kit's feed: resume the loader with state_dict() / load_state_dict()")
         log = IteratorSkips(self.options.on_error)
         feed = FileFeed(self.samples, self.plan, log, self.options)
         log.feed = feed

@@ -13,6 +13,7 @@ import nvidia.dali.fn as fn
 import nvidia.dali.types as types
 from nvidia.dali import math as dmath
 from nvidia.dali import pipeline_def
+from nvidia.dali.data_node import DataNode
 from nvidia.dali.pipeline import Pipeline
 
 from gpufeed.pipelines.feeds import FileFeed
@@ -52,6 +53,82 @@ TRAIN_INPUTS = (("encoded", types.UINT8, 1), ("label", types.INT32, 0), ("start"
                 ("shape", types.INT32, 1), ("flip", types.INT32, 0))
 
 
+def classification_outputs(encoded: DataNode, labels: DataNode, options: LoaderOptions, device_id: int | None, *,
+                           window: tuple[DataNode, DataNode, DataNode] | None = None, decode_only: bool = False,
+                           pixels: bool = False) -> tuple[DataNode, DataNode]:
+    """The kit's graph after its inputs: encoded files and labels -> ``(images, labels)``.
+
+    One graph whatever feeds it: the kit's ``external_source`` (:func:`build_pipeline`)
+    or DALI's own shard readers (:mod:`gpufeed.pipelines.dali_readers`). Call it inside
+    a pipeline definition.
+
+    Args:
+        encoded: DALI node of encoded image files (1-D uint8 per sample), or of decoded
+            ``(H, W, 3)`` uint8 pixels with ``pixels``.
+        labels: DALI node of labels, returned as they are.
+        options: the loader settings (train or val, size, dtype, layout, mean/std,
+            and for DALI-drawn crops ``scale`` and ``ratio``).
+        device_id: CUDA device for GPU decoding, or None for DALI's CPU-only mode.
+        window: training only: the per-sample crop ``(start, shape, flip)`` nodes the
+            feed drew (:func:`gpufeed.pipelines.feeds.crop_inputs`). None: DALI draws
+            the crop (``fn.decoders.image_random_crop`` over ``scale`` and ``ratio``) and
+            the flip (``fn.random.coin_flip``) from the pipeline's seed. Those draws are
+            DALI's, not the loader's (other windows for the same seed), and they repeat
+            only from a DALI checkpoint of the pipeline.
+        decode_only: stop after decoding (see :func:`build_pipeline`).
+        pixels: ``encoded`` holds decoded pixels: no decoder, the crop is a slice (needs
+            ``window``).
+
+    Returns:
+        The ``(images, labels)`` nodes.
+
+    Raises:
+        ValueError: ``pixels`` for training without a ``window``.
+    """
+    o = options
+    decoder = "cpu" if device_id is None else "mixed"
+    # GPU decoding: preallocate (sizes from DALI's ResNet-50 example) so the first epochs
+    # do not stall on buffer growth. EXIF orientation is not applied, as in the torch
+    # backend (torchvision and PIL leave it too), so both decode a photo alike.
+    decode_args = {"device": decoder, "output_type": types.RGB, "adjust_orientation": False}
+    if device_id is not None:
+        decode_args.update(device_memory_padding=211_025_920, host_memory_padding=140_544_512)
+    std = [255.0 * s for s in o.std] if o.normalizes else [1.0, 1.0, 1.0]
+    mean = [255.0 * m for m in o.mean] if o.normalizes else [0.0, 0.0, 0.0]
+    if pixels:  # decoded ahead of time: to the GPU as they are
+        encoded = fn.reshape(encoded, layout="HWC")
+        decoded = encoded if device_id is None else encoded.gpu()
+    if o.train:
+        if window is not None:
+            start, shape, mirror = window
+            if pixels:
+                images = fn.slice(decoded, start, shape, axis_names="HW", normalized_anchor=False,
+                                  normalized_shape=False)
+            else:  # fused decode + crop: only the crop's region of each JPEG is decoded
+                images = fn.decoders.image_slice(encoded, start=start, shape=shape, axis_names="HW", **decode_args)
+        elif pixels:
+            raise ValueError("decoded pixels need the feed's crop windows (window=...)")
+        else:  # no Python feed to draw windows: DALI draws them, decoding only the window too
+            images = fn.decoders.image_random_crop(encoded, random_area=list(o.scale),
+                                                   random_aspect_ratio=list(o.ratio), **decode_args)
+            mirror = fn.random.coin_flip(probability=0.5, dtype=types.INT32)
+        if decode_only:
+            return fn.flip(images, horizontal=mirror), labels
+        images = fn.resize(images, resize_x=o.size, resize_y=o.size)
+    else:
+        images = decoded if pixels else fn.decoders.image(encoded, **decode_args)
+        if decode_only:
+            return images, labels
+        shape = fn.shapes(encoded) if pixels else fn.peek_image_shape(encoded)
+        images = _resize_and_centre_crop(shape, images, o.resize_shorter, o.size)
+        mirror = 0
+    images = fn.crop_mirror_normalize(
+        images, dtype=_DALI_DTYPE[str(o.dtype)], output_layout="CHW" if o.layout == "NCHW" else "HWC",
+        mean=mean, std=std, mirror=mirror,
+    )
+    return images, labels
+
+
 def build_pipeline(source: Callable | FileFeed | None, options: LoaderOptions, device_id: int | None,
                    *, batch_size: int | None = None, prefetch: int = 2, decode_only: bool = False,
                    stream: tuple[int, ...] = (), pixels: bool = False) -> Pipeline:
@@ -79,15 +156,6 @@ def build_pipeline(source: Callable | FileFeed | None, options: LoaderOptions, d
         A built pipeline with outputs ``(images, labels)``.
     """
     o = options
-    decoder = "cpu" if device_id is None else "mixed"
-    # GPU decoding: preallocate (sizes from DALI's ResNet-50 example) so the first epochs
-    # do not stall on buffer growth. EXIF orientation is not applied, as in the torch
-    # backend (torchvision and PIL leave it too), so both decode a photo alike.
-    decode_args = {"device": decoder, "output_type": types.RGB, "adjust_orientation": False}
-    if device_id is not None:
-        decode_args.update(device_memory_padding=211_025_920, host_memory_padding=140_544_512)
-    std = [255.0 * s for s in o.std] if o.normalizes else [1.0, 1.0, 1.0]
-    mean = [255.0 * m for m in o.mean] if o.normalizes else [0.0, 0.0, 0.0]
     inputs = TRAIN_INPUTS if o.train else TRAIN_INPUTS[:2]
     if pixels:
         inputs = (("encoded", types.UINT8, 3), *inputs[1:])
@@ -102,32 +170,8 @@ def build_pipeline(source: Callable | FileFeed | None, options: LoaderOptions, d
                 ndim=[n for _, _, n in inputs],
                 cycle="raise",  # StopIteration ends the epoch; reset() calls iter() for the next
             )
-        encoded, labels = nodes[0], nodes[1]
-        if pixels:  # decoded ahead of time: to the GPU as they are
-            encoded = fn.reshape(encoded, layout="HWC")
-            decoded = encoded if device_id is None else encoded.gpu()
-        if o.train:
-            start, shape, mirror = nodes[2:]
-            if pixels:
-                images = fn.slice(decoded, start, shape, axis_names="HW", normalized_anchor=False,
-                                  normalized_shape=False)
-            else:  # fused decode + crop: only the crop's region of each JPEG is decoded
-                images = fn.decoders.image_slice(encoded, start=start, shape=shape, axis_names="HW", **decode_args)
-            if decode_only:
-                return fn.flip(images, horizontal=mirror), labels
-            images = fn.resize(images, resize_x=o.size, resize_y=o.size)
-        else:
-            images = decoded if pixels else fn.decoders.image(encoded, **decode_args)
-            if decode_only:
-                return images, labels
-            shape = fn.shapes(encoded) if pixels else fn.peek_image_shape(encoded)
-            images = _resize_and_centre_crop(shape, images, o.resize_shorter, o.size)
-            mirror = 0
-        images = fn.crop_mirror_normalize(
-            images, dtype=_DALI_DTYPE[str(o.dtype)], output_layout="CHW" if o.layout == "NCHW" else "HWC",
-            mean=mean, std=std, mirror=mirror,
-        )
-        return images, labels
+        return classification_outputs(nodes[0], nodes[1], o, device_id, window=tuple(nodes[2:]) if o.train else None,
+                                      decode_only=decode_only, pixels=pixels)
 
     pipe = classification(
         batch_size=batch_size or o.batch_size, num_threads=max(1, o.workers), device_id=device_id,

@@ -1,0 +1,305 @@
+"""DALI's own readers for WebDataset and TFRecord shards, with DALI's checkpointing.
+
+For shard sources, :meth:`DaliLoader.dali_iterator
+<gpufeed.pipelines.dali_loader.DaliLoader.dali_iterator>` reads with
+``fn.readers.webdataset`` / ``fn.readers.tfrecord`` instead of the kit's Python feed: the
+whole input side then runs on DALI's threads, and DALI's checkpointing can save and
+restore it. After the reader the graph is the kit's
+(:func:`~gpufeed.pipelines.dali_pipeline.classification_outputs`).
+
+What differs from the loader (and from the feed-based iterator):
+
+- **Order.** DALI's readers take their shard of the samples in file order and, with
+  ``shuffle``, mix them in a buffer of ``shuffle_buffer`` samples (``initial_fill``); the
+  loader's plan also permutes the shard files. DALI splits the samples into
+  ``num_shards`` contiguous slices as the plan does, and (its default,
+  ``stick_to_shard=False``) each rank moves on to the next slice every epoch: within an
+  epoch every sample is still read by exactly one rank.
+- **Crops.** There is no Python feed to draw the loader's crop windows, so DALI draws
+  them (``fn.decoders.image_random_crop`` over ``scale`` and ``ratio``, with a
+  ``fn.random.coin_flip`` flip) from the pipeline's seed: other windows than the
+  loader's, which repeat only through a DALI checkpoint.
+- **Bad files.** No byte checks before DALI: a file the decoder fails on ends the epoch
+  with DALI's error, and nothing is listed as skipped.
+- **Last batch.** ``partial`` and ``drop`` are DALI's PARTIAL and DROP over a padded
+  reader (each epoch starts at a slice boundary); ``fill`` is DALI's FILL over an
+  unpadded reader, which fills the last batch with the reader's next samples.
+
+Checkpoints (``it.state_dict()``) hold DALI's own: every reader's position and shuffle
+buffer, every random operator's generator, and the iterator's counters. A pipeline
+built from one yields what the saved pipeline would have yielded next: the same
+samples, crops and flips.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import nvidia.dali
+import nvidia.dali.fn as fn
+import nvidia.dali.tfrecord as tfrec
+import nvidia.dali.types as types
+import torch
+from nvidia.dali import math as dmath
+from nvidia.dali import pipeline_def
+from nvidia.dali.data_node import DataNode
+from nvidia.dali.pipeline import Pipeline
+from nvidia.dali.plugin.pytorch import DALIClassificationIterator, LastBatchPolicy
+
+from gpufeed.datasets.samples import SampleSource
+from gpufeed.datasets.shards import SHARD_SUFFIXES
+from gpufeed.pipelines.dali_pipeline import classification_outputs
+from gpufeed.pipelines.options import LastBatch, LoaderOptions
+from gpufeed.pipelines.seeds import dali_seed
+
+#: The ``state_dict`` format of a reader iterator; a state of another format is refused.
+STATE_FORMAT = "gpufeed.dali_reader/1"
+#: The reader's name in the pipeline: the iterator asks it for the epoch size.
+READER_NAME = "shards"
+#: WebDataset components read: the image (first of these extensions present) and the label.
+WEBDATASET_EXT = ["jpg;png;jpeg", "cls"]
+#: The TFRecord features read (the names of TensorFlow's ImageNet conversion).
+TFRECORD_IMAGE, TFRECORD_LABEL = "image/encoded", "image/class/label"
+
+#: Settings that must match for a checkpoint to mean the same pipeline: the reader's
+#: (shard, shuffling, padding), the graph's random operators and their seeds, and the
+#: outputs' geometry.
+_STATE_SETTINGS = ("train", "batch_size", "shuffles", "seed", "shard_id", "num_shards", "last_batch",
+                   "shuffle_buffer", "size", "scale", "ratio", "dtype", "layout")
+#: Longest decimal label text a WebDataset ``.cls`` may hold (digits and whitespace).
+_LABEL_CHARS = 16
+
+#: ``last_batch`` -> (the reader's ``pad_last_batch``, the iterator's policy).
+_LAST_BATCH = {
+    LastBatch.PARTIAL: (True, LastBatchPolicy.PARTIAL),
+    LastBatch.DROP: (True, LastBatchPolicy.DROP),
+    LastBatch.FILL: (False, LastBatchPolicy.FILL),
+}
+
+
+@dataclass(frozen=True)
+class ShardFiles:
+    """What DALI's reader needs to read a shard source.
+
+    Attributes:
+        format: ``"webdataset"`` or ``"tfrecord"``.
+        files: the shard files, in the source's order.
+        index_files: DALI's index of each shard file (``wds2idx`` / ``tfrecord2idx``
+            format), or empty: DALI then indexes WebDataset tars itself when the pipeline
+            is built (TFRecord needs them).
+    """
+
+    format: str
+    files: tuple[str, ...]
+    index_files: tuple[str, ...]
+
+
+def shard_format(samples: SampleSource) -> str | None:
+    """``"webdataset"`` or ``"tfrecord"`` when DALI's own reader can read ``samples``
+    (shard files of one format, and a ``dali_index_files()`` method); None otherwise
+    (image folders, raw caches, RAM caches keep the kit's feed)."""
+    if not callable(getattr(samples, "dali_index_files", None)):
+        return None
+    formats = {SHARD_SUFFIXES.get(Path(f).suffix.lower()) for f in samples.files}
+    if len(formats) != 1 or None in formats:
+        return None
+    return formats.pop()
+
+
+def shard_files(samples: SampleSource) -> ShardFiles:
+    """The files and DALI indexes of a shard source (see :func:`shard_format`).
+
+    Raises:
+        ValueError: ``samples`` is not a shard source DALI reads, or its index list does
+            not match its files (TFRecord needs one index per file).
+    """
+    fmt = shard_format(samples)
+    if fmt is None:
+        raise ValueError(f"{type(samples).__name__} is not a WebDataset or TFRecord shard source")
+    files, index = tuple(samples.files), tuple(samples.dali_index_files())
+    if len(index) != len(files) and (index or fmt == "tfrecord"):
+        raise ValueError(f"{len(files)} {fmt} shard files but {len(index)} DALI index files: DALI's reader "
+                         "needs one index per file" + (" (or none, for WebDataset)" if fmt == "webdataset" else ""))
+    return ShardFiles(fmt, files, index)
+
+
+def decimal_label(text: DataNode) -> DataNode:
+    """A DALI node of int32 labels from ``text``, 1-D uint8 nodes holding a decimal
+    number as text of up to 16 characters (WebDataset's ``.cls``, e.g. ``b"42"`` or
+    ``b"42\\n"``).
+
+    DALI reads ``.cls`` as raw bytes and has no text parser, so the digits are weighed
+    in the graph: the text is padded to a fixed width, each digit multiplied by its power
+    of ten counted from the right end of the field, and the sum divided by the power of
+    ten the field extends past the last digit. Whitespace around the number is ignored;
+    the digits must be contiguous (no sign: labels are class indices).
+    """
+    digits = fn.cast(text, dtype=types.INT64) - 48  # ASCII '0'
+    is_digit = fn.cast((digits >= 0) & (digits <= 9), dtype=types.INT64)
+    digits = fn.pad(digits * is_digit, fill_value=0, shape=[_LABEL_CHARS])
+    weights = np.array([10 ** (_LABEL_CHARS - 1 - i) for i in range(_LABEL_CHARS)], np.int64)
+    positions = np.arange(1, _LABEL_CHARS + 1, dtype=np.int64)
+    field = fn.reductions.sum(digits * types.Constant(weights, dtype=types.INT64))
+    is_digit = fn.pad(is_digit, fill_value=0, shape=[_LABEL_CHARS])
+    end = fn.reductions.max(is_digit * types.Constant(positions, dtype=types.INT64))  # after the last digit
+    # 10 ** k is exact in float64 for the widths here
+    scale = fn.cast(dmath.pow(10.0, fn.cast(_LABEL_CHARS - end, dtype=types.FLOAT64)), dtype=types.INT64)
+    return fn.cast(field // scale, dtype=types.INT32)
+
+
+def _reader(shards: ShardFiles, options: LoaderOptions, pad_last_batch: bool) -> tuple[DataNode, DataNode]:
+    """DALI's reader for ``shards``: ``(encoded, labels)`` nodes, labels int32 scalars."""
+    o = options
+    common = dict(
+        name=READER_NAME, shard_id=o.shard_id, num_shards=o.num_shards, random_shuffle=o.shuffles,
+        initial_fill=o.shuffle_buffer, pad_last_batch=pad_last_batch,
+    )
+    if shards.format == "webdataset":
+        encoded, text = fn.readers.webdataset(
+            paths=list(shards.files), index_paths=list(shards.index_files) or None, ext=WEBDATASET_EXT,
+            # a sample without its label would otherwise come out empty, i.e. label 0
+            missing_component_behavior="error", **common,
+        )
+        return encoded, decimal_label(text)
+    features = {
+        TFRECORD_IMAGE: tfrec.FixedLenFeature((), tfrec.string, ""),
+        TFRECORD_LABEL: tfrec.FixedLenFeature([1], tfrec.int64, -1),
+    }
+    out = fn.readers.tfrecord(path=list(shards.files), index_path=list(shards.index_files), features=features,
+                              **common)
+    return out[TFRECORD_IMAGE], fn.cast(fn.squeeze(out[TFRECORD_LABEL], axes=[0]), dtype=types.INT32)
+
+
+def build_reader_pipeline(shards: ShardFiles, options: LoaderOptions, device_id: int | None, *,
+                          checkpoint: bytes | None = None, prefetch: int = 2) -> Pipeline:
+    """The classification pipeline over DALI's own shard reader, with checkpointing on.
+
+    Args:
+        shards: the shard files and their DALI indexes (:func:`shard_files`).
+        options: the loader settings; the reader takes ``shard_id``/``num_shards``,
+            ``shuffle`` (``random_shuffle``), ``shuffle_buffer`` (``initial_fill``) and
+            ``last_batch`` (``pad_last_batch``: see the module notes).
+        device_id: CUDA device (``device="mixed"`` decoding), or None for CPU-only mode.
+        checkpoint: a serialized DALI checkpoint (``Pipeline.checkpoint()``) to resume
+            from, or None for a fresh start.
+        prefetch: batches DALI prepares ahead.
+
+    Returns:
+        A built pipeline with outputs ``(images, labels)`` and reader ``READER_NAME``.
+    """
+    o = options
+    pad, _ = _LAST_BATCH[o.last_batch]
+
+    @pipeline_def(enable_conditionals=False)
+    def classification():
+        encoded, labels = _reader(shards, o, pad)
+        return classification_outputs(encoded, labels, o, device_id)
+
+    # One seed per shard, which the reader's shuffle and the crop and flip operators
+    # derive theirs from (a stream of its own: the feed pipelines mix in an epoch).
+    pipe = classification(
+        batch_size=o.batch_size, num_threads=max(1, o.workers), device_id=device_id,
+        seed=dali_seed(o.seed, o.shard_id), prefetch_queue_depth=prefetch,
+        enable_checkpointing=True, checkpoint=checkpoint,
+    )
+    pipe.build()
+    return pipe
+
+
+class ReaderIterator(DALIClassificationIterator):
+    """DALI's classification iterator over a shard reader, whose position is a
+    checkpoint: :meth:`state_dict` after any batch, ``loader.dali_iterator(checkpoint=
+    state)`` to go on from the next one. ``len()`` is DALI's, from the reader."""
+
+    #: What a state must match: format, dataset fingerprint, settings, DALI version.
+    gpufeed_identity: dict[str, Any] = {}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where this iterator is, as DALI checkpoints it: plain data (the checkpoint is
+        base64 text), so ``torch.save`` and JSON both keep it.
+
+        It holds the dataset's fingerprint and the settings that shape the pipeline, the
+        DALI version (DALI reads only its own version's checkpoints) and DALI's
+        checkpoint of the pipeline (reader position and shuffle buffer, random
+        generators, the iterator's epoch counters). DALI warns that taking one has an
+        observable cost: take it when saving a training checkpoint, not every batch.
+        """
+        return {
+            **self.gpufeed_identity,
+            "checkpoints": [base64.b64encode(bytes(c)).decode("ascii") for c in self.checkpoints()],
+        }
+
+
+def _plain(value: object) -> object:
+    """A setting as JSON-able data, compared after a round trip (enums by value, tuples as
+    lists, dtypes by name)."""
+    if isinstance(value, tuple):
+        return list(value)
+    if isinstance(value, torch.dtype):
+        return str(value)
+    return getattr(value, "value", value)
+
+
+def _identity(samples: SampleSource, options: LoaderOptions) -> dict[str, Any]:
+    """What a state of this pipeline records, and a restoring one must match."""
+    return {"format": STATE_FORMAT, "dali": nvidia.dali.__version__, "dataset": samples.fingerprint(),
+            "settings": {name: _plain(getattr(options, name)) for name in _STATE_SETTINGS}}
+
+
+def _checkpoint_of(state: dict[str, Any], identity: dict[str, Any]) -> bytes:
+    """The DALI checkpoint in ``state``, after checking it belongs to this pipeline.
+
+    Raises:
+        ValueError: ``state`` is not a reader iterator state, or was taken with another
+            DALI version, on another dataset or with settings that change the pipeline;
+            each difference is named.
+    """
+    if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
+        got = state.get("format") if isinstance(state, dict) else type(state).__name__
+        raise ValueError(f"not a gpufeed DALI reader state (expected format {STATE_FORMAT!r}, got {got!r}); "
+                         "a loader's state_dict() goes to loader.load_state_dict()")
+    problems = []
+    if state.get("dali") != identity["dali"]:
+        problems.append(f"DALI version: saved {state.get('dali')!r}, installed {identity['dali']!r} "
+                        "(DALI reads only its own version's checkpoints)")
+    for group in ("dataset", "settings"):
+        saved, mine = state.get(group, {}), identity[group]
+        problems += [f"{group} {k}: saved {saved.get(k)!r}, this loader {mine.get(k)!r}"
+                     for k in sorted(set(saved) | set(mine)) if saved.get(k) != mine.get(k)]
+    if problems:
+        raise ValueError("this DALI reader state belongs to another pipeline: " + "; ".join(problems))
+    checkpoints = state.get("checkpoints")
+    if not isinstance(checkpoints, list) or len(checkpoints) != 1:
+        raise ValueError("a DALI reader state holds one pipeline checkpoint")
+    return base64.b64decode(checkpoints[0])
+
+
+def reader_iterator(samples: SampleSource, options: LoaderOptions, device_id: int | None, *,
+                    checkpoint: dict[str, Any] | None = None, auto_reset: bool = True) -> ReaderIterator:
+    """A :class:`ReaderIterator` over DALI's own reader of ``samples``' shards.
+
+    Args:
+        samples: a WebDataset or TFRecord shard source (:func:`shard_format`).
+        options: the loader settings.
+        device_id: CUDA device, or None for DALI's CPU-only mode.
+        checkpoint: a :meth:`ReaderIterator.state_dict` to resume from, or None.
+        auto_reset: as in DALI's iterators.
+
+    Returns:
+        The iterator, yielding ``[{"data": images, "label": labels}]`` (labels int32).
+
+    Raises:
+        ValueError: see :func:`shard_files`, and a ``checkpoint`` of another pipeline.
+    """
+    shards = shard_files(samples)
+    identity = _identity(samples, options)
+    saved = None if checkpoint is None else _checkpoint_of(checkpoint, identity)
+    pipe = build_reader_pipeline(shards, options, device_id, checkpoint=saved)
+    _, policy = _LAST_BATCH[options.last_batch]
+    iterator = ReaderIterator([pipe], reader_name=READER_NAME, last_batch_policy=policy, auto_reset=auto_reset)
+    iterator.gpufeed_identity = identity
+    return iterator

@@ -1,0 +1,346 @@
+"""``dali_iterator()`` on WebDataset and TFRecord shards: DALI's own readers, DALI's
+checkpointing.
+
+The shards are written here: WebDataset tars with the ``webdataset`` library's own
+``TarWriter`` (indexed with DALI's ``wds2idx``, or not), TFRecords with a small local
+writer (TFRecord framing, masked CRC-32C) and their DALI index. Every image's red channel
+is one value that encodes its label (green and blue are ramps, so crops and flips show),
+and every label is unique, so a batch shows which samples it holds and that each label
+belongs to its image, through any crop.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from gpufeed.backends import dali_installed
+from gpufeed.datasets.samples import SampleSource
+from gpufeed.datasets.storage import LOCAL
+
+pytestmark = pytest.mark.skipif(not dali_installed(), reason="DALI not installed")
+
+NUM_SAMPLES = 23  # odd, so the two shards differ by one sample
+RED_STEP = 10  # red channel = label * RED_STEP
+
+
+def _jpeg(label: int, rng: np.random.Generator) -> bytes:
+    h, w = (int(v) for v in rng.integers(36, 64, 2))
+    pixels = np.empty((h, w, 3), np.uint8)
+    pixels[..., 0] = label * RED_STEP
+    # green and blue ramps, so crops and flips show in the pixels
+    pixels[..., 1] = np.linspace(0, 255, w, dtype=np.uint8)[None, :]
+    pixels[..., 2] = np.linspace(0, 255, h, dtype=np.uint8)[:, None]
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, "JPEG", quality=95)
+    return out.getvalue()
+
+
+# -- TFRecord writing: the framing TensorFlow reads, and the Example protobuf by hand ----
+
+
+def _masked_crc(data: bytes) -> int:
+    import google_crc32c
+
+    crc = google_crc32c.value(data)
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        low, n = n & 0x7F, n >> 7
+        out.append(low | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _field(number: int, payload: bytes) -> bytes:  # a length-delimited protobuf field
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def _example(image: bytes, label: int) -> bytes:
+    """A tf.train.Example with ``image/encoded`` (bytes) and ``image/class/label`` (int64)."""
+    features = {
+        "image/encoded": _field(1, _field(1, image)),  # Feature.bytes_list.value
+        "image/class/label": _field(3, _field(1, _varint(label))),  # Feature.int64_list.value (packed)
+    }
+    entries = b"".join(_field(1, _field(1, k.encode()) + _field(2, v)) for k, v in features.items())
+    return _field(1, entries)  # Example.features
+
+
+def _write_tfrecord(path: Path, records: list[bytes]) -> Path:
+    """Write ``records`` and DALI's index (``offset length`` of each record) beside them."""
+    lines = []
+    with open(path, "wb") as f:
+        for data in records:
+            header = struct.pack("<Q", len(data))
+            framed = header + struct.pack("<I", _masked_crc(header)) + data + struct.pack("<I", _masked_crc(data))
+            lines.append(f"{f.tell()} {len(framed)}")
+            f.write(framed)
+    index = path.with_suffix(".idx")
+    index.write_text("\n".join(lines) + "\n")
+    return index
+
+
+class _TestShards(SampleSource):
+    """A minimal shard source: what DALI's readers need of one (``files``,
+    ``dali_index_files()``), and per-index reads for the interface."""
+
+    def __init__(self, files: list[Path], index: list[Path], labels: list[int], images: list[bytes]) -> None:
+        self._files, self._index = [str(f) for f in files], [str(i) for i in index]
+        self.labels, self._images = labels, images
+        self.classes = tuple(str(k) for k in range(NUM_SAMPLES))
+        self.storage = LOCAL
+
+    @property
+    def files(self) -> list[str]:
+        return self._files
+
+    def dali_index_files(self) -> list[str]:
+        return self._index
+
+    def read(self, index: int) -> np.ndarray:
+        return np.frombuffer(self._images[index], np.uint8)
+
+    def name(self, index: int) -> str:
+        return f"sample{index}"
+
+    def fingerprint(self) -> dict:
+        return {"kind": "test-shards", "samples": len(self), "files": self._files,
+                "sha1": hashlib.sha1(b"".join(self._images)).hexdigest()}
+
+    def nbytes(self) -> int:
+        return sum(map(len, self._images))
+
+
+def _shards(folder: Path, fmt: str) -> _TestShards:
+    """``NUM_SAMPLES`` samples in 3 shard files of ``fmt``: ``webdataset`` (indexed by
+    ``wds2idx``), ``webdataset-noindex`` or ``tfrecord``; labels 0..N-1."""
+    rng = np.random.default_rng(3)
+    images = [_jpeg(k, rng) for k in range(NUM_SAMPLES)]
+    labels = list(range(NUM_SAMPLES))
+    bounds = [0, 8, 15, NUM_SAMPLES]
+    files, index = [], []
+    for s in range(3):
+        part = range(bounds[s], bounds[s + 1])
+        if fmt == "tfrecord":
+            pytest.importorskip("google_crc32c")
+            path = folder / f"train-{s:03d}.tfrecord"
+            index.append(_write_tfrecord(path, [_example(images[k], labels[k]) for k in part]))
+        else:
+            wds = pytest.importorskip("webdataset")
+            path = folder / f"train-{s:03d}.tar"
+            with wds.TarWriter(str(path)) as writer:
+                for k in part:
+                    writer.write({"__key__": f"{k:06d}", "jpg": images[k], "cls": labels[k]})
+            if fmt == "webdataset":
+                pytest.importorskip("wds2idx")
+                idx = path.with_suffix(".idx")
+                subprocess.run([sys.executable, "-m", "wds2idx", str(path), str(idx)], check=True,
+                               capture_output=True)
+                index.append(idx)
+        files.append(path)
+    return _TestShards(files, index, labels, images)
+
+
+@pytest.fixture(scope="module", params=["webdataset", "webdataset-noindex", "tfrecord"])
+def shards(request, tmp_path_factory) -> _TestShards:
+    return _shards(tmp_path_factory.mktemp(request.param), request.param)
+
+
+def _loader(source, **kw):
+    from gpufeed.pipelines.loader import classification_loader
+
+    settings = dict(backend="dali", device="cpu", train=True, batch_size=4, size=24, seed=5,
+                    dtype=torch.uint8, num_workers=1)
+    return classification_loader(source, **{**settings, **kw})
+
+
+def _epoch(it) -> list[tuple[np.ndarray, np.ndarray]]:
+    """One epoch's batches as ``(labels, images)`` numpy arrays, after checking the labels
+    come as from the feed-based iterator: ``(B,)`` int32."""
+    out = []
+    for batch in it:
+        labels, images = batch[0]["label"], batch[0]["data"]
+        assert labels.dtype == torch.int32 and labels.shape == (len(images),)
+        out.append((labels.numpy().copy(), images.numpy().copy()))
+    return out
+
+
+def _check_labels_match_images(labels: np.ndarray, images: np.ndarray) -> None:
+    red = images[:, 0].reshape(len(labels), -1).astype(np.float64).mean(axis=1)  # NCHW uint8
+    np.testing.assert_allclose(red, labels * RED_STEP, atol=4)
+
+
+def test_shard_sources_read_with_dalis_own_reader(shards, image_folder):
+    from gpufeed.pipelines.dali_readers import ReaderIterator, shard_format
+
+    assert shard_format(shards) == ("tfrecord" if shards.files[0].endswith(".tfrecord") else "webdataset")
+    assert isinstance(_loader(shards).dali_iterator(), ReaderIterator)
+    folder = _loader(image_folder)
+    assert shard_format(folder.samples) is None  # an image folder keeps the kit's feed
+    assert not isinstance(folder.dali_iterator(), ReaderIterator)
+
+
+@pytest.mark.parametrize("train", [True, False])
+def test_every_sample_once_per_epoch_across_two_shards(shards, train):
+    iterators = [_loader(shards, train=train, shuffle=True, shard_id=i, num_shards=2,
+                         last_batch="partial").dali_iterator() for i in range(2)]
+    for epoch in range(2):
+        seen = []
+        for it in iterators:
+            batches = _epoch(it)
+            assert len(batches) == len(it), epoch  # DALI's len(), from the reader
+            assert all(len(lbl) == 4 for lbl, _ in batches[:-1])
+            for labels, images in batches:
+                assert images.shape[1:] == (3, 24, 24) and images.dtype == np.uint8
+                _check_labels_match_images(labels, images)
+                seen += labels.tolist()
+        assert sorted(seen) == list(range(NUM_SAMPLES)), epoch
+
+
+@pytest.mark.parametrize("last_batch", ["drop", "fill"])
+def test_drop_and_fill_give_full_batches(shards, last_batch):
+    it = _loader(shards, last_batch=last_batch, shard_id=1, num_shards=2).dali_iterator()
+    for _ in range(2):
+        batches = _epoch(it)
+        assert len(batches) == len(it) == (3 if last_batch == "fill" else 2)  # shards of 11 and 12
+        assert all(len(lbl) == 4 for lbl, _ in batches)
+        assert len({x for lbl, _ in batches for x in lbl.tolist()}) == (12 if last_batch == "fill" else 8)
+
+
+def test_a_checkpoint_resumes_with_the_same_samples_crops_and_flips(shards):
+    kw = dict(shuffle=True, shuffle_buffer=6, shard_id=0, num_shards=2, last_batch="partial")
+    it = _loader(shards, **kw).dali_iterator()
+    first = [next(it) for _ in range(2)]
+    assert len(first) == 2
+    state = json.loads(json.dumps(it.state_dict()))  # plain data
+    rest = _epoch(it) + _epoch(it)  # the rest of epoch 0, and epoch 1
+
+    resumed = _loader(shards, **kw).dali_iterator(checkpoint=state)
+    again = _epoch(resumed) + _epoch(resumed)
+    assert len(again) == len(rest)
+    for (labels, images), (labels2, images2) in zip(rest, again, strict=True):
+        np.testing.assert_array_equal(labels2, labels)
+        np.testing.assert_array_equal(images2, images)  # the crops and flips too
+
+
+def test_dali_draws_the_crops_from_the_seed(shards):
+    def first_epoch(seed):
+        return _epoch(_loader(shards, seed=seed, shuffle=False).dali_iterator())
+
+    run, again, other = first_epoch(5), first_epoch(5), first_epoch(6)
+    for (labels, images), (labels2, images2), (labels3, _) in zip(run, again, other, strict=True):
+        np.testing.assert_array_equal(labels2, labels)  # no shuffling: file order
+        np.testing.assert_array_equal(labels3, labels)
+        np.testing.assert_array_equal(images2, images)  # a fresh start repeats the crops
+    assert any(not np.array_equal(a[1], b[1]) for a, b in zip(run, other, strict=True))
+
+
+def test_a_checkpoint_is_refused_by_another_pipeline(shards, image_folder):
+    it = _loader(shards).dali_iterator()
+    next(it)
+    state = it.state_dict()
+    with pytest.raises(ValueError, match="seed: saved 5, this loader 6"):
+        _loader(shards, seed=6).dali_iterator(checkpoint=state)
+    with pytest.raises(ValueError, match="not a gpufeed DALI reader state"):
+        _loader(shards).dali_iterator(checkpoint=_loader(shards).state_dict())
+    with pytest.raises(ValueError, match="load_state_dict"):
+        _loader(image_folder).dali_iterator(checkpoint=state)
+
+
+def test_tfrecord_shards_need_their_dali_index(tmp_path):
+    source = _shards(tmp_path, "tfrecord")
+    source._index = []
+    with pytest.raises(ValueError, match="3 tfrecord shard files but 0 DALI index files"):
+        _loader(source).dali_iterator()
+
+
+def test_decimal_labels_are_parsed_in_the_graph():
+    import nvidia.dali.fn as fn
+    import nvidia.dali.types as types
+    from nvidia.dali import pipeline_def
+
+    from gpufeed.pipelines.dali_readers import decimal_label
+
+    texts = [b"0", b"7", b"42", b"999\n", b" 5 ", b"123456789", b"1000\r\n"]
+
+    @pipeline_def
+    def parse():
+        text = fn.external_source(source=lambda: [np.frombuffer(t, np.uint8) for t in texts], batch=True,
+                                  dtype=types.UINT8, ndim=1)
+        return decimal_label(text)
+
+    pipe = parse(batch_size=len(texts), num_threads=1, device_id=None)
+    pipe.build()
+    (labels,) = pipe.run()
+    assert np.asarray(labels.as_tensor()).tolist() == [0, 7, 42, 999, 5, 123456789, 1000]
+
+
+# -- the GPU graph ------------------------------------------------------------------------
+
+_TRACE = r"""
+import json, sys, torch
+from gpufeed.pipelines.dali_readers import build_reader_pipeline, shard_files
+from tests.pipelines.test_dali_readers import _loader, _shards
+from pathlib import Path
+results = {}
+for fmt in ("webdataset", "tfrecord"):
+    folder = Path(sys.argv[1]) / fmt
+    folder.mkdir()
+    source = _shards(folder, fmt)
+    for train in (True, False):
+        loader = _loader(source, train=train, dtype=torch.float16, layout="NHWC")
+        try:
+            build_reader_pipeline(shard_files(source), loader.options, 0)
+            results[f"{fmt} train={train}"] = "built"
+        except Exception as exc:
+            results[f"{fmt} train={train}"] = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+print(json.dumps(results))
+"""
+
+
+def test_the_gpu_reader_graph_traces_before_the_backend_refuses(tmp_path):
+    # In a child process, as in test_dali_gpu: a process that tried a GPU pipeline must
+    # not fork DataLoader workers later.
+    out = subprocess.run([sys.executable, "-c", _TRACE, str(tmp_path)], capture_output=True, text=True,
+                         timeout=300, cwd=Path(__file__).parents[2])
+    assert out.returncode == 0, out.stderr[-2000:]
+    results = json.loads(out.stdout.strip().splitlines()[-1])
+    assert len(results) == 4
+    for key, outcome in results.items():
+        if torch.cuda.is_available():
+            assert outcome == "built", key
+        else:  # traced through the mixed decoders; only the missing GPU stopped it
+            assert "CUDA is not available" in outcome, (key, outcome)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt", ["webdataset", "tfrecord"])
+def test_the_reader_pipeline_runs_on_the_gpu(tmp_path, fmt):
+    source = _shards(tmp_path, fmt)
+    kw = dict(device="cuda", shuffle=True, shard_id=0, num_shards=1, dtype=torch.uint8)
+    it = _loader(source, **kw).dali_iterator()
+    next(it)
+    state = it.state_dict()
+    rest = [(b[0]["label"].cpu().numpy().ravel(), b[0]["data"].cpu().numpy()) for b in it]
+    seen = [x for lbl, _ in rest for x in lbl.tolist()]
+    for labels, images in rest:
+        assert images.shape[1:] == (3, 24, 24)
+        _check_labels_match_images(labels, images)
+    resumed = _loader(source, **kw).dali_iterator(checkpoint=state)
+    again = [(b[0]["label"].cpu().numpy().ravel(), b[0]["data"].cpu().numpy()) for b in resumed]
+    assert [x for lbl, _ in again for x in lbl.tolist()] == seen
+    for (_, images), (_, images2) in zip(rest, again, strict=True):
+        np.testing.assert_array_equal(images2, images)
