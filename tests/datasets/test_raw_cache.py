@@ -180,10 +180,22 @@ def test_an_unfinished_conversion_is_refused(tmp_path):
 
 
 # -- through the loaders ---------------------------------------------------------------------
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("train", [True, False])
-@pytest.mark.parametrize("workers", [0, 2])
-@pytest.mark.parametrize("mode", ["crop", "pad"])
+# Torch workers with DALI loaded in the process start through forkserver, 20 s or more
+# per loader on a small machine: one case with workers per mode (DALI's are threads).
+_NEEDS_DALI = pytest.mark.skipif(not dali_installed(), reason="DALI not installed")
+
+
+def _case(backend: str, mode: str, train: bool, workers: int):
+    return pytest.param(backend, mode, train, workers, marks=[_NEEDS_DALI] if backend == "dali" else [],
+                        id=f"{backend}-{mode}-{'train' if train else 'val'}-{workers}")
+
+
+CASES = [_case(b, m, t, 0) for b in ("torch", "dali") for m in ("crop", "pad") for t in (True, False)]
+CASES += [_case("dali", m, t, 2) for m in ("crop", "pad") for t in (True, False)]
+CASES += [_case("torch", "crop", True, 2), _case("torch", "pad", False, 2)]
+
+
+@pytest.mark.parametrize(("backend", "mode", "train", "workers"), CASES)
 def test_both_loaders_read_every_sample_once_per_epoch(raw_crop, raw_pad, backend, train, workers, mode):
     folder = raw_crop if mode == "crop" else raw_pad
     loader = load(folder, backend, train=train, shuffle=True, batch_size=16, size=48, num_workers=workers,
@@ -203,7 +215,8 @@ def test_torch_and_dali_crop_a_raw_cache_alike(raw_crop, raw_pad, mode):
     folder = raw_crop if mode == "crop" else raw_pad
 
     def epoch(backend, seed):
-        loader = load(folder, backend, train=True, batch_size=8, size=32, seed=seed, num_workers=2)
+        loader = load(folder, backend, train=True, batch_size=8, size=32, seed=seed,
+                      num_workers=2 if backend == "dali" else 0)
         return [(x, y) for x, y in loader]
 
     dali, torch_ = epoch("dali", 4), epoch("torch", 4)
@@ -220,7 +233,7 @@ def test_torch_and_dali_crop_a_raw_cache_alike(raw_crop, raw_pad, mode):
 def test_validation_of_a_256_cache_at_224_is_its_centre_crop(image_folder, tmp_path, backend):
     folder = write_raw(image_folder, tmp_path / "raw256", 256, indexed=True)
     cache = RawCache(folder)
-    loader = load(folder, backend, train=False, batch_size=16, size=224, num_workers=2)
+    loader = load(folder, backend, train=False, batch_size=16, size=224, num_workers=2 if backend == "dali" else 0)
     for x, y in loader:
         ref = torch.stack([torch.from_numpy(np.array(cache.read(i)[16:240, 16:240])) for i in y.tolist()])
         assert torch.equal(x, ref.permute(0, 3, 1, 2))
