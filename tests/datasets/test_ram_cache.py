@@ -144,7 +144,8 @@ def test_a_dataset_too_big_for_memory_is_refused_up_front(monkeypatch, image_fol
 
 def test_available_memory_is_what_the_system_says():
     have = available_memory()
-    total = int(next(ln for ln in open("/proc/meminfo") if ln.startswith("MemTotal")).split()[1]) * 1024
+    meminfo = Path("/proc/meminfo").read_text().splitlines()
+    total = int(next(ln for ln in meminfo if ln.startswith("MemTotal")).split()[1]) * 1024
     assert 0 < have <= total
 
 
