@@ -10,6 +10,7 @@ in memory once, whatever the number of workers.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -47,6 +48,20 @@ def available_memory() -> int:
     return available
 
 
+def shared_memory_free(path: str = "/dev/shm") -> int | None:
+    """Free bytes of the shared-memory filesystem the cache is allocated in, or None where
+    there is none (not Linux).
+
+    Containers often mount a small one (Docker's default is 64 MB); touching shared
+    memory beyond it kills the process with SIGBUS, so the cache checks it first.
+    """
+    try:
+        stat = os.statvfs(path)
+    except OSError:
+        return None
+    return stat.f_bavail * stat.f_frsize
+
+
 def _meminfo_available() -> int:
     try:
         with open("/proc/meminfo") as f:
@@ -75,7 +90,8 @@ class RamCache(SampleSource):
 
     Raises:
         ValueError: ``source.nbytes()`` does not fit in ``headroom`` of the available
-            memory (both sizes are given in GB); nothing is read.
+            memory (:func:`available_memory`) or of the free shared memory
+            (:func:`shared_memory_free`); both sizes are given in GB, and nothing is read.
         OSError: a sample could not be read (it is named).
 
     Example:
@@ -96,6 +112,13 @@ class RamCache(SampleSource):
                 f"cache='ram': the dataset needs {need / _GB:.2f} GB, but only {have / _GB:.2f} GB of "
                 f"memory are available ({headroom:.0%} of it may be used: {headroom * have / _GB:.2f} GB); "
                 "use cache='none' (the page cache still helps), a raw cache on a fast disk, or fewer samples"
+            )
+        shm = shared_memory_free()
+        if shm is not None and need > headroom * shm:
+            raise ValueError(
+                f"cache='ram': the dataset needs {need / _GB:.2f} GB of shared memory, but /dev/shm has only "
+                f"{shm / _GB:.2f} GB free ({headroom:.0%} of it may be used); give the container more "
+                "(docker run --shm-size=...) or use cache='none'"
             )
         n = len(source)
         self._offsets = np.zeros(n + 1, dtype=np.int64)

@@ -137,6 +137,10 @@ def test_a_dataset_too_big_for_memory_is_refused_up_front(monkeypatch, image_fol
     with pytest.raises(ValueError, match=r"needs 5\.00 GB, but only 2\.00 GB of memory are available "
                                          r"\(80% of it may be used: 1\.60 GB\)"):
         RamCache(_Huge())
+    monkeypatch.setattr(ram_cache, "available_memory", lambda: 20_000_000_000)
+    monkeypatch.setattr(ram_cache, "shared_memory_free", lambda: 64_000_000)  # Docker's default
+    with pytest.raises(ValueError, match=r"needs 5\.00 GB of shared memory, but /dev/shm has only 0\.06 GB"):
+        RamCache(_Huge())
     monkeypatch.setattr(ram_cache, "available_memory", lambda: 1000)
     with pytest.raises(ValueError, match="cache='ram': the dataset needs"):
         load(image_folder, "torch", train=False, batch_size=8, cache="ram")
