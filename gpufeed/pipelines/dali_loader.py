@@ -187,7 +187,7 @@ class DaliLoader(ClassificationLoader):
         if self._probe is None:
             self._probe = build_pipeline(None, self.options, self.device_id, batch_size=1, prefetch=1,
                                          pixels=pixels)
-        inputs = {"encoded": data, "label": np.zeros((), np.int32)}
+        inputs = {"encoded": np.ascontiguousarray(data), "label": np.zeros((), np.int32)}  # DALI wants dense
         if self.options.train:
             crop = crop_inputs(data, self.options, 0, 0, pixels)
             if isinstance(crop, str):

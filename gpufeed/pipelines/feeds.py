@@ -119,7 +119,9 @@ class FileFeed:
                 if reason is not None:
                     self.log.add(path, reason)
                     continue
-                encoded.append(data)
+                # DALI refuses strided arrays: a padded raw cache's sample is a view of its
+                # square's rows (no copy when the array is dense already).
+                encoded.append(np.ascontiguousarray(data) if pixels else data)
                 labels.append(source.labels[i])
                 crops.append(crop)
             if encoded:

@@ -1,0 +1,196 @@
+"""The RAM cache (``classification_loader(..., cache="ram")``): a dataset read once into
+shared memory, which every DataLoader worker and DALI thread then reads.
+
+One buffer holds every sample back to back (encoded file bytes, or a raw cache's
+pixels). It is shared memory (``torch.UntypedStorage._new_shared``), so a worker forked
+from the loader's process maps the same pages, and one started with forkserver or spawn
+receives a handle to them when the cache is pickled by multiprocessing: the dataset is
+in memory once, whatever the number of workers.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from gpufeed.datasets.samples import SampleSource
+
+#: The share of the available memory a cache may take: the rest is left to the
+#: training process, its workers' batches and the page cache.
+HEADROOM = 0.8
+
+#: Datasets of at least this many samples show progress while they are read.
+PROGRESS_FROM = 2000
+
+_GB = 1e9
+
+
+def available_memory() -> int:
+    """Bytes this process can still take: ``MemAvailable`` of ``/proc/meminfo``, or less
+    when a cgroup limit (``/sys/fs/cgroup/memory.max`` less ``memory.current``) is lower.
+
+    Returns:
+        The bytes; ``sys.maxsize`` where neither can be read (not Linux).
+    """
+    available = _meminfo_available()
+    cgroup = Path("/sys/fs/cgroup")
+    try:
+        limit = (cgroup / "memory.max").read_text().strip()
+        if limit != "max":
+            used = int((cgroup / "memory.current").read_text().strip())
+            available = min(available, max(0, int(limit) - used))
+    except (OSError, ValueError):
+        pass  # no cgroup v2 limit here
+    return available
+
+
+def shared_memory_free(path: str = "/dev/shm") -> int | None:
+    """Free bytes of the shared-memory filesystem the cache is allocated in, or None where
+    there is none (not Linux).
+
+    Containers often mount a small one (Docker's default is 64 MB); touching shared
+    memory beyond it kills the process with SIGBUS, so the cache checks it first.
+    """
+    try:
+        stat = os.statvfs(path)
+    except OSError:
+        return None
+    return stat.f_bavail * stat.f_frsize
+
+
+def _meminfo_available() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024  # the file counts kB
+    except OSError:
+        pass
+    return sys.maxsize
+
+
+class RamCache(SampleSource):
+    """Any :class:`~gpufeed.datasets.samples.SampleSource`, read once into shared memory.
+
+    Everything but where the bytes come from is the wrapped source's: ``kind``,
+    ``labels``, ``classes``, ``name()``, ``groups`` (so the epoch order is the same) and
+    ``fingerprint()`` (so a loader state saved without the cache resumes with it).
+
+    Files that are not images are cached as they are: the loaders judge the bytes at
+    read time, and report the skipped files per epoch as they do without a cache.
+
+    Args:
+        source: the dataset to cache.
+        headroom: the share of the available memory (:func:`available_memory`) the cache
+            may take.
+
+    Raises:
+        ValueError: ``source.nbytes()`` does not fit in ``headroom`` of the available
+            memory (:func:`available_memory`) or of the free shared memory
+            (:func:`shared_memory_free`); both sizes are given in GB, and nothing is read.
+        OSError: a sample could not be read (it is named).
+
+    Example:
+        >>> cached = RamCache(open_source("data/train"))   # doctest: +SKIP
+        >>> loader = classification_loader(cached, train=True, batch_size=256)
+    """
+
+    def __init__(self, source: SampleSource, headroom: float = HEADROOM) -> None:
+        if isinstance(source, RamCache):
+            source = source.source  # caching a cache would hold the data twice
+        self.source = source
+        self.kind = source.kind  # type: ignore[misc]  # the wrapped source's, per instance
+        self.labels, self.classes, self.storage = source.labels, source.classes, source.storage
+        need = int(source.nbytes())
+        have = available_memory()
+        if need > headroom * have:
+            raise ValueError(
+                f"cache='ram': the dataset needs {need / _GB:.2f} GB, but only {have / _GB:.2f} GB of "
+                f"memory are available ({headroom:.0%} of it may be used: {headroom * have / _GB:.2f} GB); "
+                "use cache='none' (the page cache still helps), a raw cache on a fast disk, or fewer samples"
+            )
+        shm = shared_memory_free()
+        if shm is not None and need > headroom * shm:
+            raise ValueError(
+                f"cache='ram': the dataset needs {need / _GB:.2f} GB of shared memory, but /dev/shm has only "
+                f"{shm / _GB:.2f} GB free ({headroom:.0%} of it may be used); give the container more "
+                "(docker run --shm-size=...) or use cache='none'"
+            )
+        n = len(source)
+        self._offsets = np.zeros(n + 1, dtype=np.int64)
+        self._shapes = np.zeros((n, 2), dtype=np.int64) if self.kind == "pixels" else None
+        # One shared-memory block: workers map it, none copies it (see the module's doc).
+        self._buffer = torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(max(1, need)))
+        self._array: np.ndarray | None = self._buffer.numpy()
+        self._fill(need)
+
+    def _fill(self, capacity: int) -> None:
+        source, array, end = self.source, self._array, 0
+        indices = range(len(source))
+        if len(source) >= PROGRESS_FROM:
+            from gpufeed.bench.progress import progress
+
+            indices = progress(indices, desc=f"caching {len(source)} samples in RAM "
+                               f"({capacity / _GB:.2f} GB)", unit="sample")
+        for i in indices:
+            try:
+                data = source.read(i)
+            except OSError as exc:
+                raise OSError(f"{source.name(i)}: could not read it into the RAM cache: {exc}") from exc
+            if self._shapes is not None:
+                self._shapes[i] = data.shape[:2]
+            nbytes = data.nbytes
+            if end + nbytes > capacity:
+                raise ValueError(f"{source.name(i)}: the dataset holds more than the {capacity} bytes its "
+                                 "nbytes() announced (did files change while caching?)")
+            array[end: end + nbytes] = np.ascontiguousarray(data).reshape(-1)
+            end += nbytes
+            self._offsets[i + 1] = end
+
+    def read(self, index: int) -> np.ndarray:
+        """Sample ``index`` as the wrapped source gives it: a view of the shared buffer
+        (writable, so torch takes it without a copy or a warning: readers must not write)."""
+        if self._array is None:  # unpickled in a worker: view the shared block it received
+            self._array = self._buffer.numpy()
+        data = self._array[self._offsets[index]: self._offsets[index + 1]]
+        if self._shapes is not None:
+            h, w = self._shapes[index]
+            data = data.reshape(int(h), int(w), 3)
+        return data
+
+    def name(self, index: int) -> str:
+        return self.source.name(index)
+
+    @property
+    def groups(self) -> np.ndarray | None:
+        return self.source.groups
+
+    def fingerprint(self) -> dict:
+        return self.source.fingerprint()
+
+    def nbytes(self) -> int:
+        return int(self._offsets[-1])
+
+    @property
+    def files(self) -> list[str]:
+        return self.source.files
+
+    @property
+    def shared_storage(self) -> torch.UntypedStorage:
+        """The shared-memory block every process reads."""
+        return self._buffer.untyped_storage()
+
+    def __getstate__(self) -> dict:
+        # The buffer travels as a tensor: multiprocessing's pickler (DataLoader workers)
+        # sends a handle to the shared block, not its bytes. The numpy view is remade.
+        state = dict(self.__dict__)
+        state["_array"] = None
+        return state
+
+    def __repr__(self) -> str:
+        return f"RamCache({self.source!r}, {self.nbytes() / _GB:.3f} GB)"
+
