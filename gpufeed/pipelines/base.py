@@ -44,7 +44,9 @@ class ClassificationLoader:
         classes: class names, index = label.
         skipped: the files the last epoch left out, with reasons.
         epoch: the number of the epoch last started (0 for the first).
-        samples_yielded: samples yielded so far in the current epoch.
+        samples_yielded: samples yielded so far in the current epoch (after
+            :meth:`load_state_dict`, counted from the epoch's start, batches before the
+            cut included).
     """
 
     backend = "abstract"
@@ -85,7 +87,7 @@ class ClassificationLoader:
         same settings: the same shuffle order and, on every backend, the same random
         crops and flips (they depend only on ``seed``, the shard and the epoch). So is a
         ``gpu_augment`` stage built without a seed of its own, which the loader reseeds
-        every epoch; a stage given ``seed=`` keeps its own stream across epochs, so its
+        every batch; a stage given ``seed=`` keeps its own stream across epochs, so its
         draws repeat only in a run started from epoch 0.
         """
         if isinstance(epoch, bool) or not isinstance(epoch, numbers.Integral):

@@ -99,8 +99,8 @@ def classification_loader(
             augmentation (crop, flip) still runs first: use ``train=False`` when the stage
             crops, with ``shuffle=True`` (validation does not shuffle by default, so the
             batches would come class by class). A stage built without a seed is reseeded
-            by the loader every epoch from ``(seed, shard_id, epoch)``, so ``set_epoch``
-            repeats its draws too; one given ``seed=`` keeps its own stream.
+            by the loader before every batch from ``(seed, shard_id, epoch, batch)``, so
+            ``set_epoch`` and ``load_state_dict`` repeat its draws too; one given ``seed=`` keeps its own stream.
         shuffle_buffer: for shards, the window samples are mixed in: shuffling reads
             shard files whole in a random order and mixes each sample within this many
             neighbours (WebDataset's shuffle buffer), so reads stay sequential.

@@ -117,22 +117,31 @@ def test_a_state_saved_mid_epoch_resumes_the_rest_of_the_epoch_in_a_new_process(
 def test_files_skipped_before_the_cut_still_count_after_the_resume(tmp_path, backend):
     root = one_per_class(tmp_path / "train")
     good = next((root / "class_000").iterdir()).read_bytes()
-    (root / "aaa_bad").mkdir()  # sorts first: label 0, first batch without shuffling
+    # Without shuffling "aaa_bad" (label 0) is in the first batch, before the cut, and
+    # "zzz_bad" (label 12) in the last, after it. The cut-short JPEG fails the byte checks;
+    # the scrambled header passes them and fails in the decoder (DALI then rebuilds its
+    # pipeline inside the resumed epoch).
+    (root / "aaa_bad").mkdir()
     (root / "aaa_bad" / "cut_short.jpg").write_bytes(good[: len(good) // 2])
+    scrambled = bytearray(good)
+    sos = scrambled.find(b"\xff\xda")
+    scrambled[sos - 200: sos] = bytes(range(200))
+    (root / "zzz_bad").mkdir()
+    (root / "zzz_bad" / "broken_header.jpg").write_bytes(bytes(scrambled))
     base = {"source": str(root), "backend": backend, "kw": {**KW, "shuffle": False, **WORKERS}}
     full, cut = run_jobs(tmp_path, [{**base}, {**base, "take": CUT}])
     (resumed,) = run_jobs(tmp_path, [{**base, "load": cut["state"]}])
 
-    size = N + 1
-    assert [p for p, _ in cut["skipped"]] == [str(root / "aaa_bad" / "cut_short.jpg")]
+    size, bad = N + 2, [str(root / "aaa_bad" / "cut_short.jpg"), str(root / "zzz_bad" / "broken_header.jpg")]
+    assert [p for p, _ in cut["skipped"]] == bad[:1]
     assert cut["state"]["skipped"] == [list(s) for s in cut["skipped"]]
     assert_same_batches(cut["epochs"][0] + resumed["epochs"][0], full["epochs"][0])
     before = sum(len(y) for _, y, _ in cut["epochs"][0])
     after = sum(len(y) for _, y, _ in resumed["epochs"][0])
-    assert before + after + len(cut["skipped"]) == size
+    assert before + after + len(bad) == size
     # the resumed loader reports the whole epoch, as the uninterrupted one does
-    assert resumed["skipped"] == full["skipped"] == cut["skipped"]
-    assert resumed["samples_yielded"] == full["samples_yielded"] == before + after == size - 1
+    assert [p for p, _ in resumed["skipped"]] == [p for p, _ in full["skipped"]] == bad
+    assert resumed["samples_yielded"] == full["samples_yielded"] == before + after == size - 2
 
 
 # Refusals need no second process: they are checked before anything is read.

@@ -76,8 +76,8 @@ class GpuAugment:
         seed: seeds the stage's generators (one per device); None draws a seed from
             torch's global generator, so ``torch.manual_seed`` makes runs repeatable.
             Behind a loader (``gpu_augment=``) a stage without a seed is reseeded by the
-            loader every epoch from its ``(seed, shard, epoch)`` (see :meth:`seed_stream`),
-            which makes ``set_epoch`` resumes exact; one with a seed keeps its own stream.
+            loader before every batch from its ``(seed, shard, epoch, batch)`` (see
+            :meth:`seed_stream`), which makes ``set_epoch`` and mid-epoch resumes exact; one with a seed keeps its own stream.
         same_on_batch: every sample of a batch gets the same parameters.
         value_range: the range of float pixels, in and out: (0, 1) or (0, 255). A float
             batch outside it (e.g. 0..255 passed as 0..1) is refused.
@@ -160,9 +160,9 @@ class GpuAugment:
         stage's own seed.
 
         A stage built with ``seed=None`` has no seed of its own; ``classification_loader``
-        then calls this at the start of every epoch with a seed derived from the loader's
-        ``(seed, shard_id, epoch)``, so a loader resumed with ``set_epoch(k)`` repeats
-        epoch ``k``'s augmentation exactly. A stage with its own seed (``seed=`` or
+        then calls this before every batch with a seed derived from the loader's
+        ``(seed, shard_id, epoch, batch)``, so a loader resumed with ``set_epoch(k)`` or
+        ``load_state_dict`` repeats the augmentation of the batches it yields exactly. A stage with its own seed (``seed=`` or
         :meth:`manual_seed`) keeps one stream across epochs instead.
         """
         if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
