@@ -37,7 +37,9 @@ def dataset(request, tmp_path_factory) -> str:
     if request.param == "folder":
         return str(folder)
     convert = pytest.importorskip("gpufeed.datasets.shards.convert").convert
-    return str(convert(folder, tmp / "shards", format="webdataset", shard_size=4, seed=0))
+    # ~8 kB shards: a few samples each, so each rank reads several shard files
+    convert(folder, tmp / "shards", format="webdataset", shard_size=8000, seed=0, progress=False)
+    return str(tmp / "shards")
 
 
 def torchrun(tmp_path: Path, data: str, *args: str, backend: str = "torch") -> dict[int, list[dict]]:

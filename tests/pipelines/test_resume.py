@@ -57,8 +57,11 @@ def make_source(kind: str, tmp_path: Path) -> str:
     convert = pytest.importorskip("gpufeed.datasets.shards.convert").convert
     if kind == "raw":
         pytest.importorskip("gpufeed.datasets.shards.raw")
-        return str(convert(folder, tmp_path / "raw", format="raw"))
-    return str(convert(folder, tmp_path / "shards", format="webdataset", shard_size=4, seed=0))
+        convert(folder, tmp_path / "raw", format="raw", raw_size=48, progress=False)
+        return str(tmp_path / "raw")
+    # ~8 kB shards: a few samples each, so the plan reads several shard files per rank
+    convert(folder, tmp_path / "shards", format="webdataset", shard_size=8000, seed=0, progress=False)
+    return str(tmp_path / "shards")
 
 
 def assert_same_batches(got: list, want: list) -> None:
