@@ -41,3 +41,18 @@ def test_example_reports_files_skipped_by_dalis_iterator(image_folder, tmp_path,
     (data / "class_000" / "empty.jpg").write_bytes(b"")
     out = run_example("--loader", "dali", "--dali-iterator", "--data", str(data))
     assert "skipped 1 files" in out and "empty.jpg (empty file" in out
+
+
+DDP_SCRIPT = SCRIPT.parent / "train_ddp.py"
+
+
+@pytest.mark.slow
+def test_ddp_example_runs_on_one_process_without_torchrun(image_folder, tmp_path):
+    # torchrun's launches (2 processes, resume) are in tests/pipelines/test_distributed.py
+    out = subprocess.run([sys.executable, str(DDP_SCRIPT), "--data", str(image_folder), "--backend", "torch",
+                          "--model", "tiny", "--epochs", "1", "--batch-size", "8", "--size", "32",
+                          "--workers", "0", "--checkpoint", str(tmp_path / "ckpt")],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "rank 0/1: torch loader, 5 batches per epoch" in out.stdout and "trained 5 steps" in out.stdout
+    assert (tmp_path / "ckpt" / "rank0.pt").is_file()

@@ -44,7 +44,9 @@ class ClassificationLoader:
         classes: class names, index = label.
         skipped: the files the last epoch left out, with reasons.
         epoch: the number of the epoch last started (0 for the first).
-        samples_yielded: samples yielded so far in the current epoch.
+        samples_yielded: samples yielded so far in the current epoch (after
+            :meth:`load_state_dict`, counted from the epoch's start, batches before the
+            cut included).
     """
 
     backend = "abstract"
@@ -63,6 +65,11 @@ class ClassificationLoader:
         self.samples_yielded = 0
         self._next_batch = 0  # the plan's next batch in the current epoch
         self._start_at = 0  # the batch the next iter() starts from (load_state_dict)
+        # Whether the next iter() has yet to start: state_dict() then names where it will
+        # start, not where the last epoch stopped (a checkpoint taken right after a resume).
+        self._pending = True
+        # What load_state_dict carried over of the epoch's batches before the cut.
+        self._carried: tuple[int, list[Skipped]] = (0, [])
 
     @property
     def classes(self) -> tuple[str, ...]:
@@ -80,7 +87,7 @@ class ClassificationLoader:
         same settings: the same shuffle order and, on every backend, the same random
         crops and flips (they depend only on ``seed``, the shard and the epoch). So is a
         ``gpu_augment`` stage built without a seed of its own, which the loader reseeds
-        before every batch; a stage given ``seed=`` keeps its own stream across epochs, so its
+        every batch; a stage given ``seed=`` keeps its own stream across epochs, so its
         draws repeat only in a run started from epoch 0.
         """
         if isinstance(epoch, bool) or not isinstance(epoch, numbers.Integral):
@@ -90,18 +97,46 @@ class ClassificationLoader:
         epoch = int(epoch)
         self.epoch = epoch - 1
         self._start_at = 0
+        self._pending = True
+        self._carried = (0, [])
         self._restart()
 
     def state_dict(self) -> dict[str, Any]:
         """Where this loader is: call it after any batch, save it with the checkpoint, and
         :meth:`load_state_dict` it into a new loader to go on from the next batch.
 
-        After an epoch's last batch the state points at the start of the next epoch.
-        Plain data (ints and strings), so ``torch.save`` and JSON both keep it.
+        A training loop checkpoints the model, the optimizer and this state together,
+        after the same step; in a distributed job every rank saves its own (the state
+        names its shard)::
+
+            state = {"model": model.state_dict(), "optim": opt.state_dict(),
+                     "loader": loader.state_dict()}
+            torch.save(state, f"ckpt-rank{rank}.pt")
+            ...  # later, in a new process, with a loader built with the same settings
+            loader.load_state_dict(torch.load(f"ckpt-rank{rank}.pt")["loader"])
+            for images, labels in loader:  # the rest of the epoch, then go on as usual
+
+        After an epoch's last batch the state points at the start of the next epoch;
+        after :meth:`set_epoch` or :meth:`load_state_dict`, at where the next ``iter()``
+        starts. Mid-epoch it also carries the epoch's count so far
+        (:attr:`samples_yielded`) and the files skipped so far, so the resumed loader's
+        ``samples_yielded`` and ``skipped`` at the end of the epoch are those of an
+        uninterrupted run. Plain data (ints, strings, lists), so ``torch.save``,
+        ``torch.load(weights_only=True)`` and JSON all keep it.
+
+        Returns:
+            ``{"format", "dataset", "settings", "epoch", "batch", "samples_yielded",
+            "skipped"}``: the dataset's fingerprint and the plan's settings (checked on
+            load), and the position (the next batch to deliver).
         """
-        epoch, batch = max(self.epoch, 0), self._next_batch
-        if self.epoch < 0 or batch >= len(self.plan):
-            epoch, batch = (epoch + 1 if self.epoch >= 0 else 0), 0
+        if self._pending:
+            epoch, batch = self.epoch + 1, self._start_at
+            yielded, skipped = self._carried
+        else:
+            epoch, batch = self.epoch, self._next_batch
+            yielded, skipped = self.samples_yielded, self.log.skipped
+        if len(self.plan) and batch >= len(self.plan):  # the epoch is over: the next one's start
+            epoch, batch, yielded, skipped = epoch + 1, 0, 0, []
         o = self.options
         return {
             "format": STATE_FORMAT,
@@ -109,12 +144,17 @@ class ClassificationLoader:
             "settings": {name: _plain(getattr(o, name)) for name in _STATE_SETTINGS},
             "epoch": epoch,
             "batch": batch,
+            "samples_yielded": yielded,
+            "skipped": [[s.path, s.reason] for s in skipped],
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Make the next ``iter()`` yield exactly the rest of the epoch ``state`` was
         taken in: the batches after the last one delivered, with the same samples, crops,
         flips and (for a ``gpu_augment`` stage without its own seed) augmentation.
+
+        The loader must be built with the same dataset and the same plan settings;
+        everything else (backend, device, workers, dtype) may differ.
 
         Raises:
             ValueError: ``state`` is not a loader state, or was taken on another dataset
@@ -125,6 +165,10 @@ class ClassificationLoader:
         if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
             raise ValueError(f"not a gpufeed loader state (expected format {STATE_FORMAT!r}, got "
                              f"{state.get('format') if isinstance(state, dict) else type(state).__name__!r})")
+        missing = [k for k in ("dataset", "settings", "epoch", "batch") if k not in state]
+        if missing or not isinstance(state["dataset"], dict) or not isinstance(state["settings"], dict):
+            raise ValueError(f"not a gpufeed loader state: {', '.join(missing) or 'dataset or settings'} "
+                             "missing or malformed")
         problems = []
         mine = self.samples.fingerprint()
         if state["dataset"] != mine:
@@ -137,11 +181,19 @@ class ClassificationLoader:
                 problems.append(f"{name}: saved {state['settings'].get(name)!r}, this loader {here!r}")
         if problems:
             raise ValueError("this loader state belongs to another dataset or plan: " + "; ".join(problems))
-        epoch, batch = int(state["epoch"]), int(state["batch"])
-        if not 0 <= batch <= len(self.plan):
-            raise ValueError(f"state batch {batch} is outside this plan's {len(self.plan)} batches")
+        try:
+            epoch, batch = int(state["epoch"]), int(state["batch"])
+            yielded = int(state.get("samples_yielded", 0))
+            skipped = [Skipped(str(path), str(reason)) for path, reason in state.get("skipped", [])]
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"not a gpufeed loader state: bad position ({exc})") from None
+        if epoch < 0 or not 0 <= batch <= len(self.plan):
+            raise ValueError(f"state epoch {epoch}, batch {batch} is outside this plan "
+                             f"({len(self.plan)} batches per epoch)")
         self.set_epoch(epoch)
         self._start_at = batch
+        if batch > 0:  # a state at an epoch's start carries nothing
+            self._carried = (yielded, skipped)
 
     def _restart(self) -> None:
         """Backends that keep state across epochs drop it here."""
@@ -155,8 +207,13 @@ class ClassificationLoader:
         self.epoch += 1
         start, self._start_at = self._start_at, 0
         self._next_batch = start
+        self._pending = False
         self.log.start_epoch()
-        self.samples_yielded = 0
+        # A resumed epoch goes on counting from the cut (load_state_dict), and the files
+        # skipped before it are known bad: not read again, and listed in loader.skipped.
+        (self.samples_yielded, carried), self._carried = self._carried, (0, [])
+        for skipped in carried:
+            self.log.add(skipped.path, skipped.reason)
         reseed = self.gpu_augment is not None and getattr(self.gpu_augment, "has_own_seed", True) is False
         for number, images, labels in self._epoch_batches(self.epoch, start):
             self.samples_yielded += len(labels)

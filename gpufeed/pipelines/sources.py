@@ -57,7 +57,14 @@ class SampleList(SampleSource):
         return self.paths[index]
 
     def fingerprint(self) -> dict:
-        digest = hashlib.sha1("\n".join(f"{p}\t{lbl}" for p, lbl in zip(self.paths, self.labels, strict=True))
+        # Paths relative to the files' common folder: a copy of the dataset elsewhere (a
+        # node's local disk, another mount point) is the same dataset to a saved state.
+        try:
+            root = os.path.commonpath(self.paths) if len(self.paths) > 1 else os.path.dirname(self.paths[0])
+            names = [os.path.relpath(p, root) for p in self.paths]
+        except ValueError:  # absolute and relative paths mixed (a file list): as given
+            names = list(self.paths)
+        digest = hashlib.sha1("\n".join(f"{p}\t{lbl}" for p, lbl in zip(names, self.labels, strict=True))
                               .encode()).hexdigest()
         return {"kind": "files", "samples": len(self.paths), "classes": len(self.classes), "digest": digest}
 
