@@ -19,6 +19,8 @@ import json
 import multiprocessing
 import os
 import re
+import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -29,6 +31,7 @@ import numpy as np
 from gpufeed.datasets.shards import MANIFEST
 from gpufeed.pipelines.sources import (
     SampleList,
+    image_format,
     read_file_list,
     scan_image_folder,
     undecodable_reason,
@@ -199,8 +202,13 @@ def convert(
 
 def check_image(data: np.ndarray) -> str | None:
     """Why ``data`` is not an image the loaders can decode, or None: the loaders' cheap
-    byte checks, then a full decode by the strict decoder (``decode_rgb``), in the
-    loaders' words.
+    byte checks, then a full decode by the torch loader's decoder (``decode_rgb``), in
+    the loaders' words.
+
+    Stricter than the loaders in one way: libjpeg only *warns* about corrupt
+    entropy-coded data ("Corrupt JPEG data: ...", printed on stderr) and returns an image
+    with garbage in it, which every decoder (torchvision, PIL, DALI) then passes on. The
+    warning is caught here and the file skipped, so no garbage goes into a converted set.
 
     Args:
         data: the file's bytes (1-D uint8).
@@ -214,11 +222,42 @@ def check_image(data: np.ndarray) -> str | None:
     from gpufeed.pipelines.torch_loader import decode_rgb
 
     try:
-        decode_rgb(data)
+        if image_format(data) != "jpeg":
+            decode_rgb(data)
+            return None
+        warning = _libjpeg_warning(decode_rgb, data)
     except (RuntimeError, OSError, ValueError) as exc:
         words = re.sub(r"^[\w ]+, \S+:\d+, ", "", (str(exc).splitlines() or [type(exc).__name__])[0])
         return f"could not decode: {words}"
-    return None
+    return None if warning is None else f"could not decode: {warning}"
+
+
+_LIBJPEG_WARNING = re.compile(r"(Corrupt JPEG data[^\n]*|Premature end of JPEG file|Invalid SOS parameters[^\n]*)")
+
+
+def _libjpeg_warning(decode: Callable[[np.ndarray], object], data: np.ndarray) -> str | None:
+    """Run ``decode(data)`` with file descriptor 2 redirected, and return libjpeg's
+    corrupt-data warning if it printed one (other output is passed on to stderr).
+
+    The C library writes to the descriptor directly, so only a descriptor-level redirect
+    sees it; conversions decode one image at a time per process, so nothing else is
+    writing there meanwhile.
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as log:
+        os.dup2(log.fileno(), 2)
+        try:
+            decode(data)
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        log.seek(0)
+        text = log.read().decode("utf-8", "replace")
+    found = _LIBJPEG_WARNING.search(text)
+    if found is None and text:
+        sys.stderr.write(text)
+    return None if found is None else found.group(1)
 
 
 def _load_and_check(path: str) -> tuple[str | None, bytes | None]:
