@@ -49,13 +49,20 @@ def expected(src: Path) -> Counter:
     return Counter((sha(p.read_bytes()), classes.index(p.parent.name)) for p in src.rglob("*.jpg"))
 
 
-@pytest.fixture(scope="module", params=FORMATS)
-def converted(request: pytest.FixtureRequest, src: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
-    fmt = request.param
-    dst = tmp_path_factory.mktemp("out") / fmt
-    report = convert(src, dst, format=fmt, shard_size=SHARD_SIZE, workers=0, progress=False)
-    assert report.written == report.samples_in == 48 and not report.skipped
-    return fmt, dst
+@pytest.fixture(scope="module")
+def outputs(src: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """``src`` converted to each format."""
+    out = {}
+    for fmt in FORMATS:
+        out[fmt] = tmp_path_factory.mktemp("out") / fmt
+        report = convert(src, out[fmt], format=fmt, shard_size=SHARD_SIZE, workers=0, progress=False)
+        assert report.written == report.samples_in == 48 and not report.skipped
+    return out
+
+
+@pytest.fixture(params=FORMATS)
+def converted(request: pytest.FixtureRequest, outputs: dict[str, Path]) -> tuple[str, Path]:
+    return request.param, outputs[request.param]
 
 
 def contents(source) -> Counter:
@@ -153,10 +160,8 @@ def test_a_sample_without_a_label_or_an_image_is_refused(tmp_path):
 
 # -- the ecosystem's readers ------------------------------------------------------------
 
-def test_webdataset_library_and_tarfile_read_every_sample(converted, expected):
-    fmt, dst = converted
-    if fmt != "webdataset":
-        pytest.skip("tar shards only")
+def test_webdataset_library_and_tarfile_read_every_sample(outputs, expected):
+    dst = outputs["webdataset"]
     wds = pytest.importorskip("webdataset")
     files = [str(dst / f) for f in json.loads((dst / MANIFEST).read_text())["files"]]
     got, keys = Counter(), []
@@ -180,10 +185,8 @@ def _run_dali(pipe_fn, n: int) -> list:
     return [[np.array(o[k]) for k in range(n)] for o in outs]
 
 
-def test_dali_webdataset_reader_reads_every_sample(converted, expected):
-    fmt, dst = converted
-    if fmt != "webdataset":
-        pytest.skip("tar shards only")
+def test_dali_webdataset_reader_reads_every_sample(outputs, expected):
+    dst = outputs["webdataset"]
     pytest.importorskip("nvidia.dali")
     from nvidia.dali import fn, pipeline_def
 
@@ -201,10 +204,8 @@ def test_dali_webdataset_reader_reads_every_sample(converted, expected):
     assert got == expected
 
 
-def test_dali_tfrecord_reader_reads_every_sample(converted, expected):
-    fmt, dst = converted
-    if fmt != "tfrecord":
-        pytest.skip("TFRecord shards only")
+def test_dali_tfrecord_reader_reads_every_sample(outputs, expected):
+    dst = outputs["tfrecord"]
     pytest.importorskip("nvidia.dali")
     import nvidia.dali.tfrecord as tfrec
     from nvidia.dali import fn, pipeline_def
@@ -226,10 +227,8 @@ def test_dali_tfrecord_reader_reads_every_sample(converted, expected):
     assert {f.tobytes() for f in formats} == {b"jpeg"}
 
 
-def test_tensorflow_reads_every_record(converted, expected):
-    fmt, dst = converted
-    if fmt != "tfrecord":
-        pytest.skip("TFRecord shards only")
+def test_tensorflow_reads_every_record(outputs, expected):
+    dst = outputs["tfrecord"]
     if importlib.util.find_spec("tensorflow") is None:
         pytest.skip("tensorflow is not installed")
     files = [str(dst / f) for f in json.loads((dst / MANIFEST).read_text())["files"]]
@@ -499,7 +498,13 @@ def numbered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.parametrize(("backend", "workers"), [("torch", 0), ("torch", 2), ("dali", 2)])
+@pytest.mark.parametrize(("backend", "workers"), [
+    ("torch", 0),
+    # Worker processes start by forkserver once DALI is imported (as it is by now), each
+    # importing torch again: seconds per loader, so one loader here.
+    pytest.param("torch", 2, marks=pytest.mark.slow),
+    ("dali", 2),
+])
 def test_loaders_read_every_sample_once_per_epoch(numbered, fmt, backend, workers):
     if backend == "dali":
         pytest.importorskip("nvidia.dali")
@@ -507,7 +512,7 @@ def test_loaders_read_every_sample_once_per_epoch(numbered, fmt, backend, worker
 
     dst = numbered[fmt]
     pattern = str(dst / f"shard-*{SUFFIX[fmt]}")
-    for spec in (dst, pattern):
+    for spec in (dst, pattern) if workers == 0 or backend == "dali" else (pattern,):
         loader = classification_loader(spec, train=True, batch_size=4, size=32, backend=backend, device="cpu",
                                        shuffle=True, last_batch="partial", num_workers=workers)
         for _ in range(2):
