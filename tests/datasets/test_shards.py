@@ -227,7 +227,7 @@ def test_dali_tfrecord_reader_reads_every_sample(outputs, expected):
     assert {f.tobytes() for f in formats} == {b"jpeg"}
 
 
-def test_tensorflow_reads_every_record(outputs, expected):
+def test_tensorflow_reads_every_record(outputs, expected, tmp_path):
     dst = outputs["tfrecord"]
     if importlib.util.find_spec("tensorflow") is None:
         pytest.skip("tensorflow is not installed")
@@ -244,12 +244,48 @@ def test_tensorflow_reads_every_record(outputs, expected):
         "    out.append([hashlib.sha1(ex['image/encoded'].numpy()).hexdigest(), int(ex['image/class/label']),\n"
         "                ex['image/format'].numpy().decode()])\n"
         "print('RESULT' + json.dumps(out))\n"
+        # ...and writes records the other way round, for TFRecordShards to read.
+        "with tf.io.TFRecordWriter(sys.argv[2]) as w:\n"
+        "    for k in range(5):\n"
+        "        f = {'image/encoded': tf.train.Feature(bytes_list=tf.train.BytesList(value=[bytes([k]) * (300 * k + 1)])),\n"
+        "             'image/class/label': tf.train.Feature(int64_list=tf.train.Int64List(value=[k])),\n"
+        "             'image/height': tf.train.Feature(int64_list=tf.train.Int64List(value=[7]))}\n"
+        "        w.write(tf.train.Example(features=tf.train.Features(feature=f)).SerializeToString())\n"
     )
-    run = subprocess.run([sys.executable, "-c", code, json.dumps(files)], capture_output=True, text=True,
-                         timeout=300, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""})
+    written = tmp_path / "by-tf.tfrecord"
+    run = subprocess.run([sys.executable, "-c", code, json.dumps(files), str(written)], capture_output=True,
+                         text=True, timeout=300,
+                         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""})
     assert run.returncode == 0, run.stderr[-2000:]
     rows = json.loads(run.stdout.split("RESULT", 1)[1])
     assert Counter((h, lbl) for h, lbl, _ in rows) == expected and {f for *_, f in rows} == {"jpeg"}
+    theirs = TFRecordShards([str(written)])
+    assert theirs.labels == (0, 1, 2, 3, 4)
+    assert [theirs.read(k).tobytes() for k in range(5)] == [bytes([k]) * (300 * k + 1) for k in range(5)]
+
+
+def test_records_whose_image_comes_first_are_read_whole(tmp_path):
+    """Opening reads each record's first bytes when the label comes before the image (as
+    gpufeed writes), the whole record otherwise (as other writers may order the fields)."""
+    from gpufeed.datasets.shards.tfrecord import _field, _varint
+
+    def entry(key: str, feature: bytes) -> bytes:
+        return _field(1, _field(1, key.encode()) + _field(2, feature))
+
+    images = [os.urandom(n) for n in (50, 5000, 20000)]
+    w = TFRecordWriter(tmp_path / "a.tfrecord")
+    for k, image in enumerate(images):
+        image_first = entry("image/encoded", _field(1, _field(1, image))) + entry("x/other", _field(1, _field(1, b"z" * 700)))
+        label_last = entry("image/class/label", _field(3, _field(1, _varint(k + 5))))
+        w.write_record(_field(1, image_first + label_last))
+    w.close()
+    source = TFRecordShards([str(tmp_path / "a.tfrecord")])
+    assert source.labels == (5, 6, 7) and [source.read(i).tobytes() for i in range(3)] == images
+    data = bytearray((tmp_path / "a.tfrecord").read_bytes())
+    data[-100] ^= 0xFF  # inside the last image: its data CRC no longer matches
+    (tmp_path / "a.tfrecord").write_bytes(bytes(data))
+    with pytest.raises(ValueError, match=r"a.tfrecord: record #2 .*data CRC"):
+        TFRecordShards([str(tmp_path / "a.tfrecord")])
 
 
 def test_tfrecord_framing_and_crc32c_known_vectors(tmp_path):

@@ -141,7 +141,7 @@ def convert(
         raw_size: the raw cache's image side.
         workers: decoding processes (default: all cores; 0 or 1: in this process).
         progress: show a progress bar (a tqdm bar in a terminal, lines in a log).
-        on_shard: called ``on_shard(k, path)`` after shard ``k`` is complete and recorded
+        on_shard: shard formats: called ``on_shard(k, path)`` after shard ``k`` is complete and recorded
             (raising from it stops the conversion there, resumably).
 
     Returns:

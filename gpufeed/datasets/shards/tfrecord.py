@@ -27,6 +27,7 @@ FORMAT_KEY = "image/format"
 
 _HEADER = 12  # uint64 length + masked crc32c of it
 _FOOTER = 4  # masked crc32c of the data
+_PREFIX = 512  # bytes of each record read at open: enough for the fields before the image
 
 
 def masked_crc32c(data: bytes | memoryview) -> int:
@@ -54,11 +55,15 @@ def _field(number: int, payload: bytes) -> bytes:
     return _varint(number << 3 | 2) + _varint(len(payload)) + payload
 
 
+class _Short(ValueError):
+    """The part of a record read so far ends before a field the parser needs."""
+
+
 def _read_varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
     value = shift = 0
     while True:
         if pos >= len(buf):
-            raise ValueError("varint runs past the end")
+            raise _Short("varint runs past the bytes read")
         b = buf[pos]
         pos += 1
         value |= (b & 0x7F) << shift
@@ -115,18 +120,25 @@ def encode_example(image: bytes, label: int, image_format: str) -> bytes:
     return _field(1, features)  # Example.features
 
 
-def parse_example(record: bytes | memoryview) -> tuple[int, int, int]:
+def parse_example(record: bytes | memoryview, size: int | None = None) -> tuple[int, int, int]:
     """Where the image bytes lie in a serialized Example, and its label.
+
+    Args:
+        record: the serialized Example, or its first bytes.
+        size: the Example's whole size when ``record`` holds only its first bytes (the
+            image bytes themselves need not have been read, only the fields before them).
 
     Returns:
         ``(offset, size, label)``: the ``image/encoded`` bytes' offset and size within
         ``record``, and ``image/class/label``'s first value.
 
     Raises:
-        ValueError: not an Example, or one without those two features.
+        ValueError: not an Example, or one without those two features (a subclass of it
+            when ``record`` is a prefix that ends before a field the parse needs).
     """
+    size = len(record) if size is None else size
     found: dict[str, tuple[int, int]] = {}
-    for number, wire, fstart, fend in _fields(record, 0, len(record)):
+    for number, wire, fstart, fend in _fields(record, 0, size):
         if number != 1 or wire != 2:
             continue
         for n2, w2, estart, eend in _fields(record, fstart, fend):  # Features: map entries
@@ -135,6 +147,8 @@ def parse_example(record: bytes | memoryview) -> tuple[int, int, int]:
             key, value = None, None
             for n3, w3, s3, e3 in _fields(record, estart, eend):
                 if n3 == 1 and w3 == 2:
+                    if e3 > len(record):
+                        raise _Short("a feature name runs past the bytes read")
                     key = bytes(record[s3:e3]).decode("utf-8", "replace")
                 elif n3 == 2 and w3 == 2:
                     value = (s3, e3)
@@ -269,8 +283,9 @@ class TFRecordShards(SampleSource):
     ``image/encoded`` and ``image/class/label``.
 
     Each shard is indexed when the source is made (record offsets from ``SHARD.idx`` when
-    present, else from the record headers); each record is read once then, its CRCs
-    checked and its Example parsed for the label and the image bytes' position.
+    present, else from the record headers), and each record's Example is parsed then for
+    the label and the image bytes' position, reading only its first bytes where the
+    fields before the image hold the label (see :meth:`_parse`).
     :meth:`read` is then one ``read_at`` of just the image bytes.
 
     Args:
@@ -296,17 +311,10 @@ class TFRecordShards(SampleSource):
             records = self._index(path)
             self._records.append(records)
             for k, (offset, size) in enumerate(records):
-                framed = storage.read_at(path, offset, size)
-                data = memoryview(framed)[_HEADER: size - _FOOTER]
-                (length,) = struct.unpack("<Q", framed[:8].tobytes())
-                stored = struct.unpack("<I", framed[size - _FOOTER:].tobytes())[0]
-                if length != size - _HEADER - _FOOTER or stored != masked_crc32c(data):
-                    raise ValueError(f"{path}: record #{k} at offset {offset} is corrupt (length or data CRC "
-                                     "does not match; a stale .idx file?)")
                 try:
-                    start, nbytes, label = parse_example(data)
+                    start, nbytes, label = self._parse(path, k, offset, size)
                 except ValueError as exc:
-                    raise ValueError(f"{path}: record #{k}: {exc}") from None
+                    raise ValueError(f"{path}: record #{k} at offset {offset}: {exc}") from None
                 shard_of.append(s)
                 numbers.append(k)
                 offsets.append(offset + _HEADER + start)
@@ -326,6 +334,30 @@ class TFRecordShards(SampleSource):
         self._sizes = np.asarray(sizes, dtype=np.int64)
         self._groups = np.asarray(counts, dtype=np.int64)
         self.classes = _classes(self._files, max(labels))
+
+    def _parse(self, path: str, k: int, offset: int, size: int) -> tuple[int, int, int]:
+        """``(image offset in the data, image size, label)`` of one framed record.
+
+        Only the record's first bytes are read when the fields before the image hold the
+        label (as :func:`encode_example` orders them): opening a dataset does not read all
+        its images. Records read whole (small ones, or ones whose image comes first) have
+        their data CRC checked too; the length CRC is always checked.
+        """
+        head = self.storage.read_at(path, offset, min(size, _HEADER + _PREFIX))
+        (length,) = struct.unpack("<Q", head[:8].tobytes())
+        if (struct.unpack("<I", head[8:12].tobytes())[0] != masked_crc32c(head[:8])
+                or length != size - _HEADER - _FOOTER):
+            raise ValueError("the length or its CRC does not match (corrupt, or a stale .idx file)")
+        if len(head) < size:
+            try:
+                return parse_example(memoryview(head)[_HEADER:], length)
+            except _Short:
+                pass  # a field lies beyond the prefix: read the whole record
+        framed = self.storage.read_at(path, offset, size) if len(head) < size else head
+        data = memoryview(framed)[_HEADER: size - _FOOTER]
+        if struct.unpack("<I", framed[size - _FOOTER:].tobytes())[0] != masked_crc32c(data):
+            raise ValueError("the data CRC does not match (corrupt)")
+        return parse_example(data)
 
     def _index(self, path: str) -> list[tuple[int, int]]:
         idx = f"{path}.idx"
