@@ -89,6 +89,26 @@ def test_round_trip_gives_every_sample_once_with_its_label(converted, expected, 
     assert source.name(0) == (f"{first}:000000000" if fmt == "webdataset" else f"{first}:#0")
 
 
+@pytest.mark.parametrize("with_index", [True, False])
+def test_opening_opens_each_shard_once_and_reads_little(converted, tmp_path, with_index):
+    from gpufeed.datasets.storage import SimulatedRemote
+
+    fmt, dst = converted
+    files = sorted(dst.glob(f"shard-*{SUFFIX[fmt]}"))
+    if not with_index:
+        for f in files:
+            (tmp_path / f.name).write_bytes(f.read_bytes())
+        files = sorted(tmp_path.glob(f"shard-*{SUFFIX[fmt]}"))
+    storage = SimulatedRemote()
+    source = open_shards([str(f) for f in files], storage)
+    total = sum(f.stat().st_size for f in files)
+    assert storage.opens == len(files)
+    assert storage.bytes < total / 3  # headers and labels, not the images
+    storage.bytes = 0
+    source.read(len(source) - 1)
+    assert storage.bytes == len(source.read(len(source) - 1)) and storage.opens == len(files)
+
+
 def test_sources_index_shards_without_their_idx_files(converted, expected, tmp_path):
     """Walking the tar headers / TFRecord framing finds what the index says, and
     dali_index_files writes the missing index back, identical to the converter's."""

@@ -298,8 +298,13 @@ def _map_ordered(fn: Callable, tasks: list, workers: int) -> Iterator:
         yield from map(fn, tasks)
         return
     # fork: the workers start at once (spawn would import torch again in each); they only
-    # decode with torch's single-threaded codecs, which is safe after a fork.
-    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    # decode with torch's single-threaded codecs. Next to DALI's threads forking has
+    # crashed (see the torch loader), so then forkserver.
+    methods = multiprocessing.get_all_start_methods()
+    if "fork" in methods and "nvidia.dali" not in sys.modules:
+        method = "fork"
+    else:
+        method = "forkserver" if "forkserver" in methods else "spawn"
     with multiprocessing.get_context(method).Pool(workers, initializer=_worker_init) as pool:
         yield from pool.imap(fn, tasks, chunksize=max(1, min(16, len(tasks) // (workers * 8))))
 
@@ -420,13 +425,9 @@ def _convert_shards(source: SampleList, order: np.ndarray, dst: Path, record: _P
             name = f"shard-{shard:06d}{_SUFFIX[fmt]}"
             writer = Writer(dst / f"{name}.partial", dst / f"{name}.idx.partial")
         writer.add(f"{position:09d}", data, _extension(source.paths[i]), source.labels[i])
-    if writer is not None and writer.count:
+    if writer is not None:
         finish(len(order))
-    else:
-        if writer is not None:  # only skips since the last shard: nothing to write
-            writer.close()
-            for f in dst.glob("*.partial"):
-                f.unlink()
+    else:  # only skips since the last shard: nothing more to write
         record.skipped.extend(pending)
         record.data["next"] = len(order)
         record.save()
