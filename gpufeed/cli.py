@@ -4,7 +4,8 @@
 ``gpufeed bench all`` runs every suite into one report, ``gpufeed bench compare OLD NEW``
 compares two runs, ``gpufeed doctor`` reports the machine and the backend each loader
 will pick, ``gpufeed data images|sensor|transactions`` generates synthetic datasets,
-``gpufeed tune`` sweeps DataLoader settings on this machine.
+``gpufeed tune`` sweeps DataLoader settings on this machine, ``gpufeed convert SRC DST``
+writes an image folder as WebDataset or TFRecord shards or a raw cache.
 """
 
 from __future__ import annotations
@@ -93,6 +94,22 @@ def _build_parser() -> argparse.ArgumentParser:
     sensor.add_argument("--rows", type=int, default=100_000, help="number of rows (default 100000)")
     sensor.add_argument("--seed", type=int, default=0)
 
+    convert = sub.add_parser(
+        "convert", help="write an image folder or file list as WebDataset/TFRecord shards or a raw cache",
+        description="Check every image with the strict decoder (bad ones are skipped and listed), shuffle "
+                    "the samples across shards with --seed, and write DST/shard-NNNNNN.tar|.tfrecord with "
+                    "DALI index files, or a raw cache, plus DST/gpufeed.json. Re-running an interrupted "
+                    "conversion with the same arguments resumes it.",
+    )
+    convert.add_argument("src", help="ImageFolder tree (SRC/<class>/<image>) or a 'path label' file list")
+    convert.add_argument("dst", help="output folder (new or empty, or an interrupted conversion to resume)")
+    convert.add_argument("--format", required=True, choices=("webdataset", "tfrecord", "raw"))
+    convert.add_argument("--shard-size", default="256MiB", help="target shard size, e.g. 256MB, 1GiB (default: 256MiB)")
+    convert.add_argument("--seed", type=int, default=0, help="seed of the pre-shuffle (default: 0)")
+    convert.add_argument("--no-shuffle", action="store_true", help="keep the source order")
+    convert.add_argument("--raw-size", type=int, default=256, help="raw cache image side (default: 256)")
+    convert.add_argument("--workers", type=int, default=None, help="decoding processes (default: all cores)")
+
     tune_module = importlib.import_module(BENCH_SUITES["tune"])  # also a command of its own
     tune = sub.add_parser("tune", help="sweep DataLoader settings (workers, pinning, prefetch, batch) here",
                           description=tune_module.__doc__.strip().splitlines()[0])
@@ -127,6 +144,13 @@ def _run(args: argparse.Namespace) -> int:
         from gpufeed.doctor import run as run_doctor
 
         return run_doctor(as_json=args.json)
+    if args.command == "convert":
+        from gpufeed.datasets.shards.convert import convert
+
+        report = convert(args.src, args.dst, format=args.format, shard_size=args.shard_size, seed=args.seed,
+                         shuffle=not args.no_shuffle, raw_size=args.raw_size, workers=args.workers)
+        print(report.summary())
+        return 0
     if args.kind == "images":
         from pathlib import Path
 

@@ -1,0 +1,482 @@
+"""``gpufeed convert``: an image folder or file list into WebDataset shards, TFRecord
+shards or a pre-decoded raw cache.
+
+Every image is checked once, here, by the strict decoder the torch loader uses (a JPEG
+whose middle is corrupt decodes to garbage in lenient decoders, and fails here), so the
+converted dataset holds only images that decode; the bad ones are listed in the report.
+Samples are shuffled across shards before writing (WebDataset-style readers shuffle
+shards and then only within a buffer, so a class-sorted folder written in order would
+give class-sorted batches).
+
+A conversion that stops (killed, a full disk) is re-run with the same arguments and goes
+on from the last complete shard: shards are written as ``NAME.partial`` and renamed when
+complete, and a progress record (``.gpufeed-convert.json``) lists the complete ones.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import re
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from gpufeed.datasets.shards import MANIFEST
+from gpufeed.pipelines.sources import (
+    SampleList,
+    image_format,
+    read_file_list,
+    scan_image_folder,
+    undecodable_reason,
+)
+
+#: The formats :func:`convert` writes.
+FORMATS = ("webdataset", "tfrecord", "raw")
+
+#: The progress record of a conversion, inside its output folder.
+PROGRESS_FILE = ".gpufeed-convert.json"
+
+_SUFFIX = {"webdataset": ".tar", "tfrecord": ".tfrecord"}
+
+
+@dataclass
+class ConvertReport:
+    """What a conversion did.
+
+    Attributes:
+        samples_in: samples in the source.
+        written: samples written (``written + len(skipped) == samples_in``).
+        skipped: ``(name, reason)`` of each sample left out, in source order.
+        shards: shard files written (1 for a raw cache).
+        seconds: wall time of this run (a resumed run counts only itself).
+        dst: the output folder.
+        format: ``"webdataset"``, ``"tfrecord"`` or ``"raw"``.
+    """
+
+    samples_in: int
+    written: int
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    shards: int = 0
+    seconds: float = 0.0
+    dst: str = ""
+    format: str = ""
+
+    def summary(self, show: int = 5) -> str:
+        """A few lines for a terminal: counts, the first ``show`` skipped files, shards, time."""
+        lines = [f"converted {self.samples_in} samples into {self.dst} ({self.format}): "
+                 f"{self.written} written, {len(self.skipped)} skipped, {self.shards} shard(s), "
+                 f"{self.seconds:.1f} s"]
+        lines += [f"  skipped {name}: {reason}" for name, reason in self.skipped[:show]]
+        if len(self.skipped) > show:
+            lines.append(f"  ... and {len(self.skipped) - show} more")
+        return "\n".join(lines)
+
+
+def parse_size(text: str | int) -> int:
+    """Bytes from ``"256MB"``, ``"1.5GiB"``, ``"4096"`` (KB/MB/GB are powers of 1000, KiB/MiB/GiB of 1024).
+
+    Raises:
+        ValueError: not a size.
+
+    Example:
+        >>> parse_size("256MB"), parse_size("1KiB"), parse_size(10)
+        (256000000, 1024, 10)
+    """
+    if isinstance(text, int):
+        return text
+    m = re.fullmatch(r"\s*([\d.]+)\s*([kmgt]?)(i?)b?\s*", str(text).lower())
+    if m is None:
+        raise ValueError(f"not a size: {text!r} (e.g. 256MB, 1GiB, 4096)")
+    power = " kmgt".index(m.group(2) or " ")
+    return int(float(m.group(1)) * (1024 if m.group(3) else 1000) ** power)
+
+
+def open_input(src: str | os.PathLike[str]) -> SampleList:
+    """The samples of ``src``: an ImageFolder tree (a folder) or a ``path label`` file list
+    (a file; paths relative to its folder).
+
+    Raises:
+        FileNotFoundError: ``src`` does not exist.
+    """
+    src = Path(src)
+    if not src.exists():
+        raise FileNotFoundError(f"convert: source {src} does not exist")
+    return read_file_list(src) if src.is_file() else scan_image_folder(src)
+
+
+def convert(
+    src: str | os.PathLike[str],
+    dst: str | os.PathLike[str],
+    *,
+    format: str,  # noqa: A002 - the CLI's word for it
+    shard_size: int | str = 256 * 2**20,
+    seed: int = 0,
+    shuffle: bool = True,
+    raw_size: int = 256,
+    workers: int | None = None,
+    progress: bool = True,
+    on_shard: Callable[[int, str], None] | None = None,
+) -> ConvertReport:
+    """Convert an image folder or file list into shards or a raw cache.
+
+    Args:
+        src: an ImageFolder tree (``src/<class>/<image>``) or a ``path label`` file list.
+        dst: the output folder (created; must be empty, or hold a conversion of the same
+            source with the same settings, which is then resumed).
+        format: ``"webdataset"`` (``shard-NNNNNN.tar`` with ``KEY.jpg`` + ``KEY.cls``),
+            ``"tfrecord"`` (``shard-NNNNNN.tfrecord`` of ``tf.train.Example``) or ``"raw"``
+            (pixels resized to ``raw_size``; needs :mod:`gpufeed.datasets.shards.raw`).
+        shard_size: target shard size in bytes (or ``"256MB"``); a shard is closed before a
+            sample would take it past the target (a single sample larger than the target
+            gets a shard of its own).
+        seed: the seed of the pre-shuffle.
+        shuffle: shuffle samples across shards (off: source order).
+        raw_size: the raw cache's image side.
+        workers: decoding processes (default: all cores; 0 or 1: in this process).
+        progress: show a progress bar (a tqdm bar in a terminal, lines in a log).
+        on_shard: shard formats: called ``on_shard(k, path)`` after shard ``k`` is complete and recorded
+            (raising from it stops the conversion there, resumably).
+
+    Returns:
+        A :class:`ConvertReport`; ``dst/gpufeed.json`` holds the manifest.
+
+    Raises:
+        ValueError: an unknown format, a bad size, or ``dst`` holding other files or a
+            conversion with other settings.
+        FileNotFoundError: ``src`` does not exist.
+        ModuleNotFoundError: ``format="raw"`` without the raw cache module.
+
+    Example:
+        >>> report = convert("data/train", "data/train-wds", format="webdataset")  # doctest: +SKIP
+        >>> print(report.summary())  # doctest: +SKIP
+    """
+    if format not in FORMATS:
+        raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
+    shard_size = parse_size(shard_size)
+    if shard_size < 1:
+        raise ValueError(f"shard_size must be > 0, got {shard_size}")
+    if raw_size < 1:
+        raise ValueError(f"raw_size must be > 0, got {raw_size}")
+    start = time.perf_counter()
+    source = open_input(src)
+    n = len(source)
+    order = np.random.default_rng(seed).permutation(n) if shuffle else np.arange(n)
+    dst = Path(dst)
+    settings = {"format": format, "seed": int(seed), "shuffle": bool(shuffle),
+                "source": source.fingerprint()["digest"], "samples": n}
+    if format == "raw":
+        settings["raw_size"] = int(raw_size)
+    else:
+        settings["shard_size"] = int(shard_size)
+    record = _Progress.open(dst, settings)
+    workers = (os.cpu_count() or 1) if workers is None else max(0, int(workers))
+    if format == "raw":
+        _convert_raw(source, order, dst, record, raw_size, workers, progress)
+    else:
+        _convert_shards(source, order, dst, record, format, shard_size, workers, progress, on_shard)
+    manifest = {"format": format, "samples": record.written, "classes": list(source.classes),
+                "files": record.files, "seed": int(seed), "shuffle": bool(shuffle),
+                "skipped": len(record.skipped), "source": os.path.abspath(src)}
+    if format == "raw":
+        manifest.update(record.data.get("raw_manifest", {}))
+        manifest["skipped"] = len(record.skipped)
+    else:
+        manifest["shard_size"] = int(shard_size)
+    _write_json(dst / MANIFEST, manifest)
+    record.data["complete"] = True
+    record.save()
+    skipped = sorted(record.skipped, key=lambda s: s[2])
+    return ConvertReport(samples_in=n, written=record.written, skipped=[(p, r) for p, r, _ in skipped],
+                         shards=len(record.files), seconds=time.perf_counter() - start, dst=str(dst),
+                         format=format)
+
+
+# -- checking and decoding, in worker processes ----------------------------------------
+
+def check_image(data: np.ndarray) -> str | None:
+    """Why ``data`` is not an image the loaders can decode, or None: the loaders' cheap
+    byte checks, then a full decode by the torch loader's decoder (``decode_rgb``), in
+    the loaders' words.
+
+    Stricter than the loaders in one way: libjpeg only *warns* about corrupt
+    entropy-coded data ("Corrupt JPEG data: ...", printed on stderr) and returns an image
+    with garbage in it, which every decoder (torchvision, PIL, DALI) then passes on. The
+    warning is caught here and the file skipped, so no garbage goes into a converted set.
+
+    Args:
+        data: the file's bytes (1-D uint8).
+
+    Returns:
+        The reason, or None for a good image.
+    """
+    reason = undecodable_reason(data)
+    if reason is not None:
+        return reason
+    from gpufeed.pipelines.torch_loader import decode_rgb
+
+    try:
+        if image_format(data) != "jpeg":
+            decode_rgb(data)
+            return None
+        warning = _libjpeg_warning(decode_rgb, data)
+    except (RuntimeError, OSError, ValueError) as exc:
+        words = re.sub(r"^[\w ]+, \S+:\d+, ", "", (str(exc).splitlines() or [type(exc).__name__])[0])
+        return f"could not decode: {words}"
+    return None if warning is None else f"could not decode: {warning}"
+
+
+_LIBJPEG_WARNING = re.compile(r"(Corrupt JPEG data[^\n]*|Premature end of JPEG file|Invalid SOS parameters[^\n]*)")
+
+
+def _libjpeg_warning(decode: Callable[[np.ndarray], object], data: np.ndarray) -> str | None:
+    """Run ``decode(data)`` with file descriptor 2 redirected, and return libjpeg's
+    corrupt-data warning if it printed one (other output is passed on to stderr).
+
+    The C library writes to the descriptor directly, so only a descriptor-level redirect
+    sees it; conversions decode one image at a time per process, so nothing else is
+    writing there meanwhile.
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as log:
+        os.dup2(log.fileno(), 2)
+        try:
+            decode(data)
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        log.seek(0)
+        text = log.read().decode("utf-8", "replace")
+    found = _LIBJPEG_WARNING.search(text)
+    if found is None and text:
+        sys.stderr.write(text)
+    return None if found is None else found.group(1)
+
+
+def _load_and_check(path: str) -> tuple[str | None, bytes | None]:
+    """Worker task: ``(reason, None)`` for a bad file, ``(None, its bytes)`` for a good one."""
+    try:
+        data = np.fromfile(path, dtype=np.uint8)
+    except OSError as exc:
+        return f"could not read: {exc.strerror or exc}", None
+    reason = check_image(data)
+    return (reason, None) if reason is not None else (None, data.tobytes())
+
+
+def _decode_fitted(task: tuple[str, int]) -> tuple[str | None, np.ndarray | None]:
+    """Worker task for the raw cache: the image decoded and fitted to ``size`` (so only
+    the small square crosses the process boundary)."""
+    import torch
+
+    from gpufeed.datasets.shards.raw import fit_image
+    from gpufeed.pipelines.torch_loader import decode_rgb
+
+    path, size = task
+    reason, data = _load_and_check(path)
+    if reason is not None:
+        return reason, None
+    with torch.no_grad():
+        return None, fit_image(decode_rgb(np.frombuffer(data, dtype=np.uint8).copy()), size).contiguous().numpy()
+
+
+def _worker_init() -> None:
+    import torch
+
+    torch.set_num_threads(1)  # one decode per process; the pool is the parallelism
+
+
+def _map_ordered(fn: Callable, tasks: list, workers: int) -> Iterator:
+    """``fn`` over ``tasks``, results in order, in a process pool when ``workers > 1``."""
+    if workers <= 1 or len(tasks) < 2:
+        yield from map(fn, tasks)
+        return
+    # fork: the workers start at once (spawn would import torch again in each); they only
+    # decode with torch's single-threaded codecs. Next to DALI's threads forking has
+    # crashed (see the torch loader), so then forkserver.
+    methods = multiprocessing.get_all_start_methods()
+    if "fork" in methods and "nvidia.dali" not in sys.modules:
+        method = "fork"
+    else:
+        method = "forkserver" if "forkserver" in methods else "spawn"
+    with multiprocessing.get_context(method).Pool(workers, initializer=_worker_init) as pool:
+        yield from pool.imap(fn, tasks, chunksize=max(1, min(16, len(tasks) // (workers * 8))))
+
+
+def _progress(items: Iterator, total: int, desc: str, show: bool) -> Iterator:
+    if not show:
+        return items
+    from gpufeed.bench.progress import progress
+
+    return progress(items, desc=desc, total=total, unit="img")
+
+
+# -- the progress record --------------------------------------------------------------
+
+class _Progress:
+    """The progress record of a conversion (``dst/.gpufeed-convert.json``): its settings,
+    the complete shards, the next position in the shuffled order, the samples skipped."""
+
+    def __init__(self, dst: Path, data: dict) -> None:
+        self.dst, self.data = dst, data
+
+    @classmethod
+    def open(cls, dst: Path, settings: dict) -> _Progress:
+        path = dst / PROGRESS_FILE
+        if path.is_file():
+            try:
+                data = json.loads(path.read_text())
+            except json.JSONDecodeError:
+                data = None
+            if data is not None and data.get("settings") != settings:
+                raise ValueError(f"{dst} holds a conversion with other settings ({path}: {data.get('settings')}); "
+                                 f"re-run with those to resume, or convert into another (or an emptied) folder")
+            if data is not None and all((dst / f).is_file() for f in data["files"]):
+                return cls(dst, data)
+        elif dst.is_dir() and any(dst.iterdir()):
+            raise ValueError(f"convert: output folder {dst} is not empty and holds no conversion to resume")
+        dst.mkdir(parents=True, exist_ok=True)
+        progress = cls(dst, {"settings": settings, "files": [], "next": 0, "written": 0, "skipped": []})
+        progress.save()
+        return progress
+
+    @property
+    def files(self) -> list[str]:
+        return self.data["files"]
+
+    @property
+    def written(self) -> int:
+        return self.data["written"]
+
+    @property
+    def skipped(self) -> list[list]:
+        return self.data["skipped"]  # [name, reason, source index]
+
+    def save(self) -> None:
+        _write_json(self.dst / PROGRESS_FILE, self.data)
+
+
+def _write_json(path: Path, data: dict) -> None:
+    """Write atomically (a temporary file renamed over the old one): a kill mid-write
+    leaves the previous version, never half a file."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, path)
+
+
+# -- shards ---------------------------------------------------------------------------
+
+def _convert_shards(source: SampleList, order: np.ndarray, dst: Path, record: _Progress, fmt: str,
+                    shard_size: int, workers: int, show: bool,
+                    on_shard: Callable[[int, str], None] | None) -> None:
+    if fmt == "webdataset":
+        from gpufeed.datasets.shards.webdataset import TarShardWriter as Writer
+    else:
+        from gpufeed.datasets.shards.tfrecord import TFRecordWriter as Writer
+    for stale in dst.glob("*.partial"):  # an interrupted shard: rewritten from its first sample
+        stale.unlink()
+    first = record.data["next"]
+    todo = [int(i) for i in order[first:]]
+    if not todo:
+        return
+    # Keep every skip of a position before `next` (those shards are complete); a skip after
+    # it belongs to the interrupted shard, which is redone.
+    position_of = {int(i): p for p, i in enumerate(order)}
+    record.data["skipped"] = [s for s in record.skipped if position_of[s[2]] < first]
+    results = _map_ordered(_load_and_check, [source.paths[i] for i in todo], workers)
+    results = _progress(results, len(todo), f"converting to {fmt} in {dst}", show)
+    writer = None
+    pending: list[list] = []  # skips in the open shard, recorded when it completes
+    shard = len(record.files)
+
+    def finish(next_position: int) -> None:
+        nonlocal writer, shard, pending
+        name = f"shard-{shard:06d}{_SUFFIX[fmt]}"
+        writer.close()
+        # The index goes first: a renamed shard always has its index beside it.
+        os.replace(dst / f"{name}.idx.partial", dst / f"{name}.idx")
+        os.replace(dst / f"{name}.partial", dst / name)
+        record.files.append(name)
+        record.data["written"] += writer.count
+        record.data["next"] = next_position
+        record.skipped.extend(pending)
+        record.save()
+        writer, pending = None, []
+        shard += 1
+        if on_shard is not None:
+            on_shard(shard - 1, str(dst / name))
+
+    for position, i, (reason, data) in zip(range(first, len(order)), todo, results, strict=True):
+        if reason is not None:
+            pending.append([source.paths[i], reason, i])
+            continue
+        # Bounds the file's growth from above (tar: header + padded data + the .cls member
+        # + end blocks; TFRecord: framing + the Example's fields), so shards stay under target.
+        cost = len(data) + (3 * 512 + 1024 if fmt == "webdataset" else 160)
+        if writer is not None and writer.count and writer.nbytes + cost > shard_size:
+            finish(position)
+        if writer is None:
+            name = f"shard-{shard:06d}{_SUFFIX[fmt]}"
+            writer = Writer(dst / f"{name}.partial", dst / f"{name}.idx.partial")
+        writer.add(f"{position:09d}", data, _extension(source.paths[i]), source.labels[i])
+    if writer is not None:
+        finish(len(order))
+    else:  # only skips since the last shard: nothing more to write
+        record.skipped.extend(pending)
+        record.data["next"] = len(order)
+        record.save()
+
+
+def _extension(path: str) -> str:
+    """The WebDataset member extension of an image file: ``jpg`` for any JPEG name, else
+    the file's own (lower case)."""
+    ext = os.path.splitext(path)[1].lower().lstrip(".")
+    return "jpg" if ext in ("jpg", "jpeg", "jpe") else ext
+
+
+# -- raw --------------------------------------------------------------------------------
+
+def _convert_raw(source: SampleList, order: np.ndarray, dst: Path, record: _Progress, size: int,
+                 workers: int, show: bool) -> None:
+    """Two passes: check every image (the raw cache's sample count is fixed when it is
+    created, so the bad ones must be known first), then decode and store the good ones
+    (:class:`~gpufeed.datasets.shards.raw.RawWriter` resumes by itself)."""
+    from gpufeed.datasets.shards.raw import RawWriter
+
+    if "good" not in record.data:
+        results = _map_ordered(_load_and_check, [source.paths[int(i)] for i in order], workers)
+        good, skipped = [], []
+        for i, (reason, _) in zip(order, _progress(results, len(order), f"checking images for {dst}", show),
+                                  strict=True):
+            if reason is None:
+                good.append(int(i))
+            else:
+                skipped.append([source.paths[int(i)], reason, int(i)])
+        if not good:
+            raise ValueError(f"convert: no image in {len(order)} samples decodes")
+        record.data.update(good=good, skipped=skipped)
+        record.save()
+    good = record.data["good"]
+    writer = RawWriter(dst, len(good), size)
+    done = getattr(writer, "done", lambda k: False)  # a writer that resumes says what it holds
+    todo = [k for k in range(len(good)) if not done(k)]
+    results = _map_ordered(_decode_fitted, [(source.paths[good[k]], size) for k in todo], workers)
+    import torch
+
+    for k, (reason, pixels) in zip(todo, _progress(results, len(todo), f"writing raw cache {dst}", show),
+                                   strict=True):
+        if reason is not None:  # the file changed since the check
+            raise ValueError(f"convert: {source.paths[good[k]]} stopped decoding during the conversion ({reason})")
+        writer.add(k, torch.from_numpy(pixels), source.labels[good[k]])
+    manifest = writer.close()
+    record.data["raw_manifest"] = {key: v for key, v in manifest.items() if key not in ("samples", "classes")}
+    record.data["files"] = list(manifest.get("files", []))
+    record.data["written"] = len(good)
+    record.save()
+

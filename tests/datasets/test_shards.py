@@ -1,0 +1,579 @@
+"""WebDataset and TFRecord shards: the writers, the sample sources, ``gpufeed convert``
+(checks, pre-shuffle, shard size, resume), the ecosystem's own readers (webdataset,
+tarfile, DALI, TensorFlow) and the loaders on both backends."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import io
+import json
+import os
+import struct
+import subprocess
+import sys
+import tarfile
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpufeed.cli import main
+from gpufeed.datasets.images import generate_image_folder
+from gpufeed.datasets.shards import MANIFEST, expand_shards, open_converted, open_shards
+from gpufeed.datasets.shards.convert import PROGRESS_FILE, convert, parse_size
+from gpufeed.datasets.shards.tfrecord import TFRecordShards, TFRecordWriter, masked_crc32c
+from gpufeed.datasets.shards.webdataset import TarShardWriter, WebDatasetShards
+
+SHARD_SIZE = 30_000  # a few small JPEGs per shard, so every test sees several shards
+FORMATS = ("webdataset", "tfrecord")
+SUFFIX = {"webdataset": ".tar", "tfrecord": ".tfrecord"}
+
+
+def sha(data: bytes | np.ndarray) -> str:
+    return hashlib.sha1(bytes(data)).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def src(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """48 JPEGs in 4 classes (class-sorted on disk, as ImageFolder trees are)."""
+    return generate_image_folder(tmp_path_factory.mktemp("shards") / "src", num_images=48, num_classes=4,
+                                 seed=2, min_side=48, max_side=80)
+
+
+@pytest.fixture(scope="module")
+def expected(src: Path) -> Counter:
+    """(image digest, label) of every source image."""
+    classes = sorted(p.name for p in src.iterdir())
+    return Counter((sha(p.read_bytes()), classes.index(p.parent.name)) for p in src.rglob("*.jpg"))
+
+
+@pytest.fixture(scope="module")
+def outputs(src: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """``src`` converted to each format."""
+    out = {}
+    for fmt in FORMATS:
+        out[fmt] = tmp_path_factory.mktemp("out") / fmt
+        report = convert(src, out[fmt], format=fmt, shard_size=SHARD_SIZE, workers=0, progress=False)
+        assert report.written == report.samples_in == 48 and not report.skipped
+    return out
+
+
+@pytest.fixture(params=FORMATS)
+def converted(request: pytest.FixtureRequest, outputs: dict[str, Path]) -> tuple[str, Path]:
+    return request.param, outputs[request.param]
+
+
+def contents(source) -> Counter:
+    return Counter((sha(source.read(i)), source.labels[i]) for i in range(len(source)))
+
+
+# -- round trip through our own sources -------------------------------------------------
+
+def test_round_trip_gives_every_sample_once_with_its_label(converted, expected, src):
+    fmt, dst = converted
+    source = open_converted(dst)
+    assert isinstance(source, WebDatasetShards if fmt == "webdataset" else TFRecordShards)
+    assert contents(source) == expected
+    assert source.classes == tuple(sorted(p.name for p in src.iterdir()))  # from the manifest
+    assert source.groups.dtype == np.int64 and source.groups.sum() == len(source) and len(source.groups) > 2
+    manifest = json.loads((dst / MANIFEST).read_text())
+    assert manifest["format"] == fmt and manifest["samples"] == 48 and manifest["skipped"] == 0
+    assert [os.path.basename(f) for f in source.files] == manifest["files"]
+    fingerprint = source.fingerprint()
+    assert fingerprint["kind"] == fmt and fingerprint["samples"] == 48
+    assert fingerprint["shards"] == manifest["files"]
+    assert source.nbytes() == sum(len(source.read(i)) for i in range(len(source)))
+    first = manifest["files"][0]
+    assert source.name(0) == (f"{first}:000000000" if fmt == "webdataset" else f"{first}:#0")
+
+
+@pytest.mark.parametrize("with_index", [True, False])
+def test_opening_opens_each_shard_once_and_reads_little(converted, tmp_path, with_index):
+    from gpufeed.datasets.storage import SimulatedRemote
+
+    fmt, dst = converted
+    files = sorted(dst.glob(f"shard-*{SUFFIX[fmt]}"))
+    if not with_index:
+        for f in files:
+            (tmp_path / f.name).write_bytes(f.read_bytes())
+        files = sorted(tmp_path.glob(f"shard-*{SUFFIX[fmt]}"))
+    storage = SimulatedRemote()
+    source = open_shards([str(f) for f in files], storage)
+    total = sum(f.stat().st_size for f in files)
+    assert storage.opens == len(files)
+    assert storage.bytes < total / 3  # headers and labels, not the images
+    storage.bytes = 0
+    source.read(len(source) - 1)
+    assert storage.bytes == len(source.read(len(source) - 1)) and storage.opens == len(files)
+
+
+def test_sources_index_shards_without_their_idx_files(converted, expected, tmp_path):
+    """Walking the tar headers / TFRecord framing finds what the index says, and
+    dali_index_files writes the missing index back, identical to the converter's."""
+    fmt, dst = converted
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    originals = {}
+    for f in sorted(dst.glob(f"shard-*{SUFFIX[fmt]}")):
+        (copy / f.name).write_bytes(f.read_bytes())
+        originals[f.name] = Path(f"{f}.idx").read_text()
+    source = open_shards(str(copy / f"shard-*{SUFFIX[fmt]}"))
+    assert contents(source) == expected
+    assert source.classes == ("0", "1", "2", "3")  # no manifest here: numbers
+    for idx in source.dali_index_files():
+        assert Path(idx).read_text() == originals[Path(idx).name.removesuffix(".idx")]
+
+
+def test_a_stale_index_is_not_trusted(tmp_path):
+    images = [os.urandom(n) for n in (100, 700, 1300)]
+    for fmt, Writer, Source in (("tar", TarShardWriter, WebDatasetShards), ("tfrecord", TFRecordWriter, TFRecordShards)):
+        path = tmp_path / f"a.{fmt}"
+        w = Writer(path)
+        for k, b in enumerate(images):
+            w.add(f"{k:03d}", b, "jpg", k)
+        w.close()
+        Path(f"{path}.idx").write_text("v1.2 1\njpg 99999 5 x.jpg cls 99999 1 x.cls\n" if fmt == "tar" else "0 5\n")
+        source = Source([str(path)])
+        assert [source.read(i).tobytes() for i in range(3)] == images and source.labels == (0, 1, 2)
+        source.dali_index_files()  # the stale index is replaced
+        assert Source([str(path)]).labels == (0, 1, 2)
+
+
+def test_tars_written_by_tarfile_are_read_too(tmp_path):
+    """PAX long names and a member that is not a sample part (a folder) are handled."""
+    long = "d" * 120 + "/sample_a"
+    path = tmp_path / "py.tar"
+    with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as tar:
+        folder = tarfile.TarInfo("d" * 120)
+        folder.type = tarfile.DIRTYPE
+        tar.addfile(folder)
+        for name, data in ((f"{long}.jpg", b"\xff\xd8\xffjpeg"), (f"{long}.cls", b"7\n"),
+                           ("b.png", b"\x89PNG\r\n\x1a\npng"), ("b.cls", b"2")):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    source = WebDatasetShards([str(path)])
+    assert source.labels == (7, 2)
+    assert source.read(0).tobytes() == b"\xff\xd8\xffjpeg" and source.read(1).tobytes() == b"\x89PNG\r\n\x1a\npng"
+    assert source.name(1) == "py.tar:b"
+
+
+def test_a_sample_without_a_label_or_an_image_is_refused(tmp_path):
+    for members, missing in (({"k1.jpg": b"\xff\xd8\xff"}, ".cls"), ({"k1.txt": b"x", "k1.cls": b"1"}, "image")):
+        path = tmp_path / f"bad-{missing.strip('.')}.tar"
+        with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as tar:
+            for name, data in members.items():
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+        with pytest.raises(ValueError, match=rf"{path.name}: sample 'k1' has no .*{missing}"):
+            WebDatasetShards([str(path)])
+    with pytest.raises(ValueError, match="not a tar"):
+        (tmp_path / "junk.tar").write_bytes(b"x" * 1024)
+        WebDatasetShards([str(tmp_path / "junk.tar")])
+    with pytest.raises(ValueError, match="not a TFRecord"):
+        (tmp_path / "junk.tfrecord").write_bytes(b"x" * 100)
+        TFRecordShards([str(tmp_path / "junk.tfrecord")])
+
+
+# -- the ecosystem's readers ------------------------------------------------------------
+
+def test_webdataset_library_and_tarfile_read_every_sample(outputs, expected):
+    dst = outputs["webdataset"]
+    wds = pytest.importorskip("webdataset")
+    files = [str(dst / f) for f in json.loads((dst / MANIFEST).read_text())["files"]]
+    got, keys = Counter(), []
+    for sample in wds.WebDataset(files, shardshuffle=False, empty_check=False):
+        assert set(sample) >= {"__key__", "jpg", "cls"}
+        got[(sha(sample["jpg"]), int(sample["cls"]))] += 1
+        keys.append(sample["__key__"])
+    assert got == expected and len(set(keys)) == 48
+    for f in files:
+        with tarfile.open(f) as tar:
+            members = tar.getmembers()
+        assert all(m.isfile() for m in members) and len(members) % 2 == 0
+        with open(f, "rb") as raw:
+            assert raw.read(512)[257:265] == b"ustar\x0000"  # POSIX ustar headers
+
+
+def _run_dali(pipe_fn, n: int) -> list:
+    pipe = pipe_fn()
+    pipe.build()
+    outs = pipe.run()
+    return [[np.array(o[k]) for k in range(n)] for o in outs]
+
+
+def test_dali_webdataset_reader_reads_every_sample(outputs, expected):
+    dst = outputs["webdataset"]
+    pytest.importorskip("nvidia.dali")
+    from nvidia.dali import fn, pipeline_def
+
+    source = open_converted(dst)
+    n = len(source)
+
+    @pipeline_def(batch_size=n, num_threads=1, device_id=None)
+    def pipe():
+        jpg, cls = fn.readers.webdataset(paths=source.files, index_paths=source.dali_index_files(),
+                                         ext=["jpg", "cls"], missing_component_behavior="error")
+        return jpg, cls
+
+    jpgs, clss = _run_dali(pipe, n)
+    got = Counter((sha(j), int(c.tobytes())) for j, c in zip(jpgs, clss, strict=True))
+    assert got == expected
+
+
+def test_dali_tfrecord_reader_reads_every_sample(outputs, expected):
+    dst = outputs["tfrecord"]
+    pytest.importorskip("nvidia.dali")
+    import nvidia.dali.tfrecord as tfrec
+    from nvidia.dali import fn, pipeline_def
+
+    source = open_converted(dst)
+    n = len(source)
+
+    @pipeline_def(batch_size=n, num_threads=1, device_id=None)
+    def pipe():
+        out = fn.readers.tfrecord(path=source.files, index_path=source.dali_index_files(), features={
+            "image/encoded": tfrec.FixedLenFeature((), tfrec.string, ""),
+            "image/class/label": tfrec.FixedLenFeature([1], tfrec.int64, -1),
+            "image/format": tfrec.FixedLenFeature((), tfrec.string, ""),
+        })
+        return out["image/encoded"], out["image/class/label"], out["image/format"]
+
+    images, labels, formats = _run_dali(pipe, n)
+    assert Counter((sha(i), int(lbl[0])) for i, lbl in zip(images, labels, strict=True)) == expected
+    assert {f.tobytes() for f in formats} == {b"jpeg"}
+
+
+def test_tensorflow_reads_every_record(outputs, expected, tmp_path):
+    dst = outputs["tfrecord"]
+    if importlib.util.find_spec("tensorflow") is None:
+        pytest.skip("tensorflow is not installed")
+    files = [str(dst / f) for f in json.loads((dst / MANIFEST).read_text())["files"]]
+    # In a process of its own: TensorFlow and torch in one process is asking for trouble.
+    code = (
+        "import hashlib, json, sys, tensorflow as tf\n"
+        "spec = {'image/encoded': tf.io.FixedLenFeature([], tf.string),\n"
+        "        'image/class/label': tf.io.FixedLenFeature([], tf.int64),\n"
+        "        'image/format': tf.io.FixedLenFeature([], tf.string)}\n"
+        "out = []\n"
+        "for rec in tf.data.TFRecordDataset(json.loads(sys.argv[1])):\n"  # checks both CRCs
+        "    ex = tf.io.parse_single_example(rec, spec)\n"
+        "    out.append([hashlib.sha1(ex['image/encoded'].numpy()).hexdigest(), int(ex['image/class/label']),\n"
+        "                ex['image/format'].numpy().decode()])\n"
+        "print('RESULT' + json.dumps(out))\n"
+        # ...and writes records the other way round, for TFRecordShards to read.
+        "with tf.io.TFRecordWriter(sys.argv[2]) as w:\n"
+        "    for k in range(5):\n"
+        "        f = {'image/encoded': tf.train.Feature(bytes_list=tf.train.BytesList(value=[bytes([k]) * (300 * k + 1)])),\n"
+        "             'image/class/label': tf.train.Feature(int64_list=tf.train.Int64List(value=[k])),\n"
+        "             'image/height': tf.train.Feature(int64_list=tf.train.Int64List(value=[7]))}\n"
+        "        w.write(tf.train.Example(features=tf.train.Features(feature=f)).SerializeToString())\n"
+    )
+    written = tmp_path / "by-tf.tfrecord"
+    run = subprocess.run([sys.executable, "-c", code, json.dumps(files), str(written)], capture_output=True,
+                         text=True, timeout=300,
+                         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""})
+    assert run.returncode == 0, run.stderr[-2000:]
+    rows = json.loads(run.stdout.split("RESULT", 1)[1])
+    assert Counter((h, lbl) for h, lbl, _ in rows) == expected and {f for *_, f in rows} == {"jpeg"}
+    theirs = TFRecordShards([str(written)])
+    assert theirs.labels == (0, 1, 2, 3, 4)
+    assert [theirs.read(k).tobytes() for k in range(5)] == [bytes([k]) * (300 * k + 1) for k in range(5)]
+
+
+def test_records_whose_image_comes_first_are_read_whole(tmp_path):
+    """Opening reads each record's first bytes when the label comes before the image (as
+    gpufeed writes), the whole record otherwise (as other writers may order the fields)."""
+    from gpufeed.datasets.shards.tfrecord import _field, _varint
+
+    def entry(key: str, feature: bytes) -> bytes:
+        return _field(1, _field(1, key.encode()) + _field(2, feature))
+
+    images = [os.urandom(n) for n in (50, 5000, 20000)]
+    w = TFRecordWriter(tmp_path / "a.tfrecord")
+    for k, image in enumerate(images):
+        image_first = entry("image/encoded", _field(1, _field(1, image))) + entry("x/other", _field(1, _field(1, b"z" * 700)))
+        label_last = entry("image/class/label", _field(3, _field(1, _varint(k + 5))))
+        w.write_record(_field(1, image_first + label_last))
+    w.close()
+    source = TFRecordShards([str(tmp_path / "a.tfrecord")])
+    assert source.labels == (5, 6, 7) and [source.read(i).tobytes() for i in range(3)] == images
+    data = bytearray((tmp_path / "a.tfrecord").read_bytes())
+    data[-100] ^= 0xFF  # inside the last image: its data CRC no longer matches
+    (tmp_path / "a.tfrecord").write_bytes(bytes(data))
+    with pytest.raises(ValueError, match=r"a.tfrecord: record #2 .*data CRC"):
+        TFRecordShards([str(tmp_path / "a.tfrecord")])
+
+
+def test_tfrecord_framing_and_crc32c_known_vectors(tmp_path):
+    import google_crc32c
+
+    assert google_crc32c.value(b"123456789") == 0xE3069283  # the CRC-32C check value
+    crc = 0xE3069283
+    assert masked_crc32c(b"123456789") == (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+    w = TFRecordWriter(tmp_path / "a.tfrecord")
+    w.write_record(b"hello")
+    w.close()
+    data = (tmp_path / "a.tfrecord").read_bytes()
+    assert data[:8] == struct.pack("<Q", 5) and data[12:17] == b"hello" and len(data) == 8 + 4 + 5 + 4
+    assert struct.unpack("<I", data[8:12])[0] == masked_crc32c(data[:8])
+    assert struct.unpack("<I", data[17:])[0] == masked_crc32c(b"hello")
+    assert (tmp_path / "a.tfrecord.idx").read_text() == "0 21\n"
+
+
+# -- convert: checks, shuffle, sizes, resume ---------------------------------------------
+
+def corrupt_mid_file(data: bytes) -> bytes:
+    """A JPEG whose entropy-coded data has 64 bytes zeroed half-way: libjpeg only warns,
+    and lenient decoders return an image with garbage in it."""
+    start = data.find(b"\xff\xda")
+    mid = (start + len(data)) // 2
+    return data[:mid] + b"\0" * 64 + data[mid + 64:]
+
+
+def test_bad_inputs_are_skipped_and_reported(tmp_path):
+    from PIL import Image
+
+    root = generate_image_folder(tmp_path / "src", num_images=12, num_classes=2, seed=5, min_side=48, max_side=64)
+    files = sorted(root.rglob("*.jpg"))
+    files[0].write_bytes(b"")
+    files[1].write_bytes(files[1].read_bytes()[:300])
+    bad = corrupt_mid_file(files[2].read_bytes())
+    files[2].write_bytes(bad)
+    with Image.open(io.BytesIO(bad)) as img:
+        img.load()  # PIL decodes it without complaint: only a strict check catches it
+    (root / "class_001" / "notes.png").write_bytes(b"not an image at all")
+    for fmt in FORMATS:
+        report = convert(root, tmp_path / fmt, format=fmt, workers=0, progress=False)
+        reasons = dict(report.skipped)
+        assert report.samples_in == 13 and report.written == 9
+        assert report.written + len(report.skipped) == report.samples_in
+        assert reasons == {
+            str(files[0]): "empty file (0 bytes)",
+            str(files[1]): "truncated JPEG (no end-of-image marker)",
+            str(files[2]): reasons[str(files[2])],
+            str(root / "class_001" / "notes.png"): "not an image (unknown file signature)",
+        }
+        assert reasons[str(files[2])].startswith("could not decode: Corrupt JPEG data")
+        assert len(open_converted(tmp_path / fmt)) == 9
+        assert json.loads((tmp_path / fmt / MANIFEST).read_text())["skipped"] == 4
+        assert "4 skipped" in report.summary()
+
+
+def test_decoding_in_a_process_pool_writes_the_same_shards(src, tmp_path):
+    a = convert(src, tmp_path / "a", format="webdataset", shard_size=SHARD_SIZE, workers=0, progress=False)
+    b = convert(src, tmp_path / "b", format="webdataset", shard_size=SHARD_SIZE, workers=2, progress=False)
+    assert a.shards == b.shards
+    for f in sorted((tmp_path / "a").glob("shard-*")):
+        assert f.read_bytes() == (tmp_path / "b" / f.name).read_bytes()
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_shards_stay_under_the_target_size(src, tmp_path, fmt):
+    report = convert(src, tmp_path / "o", format=fmt, shard_size="20KB", workers=0, progress=False)
+    source = open_converted(tmp_path / "o")
+    sizes = [os.path.getsize(f) for f in source.files]
+    assert report.shards == len(sizes) > 5
+    for size, count in zip(sizes, source.groups, strict=True):
+        assert size <= 20_000 or count == 1
+    assert sum(sizes[:-1]) / (len(sizes) - 1) > 10_000  # and are filled, not cut early
+
+
+def test_preshuffle_is_deterministic_and_mixes_classes(src, tmp_path):
+    def shard_labels(dst: Path) -> list[list[int]]:
+        source = open_converted(dst)
+        bounds = np.cumsum([0, *source.groups])
+        return [list(source.labels[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+
+    for name, seed, shuffle in (("s0", 0, True), ("s0again", 0, True), ("s1", 1, True), ("plain", 0, False)):
+        convert(src, tmp_path / name, format="tfrecord", shard_size=SHARD_SIZE, seed=seed, shuffle=shuffle,
+                workers=0, progress=False)
+    s0 = shard_labels(tmp_path / "s0")
+    assert s0 == shard_labels(tmp_path / "s0again")
+    for f in (tmp_path / "s0").glob("shard-*"):
+        assert f.read_bytes() == (tmp_path / "s0again" / f.name).read_bytes()
+    assert s0 != shard_labels(tmp_path / "s1")
+    assert all(len(set(labels)) > 1 for labels in s0)  # every shard holds several classes
+    flat = [lbl for labels in shard_labels(tmp_path / "plain") for lbl in labels]
+    assert flat == sorted(flat)  # without shuffling: the source's class-sorted order
+
+
+class Stop(Exception):
+    pass
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_an_interrupted_conversion_resumes_without_losing_or_repeating(src, expected, tmp_path, fmt):
+    # One bad file, early in the shuffled order, must be reported once, not per run.
+    root = tmp_path / "src"
+    root.mkdir()
+    for p in src.rglob("*.jpg"):
+        (root / p.parent.name).mkdir(exist_ok=True)
+        (root / p.parent.name / p.name).write_bytes(p.read_bytes())
+    bad = sorted(root.rglob("*.jpg"))[5]
+    bad.write_bytes(b"")
+    classes = sorted(p.name for p in src.iterdir())
+    original = src / bad.parent.name / bad.name
+    want = expected - Counter({(sha(original.read_bytes()), classes.index(bad.parent.name)): 1})
+
+    def stop_after(k: int):
+        def hook(shard: int, path: str) -> None:
+            assert os.path.isfile(path) and os.path.isfile(f"{path}.idx")
+            if shard == k - 1:
+                raise Stop
+        return hook
+
+    dst = tmp_path / "out"
+    with pytest.raises(Stop):
+        convert(root, dst, format=fmt, shard_size=SHARD_SIZE, workers=0, progress=False, on_shard=stop_after(2))
+    assert len(list(dst.glob(f"shard-*{SUFFIX[fmt]}"))) == 2 and not (dst / MANIFEST).exists()
+    # A crash half-way through the next shard leaves a partial file behind.
+    (dst / f"shard-000002{SUFFIX[fmt]}.partial").write_bytes(b"half a shard")
+    with pytest.raises(Stop):
+        convert(root, dst, format=fmt, shard_size=SHARD_SIZE, workers=0, progress=False, on_shard=stop_after(4))
+    report = convert(root, dst, format=fmt, shard_size=SHARD_SIZE, workers=2, progress=False)
+    assert not list(dst.glob("*.partial"))
+    assert report.samples_in == 48 and report.written == 47 and report.skipped == [(str(bad), "empty file (0 bytes)")]
+    assert contents(open_converted(dst)) == want
+    fresh = convert(root, tmp_path / "fresh", format=fmt, shard_size=SHARD_SIZE, workers=0, progress=False)
+    assert fresh.shards == report.shards
+    for f in (tmp_path / "fresh").glob("shard-*"):
+        assert f.read_bytes() == (dst / f.name).read_bytes()  # resumed == written in one go
+    # Done: a re-run has nothing to do; other settings are refused, not mixed in.
+    assert convert(root, dst, format=fmt, shard_size=SHARD_SIZE, workers=0, progress=False).written == 47
+    with pytest.raises(ValueError, match="other settings"):
+        convert(root, dst, format=fmt, shard_size=SHARD_SIZE, seed=3, workers=0, progress=False)
+
+
+def test_a_killed_conversion_resumes(src, expected, tmp_path):
+    """A real kill (SIGKILL after the first shard), then a re-run."""
+    dst = tmp_path / "out"
+    code = (
+        "import os, signal, sys\n"
+        "from gpufeed.datasets.shards.convert import convert\n"
+        "def hook(k, path):\n"
+        "    if k == 1: os.kill(os.getpid(), signal.SIGKILL)\n"
+        f"convert({str(src)!r}, {str(dst)!r}, format='webdataset', shard_size={SHARD_SIZE}, workers=0,\n"
+        "        progress=False, on_shard=hook)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         cwd=Path(__file__).parents[2])
+    assert run.returncode == -9, run.stderr[-2000:]
+    assert json.loads((dst / PROGRESS_FILE).read_text())["files"] == ["shard-000000.tar", "shard-000001.tar"]
+    report = convert(src, dst, format="webdataset", shard_size=SHARD_SIZE, workers=0, progress=False)
+    assert report.written == 48 and contents(open_converted(dst)) == expected
+
+
+def test_convert_refuses_bad_arguments(src, tmp_path):
+    with pytest.raises(ValueError, match="format must be"):
+        convert(src, tmp_path / "a", format="zip")
+    with pytest.raises(ValueError, match="not a size"):
+        convert(src, tmp_path / "a", format="tfrecord", shard_size="lots")
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        convert(tmp_path / "nothing", tmp_path / "a", format="tfrecord")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "precious.txt").write_text("keep me")
+    with pytest.raises(ValueError, match="not empty"):
+        convert(src, tmp_path / "full", format="tfrecord")
+    assert parse_size("256MB") == 256_000_000 and parse_size("1GiB") == 2**30 and parse_size("4096") == 4096
+
+
+def test_convert_reads_a_file_list(src, tmp_path):
+    lines = [f"{p} {k}" for k, p in enumerate(sorted(src.rglob("*.jpg"))[:10])]
+    (tmp_path / "list.txt").write_text("\n".join(lines) + "\n")
+    report = convert(tmp_path / "list.txt", tmp_path / "o", format="webdataset", workers=0, progress=False)
+    source = open_converted(tmp_path / "o")
+    assert report.written == 10 and sorted(source.labels) == list(range(10))
+    assert source.classes == tuple(str(k) for k in range(10))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("gpufeed.datasets.shards.raw") is None,
+                    reason="the raw cache module (gpufeed/datasets/shards/raw.py) is not here yet")
+def test_convert_to_a_raw_cache(src, tmp_path):
+    root = tmp_path / "src"
+    generate_image_folder(root, num_images=10, num_classes=2, seed=4, min_side=40, max_side=60)
+    sorted(root.rglob("*.jpg"))[0].write_bytes(b"")
+    report = convert(root, tmp_path / "raw", format="raw", raw_size=32, workers=0, progress=False)
+    assert report.written == 9 and len(report.skipped) == 1
+    manifest = json.loads((tmp_path / "raw" / MANIFEST).read_text())
+    assert manifest["format"] == "raw" and manifest["samples"] == 9 and manifest["skipped"] == 1
+    source = open_converted(tmp_path / "raw")
+    assert len(source) == 9 and source.read(0).shape == (32, 32, 3)
+
+
+# -- patterns ---------------------------------------------------------------------------
+
+def test_expand_shards_braces_globs_and_lists(tmp_path):
+    for k in range(4):
+        (tmp_path / f"train-{k:06d}.tar").write_bytes(b"")
+    (tmp_path / "val-000000.tar").write_bytes(b"")
+    want = [str(tmp_path / f"train-{k:06d}.tar") for k in range(4)]
+    assert expand_shards(str(tmp_path / "train-{000000..000003}.tar")) == want
+    assert expand_shards(str(tmp_path / "train-*.tar")) == want
+    assert expand_shards(tmp_path / "train-{000001..000002}.tar") == want[1:3]
+    assert expand_shards([want[3], str(tmp_path / "val-*.tar")]) == [want[3], str(tmp_path / "val-000000.tar")]
+    with pytest.raises(FileNotFoundError, match="train-000004.tar does not exist"):
+        expand_shards(str(tmp_path / "train-{000000..000004}.tar"))
+    with pytest.raises(FileNotFoundError, match="matches no file"):
+        expand_shards(str(tmp_path / "test-*.tar"))
+
+
+# -- the command line and the loaders ---------------------------------------------------
+
+def test_cli_convert_end_to_end(src, tmp_path, capsys):
+    dst = tmp_path / "wds"
+    assert main(["convert", str(src), str(dst), "--format", "webdataset", "--shard-size", "30KB",
+                 "--seed", "1", "--workers", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "48 written, 0 skipped" in out and "shard(s)" in out
+    manifest = json.loads((dst / MANIFEST).read_text())
+    assert manifest["seed"] == 1 and len(manifest["files"]) > 2
+    assert main(["convert", str(src), str(tmp_path / "tfr"), "--format", "tfrecord", "--no-shuffle",
+                 "--workers", "0"]) == 0
+    assert "1 shard(s)" in capsys.readouterr().out
+    assert main(["convert", str(tmp_path / "missing"), str(tmp_path / "x"), "--format", "tfrecord"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def numbered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """23 images, label == sample number, converted to both formats (so the labels a
+    loader yields say exactly which samples came out)."""
+    base = tmp_path_factory.mktemp("numbered")
+    root = generate_image_folder(base / "src", num_images=23, num_classes=1, seed=3, min_side=48, max_side=64)
+    lines = [f"{p} {k}" for k, p in enumerate(sorted(root.rglob("*.jpg")))]
+    (base / "list.txt").write_text("\n".join(lines) + "\n")
+    out = {}
+    for fmt in FORMATS:
+        convert(base / "list.txt", base / fmt, format=fmt, shard_size=8_000, workers=0, progress=False)
+        out[fmt] = base / fmt
+    return out
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize(("backend", "workers"), [
+    ("torch", 0),
+    # Worker processes start by forkserver once DALI is imported (as it is by now), each
+    # importing torch again: seconds per loader, so one loader here.
+    pytest.param("torch", 2, marks=pytest.mark.slow),
+    ("dali", 2),
+])
+def test_loaders_read_every_sample_once_per_epoch(numbered, fmt, backend, workers):
+    if backend == "dali":
+        pytest.importorskip("nvidia.dali")
+    from gpufeed.pipelines import classification_loader
+
+    dst = numbered[fmt]
+    pattern = str(dst / f"shard-*{SUFFIX[fmt]}")
+    for spec in (dst, pattern) if workers == 0 or backend == "dali" else (pattern,):
+        loader = classification_loader(spec, train=True, batch_size=4, size=32, backend=backend, device="cpu",
+                                       shuffle=True, last_batch="partial", num_workers=workers)
+        for _ in range(2):
+            labels = []
+            for images, y in loader:
+                assert images.shape[1:] == (3, 32, 32)
+                labels += y.tolist()
+            assert sorted(labels) == list(range(23))
