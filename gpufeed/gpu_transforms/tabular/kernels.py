@@ -29,6 +29,16 @@ still takes the narwhals form in the same function, so results stay identical:
   column with thousands of categories. On polars a text vocabulary becomes an ``Enum`` and
   the codes are its physical indices (~1.3x faster than ``replace_strict``). cuDF and
   Dask take the narwhals form.
+- :func:`polars_fit_codes` (``Categorify.fit_transform`` on an eager polars frame): fit
+  and codes from one pass per column. A text column is cast to a ``Categorical`` over a
+  fresh category set (one hash pass: its physical ids number the distinct values), the
+  few distinct values are sorted in Python and each id's code gathered; an integer column
+  over a narrow range (ids, codes) marks the values present in a table as long as the
+  range (``np.bincount``) and gathers each row's code from its running count; a wide one
+  takes its sorted distinct values and ``search_sorted``. The two-pass form (distinct
+  values, then an ``Enum`` cast) was 1.3-1.9x slower per text column; for 500 station ids
+  ``replace_strict`` took 51 ms, ``unique`` + ``search_sorted`` 32 ms, the range table
+  7 ms (1M rows).
 
 Measurements behind these choices: ``docs/tabular.md`` (Fast paths).
 """
@@ -327,3 +337,60 @@ def vocabulary_codes(frame: NwFrame, backend: str, exprs: dict[str, nw.Expr],
         .otherwise(lookup(exprs[c], vocab, list(range(start, len(vocab) + start)), unseen, nw.Int32))
         .cast(nw.Int32).alias(names[c])
         for c, vocab in vocabularies.items()])
+
+
+def polars_fit_codes(frame: NwFrame, columns: Sequence[str], missing: int,
+                     start: int = 2) -> tuple[dict[str, list[Any]], NwFrame] | None:
+    """Fit the sorted vocabulary of each text or integer column of an eager polars frame
+    and write its int32 codes (``start + i`` for the ``i``-th value, ``missing`` for a
+    missing value) in the same pass; None when a column is of another type.
+
+    Every value present joins the vocabulary (``Categorify(min_count=1)``), so no code
+    stands for an unseen value here.
+    """
+    import polars as pl
+
+    native = nw.to_native(frame)
+    schema = native.schema
+    if not all(schema[c] == pl.String or schema[c].is_integer() for c in columns):
+        return None
+    text = [c for c in columns if schema[c] == pl.String]
+    categories = {c: pl.Categories.random() for c in text}  # fresh ids 0..k-1 per column
+    cast = native.select(*[pl.col(c).cast(pl.Categorical(categories[c])) for c in text]) if text else None
+    vocabularies: dict[str, list[Any]] = {}
+    exprs = []
+    for c in columns:
+        if c in categories:
+            seen = categories[c].to_series().to_list()  # the distinct values, by id
+            vocab = sorted(seen)
+            where = {v: i for i, v in enumerate(vocab)}
+            table = pl.Series(np.fromiter((where[v] + start for v in seen), dtype=np.int32, count=len(seen)))
+            exprs.append(table.gather(cast.get_column(c).to_physical()).fill_null(missing).alias(c))
+        else:
+            vocab, codes = _integer_codes(native.get_column(c), missing, start)
+            exprs.append(codes.alias(c))
+        vocabularies[c] = vocab
+    return vocabularies, wrap(native.with_columns(*exprs))
+
+
+#: An integer column whose values span at most this many times its length (plus a floor)
+#: gets its codes from a table as long as the range; a wider one is searched.
+_RANGE_PER_ROW, _RANGE_FLOOR = 2, 1 << 16
+
+
+def _integer_codes(series: Any, missing: int, start: int) -> tuple[list[int], Any]:
+    """The sorted distinct values of a polars integer column and its int32 codes."""
+    import polars as pl
+
+    values = series.drop_nulls()
+    if len(values) == 0:
+        return [], pl.Series(series.name, [missing] * len(series), dtype=pl.Int32)
+    lo, hi = int(values.min()), int(values.max())
+    if hi - lo < _RANGE_PER_ROW * len(series) + _RANGE_FLOOR:
+        present = np.bincount((values - lo).to_numpy(), minlength=hi - lo + 1) > 0
+        table = pl.Series(np.cumsum(present, dtype=np.int32) + np.int32(start - 1))
+        codes = table.gather((series - lo).cast(pl.get_index_type())).fill_null(missing)
+        return (np.flatnonzero(present) + lo).tolist(), codes
+    distinct = values.unique().sort()
+    codes = (distinct.search_sorted(series).cast(pl.Int32) + start).set(series.is_null(), missing)
+    return distinct.to_list(), codes

@@ -52,6 +52,9 @@ class TableOp:
     state: dict[str, Any] = field(default_factory=dict, repr=False)
     kind: ClassVar[str] = ""
     stateless: ClassVar[bool] = False
+    #: True for an op with a fast path on eager polars frames: the recipe then hands an
+    #: eager frame over as it is instead of the op's lazy query.
+    polars_eager: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         if isinstance(self.columns, str) or not self.columns:
