@@ -105,6 +105,8 @@ def quantile_bounds(frame: NwFrame, backend: str, columns: Sequence[str],
 
 def _numpy_quantiles_threaded(frame: nw.DataFrame, columns: Sequence[str],
                               qs: tuple[float, float]) -> dict[str, list[float]]:
+    if len(columns) == 1:  # nothing to overlap: a pool would only add its start-up
+        return {columns[0]: _numpy_quantiles(frame, columns[0], qs)}
     with ThreadPoolExecutor(max_workers=os.cpu_count()) as pool:
         bounds = list(pool.map(lambda c: _numpy_quantiles(frame, c, qs), columns))
     return dict(zip(columns, bounds, strict=True))
