@@ -87,8 +87,10 @@ class Categorify(TableOp):
         native = nw.to_native(frame)
         state, codes = {}, {}
         for c in self.columns:
-            found, uniques, counts = pandas_factorize(native[c])
-            state[c] = sorted(_json_key(v, c) for v in uniques[counts >= self.min_count].tolist())
+            # Every distinct value is seen at least once: counting only matters above 1.
+            found, uniques, counts = pandas_factorize(native[c], counts=self.min_count > 1)
+            kept = uniques if counts is None else uniques[counts >= self.min_count]
+            state[c] = sorted(_json_key(v, c) for v in kept.tolist())
             codes[c] = pandas_codes(found, uniques, state[c], UNSEEN_INDEX, MISSING_INDEX)
         self.state = state
         return wrap(native.assign(**codes))

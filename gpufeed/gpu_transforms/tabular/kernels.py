@@ -254,16 +254,17 @@ def standardize_by_code(frame: NwFrame, backend: str,
         for c, (m, sd) in tables.items()])
 
 
-def pandas_factorize(series: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def pandas_factorize(series: Any, *, counts: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """``(codes, distinct values, counts)`` of a pandas column in one hash pass (missing
-    values get code -1 and are not counted); categorical columns give their text values."""
+    values get code -1 and are not counted); categorical columns give their text values.
+    ``counts=False`` skips the counting (three more passes over the codes) and gives None."""
     import pandas as pd
 
     found, uniques = pd.factorize(series)
     if isinstance(series.dtype, pd.CategoricalDtype):
         uniques = uniques.astype(str)  # categories compare by their text, as elsewhere
-    counts = np.bincount(found[found >= 0], minlength=len(uniques))
-    return found, np.asarray(uniques, dtype=object), counts
+    tally = np.bincount(found[found >= 0], minlength=len(uniques)) if counts else None
+    return found, np.asarray(uniques, dtype=object), tally
 
 
 def pandas_codes(found: np.ndarray, uniques: np.ndarray, vocabulary: list[Any], unseen: int,
@@ -318,7 +319,7 @@ def vocabulary_codes(frame: NwFrame, backend: str, exprs: dict[str, nw.Expr],
         native = nw.to_native(frame)
 
         def codes(column: str) -> np.ndarray:
-            found, uniques, _ = pandas_factorize(native[column])
+            found, uniques, _ = pandas_factorize(native[column], counts=False)
             return pandas_codes(found, uniques, vocabularies[column], unseen, missing, start)
 
         return wrap(native.assign(**{names[c]: codes(c) for c in vocabularies}))

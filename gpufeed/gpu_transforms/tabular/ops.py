@@ -30,6 +30,9 @@ from gpufeed.gpu_transforms.tabular.kernels import (
 )
 from gpufeed.gpu_transforms.tabular.pandas_kernels import (
     clip_columns,
+    fill_columns,
+    finite_means,
+    float64_columns,
     log_columns,
     min_max,
     numpy_columns,
@@ -126,6 +129,11 @@ class FillMissing(TableOp):
         if self.strategy == "constant":
             self.state = {c: self.value for c in self.columns}
             return
+        native = float64_columns(frame, self.columns) if backend == "pandas" and self.strategy == "mean" else None
+        found = finite_means(native, self.columns) if native is not None else None
+        if found is not None:
+            self.state = found
+            return
         schema = frame.collect_schema()
         exprs = [getattr(f64(c, schema), self.strategy)().alias(c) for c in self.columns]
         if self.strategy == "mean":
@@ -136,6 +144,9 @@ class FillMissing(TableOp):
         self.state = {c: number(stats[c], c, "FillMissing") for c in self.columns}
 
     def transform(self, frame: NwFrame, backend: str) -> NwFrame:
+        native = float64_columns(frame, self.columns) if backend == "pandas" else None
+        if native is not None and all(isinstance(self.state[c], float) for c in self.columns):
+            return fill_columns(native, {c: self.state[c] for c in self.columns})
         schema = frame.collect_schema()
         exprs = []
         for c in self.columns:
@@ -195,10 +206,10 @@ class Clip(TableOp):
             raise NonFiniteError(f"Clip: column(s) {bad} gave non-finite quantile bounds {[self.state[c] for c in bad]}")
 
     def transform(self, frame: NwFrame, backend: str) -> NwFrame:
-        native = numpy_columns(frame, self.columns) if backend == "pandas" else None
-        clipped = clip_columns(native, {c: self.state[c] for c in self.columns}) if native is not None else None
-        if clipped is not None:
-            return clipped
+        # Integer and float32 columns need the casts below.
+        native = float64_columns(frame, self.columns) if backend == "pandas" else None
+        if native is not None:
+            return clip_columns(native, {c: self.state[c] for c in self.columns})
         schema = frame.collect_schema()
         exprs = []
         for c in self.columns:

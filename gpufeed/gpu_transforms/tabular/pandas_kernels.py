@@ -1,10 +1,11 @@
-"""pandas fast paths of the elementwise numeric ops (``Log``, ``MinMax``, ``Clip``), on numpy arrays.
+"""pandas fast paths of the elementwise numeric ops (``FillMissing``, ``Log``, ``MinMax``,
+``Clip``), on numpy arrays.
 
 Through narwhals, a one-column op on a 1M-row pandas table paid a few milliseconds of fixed
 cost (expression parsing, a Series wrapper per step, a frame rebuilt by ``with_columns``)
 plus passes the op does not need (``log(x) / log(e)``), which left the kit's ``Log``,
 ``MinMax`` and ``Clip`` at 0.7-0.85x the same op written by hand in pandas on the
-transactions table. Here the statistics come from pandas' own reductions and the
+transactions table (``FillMissing`` 0.82x). Here the statistics come from pandas' own reductions and the
 arithmetic runs on the columns' numpy arrays, the way the hand-written op does, with the
 same operations in the same order as the narwhals form, so the values are bit for bit the
 same. Only plain numpy integer and float columns take these paths; nullable and Arrow
@@ -61,10 +62,26 @@ def log_columns(native: Any, columns: Sequence[str], offset: float) -> NwFrame:
     return wrap(native.assign(**{c: np.log(_f64(native, c) + offset) for c in columns}))
 
 
-def clip_columns(native: Any, bounds: dict[str, list[float | None]]) -> NwFrame | None:
+def clip_columns(native: Any, bounds: dict[str, list[float | None]]) -> NwFrame:
     """Each float64 column clipped to its ``[low, high]`` (None: no bound) with pandas'
-    ``clip``, as the narwhals form does; None when a column is not float64 (integer and
-    float32 columns need the casts of :meth:`~.ops.Clip.transform`)."""
-    if not all(native[c].dtype == np.float64 for c in bounds):
-        return None
+    ``clip``, as the narwhals form does."""
     return wrap(native.assign(**{c: native[c].clip(low, high) for c, (low, high) in bounds.items()}))
+
+
+def float64_columns(frame: NwFrame, columns: Sequence[str]) -> Any:
+    """The native pandas frame when every one of ``columns`` is numpy float64, else None."""
+    native = numpy_columns(frame, columns)
+    return native if native is not None and all(native[c].dtype == np.float64 for c in columns) else None
+
+
+def finite_means(native: Any, columns: Sequence[str]) -> dict[str, float] | None:
+    """Each column's mean skipping missing values; None when one is not finite (inf, or no
+    value), for the caller's narwhals path to name the column."""
+    with np.errstate(invalid="ignore"):  # inf - inf: the narwhals path names the column
+        means = {c: float(native[c].mean()) for c in columns}
+    return means if all(math.isfinite(m) for m in means.values()) else None
+
+
+def fill_columns(native: Any, values: dict[str, float]) -> NwFrame:
+    """Each column with its missing values replaced by ``values[column]`` (pandas' ``fillna``)."""
+    return wrap(native.assign(**{c: native[c].fillna(v) for c, v in values.items()}))
