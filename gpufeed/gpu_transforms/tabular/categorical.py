@@ -23,6 +23,7 @@ from gpufeed.gpu_transforms.tabular.kernels import (
     vocabulary_codes,
 )
 from gpufeed.gpu_transforms.tabular.ops import TableOp
+from gpufeed.gpu_transforms.tabular.pandas_kernels import as_column
 from gpufeed.gpu_transforms.tabular.stats import aggregate, lookup
 from gpufeed.policies import OnUnseen
 
@@ -93,7 +94,7 @@ class Categorify(TableOp):
             state[c] = sorted(_json_key(v, c) for v in kept.tolist())
             codes[c] = pandas_codes(found, uniques, state[c], UNSEEN_INDEX, MISSING_INDEX)
         self.state = state
-        return wrap(native.assign(**codes))
+        return wrap(native.assign(**{c: as_column(native, v) for c, v in codes.items()}))
 
     def num_embeddings(self, column: str) -> int:
         """Rows an embedding table for ``column`` needs (vocabulary + the two reserved indices)."""

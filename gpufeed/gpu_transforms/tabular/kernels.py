@@ -62,6 +62,7 @@ from gpufeed.gpu_transforms.tabular.frames import (
     small_rows,
     wrap,
 )
+from gpufeed.gpu_transforms.tabular.pandas_kernels import as_column
 from gpufeed.gpu_transforms.tabular.stats import (
     aggregate,
     f64,
@@ -244,7 +245,8 @@ def standardize_by_code(frame: NwFrame, backend: str,
         native = nw.to_native(frame)
         codes = native[GROUP_CODE].to_numpy()
         return wrap(native.assign(**{
-            c: (native[c].to_numpy(dtype=np.float64, na_value=np.nan) - np.asarray(m)[codes]) / np.asarray(sd)[codes]
+            c: as_column(native, (native[c].to_numpy(dtype=np.float64, na_value=np.nan) - np.asarray(m)[codes])
+                         / np.asarray(sd)[codes])
             for c, (m, sd) in tables.items()}))
     code = nw.col(GROUP_CODE)
     ids = list(range(len(next(iter(tables.values()))[0])))
@@ -322,7 +324,7 @@ def vocabulary_codes(frame: NwFrame, backend: str, exprs: dict[str, nw.Expr],
             found, uniques, _ = pandas_factorize(native[column], counts=False)
             return pandas_codes(found, uniques, vocabularies[column], unseen, missing, start)
 
-        return wrap(native.assign(**{names[c]: codes(c) for c in vocabularies}))
+        return wrap(native.assign(**{names[c]: as_column(native, codes(c)) for c in vocabularies}))
     if backend == "polars" and all(vocabularies.values()) and all(
             isinstance(v, str) for vocab in vocabularies.values() for v in vocab):
         import polars as pl

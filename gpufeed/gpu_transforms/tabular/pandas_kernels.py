@@ -34,9 +34,21 @@ def numpy_columns(frame: NwFrame, columns: Sequence[str]) -> Any:
     return None
 
 
+def as_column(native: Any, values: np.ndarray) -> Any:
+    """``values`` as a pandas Series on ``native``'s index, without a copy: pandas copies a
+    bare numpy array it is given as a new column (a pass per column, 0.5 s over 37
+    columns of 1M rows), but keeps a Series' data."""
+    import pandas as pd
+
+    return pd.Series(values, index=native.index, copy=False)
+
+
 def _f64(native: Any, column: str) -> np.ndarray:
-    # The narwhals form casts float32 (and integers, for the arithmetic) to float64 first.
-    return native[column].to_numpy().astype(np.float64, copy=False)
+    # The narwhals form casts narrow floats to float64 first; integers become float64 in the
+    # arithmetic with a float (numpy converts them exactly as a cast would), so a cast here
+    # would only add a pass (it made MinMax over 37 integer columns 1.2x slower).
+    values = native[column].to_numpy()
+    return values.astype(np.float64) if values.dtype.kind == "f" and values.dtype != np.float64 else values
 
 
 def min_max(native: Any, columns: Sequence[str]) -> dict[str, list[float]] | None:
@@ -54,12 +66,13 @@ def min_max(native: Any, columns: Sequence[str]) -> dict[str, list[float]] | Non
 
 def scale_columns(native: Any, affine: dict[str, tuple[float, float]]) -> NwFrame:
     """Each column ``c`` as float64 ``(x - sub) / div`` for ``affine[c] = (sub, div)``."""
-    return wrap(native.assign(**{c: (_f64(native, c) - sub) / div for c, (sub, div) in affine.items()}))
+    return wrap(native.assign(**{c: as_column(native, (_f64(native, c) - float(sub)) / float(div))
+                                 for c, (sub, div) in affine.items()}))
 
 
 def log_columns(native: Any, columns: Sequence[str], offset: float) -> NwFrame:
     """Each column as float64 ``log(x + offset)``."""
-    return wrap(native.assign(**{c: np.log(_f64(native, c) + offset) for c in columns}))
+    return wrap(native.assign(**{c: as_column(native, np.log(_f64(native, c) + float(offset))) for c in columns}))
 
 
 def clip_columns(native: Any, bounds: dict[str, list[float | None]]) -> NwFrame:
