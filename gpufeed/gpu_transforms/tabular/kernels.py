@@ -40,7 +40,8 @@ still takes the narwhals form in the same function, so results stay identical:
   ``replace_strict`` took 51 ms, ``unique`` + ``search_sorted`` 32 ms, the range table
   7 ms (1M rows).
 
-Measurements behind these choices: ``docs/tabular.md`` (Fast paths).
+The pandas paths of the elementwise ops (``FillMissing``, ``Clip``, ``Log``, ``MinMax``) are
+in :mod:`.pandas_kernels`. Measurements behind these choices: ``docs/tabular.md`` (Fast paths).
 """
 
 from __future__ import annotations
