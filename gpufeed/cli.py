@@ -23,7 +23,6 @@ BENCH_SUITES = {
     "augment": "gpufeed.bench.augment",
     "tabular": "gpufeed.bench.tabular",
     "formats": "gpufeed.bench.formats",
-    "tabular-ops": "gpufeed.bench.tabular_ops",
     "tune": "gpufeed.bench.tune",
     "all": "gpufeed.bench.report",
     "compare": "gpufeed.bench.compare",

@@ -29,7 +29,6 @@ STEPS: dict[str, tuple[str, list[str], list[str]]] = {
     "tabular": ("gpufeed.bench.tabular", [], ["--rows", "100000", "--rule-rows", "100000", "--loop-rows", "5000",
                                               "--downcast-rows", "100000", "--repeats", "2"]),
     "formats": ("gpufeed.bench.formats", [], ["--rows", "50000", "--repeats", "2"]),
-    "tabular-ops": ("gpufeed.bench.tabular_ops", [], ["--rows", "100000", "--repeats", "2"]),
     "tune": ("gpufeed.bench.tune", [], ["--time-per-config", "1.5", "--max-images", "256", "--batch-sizes", "32,64",
                                         "--prefetch-factors", "2,4"]),
 }

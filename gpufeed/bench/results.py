@@ -97,6 +97,25 @@ def _over(results: dict[str, dict[str, Any]], baseline: str, prefix: str = "") -
             if name != baseline and isinstance(r, dict) and (rate := _rate(r))}
 
 
+def _tabular_ratios(doc: dict[str, Any]) -> dict[str, float]:
+    """Rule and recipe ratios of a ``tabular`` document, per table (``{table: {...}}``); documents
+    from before the per-table layout (sensor only) keep their old names."""
+    rule, recipe = doc.get("rule", {}), doc.get("recipe", {})
+    out: dict[str, float] = {}
+    if "pandas-vectorised" in rule:
+        out.update(_over(rule, "pandas-vectorised", "rule: "))
+    else:
+        for table, per in rule.items():
+            out.update(_over(per, "pandas-vectorised", f"rule {table}: "))
+    for key, per in recipe.items():
+        if key.isdigit():
+            out.update(_over(per, "pandas-baseline", f"recipe {int(key):,}: "))
+        else:
+            for rows, by_backend in per.items():
+                out.update(_over(by_backend, "pandas-baseline", f"recipe {key} {int(rows):,}: "))
+    return out
+
+
 def suite_ratios(doc: dict[str, Any]) -> dict[str, float]:
     """``{pipeline: ratio to the baseline}`` of one result document (baseline left out).
 
@@ -121,10 +140,7 @@ def suite_ratios(doc: dict[str, Any]) -> dict[str, float]:
         return {r["name"]: float(r["vs_per_sample"]) for r in doc.get("summary_rows", [])
                 if r.get("vs_per_sample") and r["name"] != "torchvision-per-sample"}
     if suite == "tabular":
-        out = _over(doc.get("rule", {}), "pandas-vectorised", "rule: ")
-        for rows, per in doc.get("recipe", {}).items():
-            out.update(_over(per, "pandas-baseline", f"recipe {int(rows):,}: "))
-        return out
+        return _tabular_ratios(doc)
     if suite == "formats":
         out = {}
         for r in doc.get("ratios", []):
@@ -173,13 +189,14 @@ def headline(doc: dict[str, Any]) -> dict[str, Any]:
     if suite == "tabular":
         recipe = {k: v for k, v in ratios.items() if k.startswith("recipe")}
         if recipe:
-            largest = max({k.split(":")[0] for k in recipe}, key=lambda k: int(k.split()[1].replace(",", "")))
+            # Keys read "recipe [table] 1,000,000: backend"; the headline is at the largest size.
+            largest = max(sorted({k.split(":")[0] for k in recipe}), key=lambda k: int(k.split()[-1].replace(",", "")))
             at = {k: v for k, v in recipe.items() if k.startswith(largest + ":") and not k.endswith(" pandas")}
             if at:
                 best = max(at, key=at.get)
                 return {"what": f"{best} vs vectorised pandas", "ratio": at[best],
                         "detail": f"kit on pandas {recipe.get(largest + ': pandas', 0):.2f}×"}
-        rule = {k: v for k, v in ratios.items() if k.startswith("rule: kit")}
+        rule = {k: v for k, v in ratios.items() if k.startswith("rule") and ": kit" in k}
         if rule:
             best = max(rule, key=rule.get)
             return {"what": f"{best} vs np.select", "ratio": rule[best], "detail": ""}

@@ -1,42 +1,57 @@
-"""Per-op table benchmark: each recipe op timed alone, on two tables of different character.
+"""The recipe part of ``gpufeed bench tabular``: every op of the recipe timed alone, per table.
 
 A recipe's total can hide a slow op behind fast ones. Here every op of a recipe (fill,
 quantile clip, log, per-group standardise, min-max, categorify) is timed on its own, fit +
 transform, on the output of the ops before it, for:
 
-- ``hand``: the op written by hand in idiomatic vectorised pandas (what a user has today:
-  ``fillna(mean)``, ``quantile`` + ``clip``, ``np.log1p``, a group-by gather,
+- ``pandas-baseline``: the op written by hand in idiomatic vectorised pandas (what a user
+  has today: ``fillna(mean)``, ``quantile`` + ``clip``, ``np.log1p``, a group-by gather,
   ``pd.factorize``), the baseline of every ratio;
-- ``pandas`` and ``polars``: the kit's op on that backend (``cudf`` with a GPU).
+- ``pandas``, ``polars`` and ``cudf``: the kit's op on that backend.
+
+The whole recipe's time is the sum of its ops' medians: :class:`~gpufeed.gpu_transforms.
+tabular.Recipe` runs op by op, each materialised, exactly as timed here.
 
 Two tables: the numeric-heavy sensor table (99 columns, one low-cardinality key) and the
 text-heavy transactions table (20 columns, text columns of 3 to 5,000 values, a ~1M
-distinct id, gaps). Each variant runs in its own process, which also gives its peak RSS;
-the final outputs are compared after timing.
+distinct id, gaps). Each variant runs in its own process (``run_isolated`` in
+:mod:`gpufeed.bench.tabular`), which also gives its peak RSS; the outputs are compared
+after timing.
 """
 
 from __future__ import annotations
 
-import argparse
 import copy
+import math
 import resource
 from collections.abc import Callable
 from typing import Any
 
-from gpufeed.bench.harness import (
-    add_out_argument,
-    markdown_table,
-    run_isolated,
-    write_results,
-)
-from gpufeed.machine import cuda_available, installed
+from gpufeed.bench.harness import markdown_table, measure
 
-#: What each op runs on: pandas written by hand (the baseline of every ratio), then the kit per backend.
-VARIANTS = ("hand", "pandas", "polars", "cudf")
+#: Tables the recipe part runs on.
+TABLES = ("sensor", "transactions")
+#: The hand-written pandas recipe, the baseline of every ratio.
+BASELINE = "pandas-baseline"
+
+
+def sensor_columns() -> dict[str, list[str]]:
+    """Column groups of the default sensor table used by the recipe and the rule."""
+    from gpufeed.datasets.sensor import sensor_schema
+
+    schema = sensor_schema()
+    return {
+        "floats": [c for c, k in schema if k in ("temp", "pressure", "humidity", "volt", "ratio")],
+        "logs": [c for c, k in schema if k in ("count", "total")],
+        "scaled": [c for c, k in schema if k in ("flag", "code", "adc", "delta")],
+        "cats": ["region", "station_id"],
+        "volt": next(c for c, k in schema if k == "volt"),
+        "temp": next(c for c, k in schema if k == "temp"),
+    }
 
 
 def recipe_ops(table: str) -> list[Any]:
-    """The recipe timed on ``table`` ("sensor" or "transactions"), as a list of ops."""
+    """The recipe timed on ``table`` (``"sensor"`` or ``"transactions"``), as a list of fresh ops."""
     from gpufeed.gpu_transforms.tabular import (
         Categorify,
         Clip,
@@ -47,9 +62,11 @@ def recipe_ops(table: str) -> list[Any]:
     )
 
     if table == "sensor":
-        from gpufeed.bench.tabular import bench_recipe
-
-        return list(bench_recipe().ops)
+        cols = sensor_columns()
+        return [
+            FillMissing(cols["floats"]), Clip(cols["floats"], quantiles=(0.001, 0.999)), Log(cols["logs"]),
+            Standardize(cols["floats"], by="region"), MinMax(cols["scaled"]), Categorify(cols["cats"]),
+        ]
     if table == "transactions":
         return [
             FillMissing(["amount", "discount", "risk_score"]),
@@ -59,18 +76,27 @@ def recipe_ops(table: str) -> list[Any]:
             MinMax(["account_days"]),
             Categorify(["channel", "country", "merchant_category", "city"]),
         ]
-    raise ValueError(f"table must be 'sensor' or 'transactions', got {table!r}")
+    raise ValueError(f"table must be one of {', '.join(TABLES)}, got {table!r}")
 
 
-def table_file(table: str, rows: int) -> str:
+def bench_recipe(table: str = "sensor") -> Any:
+    """The kit's :class:`~gpufeed.gpu_transforms.tabular.Recipe` of ``table``'s benchmark."""
+    from gpufeed.gpu_transforms.tabular import Recipe
+
+    return Recipe(recipe_ops(table))
+
+
+def table_file(table: str, rows: int, data_dir: str | None = None) -> str:
     """The cached Parquet file of ``table`` with ``rows`` rows (generated once)."""
     if table == "sensor":
         from gpufeed.datasets.sensor import cached_sensor_file
 
-        return str(cached_sensor_file(rows))
-    from gpufeed.datasets.transactions import cached_transaction_file
+        return str(cached_sensor_file(rows, data_dir))
+    if table == "transactions":
+        from gpufeed.datasets.transactions import cached_transaction_file
 
-    return str(cached_transaction_file(rows))
+        return str(cached_transaction_file(rows, data_dir))
+    raise ValueError(f"table must be one of {', '.join(TABLES)}, got {table!r}")
 
 
 # ------------------------------------------------------- the ops written by hand in pandas
@@ -93,6 +119,9 @@ def _log(df: Any, op: Any) -> Any:
 def _standardize(df: Any, op: Any) -> Any:
     import numpy as np
 
+    # Column by column with a gather per row: frame-wise forms (`(x - means.loc[key]) /
+    # stds.loc[key]`) build rows x columns temporaries that pushed the 10M-row sensor run
+    # past this machine's RAM, and the gather was 2.5x faster than the `.loc` row lookup.
     grouped = df.groupby(op.by, observed=True, dropna=False)[op.columns]
     means, stds = grouped.mean(), grouped.std(ddof=0)
     stds = stds.where(stds > 0, 1.0)
@@ -118,122 +147,143 @@ def _categorify(df: Any, op: Any) -> Any:
     return df.assign(**{c: codes(c) for c in op.columns})
 
 
+#: Each op of the kit written by hand in vectorised pandas: ``HAND[type(op).__name__](df, op)``.
 HAND: dict[str, Callable[[Any, Any], Any]] = {
     "FillMissing": _fill, "Clip": _clip, "Log": _log, "Standardize": _standardize,
     "MinMax": _minmax, "Categorify": _categorify,
 }
 
 
-# ------------------------------------------------------------------------- the worker
+def hand_recipe(df: Any, table: str) -> Any:
+    """The baseline: ``table``'s recipe in hand-written pandas, fitted on ``df`` and applied to it."""
+    for op in recipe_ops(table):
+        df = HAND[type(op).__name__](df, op)
+    return df
 
-def _worker(table: str, rows: int, variant: str, repeats: int) -> dict[str, Any]:
-    import pyarrow.parquet as pq
 
-    from gpufeed.bench.tabular import _timed, column_checksums
-    from gpufeed.gpu_transforms.tabular import Recipe, to_backend
+# ------------------------------------------------------------------- worker helpers
 
-    frame = pq.read_table(table_file(table, rows)).to_pandas()
-    if variant != "hand":
-        frame = to_backend(frame, variant)
+def load_table(path: str, backend: str, rows: int | None = None) -> Any:
+    """Read the Parquet table at ``path`` onto ``backend`` (``pandas-baseline`` reads as pandas)."""
+    if backend.startswith("pandas"):
+        import pyarrow.parquet as pq
+
+        # One block per column, Arrow's buffers released as they are converted: the table
+        # loads at ~1.6x its size instead of ~2.3x and the pandas recipes' temporaries stay
+        # per column. With pandas' consolidated layout (pd.read_parquet) the 10M-row
+        # baseline ran out of this machine's 24 GB; at 1M and 3M rows both layouts ran the
+        # baseline equally fast. Some columns are then read-only: no recipe writes in place.
+        frame = pq.read_table(path).to_pandas(self_destruct=True, split_blocks=True)
+    else:
+        from gpufeed.datasets.tables import read_table
+
+        frame = read_table(path, backend=backend)
+    return frame if rows is None else frame[:rows]
+
+
+def peak_rss_gb() -> float:
+    """This process's peak resident memory so far, in GiB."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
+
+
+def column_checksums(df: Any) -> dict[str, list[float]]:
+    """``{column: [sum, missing count]}`` of the numeric columns, compared across processes
+    after timing (a fast, wrong pipeline shows up here)."""
+    import narwhals as nw
+
+    from gpufeed.gpu_transforms.tabular.frames import first_row, wrap
+
+    frame = wrap(df)
+    names = [c for c, t in frame.collect_schema().items() if t.is_numeric()]
+    row = first_row(frame.select(*[nw.col(c).cast(nw.Float64).sum().alias(f"s:{c}") for c in names],
+                                 *[nw.col(c).is_null().sum().alias(f"n:{c}") for c in names]))
+    return {c: [float(row[f"s:{c}"]), float(row[f"n:{c}"])] for c in names}
+
+
+def sums_match(a: dict[str, list[float]], b: dict[str, list[float]]) -> bool:
+    """Two :func:`column_checksums` agree (sums to 1e-6 relative, missing counts exactly)."""
+    if a.keys() != b.keys():
+        return False
+    return all(math.isclose(a[k][0], b[k][0], rel_tol=1e-6, abs_tol=1e-3) and a[k][1] == b[k][1] for k in a)
+
+
+def timed(compute: Callable[[], Any], work: int, warmup: int, repeats: int) -> tuple[dict[str, Any], Any]:
+    """Time ``compute`` with the harness and keep its last output for the correctness check."""
+    box: dict[str, Any] = {}
+
+    def run() -> float:
+        box.pop("out", None)  # the previous output would double the peak memory of each repeat
+        box["out"] = compute()
+        return work
+
+    return measure(run, warmup=warmup, repeats=repeats).as_dict(), box["out"]
+
+
+def recipe_worker(path: str, table: str, backend: str, warmup: int, repeats: int) -> dict[str, Any]:
+    """Time each op of ``table``'s recipe on ``backend`` (``pandas-baseline``: by hand), op after op.
+
+    Returns:
+        ``{"per_op": [{"op", "columns", timing...}], "timing": the whole recipe (sum of the
+        ops' medians), "checksum", "rows_out", "peak_rss_gb"}``.
+    """
+    from gpufeed.gpu_transforms.tabular import Recipe
+
+    frame = load_table(path, backend)
+    rows = len(frame)
     per_op = []
     for op in recipe_ops(table):
         name = type(op).__name__
-        if variant == "hand":
+        if backend == BASELINE:
             def run(op: Any = op, name: str = name, frame: Any = frame) -> Any:
                 return HAND[name](frame, op)
         else:
             def run(op: Any = op, frame: Any = frame) -> Any:
-                return Recipe([copy.deepcopy(op)]).fit_transform(frame)
-        timing, frame = _timed(run, rows, 1, repeats)
+                return Recipe([copy.deepcopy(op)]).fit_transform(frame)  # a fresh, unfitted op per repeat
+        frame = None  # the op's input is held by `run` only: dropped with it once the op is timed
+        timing, frame = timed(run, rows, warmup, repeats)
+        del run
         per_op.append({"op": name, "columns": len(op.columns), **timing})
-    return {"per_op": per_op, "checksum": column_checksums(frame),
-            "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
+    return {"per_op": per_op, "timing": total_timing(per_op, rows), "checksum": column_checksums(frame),
+            "rows_out": len(frame), "peak_rss_gb": peak_rss_gb()}
 
 
-def _total(result: dict[str, Any]) -> float:
-    return sum(step["median_s"] for step in result["per_op"])
+def total_timing(per_op: list[dict[str, Any]], rows: int) -> dict[str, Any]:
+    """The whole recipe's timing from its ops': sums of the medians, fastest and slowest repeats."""
+    median = sum(s["median_s"] for s in per_op)
+    fastest = sum(min(s["seconds"]) for s in per_op)
+    slowest = sum(max(s["seconds"]) for s in per_op)
+    return {"median_s": median, "work": float(rows), "rate": rows / median,
+            "rate_min": rows / slowest, "rate_max": rows / fastest}
 
 
-def _same(a: dict[str, list[float]], b: dict[str, list[float]]) -> bool:
-    if a.keys() != b.keys():
-        return False
-    return all(abs(x - y) <= 1e-6 * max(1.0, abs(x)) for c in a for x, y in zip(a[c], b[c], strict=True))
+# ------------------------------------------------------------------------- the report
 
-
-# ------------------------------------------------------------------------ the command
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Arguments of ``gpufeed bench tabular-ops``."""
-    parser.add_argument("--tables", default="sensor,transactions", help="comma list of sensor, transactions")
-    parser.add_argument("--rows", default="1000000", help="table sizes (comma list)")
-    parser.add_argument("--variants", default="hand,pandas,polars,cudf",
-                        help="hand (pandas written by hand, the baseline), pandas, polars, cudf")
-    parser.add_argument("--repeats", type=int, default=3)
-    add_out_argument(parser)
-
-
-def run(args: argparse.Namespace) -> int:
-    """Run the per-op benchmark and write JSON + Markdown results."""
-    tables = [t.strip() for t in args.tables.split(",") if t.strip()]
-    for t in tables:
-        recipe_ops(t)  # a bad name fails before anything runs
-    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    unknown = sorted(set(variants) - set(VARIANTS))
-    if unknown:
-        raise ValueError(f"--variants: unknown {unknown}; use some of {', '.join(VARIANTS)}")
-    if "cudf" in variants and not (installed("cudf") and cuda_available()):
-        variants.remove("cudf")
-        print("  cudf skipped: no CUDA GPU / cuDF here")
-    if "hand" not in variants:
-        variants.insert(0, "hand")
-    runs, sections = [], []
-    for table in tables:
-        for rows in [int(r) for r in args.rows.split(",") if r.strip()]:
-            print(f"  {table}, {rows:,} rows: generating/loading the table ...", flush=True)
-            table_file(table, rows)
-            results = {}
-            for variant in variants:
-                print(f"  {table}, {rows:,} rows: {variant} ...", flush=True)
-                results[variant] = run_isolated(_worker, table, rows, variant, args.repeats)
-            runs.append({"table": table, "rows": rows, "results": results})
-            sections.append(_section(table, rows, results, variants))
-    summary = ("Each op of the recipe timed alone (fit + transform, median of "
-               f"{args.repeats} after a warm-up) on the output of the ops before it; ratios are the "
-               "hand-written pandas time over the variant's (> 1: faster than pandas by hand).\n\n"
-               + "\n\n".join(sections))
-    # Whole-recipe ratios to pandas by hand, for `gpufeed bench compare` and `bench all`.
-    ratios = {f"{r['table']} {r['rows']:,}: {v}": _total(r["results"]["hand"]) / _total(res)
-              for r in runs for v, res in r["results"].items()
-              if v != "hand" and "error" not in res and "error" not in r["results"]["hand"]}
-    json_path, md_path = write_results("tabular-ops", {"runs": runs, "ratio_to_baseline": ratios}, summary, args.out)
-    print(summary)
-    print(f"results: {json_path} and {md_path.name}")
-    return 0
-
-
-def _section(table: str, rows: int, results: dict[str, dict[str, Any]], variants: list[str]) -> str:
-    hand = results["hand"]
-    ok = {v: r for v, r in results.items() if "error" not in r}
+def section(title: str, results: dict[str, dict[str, Any]]) -> str:
+    """Markdown of one table and size: per-op seconds and ratios to the baseline, the whole
+    recipe, peak RSS and the output check, one column pair per backend."""
+    base = results.get(BASELINE, {})
+    if "per_op" not in base:
+        why = base.get("error", base.get("skipped", "did not run")).splitlines()[0]
+        return f"### {title}\n\nbaseline (hand-written pandas) did not run: {why}"
+    kit = {b: r for b, r in results.items() if b != BASELINE and "per_op" in r}
     lines = []
-    if "error" in hand:
-        return f"### {table}, {rows:,} rows\n\nbaseline failed: {hand['error'].splitlines()[0]}"
-    for i, step in enumerate(hand["per_op"]):
-        row: dict[str, Any] = {"op": f"{step['op']} ({step['columns']} cols)", "hand": step["median_s"]}
-        for v in variants[1:]:
-            if v in ok:
-                s = ok[v]["per_op"][i]["median_s"]
-                row[v], row[f"x{v}"] = s, step["median_s"] / s
+    for i, step in enumerate(base["per_op"]):
+        row: dict[str, Any] = {"op": f"{step['op']} ({step['columns']} cols)", "base": step["median_s"]}
+        for b, r in kit.items():
+            s = r["per_op"][i]["median_s"]
+            row[b], row[f"x{b}"] = s, step["median_s"] / s
         lines.append(row)
-    total = {"op": "**whole recipe**", "hand": _total(hand)}
-    for v in variants[1:]:
-        if v in ok:
-            total[v], total[f"x{v}"] = _total(ok[v]), total["hand"] / _total(ok[v])
+    total = {"op": "**whole recipe**", "base": base["timing"]["median_s"]}
+    for b, r in kit.items():
+        total[b], total[f"x{b}"] = r["timing"]["median_s"], total["base"] / r["timing"]["median_s"]
     lines.append(total)
-    lines.append({"op": "peak RSS GB", **{v: ok[v]["peak_rss_gb"] for v in ok}})
-    lines.append({"op": "output check", **{v: "same as hand" if _same(ok[v]["checksum"], hand["checksum"])
-                                           else "DIFFERS" for v in ok if v != "hand"}})
-    columns = [("op", "op"), ("hand", "hand-written pandas s")]
-    for v in variants[1:]:
-        columns += [(v, f"kit {v} s"), (f"x{v}", f"{v} × hand")]
-    errors = [f"- {v} failed: {r['error'].splitlines()[0]}" for v, r in results.items() if "error" in r]
-    return f"### {table}, {rows:,} rows\n\n" + markdown_table(lines, columns) + ("\n" + "\n".join(errors) if errors else "")
+    lines.append({"op": "peak RSS GB", "base": base["peak_rss_gb"], **{b: r["peak_rss_gb"] for b, r in kit.items()}})
+    lines.append({"op": "output check", **{b: "same as baseline" if sums_match(r["checksum"], base["checksum"])
+                                           and r["rows_out"] == base["rows_out"] else "DIFFERS"
+                                           for b, r in kit.items()}})
+    columns = [("op", "op"), ("base", "hand-written pandas s")]
+    for b in kit:
+        columns += [(b, f"kit {b} s"), (f"x{b}", f"{b} × hand")]
+    notes = [f"- {b}: {(r.get('error') or r.get('skipped') or 'no result').splitlines()[0]}"
+             for b, r in results.items() if "per_op" not in r]
+    return f"### {title}\n\n" + markdown_table(lines, columns) + ("\n\n" + "\n".join(notes) if notes else "")

@@ -1,44 +1,79 @@
-"""The benchmark's baseline computes what the kit computes (no timing here)."""
+"""The benchmark's baselines compute what the kit computes (no timing here)."""
 
 from __future__ import annotations
 
-import numpy as np
+import argparse
+import json
 
+import numpy as np
+import pandas as pd
+import pytest
+
+from gpufeed.bench import tabular
 from gpufeed.bench.formats import recommend
-from gpufeed.bench.tabular import (
-    _rule_pandas,
-    _rule_row,
-    bench_recipe,
-    bench_rule,
-    pandas_recipe,
-    sensor_columns,
-)
+from gpufeed.bench.results import headline, suite_ratios
+from gpufeed.bench.tabular import bench_rule, rule_columns, rule_pandas, rule_row
+from gpufeed.bench.tabular_ops import bench_recipe, hand_recipe
 from gpufeed.datasets.sensor import generate_sensor_table
+from gpufeed.datasets.transactions import iter_transaction_chunks
 from gpufeed.gpu_transforms.tabular import apply_rules, apply_rules_rowwise, to_backend
 
 
-def test_pandas_baseline_recipe_equals_the_kit_recipe_on_pandas_and_polars():
-    table = generate_sensor_table(3000, seed=9)
-    baseline = pandas_recipe(table)
+def _table(name: str, rows: int, seed: int):
+    if name == "sensor":
+        return generate_sensor_table(rows, seed=seed)
+    return next(iter_transaction_chunks(rows, seed=seed))
+
+
+@pytest.mark.parametrize("name", ["sensor", "transactions"])
+def test_hand_written_baseline_recipe_equals_the_kit_recipe_on_pandas_and_polars(name):
+    table = _table(name, 3000, 9)
+    baseline = hand_recipe(table, name)
     for backend in ("pandas", "polars"):
-        kit = bench_recipe().fit_transform(to_backend(table, backend))
+        kit = bench_recipe(name).fit_transform(to_backend(table, backend))
         kit = kit.to_pandas() if backend == "polars" else kit
         for c in table.columns:
-            if c == "timestamp":
+            if c == "timestamp" or not pd.api.types.is_numeric_dtype(baseline[c].dtype):
                 continue
-            np.testing.assert_allclose(kit[c].to_numpy(float), baseline[c].to_numpy(float), rtol=1e-9,
-                                       atol=1e-9, err_msg=f"{backend} {c}")
+            np.testing.assert_allclose(kit[c].to_numpy(float, na_value=np.nan),
+                                       baseline[c].to_numpy(float, na_value=np.nan), rtol=1e-9,
+                                       atol=1e-9, err_msg=f"{name} {backend} {c}")
 
 
-def test_every_rule_variant_gives_the_same_weights():
-    table = generate_sensor_table(5000, seed=2)
-    cols = sensor_columns()
-    loop = [_rule_row(r, v, t) for r, v, t in zip(table["region"], table[cols["volt"]], table[cols["temp"]],
-                                                  strict=True)]
-    assert loop == apply_rules_rowwise(table, [bench_rule()])["weight"]
-    assert loop == _rule_pandas(table).tolist()
-    assert loop == apply_rules(to_backend(table, "polars"), [bench_rule()])["weight"].to_list()
+@pytest.mark.parametrize("name", ["sensor", "transactions"])
+def test_every_rule_variant_gives_the_same_weights(name):
+    table = _table(name, 5000, 2)
+    loop = [rule_row(name, *v) for v in zip(*(table[c] for c in rule_columns(name)), strict=True)]
+    assert loop == apply_rules_rowwise(table, [bench_rule(name)])["weight"]
+    assert loop == rule_pandas(table, name).tolist()
+    assert loop == apply_rules(table, [bench_rule(name)])["weight"].tolist()
+    assert loop == apply_rules(to_backend(table, "polars"), [bench_rule(name)])["weight"].to_list()
     assert len(set(loop)) == 4
+
+
+def test_recipe_part_reports_per_op_both_tables_and_skips_what_does_not_fit(tmp_path):
+    args = argparse.Namespace(
+        parts="recipe", tables="sensor,transactions", rows="2000,100000000", rule_rows=2000, loop_rows=200,
+        downcast_rows=2000, backends="polars", repeats=1, warmup=0, data_dir=str(tmp_path / "data"),
+        max_ram_gb=4.0, out=str(tmp_path / "out"),
+    )
+    assert tabular.run(args) == 0
+    doc = json.loads(next((tmp_path / "out").glob("tabular-*.json")).read_text())
+    for name in ("sensor", "transactions"):
+        small = doc["recipe"][name]["2000"]
+        assert set(small) == {"pandas-baseline", "polars"}
+        for result in small.values():
+            assert [s["op"] for s in result["per_op"]] == [
+                "FillMissing", "Clip", "Log", "Standardize", "MinMax", "Categorify"]
+            assert result["timing"]["median_s"] == pytest.approx(sum(s["median_s"] for s in result["per_op"]))
+            assert result["peak_rss_gb"] > 0
+        assert all("skipped" in r for r in doc["recipe"][name]["100000000"].values())
+    ratios = suite_ratios(doc)
+    assert {"recipe sensor 2,000: polars", "recipe transactions 2,000: polars"} <= set(ratios)
+    assert headline(doc)["ratio"] is not None
+    md = next((tmp_path / "out").glob("tabular-*.md")).read_text()
+    assert "transactions, 2,000 rows" in md and "Categorify (4 cols)" in md and "same as baseline" in md
+    assert "DIFFERS" not in md
 
 
 def test_recommendation_prefers_portable_formats_and_flags_losers():

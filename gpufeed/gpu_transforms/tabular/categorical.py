@@ -14,14 +14,16 @@ from typing import Any, ClassVar
 import narwhals as nw
 
 from gpufeed.gpu_transforms.tabular.errors import UnseenCategoryError
-from gpufeed.gpu_transforms.tabular.frames import NwFrame, collect_small, is_missing, wrap
+from gpufeed.gpu_transforms.tabular.frames import NwFrame, collect_small, is_lazy, is_missing, wrap
 from gpufeed.gpu_transforms.tabular.kernels import (
     category_values,
     pandas_codes,
     pandas_factorize,
+    polars_fit_codes,
     vocabulary_codes,
 )
 from gpufeed.gpu_transforms.tabular.ops import TableOp
+from gpufeed.gpu_transforms.tabular.pandas_kernels import as_column
 from gpufeed.gpu_transforms.tabular.stats import aggregate, lookup
 from gpufeed.policies import OnUnseen
 
@@ -68,18 +70,31 @@ class Categorify(TableOp):
         values = category_values(frame, backend, exprs, self.min_count)
         self.state = {c: sorted(_json_key(v, c) for v in values[c]) for c in self.columns}
 
+    polars_eager: ClassVar[bool] = True  # polars_fit_codes needs an eager frame
+
     def fit_transform(self, frame: NwFrame, backend: str) -> NwFrame:
-        """On pandas, one factorisation per column serves both the fit and the codes."""
-        if backend != "pandas" or self.on_unseen is OnUnseen.RAISE:
+        """On pandas, one factorisation per column serves both the fit and the codes; on an
+        eager polars frame, one pass per text or integer column (:func:`polars_fit_codes`)."""
+        if self.on_unseen is OnUnseen.RAISE:
+            return super().fit_transform(frame, backend)
+        if backend == "polars" and self.min_count == 1 and not is_lazy(frame):
+            fitted = polars_fit_codes(frame, self.columns, MISSING_INDEX)
+            if fitted is not None:
+                vocabularies, out = fitted
+                self.state = {c: [_json_key(v, c) for v in vocabularies[c]] for c in self.columns}
+                return out
+        if backend != "pandas":
             return super().fit_transform(frame, backend)
         native = nw.to_native(frame)
         state, codes = {}, {}
         for c in self.columns:
-            found, uniques, counts = pandas_factorize(native[c])
-            state[c] = sorted(_json_key(v, c) for v in uniques[counts >= self.min_count].tolist())
+            # Every distinct value is seen at least once: counting only matters above 1.
+            found, uniques, counts = pandas_factorize(native[c], counts=self.min_count > 1)
+            kept = uniques if counts is None else uniques[counts >= self.min_count]
+            state[c] = sorted(_json_key(v, c) for v in kept.tolist())
             codes[c] = pandas_codes(found, uniques, state[c], UNSEEN_INDEX, MISSING_INDEX)
         self.state = state
-        return wrap(native.assign(**codes))
+        return wrap(native.assign(**{c: as_column(native, v) for c, v in codes.items()}))
 
     def num_embeddings(self, column: str) -> int:
         """Rows an embedding table for ``column`` needs (vocabulary + the two reserved indices)."""

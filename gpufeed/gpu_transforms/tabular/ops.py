@@ -28,6 +28,16 @@ from gpufeed.gpu_transforms.tabular.kernels import (
     standardize_by_code,
     vocabulary_codes,
 )
+from gpufeed.gpu_transforms.tabular.pandas_kernels import (
+    clip_columns,
+    fill_columns,
+    finite_means,
+    float64_columns,
+    log_columns,
+    min_max,
+    numpy_columns,
+    scale_columns,
+)
 from gpufeed.gpu_transforms.tabular.stats import (
     aggregate,
     aggregate_finite,
@@ -52,6 +62,9 @@ class TableOp:
     state: dict[str, Any] = field(default_factory=dict, repr=False)
     kind: ClassVar[str] = ""
     stateless: ClassVar[bool] = False
+    #: True for an op with a fast path on eager polars frames: the recipe then hands an
+    #: eager frame over as it is instead of the op's lazy query.
+    polars_eager: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         if isinstance(self.columns, str) or not self.columns:
@@ -116,6 +129,11 @@ class FillMissing(TableOp):
         if self.strategy == "constant":
             self.state = {c: self.value for c in self.columns}
             return
+        native = float64_columns(frame, self.columns) if backend == "pandas" and self.strategy == "mean" else None
+        found = finite_means(native, self.columns) if native is not None else None
+        if found is not None:
+            self.state = found
+            return
         schema = frame.collect_schema()
         exprs = [getattr(f64(c, schema), self.strategy)().alias(c) for c in self.columns]
         if self.strategy == "mean":
@@ -126,6 +144,9 @@ class FillMissing(TableOp):
         self.state = {c: number(stats[c], c, "FillMissing") for c in self.columns}
 
     def transform(self, frame: NwFrame, backend: str) -> NwFrame:
+        native = float64_columns(frame, self.columns) if backend == "pandas" else None
+        if native is not None and all(isinstance(self.state[c], float) for c in self.columns):
+            return fill_columns(native, {c: self.state[c] for c in self.columns})
         schema = frame.collect_schema()
         exprs = []
         for c in self.columns:
@@ -185,6 +206,10 @@ class Clip(TableOp):
             raise NonFiniteError(f"Clip: column(s) {bad} gave non-finite quantile bounds {[self.state[c] for c in bad]}")
 
     def transform(self, frame: NwFrame, backend: str) -> NwFrame:
+        # Integer and float32 columns need the casts below.
+        native = float64_columns(frame, self.columns) if backend == "pandas" else None
+        if native is not None:
+            return clip_columns(native, {c: self.state[c] for c in self.columns})
         schema = frame.collect_schema()
         exprs = []
         for c in self.columns:
@@ -212,6 +237,11 @@ class Log(TableOp):
     stateless: ClassVar[bool] = True
 
     def _check_domain(self, frame: NwFrame) -> None:
+        # Each column's minimum decides (adding the offset is monotonic, rounding included):
+        # a reduction with no temporary column; the values are counted only to name them.
+        lows = aggregate(frame, [nw.col(c).min().alias(c) for c in self.columns])
+        if not any(not is_missing(low) and low + self.offset <= 0 for low in lows.values()):
+            return
         counts = aggregate(frame, [(nw.col(c) + self.offset <= 0).sum().alias(c) for c in self.columns])
         bad = {c: int(n) for c, n in counts.items() if n}
         if bad:
@@ -225,14 +255,17 @@ class Log(TableOp):
 
     def transform(self, frame: NwFrame, backend: str) -> NwFrame:
         self._check_domain(frame)
-        return self._log(frame)
+        return self._log(frame, backend)
 
     def fit_transform(self, frame: NwFrame, backend: str) -> NwFrame:
         """Check the domain once (fit and transform would check the same table), then log."""
         self._check_domain(frame)
-        return self._log(frame)
+        return self._log(frame, backend)
 
-    def _log(self, frame: NwFrame) -> NwFrame:
+    def _log(self, frame: NwFrame, backend: str) -> NwFrame:
+        native = numpy_columns(frame, self.columns) if backend == "pandas" else None
+        if native is not None:
+            return log_columns(native, self.columns, self.offset)
         return frame.with_columns(*[(nw.col(c).cast(nw.Float64) + self.offset).log() for c in self.columns])
 
     def params(self) -> dict[str, Any]:
@@ -315,6 +348,11 @@ class MinMax(TableOp):
     kind: ClassVar[str] = "minmax"
 
     def fit(self, frame: NwFrame, backend: str) -> None:
+        native = numpy_columns(frame, self.columns) if backend == "pandas" else None
+        found = min_max(native, self.columns) if native is not None else None
+        if found is not None:
+            self.state = found
+            return
         stats = aggregate_finite(frame, [*[nw.col(c).min().alias(f"lo:{c}") for c in self.columns],
                                           *[nw.col(c).max().alias(f"hi:{c}") for c in self.columns]],
                                   self.columns, "MinMax")
@@ -322,6 +360,9 @@ class MinMax(TableOp):
                       for c in self.columns}
 
     def transform(self, frame: NwFrame, backend: str) -> NwFrame:
+        native = numpy_columns(frame, self.columns) if backend == "pandas" else None
+        if native is not None:
+            return scale_columns(native, {c: (low, (high - low) or 1.0) for c, (low, high) in self.state.items()})
         schema = frame.collect_schema()
         exprs = []
         for c in self.columns:

@@ -56,13 +56,16 @@ def _step(frame: NwFrame, backend: str, run: Callable[[NwFrame, str], Any], colu
     Why lazy per op on polars: the lazy (streaming) engine computes the statistics faster
     than eager calls, and materialising after each op keeps later fits from recomputing
     earlier ops, which one lazy chain for the whole recipe would do (it was slower; the
-    measurements are in ``docs/tabular.md``, Fast paths).
+    measurements are in ``docs/tabular.md``, Fast paths). An op whose ``polars_eager`` is
+    True (``Categorify``) gets an eager frame as it is when it reads no float column.
     """
     if backend != "polars":
         return run(nan_as_null(frame, columns, backend=backend), backend)
     lazy = frame if is_lazy(frame) else frame.lazy()
     schema = lazy.collect_schema()
     floats = [c for c in columns if schema[c].is_float()]
+    if not floats and not is_lazy(frame) and getattr(getattr(run, "__self__", None), "polars_eager", False):
+        return run(frame, backend)  # an op with an eager fast path, and no NaN to turn into null
     out = run(lazy.with_columns(*[nw.col(c).fill_nan(None) for c in floats]) if floats else lazy, backend)
     return out.collect() if isinstance(out, nw.LazyFrame) and not is_lazy(frame) else out
 

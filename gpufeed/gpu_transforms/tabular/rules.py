@@ -328,16 +328,50 @@ def _apply_rules_numpy(frame: nw.DataFrame, rules: Sequence[Rule]) -> Frame:
     """pandas: conditions as numpy masks, then one ``np.select`` per rule.
 
     narwhals' case-when on pandas chains a ``Series.where`` per case; ``np.select`` picks
-    all cases in one pass, about twice as fast, with the same first-match semantics.
+    all cases in one pass, about twice as fast, with the same first-match semantics. The
+    masks are computed on the columns' numpy arrays directly (:func:`_pandas_mask`): built
+    through narwhals expressions, each comparison came back as a pandas Series that was
+    null-filled, copied and cast again at every ``&``, which made the kit's rule ~1.8x
+    slower than the same ``np.select`` written by hand.
     """
     import numpy as np
 
+    from gpufeed.gpu_transforms.tabular.pandas_kernels import as_column
+
+    df = nw.to_native(frame)
     out = {}
     for rule in rules:
-        masks = frame.select(*[c.to_expr().fill_null(False).alias(f"case{i}") for i, (c, _) in enumerate(rule.cases)])
-        out[rule.output] = np.select([m.to_numpy() for m in masks.iter_columns()], [v for _, v in rule.cases],
+        out[rule.output] = np.select([_pandas_mask(c, df) for c, _ in rule.cases], [v for _, v in rule.cases],
                                      default=rule.default)
-    return nw.to_native(frame).assign(**out)
+    return df.assign(**{name: as_column(df, values) for name, values in out.items()})
+
+
+def _pandas_mask(cond: Cond, df: Any) -> Any:
+    """``cond`` over a pandas frame as a numpy bool array; missing values (null, NaN, NaT)
+    match nothing, as in :meth:`Cond.to_expr`."""
+    import numpy as np
+
+    if isinstance(cond, _Bool):
+        masks = [_pandas_mask(p, df) for p in cond.parts]
+        if cond.op == "not":
+            return ~masks[0]
+        return masks[0] & masks[1] if cond.op == "and" else masks[0] | masks[1]
+    series = df[cond.columns().pop()]
+    if isinstance(cond, _IsMissing):
+        return series.isna().to_numpy()
+    if isinstance(cond, _IsIn):
+        return series.isin(list(cond.values)).to_numpy(dtype=bool, na_value=False)
+    assert isinstance(cond, _Compare)
+    if series.dtype.kind in "biuf" and isinstance(series.dtype, np.dtype):
+        # Plain numpy columns: numpy's comparison is False for NaN except in `!=`.
+        values = series.to_numpy()
+        mask = _OPS[cond.op](values, cond.value)
+        return mask & ~np.isnan(values) if cond.op == "!=" and values.dtype.kind == "f" else mask
+    # Nullable, text and datetime columns: pandas' comparison, missing as False, and `!=`
+    # masked where the value is missing (pandas says None != "a" and NaT != t are True).
+    mask = _OPS[cond.op](series, cond.value)
+    mask = np.asarray(mask.to_numpy(dtype=bool, na_value=False), dtype=bool)
+    return mask & series.notna().to_numpy() if cond.op == "!=" else mask
 
 
 def apply_rules_rowwise(df: Frame, rules: Sequence[Rule]) -> dict[str, list[Any]]:

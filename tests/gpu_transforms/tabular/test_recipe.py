@@ -557,3 +557,29 @@ def test_categorify_fit_transform_in_one_pass_equals_fit_then_transform(min_coun
     two = Recipe([Categorify(["a", "n", "k"], min_count=min_count)]).fit(df)
     assert one.ops[0].state == two.ops[0].state
     pd.testing.assert_frame_equal(together, two.transform(df))
+
+
+def test_categorify_on_eager_polars_fits_and_codes_in_one_pass_like_pandas():
+    # Text (with gaps, non-ASCII, many values) and integer columns (with gaps, negative)
+    # take polars' one-pass path; the vocabulary and codes must equal pandas' and the
+    # two-pass fit-then-transform's.
+    rng = np.random.default_rng(3)
+    text = rng.choice([f"v{i:04d}" for i in range(700)] + ["Zürich", "ärger", "b"], 5000).astype(object)
+    text[rng.random(5000) < 0.05] = None
+    ints = pd.array(rng.integers(-50, 400, 5000), dtype="Int64")
+    ints[rng.random(5000) < 0.05] = None
+    wide = pd.array(rng.integers(-10**15, 10**15, 5000) // 10**12 * 10**12, dtype="Int64")  # searched, not tabled
+    wide[rng.random(5000) < 0.05] = None
+    df = pd.DataFrame({"t": text, "i": ints, "u": rng.integers(0, 9, 5000), "w": wide})
+    frame = to_backend(df, "polars")
+    cols = ["t", "i", "u", "w"]
+    one = Recipe([Categorify(cols)])
+    together = one.fit_transform(frame)
+    two = Recipe([Categorify(cols)]).fit(frame)
+    on_pandas = Recipe([Categorify(cols)])
+    expected = on_pandas.fit_transform(df)
+    assert one.ops[0].state == two.ops[0].state == on_pandas.ops[0].state
+    assert together.equals(two.transform(frame))
+    for c in cols:
+        assert str(together[c].dtype) == "Int32"
+        assert together[c].to_list() == expected[c].tolist(), c

@@ -133,3 +133,25 @@ def test_rules_on_a_lazy_polars_frame_keep_its_columns():
     lazy = pl.LazyFrame({"x": [1.0, float("nan"), 3.0]})
     out = apply_rules(lazy, [Rule("f", [(col("x") != 1.0, 1)], default=0)]).collect()
     assert out["f"].to_list() == [0, 0, 1] and math.isnan(out["x"][1]) and out.columns == ["x", "f"]
+
+
+@pytest.mark.parametrize("text", ["object", "str"])
+def test_pandas_masks_on_nullable_text_and_datetime_columns_equal_the_reference_and_polars(text):
+    # The pandas path builds numpy masks itself: every dtype family must treat missing
+    # values as the reference does (no match, `!=` included).
+    df = pd.DataFrame({
+        "n": pd.array([1, None, 3, 4, None, 6], dtype="Int64"),
+        "s": pd.Series(["a", None, "b", "c", "a", None], dtype=text),
+        "t": pd.to_datetime(["2025-01-01", None, "2025-03-01", "2025-01-05", "2025-02-01", None]),
+        "f": [0.5, np.nan, 2.0, -1.0, np.nan, 3.0],
+    })
+    rules = [
+        Rule("a", [(col("n") != 3, 1), (col("s") != "b", 2), (col("t") > pd.Timestamp("2025-01-02"), 3)], default=0),
+        Rule("b", [(col("s").isin(["a", "c"]) & (col("f") != 2.0), 1), (~(col("n") >= 4), 2),
+                   (col("t") != pd.Timestamp("2025-01-01"), 3), (col("f").is_missing(), 4)], default=0),
+    ]
+    ref = apply_rules_rowwise(df, rules)
+    out = apply_rules(df, rules)
+    polars = apply_rules(to_backend(df, "polars"), rules)
+    for r in ("a", "b"):
+        assert out[r].tolist() == ref[r] == polars[r].to_list(), r
