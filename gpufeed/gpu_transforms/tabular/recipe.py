@@ -44,9 +44,9 @@ from gpufeed.gpu_transforms.tabular.ops import Clip, FillMissing, Log, MinMax, S
 _FORMAT_VERSION = 1
 
 
-def _step(frame: NwFrame, backend: str, run: Callable[[NwFrame, str], Any], columns: Sequence[str]) -> Any:
-    """Run one op's ``fit``/``transform`` on ``frame``, with NaN in the float ``columns`` it
-    reads as missing; an eager polars frame goes through polars' lazy engine and is
+def _step(frame: NwFrame, backend: str, op: TableOp, run: Callable[[NwFrame, str], Any]) -> Any:
+    """Run ``op``'s ``fit``/``transform`` (``run``) on ``frame``, with NaN in the float
+    columns it reads as missing; an eager polars frame goes through polars' lazy engine and is
     materialised again after the op.
 
     NaN: on polars, ``fill_nan(None)`` joins the op's own lazy query (no extra pass: the
@@ -59,12 +59,13 @@ def _step(frame: NwFrame, backend: str, run: Callable[[NwFrame, str], Any], colu
     measurements are in ``docs/tabular.md``, Fast paths). An op whose ``polars_eager`` is
     True (``Categorify``) gets an eager frame as it is when it reads no float column.
     """
+    columns = op.needs()
     if backend != "polars":
         return run(nan_as_null(frame, columns, backend=backend), backend)
     lazy = frame if is_lazy(frame) else frame.lazy()
     schema = lazy.collect_schema()
     floats = [c for c in columns if schema[c].is_float()]
-    if not floats and not is_lazy(frame) and getattr(getattr(run, "__self__", None), "polars_eager", False):
+    if not floats and not is_lazy(frame) and op.polars_eager:
         return run(frame, backend)  # an op with an eager fast path, and no NaN to turn into null
     out = run(lazy.with_columns(*[nw.col(c).fill_nan(None) for c in floats]) if floats else lazy, backend)
     return out.collect() if isinstance(out, nw.LazyFrame) and not is_lazy(frame) else out
@@ -124,9 +125,9 @@ class Recipe:
         for i, op in enumerate(self.ops):
             require_columns(frame, op.needs(), f"recipe op {i} ({op.kind})")
             if transform_last or i + 1 < len(self.ops):  # the next op is fitted on this op's output
-                frame = _step(frame, backend, op.fit_transform, op.needs())
+                frame = _step(frame, backend, op, op.fit_transform)
             else:
-                _step(frame, backend, op.fit, op.needs())
+                _step(frame, backend, op, op.fit)
         return frame
 
     def transform(self, df: Frame) -> Frame:
@@ -144,7 +145,7 @@ class Recipe:
         backend = backend_of(frame)
         for i, op in enumerate(self.ops):
             require_columns(frame, op.needs(), f"recipe op {i} ({op.kind})")
-            frame = _step(frame, backend, op.transform, op.needs())
+            frame = _step(frame, backend, op, op.transform)
         return nw.to_native(frame)
 
     def fit_transform(self, df: Frame) -> Frame:
