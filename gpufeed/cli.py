@@ -24,6 +24,7 @@ BENCH_SUITES = {
     "formats": "gpufeed.bench.formats",
     "tabular-ops": "gpufeed.bench.tabular_ops",
     "tune": "gpufeed.bench.tune",
+    "storage": "gpufeed.bench.storage",
     "all": "gpufeed.bench.report",
     "compare": "gpufeed.bench.compare",
 }
