@@ -49,6 +49,7 @@ from gpufeed.datasets.storage import SimulatedRemote, Storage, drop_page_cache
 
 BASELINE = "torch-pil/folder"
 CONDITIONS = ("warm", "cold", "remote")
+KIT_BACKENDS = ("torch-cpu", "dali-cpu", "dali-gpu", "torch-gpu")
 #: Storage formats the kit's loaders read, and what each is.
 FORMATS = {
     "folder": "the ImageFolder tree itself, one file per image",
@@ -82,6 +83,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="warm, cold, remote (default: all three; cold only where dropping pages works)")
     parser.add_argument("--formats", nargs="+", choices=sorted(FORMATS), default=None, metavar="FORMAT",
                         help=f"kit formats to read (default: all): {', '.join(FORMATS)}")
+    parser.add_argument("--backends", nargs="+", choices=KIT_BACKENDS, default=None, metavar="BACKEND",
+                        help=f"the kit's backends to run (default: every one this machine has): "
+                             f"{', '.join(KIT_BACKENDS)}")
     parser.add_argument("--open-latency-ms", type=float, default=20.0,
                         help="remote: wait per file open, ms (default: 20; 5 is a fast object store)")
     parser.add_argument("--bandwidth-mb-s", type=float, default=200.0,
@@ -331,6 +335,13 @@ def _contender(name: str, condition: str, spec: str, *, root: str, batch_size: i
 
     torch.set_num_threads(1)  # the work belongs to the workers/threads, as configured
     backend, fmt = name.split("/")
+    # Imports before the setup clock starts: setup_s is building the loader (scanning,
+    # DALI pipelines, a RAM cache's fill), not loading Python modules.
+    import torchvision.datasets  # noqa: F401
+
+    from gpufeed.pipelines import classification_loader
+    if backend.startswith("dali"):  # only there: DALI in this process makes the torch backend use forkserver
+        import gpufeed.pipelines.dali_loader  # noqa: F401
     remote = CountingRemote(open_latency_ms, bandwidth_mb_s) if condition == "remote" else None
     storage = remote if remote is not None else Storage()
     start = time.perf_counter()
@@ -342,8 +353,6 @@ def _contender(name: str, condition: str, spec: str, *, root: str, batch_size: i
                                  pin_memory=device.startswith("cuda"))
         files = scan_image_folder(root).files
     else:
-        from gpufeed.pipelines import classification_loader
-
         source = open_source(spec, storage=storage)
         files = source.files
         kit_backend, where = backend.split("-")
@@ -378,6 +387,25 @@ def _contender(name: str, condition: str, spec: str, *, root: str, batch_size: i
         row["mb_per_epoch"] = (nbytes - counted_from[1]) / repeats / 1e6
         row["setup_opens"] = counted_from[0]
     return row
+
+
+def _contender_conditions(name: str, conditions: Sequence[str], spec: str, **settings: Any) -> dict[str, Any]:
+    """Contender ``name`` under each condition in turn, in one fresh process (starting a
+    process with torch costs seconds here; each condition still builds its own loader,
+    and the last one's workers are gone before the next starts). A condition that fails
+    is reported as such and the others still run."""
+    import gc
+    import traceback
+
+    rows = []
+    for condition in conditions:
+        try:
+            rows.append(_contender(name, condition, spec, **settings))
+        except Exception as exc:  # noqa: BLE001 - one condition's failure must not lose the others
+            rows.append({"name": name, "condition": condition,
+                         "error": f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"})
+        gc.collect()  # the loader (its workers, DALI pipelines, shared memory) goes before the next
+    return {"rows": rows}
 
 
 # -- the suite ------------------------------------------------------------------------------
@@ -451,6 +479,12 @@ def run(args: argparse.Namespace) -> int:
             backends.append("dali-gpu")
     if cuda_available() and device.startswith("cuda"):
         backends.append("torch-gpu")
+    if args.backends:
+        absent = [b for b in args.backends if b not in backends]
+        if absent:
+            raise ValueError(f"--backends {' '.join(absent)}: not available here (DALI installed: "
+                             f"{dali_installed()}, device {device}); available: {', '.join(backends)}")
+        backends = [b for b in backends if b in args.backends]
     formats = list(args.formats or FORMATS)
 
     cache_check = page_cache_check(samples.paths)
@@ -482,25 +516,32 @@ def run(args: argparse.Namespace) -> int:
             specs[fmt] = specs[f"{fmt}+ram"] = conv["path"]
 
     names = contender_names(formats, backends)
+    measured: dict[tuple[str, str], dict[str, Any]] = {}
+    for name in names:
+        fmt = name.split("/")[1]
+        if unavailable.get(fmt) or fmt not in specs:
+            continue
+        stage(f"[storage] {name}: {', '.join(conditions)} ...")
+        got = run_isolated(_contender_conditions, name, conditions, specs[fmt], root=str(root),
+                           batch_size=args.batch_size, size=args.size, workers=workers, device=device,
+                           repeats=args.repeats, open_latency_ms=args.open_latency_ms, bandwidth_mb_s=bandwidth)
+        for condition in conditions:
+            row = next((r for r in got.get("rows", []) if r["condition"] == condition), None)
+            row = row or {"error": got.get("error", "no result")}
+            row.update(name=name, condition=condition)
+            if "error" in row:
+                stage(f"[storage] {condition}: {name} failed: {row['error'].splitlines()[0]}")
+            measured[condition, name] = row
     rows: list[dict[str, Any]] = []
-    for condition in conditions:
+    for condition in conditions:  # grouped by condition, as the report shows them
         for name in names:
             fmt = name.split("/")[1]
-            row: dict[str, Any] = {"name": name, "condition": condition}
+            row = measured.get((condition, name), {"name": name, "condition": condition})
             if unavailable.get(fmt):
                 row["skipped"] = f"not in this build: {', '.join(unavailable[fmt])}"
             elif fmt not in specs:
                 conv = conversions.get(fmt.removesuffix("+ram"), {})
                 row["skipped"] = f"conversion failed: {(conv.get('error') or 'not converted').splitlines()[0]}"
-            else:
-                stage(f"[storage] {condition}: {name} ...")
-                row = run_isolated(_contender, name, condition, specs[fmt], root=str(root),
-                                   batch_size=args.batch_size, size=args.size, workers=workers, device=device,
-                                   repeats=args.repeats, open_latency_ms=args.open_latency_ms,
-                                   bandwidth_mb_s=bandwidth)
-                row.update(name=name, condition=condition)
-                if "error" in row:
-                    stage(f"[storage] {condition}: {name} failed: {row['error'].splitlines()[0]}")
             rows.append(row)
 
     base = {r["condition"]: r for r in rows if r["name"] == BASELINE and "rate" in r}
