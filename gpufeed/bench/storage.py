@@ -71,6 +71,9 @@ _NEEDS = {
 #: Formats written by ``convert``, and the format each contender reads from.
 CONVERTED = ("webdataset", "tfrecord", "raw")
 SHARDS = ("webdataset", "tfrecord")
+#: Shard target size: convert's own default (256 MiB) would put the default set (~50 MB)
+#: in a single shard, which no real dataset of shards looks like.
+DEFAULT_SHARD_SIZE = "8MB"
 #: Bump when the conversion settings here change, so cached conversions are redone.
 _CONVERT_VERSION = 1
 
@@ -90,8 +93,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="remote: wait per file open, ms (default: 20; 5 is a fast object store)")
     parser.add_argument("--bandwidth-mb-s", type=float, default=200.0,
                         help="remote: MB/s per reading process or thread (default: 200; 0 = unlimited)")
-    parser.add_argument("--shard-size", type=int, default=None,
-                        help="samples per shard for the converted formats (default: convert's own)")
+    parser.add_argument("--shard-size", default=DEFAULT_SHARD_SIZE,
+                        help=f"target shard size in bytes or with a unit, e.g. 64MB (default: {DEFAULT_SHARD_SIZE}: "
+                             f"several shards even for the default 1024 images, so workers read different ones)")
     parser.add_argument("--raw-size", type=int, default=256, help="raw cache short side (default: 256)")
     parser.add_argument("--batch-size", type=int, default=64, help="default: 64")
     parser.add_argument("--size", type=int, default=224, help="output size (default: 224)")
@@ -268,14 +272,13 @@ def conversion_folder(root: Path) -> Path:
     return cache / "converted" / hashlib.sha1(str(root).encode()).hexdigest()[:12]
 
 
-def _convert(src: str, dst: str, fmt: str, shard_size: int | None, raw_size: int, workers: int) -> dict[str, Any]:
+def _convert(src: str, dst: str, fmt: str, shard_size: str, raw_size: int, workers: int) -> dict[str, Any]:
     """Convert ``src`` into ``dst`` (runs in a fresh process); the wall time and the report."""
     from gpufeed.datasets.shards.convert import convert
 
-    extra = {} if shard_size is None else {"shard_size": shard_size}
     start = time.perf_counter()
-    report = convert(src, dst, format=fmt, seed=0, shuffle=True, raw_size=raw_size, workers=workers,
-                     progress=False, **extra)
+    report = convert(src, dst, format=fmt, shard_size=shard_size, seed=0, shuffle=True, raw_size=raw_size,
+                     workers=workers, progress=False)
     seconds = time.perf_counter() - start
     if dataclasses.is_dataclass(report) and not isinstance(report, type):
         detail = dataclasses.asdict(report)
@@ -284,7 +287,7 @@ def _convert(src: str, dst: str, fmt: str, shard_size: int | None, raw_size: int
     return {"seconds": seconds, "report": json.loads(json.dumps(detail, default=str))}
 
 
-def converted_copy(root: Path, fmt: str, *, files: int, nbytes: int, shard_size: int | None, raw_size: int,
+def converted_copy(root: Path, fmt: str, *, files: int, nbytes: int, shard_size: str, raw_size: int,
                    workers: int) -> dict[str, Any]:
     """``root`` converted to ``fmt`` (done once, then reused while the settings match).
 
@@ -294,7 +297,7 @@ def converted_copy(root: Path, fmt: str, *, files: int, nbytes: int, shard_size:
     Returns:
         ``{"format", "path", "seconds", "cached", "report"}``, or ``{"format", "error"}``.
     """
-    spec = {"format": fmt, "shard_size": shard_size, "raw_size": raw_size, "seed": 0, "source": str(root.resolve()),
+    spec = {"format": fmt, "shard_size": str(shard_size), "raw_size": raw_size, "seed": 0, "source": str(root.resolve()),
             "files": files, "bytes": nbytes, "version": _CONVERT_VERSION}
     key = hashlib.sha1(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:8]
     dst = conversion_folder(root) / f"{fmt}-{key}"
@@ -623,9 +626,11 @@ def _markdown(rows: Sequence[dict], targets: Sequence[dict], conversions: dict[s
                   ("status", "status"), ("detail", "numbers")]))
     if conversions:
         conv_rows = [{"format": f, "seconds": c.get("seconds"), "cached": c.get("cached"),
+                      "shards": (c.get("report") or {}).get("shards"),
                       "where": c.get("path") or (c.get("error") or "").splitlines()[0]} for f, c in conversions.items()]
         parts.append("### Conversions (once, untimed by the rows above)\n\n" + markdown_table(
-            conv_rows, [("format", "format"), ("seconds", "convert s"), ("cached", "reused"), ("where", "folder")]))
+            conv_rows, [("format", "format"), ("seconds", "convert s"), ("shards", "files"), ("cached", "reused"),
+                        ("where", "folder")]))
     parts.append("Contenders: `torch-pil/folder` is the baseline (DataLoader + PIL + transforms.v2 over the "
                  "folder); `<backend>/<format>` is the kit's `classification_loader` on that backend. Formats:\n"
                  + "\n".join(f"- `{f}`: {FORMATS[f]}" for f in setup["formats"]))
