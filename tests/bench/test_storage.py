@@ -73,6 +73,17 @@ def test_counts_add_up_over_dataloader_workers(image_folder):
     assert remote.totals() == (len(paths), sum(sizes))  # ... and was counted here
 
 
+def test_each_epoch_reopens_what_the_last_one_kept_open(image_folder):
+    path = scan_image_folder(image_folder).files[0]
+    remote = CountingRemote(open_latency_ms=0.0)
+    remote.read_at(path, 0, 8)
+    remote.read_at(path, 8, 8)  # a shard's handle stays open within an epoch ...
+    assert remote.totals() == (1, 16)
+    remote.new_epoch()
+    remote.read_at(path, 0, 8)  # ... and is opened again, and charged, in the next
+    assert remote.totals() == (2, 24)
+
+
 def test_page_cache_check_reports_how_it_judged(image_folder):
     check = page_cache_check(scan_image_folder(image_folder).files, sample=10)
     assert check["files"] == 10 and check["method"] in ("mincore", "read time")
