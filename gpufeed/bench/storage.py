@@ -637,7 +637,8 @@ def _markdown(rows: Sequence[dict], targets: Sequence[dict], conversions: dict[s
         f"reads per epoch are warm.\n- remote: SimulatedRemote, {remote['open_latency_ms']:g} ms per open, {bw}, "
         f"for every contender (the baseline's ImageFolder loader reads through it too); opens and MB per epoch "
         f"summed over workers/threads. Shard handles are closed between epochs, so every epoch pays one open per "
-        f"shard per reader (a RAM cache pays its opens once, in its setup time).",
+        f"shard per reader (the raw cache maps its one file once per reader for the whole run; a RAM cache pays "
+        f"its opens once, in its setup time).",
     ]
     columns = [("name", "contender"), ("rate", "images/s (median)"), ("iqr", "IQR"), ("ratio", "× torch-pil"),
                ("setup_s", "setup s"), ("shown", "output check")]

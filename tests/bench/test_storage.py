@@ -136,7 +136,9 @@ def test_tiny_run_writes_every_contender_and_the_targets(image_folder, tmp_path,
         assert row["verdict"] == "ok", row
         assert row["check"]["samples"] == 40 and row["rate"] > 0
         if condition == "remote" and not fmt.endswith("+ram"):
-            assert row["opens_per_epoch"] >= 1 and row["mb_per_epoch"] > 0
+            assert row["mb_per_epoch"] > 0
+            # The raw cache maps its one file once per process; the others open every epoch.
+            assert row["opens_per_epoch"] >= (0 if fmt == "raw" else 1), row
     assert rows[("remote", BASELINE)]["opens_per_epoch"] == 40  # one per file, counted over the workers
     assert rows[("remote", "torch-cpu/folder")]["opens_per_epoch"] == 40
     assert {t["status"] for t in doc["targets"]} <= {"met", "missed", "not measured"} and doc["targets"]
