@@ -385,6 +385,7 @@ def _contender(name: str, condition: str, spec: str, *, root: str, batch_size: i
                                        device="cuda" if where == "gpu" else "cpu", num_workers=workers,
                                        cache="ram" if fmt.endswith("+ram") else "none")
     setup_s = time.perf_counter() - start
+    at_setup = remote.totals() if remote is not None else (0, 0)  # a RAM cache's fill reads everything here
     # The untimed first epoch warms the cache, starts the workers and records the output checks.
     check = _checked_epoch(loader, device)
     if hasattr(loader, "skipped"):
@@ -412,7 +413,7 @@ def _contender(name: str, condition: str, spec: str, *, root: str, batch_size: i
         opens, nbytes = remote.totals()
         row["opens_per_epoch"] = (opens - counted_from[0]) / repeats
         row["mb_per_epoch"] = (nbytes - counted_from[1]) / repeats / 1e6
-        row["setup_opens"] = counted_from[0]
+        row["setup_opens"], row["setup_mb"] = at_setup[0], at_setup[1] / 1e6
     return row
 
 
