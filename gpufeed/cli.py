@@ -24,6 +24,7 @@ BENCH_SUITES = {
     "tabular": "gpufeed.bench.tabular",
     "formats": "gpufeed.bench.formats",
     "tune": "gpufeed.bench.tune",
+    "storage": "gpufeed.bench.storage",
     "all": "gpufeed.bench.report",
     "compare": "gpufeed.bench.compare",
 }

@@ -224,5 +224,6 @@ def draw_figures(doc: dict[str, Any], base: str | os.PathLike[str]) -> list[Path
     ratios = suite_ratios(doc)
     if not ratios:
         return []
-    baseline = {"tabular": "vectorised pandas", "formats": "CSV"}.get(suite, "baseline")
+    baseline = {"tabular": "vectorised pandas", "formats": "CSV",
+                "storage": "torch-pil/folder under the same storage"}.get(suite, "baseline")
     return [plot_ratios(ratios, path, title=f"gpufeed bench {suite}", baseline=baseline)]

@@ -1,7 +1,7 @@
 """Every suite into one results folder, with a summary and figures.
 
-``gpufeed bench all`` runs images (train and val), augment, tabular, formats and the
-DataLoader tuning sweep, each writing its JSON, Markdown and PNG figure into the same
+``gpufeed bench all`` runs images (train and val), augment, tabular, formats, the
+DataLoader tuning sweep and the storage formats (warm and simulated remote), each writing its JSON, Markdown and PNG figure into the same
 folder, then writes ``summary.md``: one row per suite with its headline ratio and links
 to its files, and the figures. ``--quick`` shrinks every suite (fewer repeats, smaller tables, a shorter
 sweep) so the whole report takes a few minutes on two cores.
@@ -31,10 +31,12 @@ STEPS: dict[str, tuple[str, list[str], list[str]]] = {
     "formats": ("gpufeed.bench.formats", [], ["--rows", "50000", "--repeats", "2"]),
     "tune": ("gpufeed.bench.tune", [], ["--time-per-config", "1.5", "--max-images", "256", "--batch-sizes", "32,64",
                                         "--prefetch-factors", "2,4"]),
+    # Warm and remote only: cold rereads the disk every epoch and adds little a report needs.
+    "storage": ("gpufeed.bench.storage", ["--storage", "warm", "remote"], ["--images", "256", "--repeats", "2"]),
 }
 #: Steps that read the image folder (``--data``) and take ``--device``.
-_IMAGE_STEPS = ("images-train", "images-val", "tune")
-_DEVICE_STEPS = ("images-train", "images-val", "augment", "tune")
+_IMAGE_STEPS = ("images-train", "images-val", "tune", "storage")
+_DEVICE_STEPS = ("images-train", "images-val", "augment", "tune", "storage")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
