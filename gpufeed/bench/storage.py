@@ -135,14 +135,13 @@ class CountingRemote(SimulatedRemote):
             with self._shared.get_lock():
                 self._shared[2] += 1
 
-    def _handle(self, path: str) -> int:
+    def _acquire(self, path: str) -> Any:
         if self._shared is not None:
             epoch = self._shared[2]
             if epoch != self._epoch_seen:
                 self._epoch_seen = epoch
-                if self._pid == os.getpid():  # a forked worker's inherited handles are dropped by _handle
-                    self.close()
-        return super()._handle(path)
+                self.close()  # handles in use close when their reads end
+        return super()._acquire(path)
 
     def _opened(self, path: str) -> None:
         super()._opened(path)

@@ -14,14 +14,29 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 from collections import OrderedDict
 
 import numpy as np
 
 
+class _Handle:
+    """An open file descriptor and the reads using it (closed only when none is)."""
+
+    __slots__ = ("fd", "users", "closing")
+
+    def __init__(self, fd: int) -> None:
+        self.fd, self.users, self.closing = fd, 0, False
+
+
 class Storage:
     """Local files, read with ``pread`` through a small per-process cache of open handles.
+
+    Thread-safe: the DALI backend's feed reads a batch's files on several threads. A
+    handle is closed (least recently used first, or by :meth:`close`) only once no read
+    is using it, so a read never sees its descriptor closed or reused under it; opens
+    happen outside the lock, so a slow open does not hold up reads of other files.
 
     Args:
         max_open: handles kept open per process (least recently used closed first).
@@ -29,7 +44,8 @@ class Storage:
 
     def __init__(self, max_open: int = 64) -> None:
         self.max_open = max_open
-        self._handles: OrderedDict[str, int] = OrderedDict()
+        self._handles: OrderedDict[str, _Handle] = OrderedDict()
+        self._lock = threading.Lock()
         self._pid = os.getpid()
 
     # -- what a reader calls ---------------------------------------------------------
@@ -52,9 +68,12 @@ class Storage:
         Raises:
             EOFError: the file ends before ``offset + size`` (a shard cut short).
         """
-        fd = self._handle(path)
-        out = np.empty(size, dtype=np.uint8)
-        got = os.preadv(fd, [memoryview(out)], offset)
+        handle = self._acquire(path)
+        try:
+            out = np.empty(size, dtype=np.uint8)
+            got = os.preadv(handle.fd, [memoryview(out)], offset)
+        finally:
+            self._release(handle)
         self._transferred(got)
         if got != size:
             raise EOFError(f"{path}: wanted {size} bytes at offset {offset}, the file ends after {got}")
@@ -65,11 +84,17 @@ class Storage:
         return os.path.getsize(path)
 
     def close(self) -> None:
-        """Close every handle this process holds."""
-        if self._pid == os.getpid():
-            for fd in self._handles.values():
-                os.close(fd)
-        self._handles.clear()
+        """Close every handle this process holds (those in use, when their reads end)."""
+        if self._pid != os.getpid():
+            self._forget_parent()
+            return
+        with self._lock:
+            for handle in self._handles.values():
+                if handle.users == 0:
+                    os.close(handle.fd)
+                else:
+                    handle.closing = True
+            self._handles.clear()
 
     # -- what a simulated store overrides --------------------------------------------
     def _opened(self, path: str) -> None:
@@ -79,28 +104,51 @@ class Storage:
         """Called after ``nbytes`` were read."""
 
     # -- handles ---------------------------------------------------------------------
-    def _handle(self, path: str) -> int:
-        if self._pid != os.getpid():  # a forked worker: the parent's handles are not ours
-            self._handles = OrderedDict()
-            self._pid = os.getpid()
-        fd = self._handles.get(path)
-        if fd is not None:
-            self._handles.move_to_end(path)
-            return fd
-        self._opened(path)
+    def _forget_parent(self) -> None:
+        # A forked child: the parent's descriptors and lock state are not ours to use.
+        self._handles = OrderedDict()
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+
+    def _acquire(self, path: str) -> _Handle:
+        if self._pid != os.getpid():
+            self._forget_parent()
+        with self._lock:
+            handle = self._handles.get(path)
+            if handle is not None:
+                self._handles.move_to_end(path)
+                handle.users += 1
+                return handle
+        self._opened(path)  # outside the lock: a slow open must not stall other reads
         fd = os.open(path, os.O_RDONLY)
-        self._handles[path] = fd
-        if len(self._handles) > self.max_open:
-            os.close(self._handles.popitem(last=False)[1])
-        return fd
+        with self._lock:
+            handle = self._handles.get(path)
+            if handle is not None:  # another thread opened it meanwhile: use theirs
+                os.close(fd)
+            else:
+                handle = self._handles[path] = _Handle(fd)
+                idle = [p for p, h in self._handles.items() if h.users == 0 and p != path]
+                for old in idle[: max(0, len(self._handles) - self.max_open)]:
+                    os.close(self._handles.pop(old).fd)
+            self._handles.move_to_end(path)
+            handle.users += 1
+            return handle
+
+    def _release(self, handle: _Handle) -> None:
+        with self._lock:
+            handle.users -= 1
+            if handle.closing and handle.users == 0:
+                os.close(handle.fd)
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state["_handles"] = OrderedDict()  # handles belong to the process that opened them
+        del state["_lock"]
         return state
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
+        self._lock = threading.Lock()
         self._pid = os.getpid()
 
     def __del__(self) -> None:
