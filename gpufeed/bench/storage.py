@@ -22,7 +22,6 @@ import argparse
 import ctypes
 import dataclasses
 import hashlib
-import importlib.util
 import io
 import json
 import mmap
@@ -58,15 +57,6 @@ FORMATS = {
     "raw": "pre-decoded raw cache: uint8 pixels, short side resized ahead of time (gpufeed convert --format raw)",
     "folder+ram": "the folder read once into shared memory (cache='ram'); the fill is the setup time",
     "raw+ram": "the raw cache read once into shared memory (cache='ram')",
-}
-#: The modules a format needs (other branches of issue 9 write them): a format whose
-#: module is missing is reported as not run, with the reason, instead of failing.
-_NEEDS = {
-    "webdataset": ("gpufeed.datasets.shards.convert", "gpufeed.datasets.shards.webdataset"),
-    "tfrecord": ("gpufeed.datasets.shards.convert", "gpufeed.datasets.shards.tfrecord"),
-    "raw": ("gpufeed.datasets.shards.convert", "gpufeed.datasets.shards.raw"),
-    "folder+ram": ("gpufeed.datasets.ram_cache",),
-    "raw+ram": ("gpufeed.datasets.shards.convert", "gpufeed.datasets.shards.raw", "gpufeed.datasets.ram_cache"),
 }
 #: Formats written by ``convert``, and the format each contender reads from.
 CONVERTED = ("webdataset", "tfrecord", "raw")
@@ -274,11 +264,6 @@ def page_cache_check(paths: Sequence[str], *, sample: int = 200) -> dict[str, An
 
 
 # -- conversions, once per dataset ----------------------------------------------------------
-
-
-def missing_modules(fmt: str) -> list[str]:
-    """The modules format ``fmt`` needs that this build lacks (empty: it can run)."""
-    return [m for m in _NEEDS.get(fmt, ()) if importlib.util.find_spec(m) is None]
 
 
 def conversion_folder(root: Path) -> Path:
@@ -531,10 +516,9 @@ def run(args: argparse.Namespace) -> int:
           f"{root}; train, batch {args.batch_size}, {args.size}px, {workers} workers/threads each, float32 NCHW on "
           f"{device}; conditions {', '.join(conditions)}; {cold_note}")
 
-    unavailable = {f: missing_modules(f) for f in formats}
     conversions: dict[str, dict[str, Any]] = {}
     for fmt in CONVERTED:
-        if any(f in (fmt, f"{fmt}+ram") and not unavailable[f] for f in formats):
+        if any(f in (fmt, f"{fmt}+ram") for f in formats):
             conversions[fmt] = converted_copy(root, fmt, files=files, nbytes=nbytes, shard_size=args.shard_size,
                                               raw_size=args.raw_size, workers=workers)
     specs = {"folder": str(root), "folder+ram": str(root)}
@@ -546,7 +530,7 @@ def run(args: argparse.Namespace) -> int:
     measured: dict[tuple[str, str], dict[str, Any]] = {}
     for name in names:
         fmt = name.split("/")[1]
-        if unavailable.get(fmt) or fmt not in specs:
+        if fmt not in specs:
             continue
         stage(f"[storage] {name}: {', '.join(conditions)} ...")
         got = run_isolated(_contender_conditions, name, conditions, specs[fmt], root=str(root),
@@ -564,9 +548,7 @@ def run(args: argparse.Namespace) -> int:
         for name in names:
             fmt = name.split("/")[1]
             row = measured.get((condition, name), {"name": name, "condition": condition})
-            if unavailable.get(fmt):
-                row["skipped"] = f"not in this build: {', '.join(unavailable[fmt])}"
-            elif fmt not in specs:
+            if fmt not in specs:
                 conv = conversions.get(fmt.removesuffix("+ram"), {})
                 row["skipped"] = f"conversion failed: {(conv.get('error') or 'not converted').splitlines()[0]}"
             rows.append(row)

@@ -16,7 +16,6 @@ from gpufeed.bench.storage import (
     CountingRemote,
     contender_names,
     evaluate_targets,
-    missing_modules,
     page_cache_check,
 )
 from gpufeed.cli import main
@@ -101,14 +100,14 @@ def test_targets_are_met_missed_or_not_measured():
             _row("remote", "torch-cpu/tfrecord", 50.0), _row("warm", "torch-cpu/folder", 100.0),
             _row("warm", "torch-cpu/webdataset", 96.0), _row("warm", BASELINE, 40.0),
             _row("warm", "torch-cpu/raw", 150.0)]
-    rows.append({"condition": "warm", "name": "torch-cpu/tfrecord", "skipped": "not in this build: x"})
+    rows.append({"condition": "warm", "name": "torch-cpu/tfrecord", "skipped": "conversion failed: x"})
     got = {(t["condition"], t["contender"]): t for t in evaluate_targets(rows, ["torch-cpu"], 20.0)}
     assert got[("remote", "torch-cpu/webdataset")]["status"] == "met"
     assert got[("remote", "torch-cpu/webdataset")]["ratio"] == pytest.approx(12.0)
     assert got[("remote", "torch-cpu/tfrecord")]["status"] == "missed"
     assert got[("warm", "torch-cpu/webdataset")]["status"] == "met"  # 0.96: within the noise allowance
     assert got[("warm", "torch-cpu/tfrecord")]["status"] == "not measured"
-    assert "not in this build" in got[("warm", "torch-cpu/tfrecord")]["detail"]
+    assert "conversion failed" in got[("warm", "torch-cpu/tfrecord")]["detail"]
     assert got[("warm", "torch-cpu/raw")]["status"] == "missed"  # 3.75x < 5x
     assert "150 vs 40 images/s" in got[("warm", "torch-cpu/raw")]["detail"]
 
@@ -130,9 +129,6 @@ def test_tiny_run_writes_every_contender_and_the_targets(image_folder, tmp_path,
     assert set(rows) == {(c, n) for c in ("warm", "remote") for n in expected}
     for (condition, name), row in rows.items():
         fmt = name.split("/")[1]
-        if missing_modules(fmt):  # another branch of issue 9 brings it
-            assert row["verdict"] == "skipped" and "not in this build" in row["skipped"]
-            continue
         assert row["verdict"] == "ok", row
         assert row["check"]["samples"] == 40 and row["rate"] > 0
         if condition == "remote" and not fmt.endswith("+ram"):
