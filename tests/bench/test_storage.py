@@ -38,8 +38,8 @@ def test_a_folder_read_costs_one_open_per_file(image_folder):
 
 
 def test_a_shard_read_costs_one_open_per_shard(image_folder, tmp_path):
-    convert = pytest.importorskip("gpufeed.datasets.shards.convert").convert
     from gpufeed.datasets.shards import open_converted
+    from gpufeed.datasets.shards.convert import convert
 
     dst = tmp_path / "wds"
     convert(image_folder, dst, format="webdataset", shard_size="64KB", progress=False)

@@ -31,12 +31,12 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module", params=["folder", "webdataset"])
 def dataset(request, tmp_path_factory) -> str:
     """11 JPEGs, one per class (label == sample), as a folder or WebDataset shards
-    (skipped until ``gpufeed.datasets.shards.convert`` exists)."""
+    (written by ``gpufeed.datasets.shards.convert``)."""
     tmp = tmp_path_factory.mktemp(request.param)
     folder = generate_image_folder(tmp / "train", num_images=N, num_classes=N, seed=2, min_side=40, max_side=64)
     if request.param == "folder":
         return str(folder)
-    convert = pytest.importorskip("gpufeed.datasets.shards.convert").convert
+    from gpufeed.datasets.shards.convert import convert
     # ~8 kB shards: a few samples each, so each rank reads several shard files
     convert(folder, tmp / "shards", format="webdataset", shard_size=8000, seed=0, progress=False)
     return str(tmp / "shards")

@@ -50,13 +50,12 @@ def one_per_class(root: Path, n: int = N) -> Path:
 
 def make_source(kind: str, tmp_path: Path) -> str:
     """The dataset as an image folder, or converted to WebDataset shards or a raw cache
-    (skipped until ``gpufeed.datasets.shards.convert`` exists)."""
+    (written by ``gpufeed.datasets.shards.convert``)."""
     folder = one_per_class(tmp_path / "train")
     if kind == "folder":
         return str(folder)
-    convert = pytest.importorskip("gpufeed.datasets.shards.convert").convert
+    from gpufeed.datasets.shards.convert import convert
     if kind == "raw":
-        pytest.importorskip("gpufeed.datasets.shards.raw")
         convert(folder, tmp_path / "raw", format="raw", raw_size=48, progress=False)
         return str(tmp_path / "raw")
     # ~8 kB shards: a few samples each, so the plan reads several shard files per rank
