@@ -3,7 +3,7 @@
 # test modules, `gpufeed doctor` and the benchmark suites with --device cuda, and bundle
 # the logs and results into one folder ($OUT, default ./gpu-check-out).
 #
-#   bash bench/gpu_check.sh [tests] [images] [augment] [tabular] [formats] [tune] [stall]
+#   bash bench/gpu_check.sh [tests] [images] [augment] [tabular] [storage] [formats] [tune] [stall]
 #                                                                     (default: all of them)
 #
 # It runs the source tree (PYTHONPATH), so it works on a machine that cannot install.
@@ -11,7 +11,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-check-out}
 PY=${PYTHON:-python3}
-parts=${*:-tests images augment tabular formats tune stall}
+parts=${*:-tests images augment tabular storage formats tune stall}
 mkdir -p "$OUT/results"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 log() { echo "== $(date -u +%H:%M:%S) $*"; }
@@ -27,7 +27,7 @@ for part in $parts; do
       $PY -m pytest -q -p no:cacheprovider -rs -m gpu tests 2>&1 | tee "$OUT/pytest-gpu.log" || status=1
       # The CPU suites again, now that device="auto" resolves to the GPU.
       $PY -m pytest -q -p no:cacheprovider -rs \
-        tests/pipelines tests/gpu_transforms \
+        tests/pipelines tests/gpu_transforms tests/datasets \
         2>&1 | tee "$OUT/pytest-gpu-auto.log" || status=1 ;;
     images)
       $PY -m gpufeed bench images --mode train --device cuda --out "$OUT/results" || status=1
@@ -35,17 +35,18 @@ for part in $parts; do
     augment)
       $PY -m gpufeed bench augment --device cuda --out "$OUT/results" || status=1 ;;
     tabular)
+      # rules and the recipe op by op on both tables (hand-written pandas is always the baseline)
       $PY -m gpufeed bench tabular --backends "${TABULAR_BACKENDS:-pandas-baseline,polars,cudf}" \
-        --rows "${TABULAR_ROWS:-1000000,10000000}" --out "$OUT/results" || status=1
-      $PY -m gpufeed bench tabular-ops --variants hand,polars,cudf --rows "${TABULAR_ROWS:-1000000,10000000}" \
-        --out "$OUT/results" || status=1 ;;
+        --tables sensor,transactions --rows "${TABULAR_ROWS:-1000000,10000000}" --out "$OUT/results" || status=1 ;;
+    storage)
+      $PY -m gpufeed bench storage --device cuda --out "$OUT/results" || status=1 ;;
     formats)
       $PY -m gpufeed bench formats --backend cudf --out "$OUT/results" || status=1 ;;
     tune)
       $PY -m gpufeed tune --device cuda --out "$OUT/results" || status=1 ;;
     stall)
       $PY -m gpufeed stall --model resnet50 --loader auto --device cuda --out "$OUT/results" || status=1 ;;
-    *) echo "unknown part $part (tests, images, augment, tabular, formats, tune, stall)" >&2; status=2 ;;
+    *) echo "unknown part $part (tests, images, augment, tabular, storage, formats, tune, stall)" >&2; status=2 ;;
   esac
 done
 tar -C "$OUT" -czf "$OUT.tar.gz" . && mv "$OUT.tar.gz" "$OUT/bundle.tar.gz"
