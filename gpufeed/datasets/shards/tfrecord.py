@@ -17,7 +17,7 @@ from pathlib import Path
 import google_crc32c
 import numpy as np
 
-from gpufeed.datasets.samples import SampleSource
+from gpufeed.datasets.shards.base import ShardSource
 from gpufeed.datasets.storage import LOCAL, Storage
 
 #: The Example features the writer sets and the reader looks for.
@@ -278,7 +278,7 @@ def scan_records(path: str, storage: Storage = LOCAL) -> list[tuple[int, int]]:
     return out
 
 
-class TFRecordShards(SampleSource):
+class TFRecordShards(ShardSource):
     """The samples of TFRecord shards of ``tf.train.Example`` records holding
     ``image/encoded`` and ``image/class/label``.
 
@@ -294,19 +294,15 @@ class TFRecordShards(SampleSource):
 
     Raises:
         ValueError: a record with a bad CRC or an Example without the two features (shard
-            and record named); no shards; no records.
+            and record named); no shards; no records (no samples).
     """
 
-    kind = "encoded"
+    format = "tfrecord"
 
     def __init__(self, files: list[str], storage: Storage = LOCAL) -> None:
-        if not files:
-            raise ValueError("TFRecordShards needs at least one shard file")
-        self.storage = storage
-        self._files = [os.fspath(f) for f in files]
+        super().__init__(files, storage)
         shard_of, numbers, offsets, sizes, labels, counts = [], [], [], [], [], []
         self._records: list[list[tuple[int, int]]] = []
-        self._valid_index: list[bool] = []  # whether SHARD.idx matched the shard
         for s, path in enumerate(self._files):
             records = self._index(path)
             self._records.append(records)
@@ -321,19 +317,8 @@ class TFRecordShards(SampleSource):
                 sizes.append(nbytes)
                 labels.append(label)
             counts.append(len(records))
-        if not labels:
-            raise ValueError(f"shards {self._files[0]} ... hold no records")
-        if min(labels) < 0:
-            raise ValueError(f"shards {self._files[0]} ...: a negative label")
-        from gpufeed.datasets.shards.webdataset import _classes
-
-        self.labels = tuple(labels)
-        self._shard = np.asarray(shard_of, dtype=np.int32)
         self._numbers = np.asarray(numbers, dtype=np.int64)
-        self._offsets = np.asarray(offsets, dtype=np.int64)
-        self._sizes = np.asarray(sizes, dtype=np.int64)
-        self._groups = np.asarray(counts, dtype=np.int64)
-        self.classes = _classes(self._files, max(labels))
+        self._located(shard_of, offsets, sizes, labels, counts)
 
     def _parse(self, path: str, k: int, offset: int, size: int) -> tuple[int, int, int]:
         """``(image offset in the data, image size, label)`` of one framed record.
@@ -374,42 +359,8 @@ class TFRecordShards(SampleSource):
         self._valid_index.append(False)
         return scan_records(path, self.storage)
 
-    def read(self, index: int) -> np.ndarray:
-        return self.storage.read_at(self._files[self._shard[index]], int(self._offsets[index]),
-                                    int(self._sizes[index]))
+    def _tag(self, index: int) -> str:
+        return f"#{self._numbers[index]}"
 
-    def name(self, index: int) -> str:
-        return f"{os.path.basename(self._files[self._shard[index]])}:#{self._numbers[index]}"
-
-    @property
-    def groups(self) -> np.ndarray:
-        return self._groups
-
-    def fingerprint(self) -> dict:
-        return {"kind": "tfrecord", "samples": len(self.labels),
-                "shards": [os.path.basename(f) for f in self._files],
-                "counts": self._groups.tolist(), "bytes": int(self._sizes.sum())}
-
-    def nbytes(self) -> int:
-        return int(self._sizes.sum())
-
-    @property
-    def files(self) -> list[str]:
-        return list(self._files)
-
-    def dali_index_files(self) -> list[str]:
-        """The DALI index of each shard (``fn.readers.tfrecord(index_path=...)``):
-        ``SHARD.idx`` when it matched the shard, else one written beside the shard (or into
-        a cache folder where that is not writable; see
-        :func:`~gpufeed.datasets.shards._index.index_file_for`).
-
-        Returns:
-            One index path per shard, in shard order.
-        """
-        from gpufeed.datasets.shards._index import index_file_for
-
-        return [index_file_for(path, valid, lambda p, r=records: write_index(p, r), "tfrecord")
-                for path, records, valid in zip(self._files, self._records, self._valid_index, strict=True)]
-
-    def __repr__(self) -> str:
-        return f"TFRecordShards({len(self._files)} shards, {len(self.labels)} samples)"
+    def _write_index(self, path: str, shard: int) -> None:
+        write_index(path, self._records[shard])

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gpufeed.datasets.samples import SampleSource
+from gpufeed.datasets.shards.base import ShardSource
 from gpufeed.datasets.storage import LOCAL, Storage
 
 #: Member extensions (lower case) that hold a sample's image, as WebDataset names them.
@@ -240,7 +240,7 @@ def _pax_records(body: bytes) -> dict[str, str]:
     return out
 
 
-class WebDatasetShards(SampleSource):
+class WebDatasetShards(ShardSource):
     """The samples of WebDataset tar shards, one image and one ``.cls`` label per key.
 
     Each shard is indexed when the source is made: from its DALI index ``SHARD.idx`` when
@@ -258,13 +258,10 @@ class WebDatasetShards(SampleSource):
             ``.cls`` that is not an integer (shard and key named); no shards; no samples.
     """
 
-    kind = "encoded"
+    format = "webdataset"
 
     def __init__(self, files: list[str], storage: Storage = LOCAL) -> None:
-        if not files:
-            raise ValueError("WebDatasetShards needs at least one shard file")
-        self.storage = storage
-        self._files = [os.fspath(f) for f in files]
+        super().__init__(files, storage)
         shard_of: list[int] = []
         keys: list[str] = []
         offsets: list[int] = []
@@ -272,7 +269,6 @@ class WebDatasetShards(SampleSource):
         labels: list[int] = []
         counts: list[int] = []
         self._indexed: list[list[list[Member]]] = []  # per shard, per sample: members (for dali_index_files)
-        self._valid_index: list[bool] = []  # whether SHARD.idx matched the shard
         for s, path in enumerate(self._files):
             samples = self._index(path)
             self._indexed.append(samples)
@@ -294,17 +290,8 @@ class WebDatasetShards(SampleSource):
                 offsets.append(image.offset)
                 sizes.append(image.size)
             counts.append(len(samples))
-        if not labels:
-            raise ValueError(f"shards {self._files[0]} ... hold no samples")
-        if min(labels) < 0:
-            raise ValueError(f"shards {self._files[0]} ...: a negative label")
-        self.labels = tuple(labels)
-        self._shard = np.asarray(shard_of, dtype=np.int32)
         self._keys = keys
-        self._offsets = np.asarray(offsets, dtype=np.int64)
-        self._sizes = np.asarray(sizes, dtype=np.int64)
-        self._groups = np.asarray(counts, dtype=np.int64)
-        self.classes = _classes(self._files, max(labels))
+        self._located(shard_of, offsets, sizes, labels, counts)
 
     def _index(self, path: str) -> list[list[Member]]:
         """Members grouped by key, from the DALI index when it fits the file, else the tar."""
@@ -333,55 +320,8 @@ class WebDatasetShards(SampleSource):
             grouped[-1].append(member)
         return grouped
 
-    def read(self, index: int) -> np.ndarray:
-        return self.storage.read_at(self._files[self._shard[index]], int(self._offsets[index]),
-                                    int(self._sizes[index]))
+    def _tag(self, index: int) -> str:
+        return self._keys[index]
 
-    def name(self, index: int) -> str:
-        return f"{os.path.basename(self._files[self._shard[index]])}:{self._keys[index]}"
-
-    @property
-    def groups(self) -> np.ndarray:
-        return self._groups
-
-    def fingerprint(self) -> dict:
-        return {"kind": "webdataset", "samples": len(self.labels),
-                "shards": [os.path.basename(f) for f in self._files],
-                "counts": self._groups.tolist(), "bytes": int(self._sizes.sum())}
-
-    def nbytes(self) -> int:
-        return int(self._sizes.sum())
-
-    @property
-    def files(self) -> list[str]:
-        return list(self._files)
-
-    def dali_index_files(self) -> list[str]:
-        """The DALI index of each shard (``fn.readers.webdataset(index_paths=...)``):
-        ``SHARD.idx`` when it matched the shard, else one written beside the shard from
-        the index made at open time (or into a cache folder where that is not writable;
-        see :func:`~gpufeed.datasets.shards._index.index_file_for`).
-
-        Returns:
-            One index path per shard, in shard order.
-        """
-        from gpufeed.datasets.shards._index import index_file_for
-
-        return [index_file_for(path, valid, lambda p, s=samples: write_index(p, s), "wds")
-                for path, samples, valid in zip(self._files, self._indexed, self._valid_index, strict=True)]
-
-    def __repr__(self) -> str:
-        return f"WebDatasetShards({len(self._files)} shards, {len(self.labels)} samples)"
-
-
-def _classes(files: list[str], max_label: int) -> tuple[str, ...]:
-    """Class names from the ``gpufeed convert`` manifest of the shards' folder, else numbers."""
-    from gpufeed.datasets.shards import read_manifest
-
-    folders = {os.path.dirname(os.path.abspath(f)) for f in files}
-    if len(folders) == 1:
-        manifest = read_manifest(folders.pop())
-        names = (manifest or {}).get("classes")
-        if names and len(names) > max_label:
-            return tuple(str(c) for c in names)
-    return tuple(str(i) for i in range(max_label + 1))
+    def _write_index(self, path: str, shard: int) -> None:
+        write_index(path, self._indexed[shard])

@@ -1,0 +1,148 @@
+"""What WebDataset and TFRecord shard sources share: samples located as byte ranges of
+shard files (read with one ``read_at`` each), their labels, names, plan groups and
+fingerprint, class names from the ``gpufeed convert`` manifest, and DALI index files."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from abc import abstractmethod
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+
+from gpufeed.datasets.samples import SampleSource
+from gpufeed.datasets.storage import Storage
+
+
+class ShardSource(SampleSource):
+    """Samples stored as byte ranges of shard files, located when the source is made.
+
+    A subclass indexes its shards in ``__init__`` and hands the result to
+    :meth:`_located`; it names a sample within its shard (:meth:`_tag`) and writes a
+    shard's DALI index (:meth:`_write_index`).
+    """
+
+    kind = "encoded"
+    #: ``"webdataset"`` or ``"tfrecord"``: the fingerprint's kind and the index cache's name.
+    format: ClassVar[str]
+
+    def __init__(self, files: Sequence[str | os.PathLike[str]], storage: Storage) -> None:
+        if not files:
+            raise ValueError(f"{type(self).__name__} needs at least one shard file")
+        self.storage = storage
+        self._files = [os.fspath(f) for f in files]
+        self._valid_index: list[bool] = []  # per shard: whether SHARD.idx matched the shard
+
+    def _located(self, shard_of: list[int], offsets: list[int], sizes: list[int], labels: list[int],
+                 counts: list[int]) -> None:
+        """Keep where each sample's image bytes are (shard, offset, size), its label, and
+        the samples per shard; check the labels; read the class names.
+
+        Raises:
+            ValueError: no samples, or a negative label.
+        """
+        if not labels:
+            raise ValueError(f"shards {self._files[0]} ... hold no samples")
+        if min(labels) < 0:
+            raise ValueError(f"shards {self._files[0]} ...: a negative label")
+        self.labels = tuple(labels)
+        self._shard = np.asarray(shard_of, dtype=np.int32)
+        self._offsets = np.asarray(offsets, dtype=np.int64)
+        self._sizes = np.asarray(sizes, dtype=np.int64)
+        self._groups = np.asarray(counts, dtype=np.int64)
+        self.classes = _classes(self._files, max(labels))
+
+    @abstractmethod
+    def _tag(self, index: int) -> str:
+        """Sample ``index``'s name within its shard (a key, or ``#k``)."""
+
+    @abstractmethod
+    def _write_index(self, path: str, shard: int) -> None:
+        """Write shard number ``shard``'s DALI index to ``path``."""
+
+    def read(self, index: int) -> np.ndarray:
+        return self.storage.read_at(self._files[self._shard[index]], int(self._offsets[index]),
+                                    int(self._sizes[index]))
+
+    def name(self, index: int) -> str:
+        return f"{os.path.basename(self._files[self._shard[index]])}:{self._tag(index)}"
+
+    @property
+    def groups(self) -> np.ndarray:
+        return self._groups
+
+    def fingerprint(self) -> dict:
+        return {"kind": self.format, "samples": len(self.labels),
+                "shards": [os.path.basename(f) for f in self._files],
+                "counts": self._groups.tolist(), "bytes": int(self._sizes.sum())}
+
+    def nbytes(self) -> int:
+        return int(self._sizes.sum())
+
+    @property
+    def files(self) -> list[str]:
+        return list(self._files)
+
+    def dali_index_files(self) -> list[str]:
+        """The DALI index of each shard (``index_paths=`` of DALI's readers): ``SHARD.idx``
+        when it matched the shard, else one written beside the shard from the index made
+        at open time (or into a cache folder where that is not writable; see
+        :func:`index_file_for`).
+
+        Returns:
+            One index path per shard, in shard order.
+        """
+        return [index_file_for(path, valid, lambda p, k=k: self._write_index(p, k), self.format)
+                for k, (path, valid) in enumerate(zip(self._files, self._valid_index, strict=True))]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({len(self._files)} shards, {len(self.labels)} samples)"
+
+
+def _classes(files: list[str], max_label: int) -> tuple[str, ...]:
+    """Class names from the ``gpufeed convert`` manifest of the shards' folder, else numbers."""
+    from gpufeed.datasets.shards import read_manifest
+
+    folders = {os.path.dirname(os.path.abspath(f)) for f in files}
+    if len(folders) == 1:
+        manifest = read_manifest(folders.pop())
+        names = (manifest or {}).get("classes")
+        if names and len(names) > max_label:
+            return tuple(str(c) for c in names)
+    return tuple(str(i) for i in range(max_label + 1))
+
+
+def index_file_for(shard: str, valid: bool, write: Callable[[str], None], kind: str) -> str:
+    """The DALI index of ``shard``: ``SHARD.idx`` when it exists and was found ``valid``;
+    otherwise one written by ``write(path)``, beside the shard or, where its folder is not
+    writable, into ``$XDG_CACHE_HOME/gpufeed/<kind>-index`` (named by a hash of the
+    shard's path, size and modification time, so a changed shard gets a new index).
+
+    Args:
+        shard: the shard file.
+        valid: whether an existing ``SHARD.idx`` matched the shard when it was indexed.
+        write: writes the index to the path it is given.
+        kind: ``"webdataset"`` or ``"tfrecord"`` (the cache folder's name).
+
+    Returns:
+        The index path.
+    """
+    beside = f"{shard}.idx"
+    if valid and os.path.isfile(beside):
+        return beside
+    try:
+        write(beside)
+        return beside
+    except OSError:
+        pass  # a read-only dataset folder: the cache holds the index instead
+    stat = os.stat(shard)
+    tag = hashlib.sha1(f"{os.path.abspath(shard)}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:16]
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpufeed" / f"{kind}-index"
+    cache.mkdir(parents=True, exist_ok=True)
+    path = str(cache / f"{tag}-{os.path.basename(shard)}.idx")
+    if not os.path.isfile(path):
+        write(path)
+    return path
