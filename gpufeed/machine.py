@@ -66,6 +66,36 @@ def cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
+def available_memory() -> int:
+    """Bytes this process can still take: ``MemAvailable`` of ``/proc/meminfo``, or less
+    when a cgroup limit (``/sys/fs/cgroup/memory.max`` less ``memory.current``) is lower.
+
+    Returns:
+        The bytes; ``sys.maxsize`` where neither can be read (not Linux).
+    """
+    available = _meminfo_available()
+    cgroup = Path("/sys/fs/cgroup")
+    try:
+        limit = (cgroup / "memory.max").read_text().strip()
+        if limit != "max":
+            used = int((cgroup / "memory.current").read_text().strip())
+            available = min(available, max(0, int(limit) - used))
+    except (OSError, ValueError):
+        pass  # no cgroup v2 limit here
+    return available
+
+
+def _meminfo_available() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024  # the file counts kB
+    except OSError:
+        pass
+    return sys.maxsize
+
+
 def usable_cpus() -> int:
     """Cores this process may run on (affinity-aware, so containers are not oversubscribed)."""
     try:

@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from gpufeed.bench.harness import (
@@ -195,13 +195,11 @@ def _downcast_worker(path: str, backend: str) -> dict[str, Any]:
 # ---------------------------------------------------------------- orchestration
 
 def _available_gb() -> float:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) / 2**20
-    except OSError:
-        pass
-    return 8.0
+    """GB this process can still take (8 where the system does not say)."""
+    from gpufeed.machine import available_memory
+
+    have = available_memory()
+    return 8.0 if have == sys.maxsize else have / 2**30
 
 
 def _backends(requested: str) -> tuple[list[str], dict[str, str]]:

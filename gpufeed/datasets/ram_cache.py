@@ -11,13 +11,12 @@ in memory once, whatever the number of workers.
 from __future__ import annotations
 
 import os
-import sys
-from pathlib import Path
 
 import numpy as np
 import torch
 
 from gpufeed.datasets.samples import SampleSource
+from gpufeed.machine import available_memory
 
 #: The share of the available memory a cache may take: the rest is left to the
 #: training process, its workers' batches and the page cache.
@@ -27,25 +26,6 @@ HEADROOM = 0.8
 PROGRESS_FROM = 2000
 
 _GB = 1e9
-
-
-def available_memory() -> int:
-    """Bytes this process can still take: ``MemAvailable`` of ``/proc/meminfo``, or less
-    when a cgroup limit (``/sys/fs/cgroup/memory.max`` less ``memory.current``) is lower.
-
-    Returns:
-        The bytes; ``sys.maxsize`` where neither can be read (not Linux).
-    """
-    available = _meminfo_available()
-    cgroup = Path("/sys/fs/cgroup")
-    try:
-        limit = (cgroup / "memory.max").read_text().strip()
-        if limit != "max":
-            used = int((cgroup / "memory.current").read_text().strip())
-            available = min(available, max(0, int(limit) - used))
-    except (OSError, ValueError):
-        pass  # no cgroup v2 limit here
-    return available
 
 
 def shared_memory_free(path: str = "/dev/shm") -> int | None:
@@ -62,17 +42,6 @@ def shared_memory_free(path: str = "/dev/shm") -> int | None:
     return stat.f_bavail * stat.f_frsize
 
 
-def _meminfo_available() -> int:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024  # the file counts kB
-    except OSError:
-        pass
-    return sys.maxsize
-
-
 class RamCache(SampleSource):
     """Any :class:`~gpufeed.datasets.samples.SampleSource`, read once into shared memory.
 
@@ -85,12 +54,12 @@ class RamCache(SampleSource):
 
     Args:
         source: the dataset to cache.
-        headroom: the share of the available memory (:func:`available_memory`) the cache
+        headroom: the share of the available memory (:func:`gpufeed.machine.available_memory`) the cache
             may take.
 
     Raises:
         ValueError: ``source.nbytes()`` does not fit in ``headroom`` of the available
-            memory (:func:`available_memory`) or of the free shared memory
+            memory (:func:`gpufeed.machine.available_memory`) or of the free shared memory
             (:func:`shared_memory_free`); both sizes are given in GB, and nothing is read.
         OSError: a sample could not be read (it is named).
 

@@ -12,9 +12,10 @@ import torch
 
 from gpufeed.backends import dali_installed
 from gpufeed.datasets import ram_cache
-from gpufeed.datasets.ram_cache import RamCache, available_memory
+from gpufeed.datasets.ram_cache import RamCache
 from gpufeed.datasets.samples import SampleSource
 from gpufeed.datasets.storage import LOCAL
+from gpufeed.machine import available_memory
 from gpufeed.pipelines import classification_loader
 from gpufeed.pipelines.sources import scan_image_folder
 from tests.datasets.test_raw_cache import write_raw
