@@ -18,6 +18,7 @@ from gpufeed.pipelines.options import LoaderOptions
 from gpufeed.pipelines.plan import EpochPlan
 from gpufeed.pipelines.seeds import augment_seed
 from gpufeed.pipelines.sources import SampleSource, SkipLog, Skipped
+from gpufeed.pipelines.states import differences, settings_of
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 Augment = Callable[[torch.Tensor, torch.Tensor], Batch]
@@ -141,7 +142,7 @@ class ClassificationLoader:
         return {
             "format": STATE_FORMAT,
             "dataset": self.samples.fingerprint(),
-            "settings": {name: _plain(getattr(o, name)) for name in _STATE_SETTINGS},
+            "settings": settings_of(o, _STATE_SETTINGS),
             "epoch": epoch,
             "batch": batch,
             "samples_yielded": yielded,
@@ -169,16 +170,8 @@ class ClassificationLoader:
         if missing or not isinstance(state["dataset"], dict) or not isinstance(state["settings"], dict):
             raise ValueError(f"not a gpufeed loader state: {', '.join(missing) or 'dataset or settings'} "
                              "missing or malformed")
-        problems = []
-        mine = self.samples.fingerprint()
-        if state["dataset"] != mine:
-            keys = sorted(set(mine) | set(state["dataset"]))
-            problems += [f"dataset {k}: saved {state['dataset'].get(k)!r}, this loader {mine.get(k)!r}"
-                         for k in keys if state["dataset"].get(k) != mine.get(k)]
-        for name in _STATE_SETTINGS:
-            here = _plain(getattr(self.options, name))
-            if state["settings"].get(name) != here:
-                problems.append(f"{name}: saved {state['settings'].get(name)!r}, this loader {here!r}")
+        problems = (differences("dataset", state["dataset"], self.samples.fingerprint())
+                    + differences("settings", state["settings"], settings_of(self.options, _STATE_SETTINGS)))
         if problems:
             raise ValueError("this loader state belongs to another dataset or plan: " + "; ".join(problems))
         try:
@@ -240,11 +233,6 @@ class ClassificationLoader:
             f"layout={o.layout}, device={self.device}, shard={o.shard_id}/{o.num_shards}, "
             f"last_batch={o.last_batch.value})"
         )
-
-
-def _plain(value: object) -> object:
-    """A setting as plain data for a saved state (enums by value)."""
-    return getattr(value, "value", value)
 
 
 Allocator = Callable[[tuple[int, ...], torch.dtype], torch.Tensor]

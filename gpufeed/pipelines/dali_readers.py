@@ -43,7 +43,6 @@ import nvidia.dali
 import nvidia.dali.fn as fn
 import nvidia.dali.tfrecord as tfrec
 import nvidia.dali.types as types
-import torch
 from nvidia.dali import math as dmath
 from nvidia.dali import pipeline_def
 from nvidia.dali.data_node import DataNode
@@ -55,6 +54,7 @@ from gpufeed.datasets.shards import SHARD_SUFFIXES
 from gpufeed.pipelines.dali_pipeline import classification_outputs
 from gpufeed.pipelines.options import LastBatch, LoaderOptions
 from gpufeed.pipelines.seeds import dali_seed
+from gpufeed.pipelines.states import differences, settings_of
 
 #: The ``state_dict`` format of a reader iterator; a state of another format is refused.
 STATE_FORMAT = "gpufeed.dali_reader/1"
@@ -234,20 +234,10 @@ class ReaderIterator(DALIClassificationIterator):
         }
 
 
-def _plain(value: object) -> object:
-    """A setting as JSON-able data, compared after a round trip (enums by value, tuples as
-    lists, dtypes by name)."""
-    if isinstance(value, tuple):
-        return list(value)
-    if isinstance(value, torch.dtype):
-        return str(value)
-    return getattr(value, "value", value)
-
-
 def _identity(samples: SampleSource, options: LoaderOptions) -> dict[str, Any]:
     """What a state of this pipeline records, and a restoring one must match."""
     return {"format": STATE_FORMAT, "dali": nvidia.dali.__version__, "dataset": samples.fingerprint(),
-            "settings": {name: _plain(getattr(options, name)) for name in _STATE_SETTINGS}}
+            "settings": settings_of(options, _STATE_SETTINGS)}
 
 
 def _checkpoint_of(state: dict[str, Any], identity: dict[str, Any]) -> bytes:
@@ -267,9 +257,7 @@ def _checkpoint_of(state: dict[str, Any], identity: dict[str, Any]) -> bytes:
         problems.append(f"DALI version: saved {state.get('dali')!r}, installed {identity['dali']!r} "
                         "(DALI reads only its own version's checkpoints)")
     for group in ("dataset", "settings"):
-        saved, mine = state.get(group, {}), identity[group]
-        problems += [f"{group} {k}: saved {saved.get(k)!r}, this loader {mine.get(k)!r}"
-                     for k in sorted(set(saved) | set(mine)) if saved.get(k) != mine.get(k)]
+        problems += differences(group, state.get(group, {}), identity[group])
     if problems:
         raise ValueError("this DALI reader state belongs to another pipeline: " + "; ".join(problems))
     checkpoints = state.get("checkpoints")

@@ -1,0 +1,31 @@
+"""What saved iteration states share: settings as plain data, and the named differences
+that make a state belong to another dataset or pipeline (a loader's ``state_dict``, a
+DALI reader iterator's checkpoint)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+
+
+def plain(value: object) -> object:
+    """A setting as JSON-able data, equal to itself after a round trip (enums by value,
+    tuples as lists, dtypes by name)."""
+    if isinstance(value, tuple):
+        return list(value)
+    if isinstance(value, torch.dtype):
+        return str(value)
+    return getattr(value, "value", value)
+
+
+def settings_of(options: object, names: Iterable[str]) -> dict[str, Any]:
+    """``{name: plain(options.name)}`` for the settings a state records."""
+    return {name: plain(getattr(options, name)) for name in names}
+
+
+def differences(group: str, saved: dict[str, Any], mine: dict[str, Any]) -> list[str]:
+    """``"<group> <key>: saved <a>, this loader <b>"`` for each key whose values differ."""
+    return [f"{group} {k}: saved {saved.get(k)!r}, this loader {mine.get(k)!r}"
+            for k in sorted(set(saved) | set(mine)) if saved.get(k) != mine.get(k)]
