@@ -59,6 +59,17 @@ def decode_rgb(data: np.ndarray) -> torch.Tensor:
     return image.permute(1, 2, 0)
 
 
+#: What :func:`decode_rgb` raises on bytes it cannot decode.
+DECODE_ERRORS = (RuntimeError, OSError, ValueError)
+
+
+def decode_failure(exc: Exception) -> str:
+    """The loaders' reason for a decoder's exception: ``"could not decode: <its words>"``
+    (torchvision prefixes the C++ source location, which is dropped)."""
+    words = re.sub(r"^[\w ]+, \S+:\d+, ", "", (str(exc).splitlines() or [type(exc).__name__])[0])
+    return f"could not decode: {words}"
+
+
 class _Files(Dataset):
     """Key ``(epoch, batch number, i)`` -> ``(number, i, uint8 (1, 3, size, size) image or
     None, reason or None)``.
@@ -84,10 +95,8 @@ class _Files(Dataset):
                 return number, i, None, reason
             try:
                 image = geometry.hwc_view(decode_rgb(data))
-            except (RuntimeError, OSError, ValueError) as exc:
-                # torchvision prefixes the C++ source location: keep the decoder's own words.
-                words = re.sub(r"^[\w ]+, \S+:\d+, ", "", str(exc).splitlines()[0])
-                return number, i, None, f"could not decode: {words}"
+            except DECODE_ERRORS as exc:
+                return number, i, None, decode_failure(exc)
         o = self.options
         if o.train:
             rng = sample_rng(o.seed, epoch, i)

@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -36,6 +37,9 @@ from gpufeed.pipelines.sources import (
     scan_image_folder,
     undecodable_reason,
 )
+
+if TYPE_CHECKING:  # torch is imported in the worker processes that decode, not at import
+    import torch
 
 #: The formats :func:`convert` writes.
 FORMATS = ("webdataset", "tfrecord", "raw")
@@ -216,28 +220,34 @@ def check_image(data: np.ndarray) -> str | None:
     Returns:
         The reason, or None for a good image.
     """
+    return decode_checked(data)[0]
+
+
+def decode_checked(data: np.ndarray) -> tuple[str | None, torch.Tensor | None]:
+    """``(None, (H, W, 3) uint8 pixels)`` for a good image, ``(reason, None)`` for a bad
+    one, as :func:`check_image` judges it: each image is decoded once, whether it is only
+    checked or also kept (the raw cache)."""
     reason = undecodable_reason(data)
     if reason is not None:
-        return reason
-    from gpufeed.pipelines.torch_loader import decode_rgb
+        return reason, None
+    from gpufeed.pipelines.torch_loader import DECODE_ERRORS, decode_failure, decode_rgb
 
     try:
         if image_format(data) != "jpeg":
-            decode_rgb(data)
-            return None
-        warning = _libjpeg_warning(decode_rgb, data)
-    except (RuntimeError, OSError, ValueError) as exc:
-        words = re.sub(r"^[\w ]+, \S+:\d+, ", "", (str(exc).splitlines() or [type(exc).__name__])[0])
-        return f"could not decode: {words}"
-    return None if warning is None else f"could not decode: {warning}"
+            return None, decode_rgb(data)
+        image, warning = _with_libjpeg_warning(decode_rgb, data)
+    except DECODE_ERRORS as exc:
+        return decode_failure(exc), None
+    return (None, image) if warning is None else (f"could not decode: {warning}", None)
 
 
 _LIBJPEG_WARNING = re.compile(r"(Corrupt JPEG data[^\n]*|Premature end of JPEG file|Invalid SOS parameters[^\n]*)")
 
 
-def _libjpeg_warning(decode: Callable[[np.ndarray], object], data: np.ndarray) -> str | None:
-    """Run ``decode(data)`` with file descriptor 2 redirected, and return libjpeg's
-    corrupt-data warning if it printed one (other output is passed on to stderr).
+def _with_libjpeg_warning(decode: Callable[[np.ndarray], torch.Tensor], data: np.ndarray,
+                          ) -> tuple[torch.Tensor, str | None]:
+    """Run ``decode(data)`` with file descriptor 2 redirected; return what it decoded and
+    libjpeg's corrupt-data warning if it printed one (other output is passed on to stderr).
 
     The C library writes to the descriptor directly, so only a descriptor-level redirect
     sees it; conversions decode one image at a time per process, so nothing else is
@@ -248,7 +258,7 @@ def _libjpeg_warning(decode: Callable[[np.ndarray], object], data: np.ndarray) -
     with tempfile.TemporaryFile() as log:
         os.dup2(log.fileno(), 2)
         try:
-            decode(data)
+            image = decode(data)
         finally:
             os.dup2(saved, 2)
             os.close(saved)
@@ -257,16 +267,20 @@ def _libjpeg_warning(decode: Callable[[np.ndarray], object], data: np.ndarray) -
     found = _LIBJPEG_WARNING.search(text)
     if found is None and text:
         sys.stderr.write(text)
-    return None if found is None else found.group(1)
+    return image, None if found is None else found.group(1)
+
+
+def _read(path: str) -> tuple[str | None, np.ndarray | None]:
+    try:
+        return None, np.fromfile(path, dtype=np.uint8)
+    except OSError as exc:
+        return f"could not read: {exc.strerror or exc}", None
 
 
 def _load_and_check(path: str) -> tuple[str | None, bytes | None]:
     """Worker task: ``(reason, None)`` for a bad file, ``(None, its bytes)`` for a good one."""
-    try:
-        data = np.fromfile(path, dtype=np.uint8)
-    except OSError as exc:
-        return f"could not read: {exc.strerror or exc}", None
-    reason = check_image(data)
+    reason, data = _read(path)
+    reason = reason or check_image(data)
     return (reason, None) if reason is not None else (None, data.tobytes())
 
 
@@ -276,14 +290,15 @@ def _decode_fitted(task: tuple[str, int]) -> tuple[str | None, np.ndarray | None
     import torch
 
     from gpufeed.datasets.shards.raw import fit_image
-    from gpufeed.pipelines.torch_loader import decode_rgb
 
     path, size = task
-    reason, data = _load_and_check(path)
+    reason, data = _read(path)
+    if reason is None:
+        reason, image = decode_checked(data)
     if reason is not None:
         return reason, None
     with torch.no_grad():
-        return None, fit_image(decode_rgb(np.frombuffer(data, dtype=np.uint8).copy()), size).contiguous().numpy()
+        return None, fit_image(image, size).contiguous().numpy()
 
 
 def _worker_init() -> None:
