@@ -104,17 +104,18 @@ class FileFeed:
         while self._pos < len(self._batches):
             number, self._pos = self._pos, self._pos + 1
             encoded, labels, crops = [], [], []
-            todo = [int(i) for i in self._batches[number] if self.log.known(source.name(i)) is None]
+            batch = [int(i) for i in self._batches[number]]
+            names = [source.name(i) for i in batch]
+            todo = [i for i, path in zip(batch, names, strict=True) if self.log.known(path) is None]
             read = dict(zip(todo, self._read_all(todo), strict=True))
-            for i in self._batches[number]:
-                path = source.name(i)
-                reason = self.log.known(path)
+            for i, path in zip(batch, names, strict=True):
+                reason = self.log.known(path)  # again: a file found bad earlier in this batch
                 data = crop = None
                 if reason is None:
-                    data = read[int(i)]
+                    data = read[i]
                     reason = None if pixels else undecodable_reason(data)
                 if reason is None and train:
-                    crop = crop_inputs(data, self.options, self.epoch, int(i), pixels)
+                    crop = crop_inputs(data, self.options, self.epoch, i, pixels)
                     reason = crop if isinstance(crop, str) else None
                 if reason is not None:
                     self.log.add(path, reason)
@@ -125,7 +126,7 @@ class FileFeed:
                 labels.append(source.labels[i])
                 crops.append(crop)
             if encoded:
-                self.in_flight.append((self.epoch, number, [int(i) for i in self._batches[number]]))
+                self.in_flight.append((self.epoch, number, batch))
                 labels = np.asarray(labels, dtype=np.int32)
                 if not train:
                     return encoded, labels
