@@ -1,7 +1,8 @@
 """The PyTorch backend: DataLoader workers decode with torchvision.io and crop/resize
 with torch's channels-last uint8 kernels (:mod:`gpufeed.pipelines.geometry`, the same
-code DALI's CPU mode uses); batches are normalised in the workers on CPU, or after the
-copy on the GPU (a uint8 batch crosses PCIe at a quarter of the float32 bytes)."""
+code DALI's CPU mode uses). Batches leave the workers as uint8 (a quarter of float32's
+bytes, through shared memory or across PCIe) and are normalised after the hand-over: in
+this process into reused buffers on CPU, on the device on a GPU."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from gpufeed.pipelines.base import (
     ClassificationLoader,
     Normalizer,
     NumberedBatch,
+    ReusedBuffers,
     shared_empty,
 )
 from gpufeed.pipelines.options import LoaderOptions
@@ -105,8 +107,8 @@ class _Files(Dataset):
 
 
 class _Collate:
-    """Write the good images of a batch into one output tensor (normalised on CPU, in
-    shared memory inside a worker); carry the bad ones' reasons to the main process."""
+    """Write the good images of a batch into one output tensor (uint8 in shared memory
+    inside a worker); carry the bad ones' reasons to the main process."""
 
     def __init__(self, labels: tuple[int, ...], options: LoaderOptions, finish: Normalizer) -> None:
         self.labels, self.size, self.finish = labels, options.size, finish
@@ -147,13 +149,17 @@ class TorchLoader(ClassificationLoader):
         super().__init__(samples, options, device, choice, gpu_augment)
         o = self.options
         on_gpu = self.device.type == "cuda"
-        self._finish = Normalizer(o)
-        # Workers write batches straight into shared memory, which they cross to this
-        # process in (share_memory_() would copy them); for a GPU they stay uint8 NCHW
-        # and are normalised there.
-        allocate = shared_empty if o.workers > 0 else None
         raw = dataclasses.replace(o, dtype=torch.uint8, layout="NCHW")
-        in_workers = Normalizer(raw if on_gpu else o, allocate)
+        if on_gpu or o.workers > 0:
+            # Batches cross to this process (or to the GPU) as uint8 NCHW, a quarter of
+            # float32's bytes, and are normalised here. Workers write them straight into
+            # shared memory (share_memory_() would copy them), fresh for every batch: on
+            # a float32 batch its page faults cost the workers more than the normalisation
+            # does, which runs here into reused, already-mapped buffers.
+            in_workers = Normalizer(raw, shared_empty if o.workers > 0 else None)
+            self._finish: Normalizer | None = Normalizer(o, None if on_gpu else ReusedBuffers().empty)
+        else:  # no workers, CPU: normalise once, straight into reused buffers
+            in_workers, self._finish = Normalizer(o, ReusedBuffers().empty), None
         self._sampler = _PlanSampler(self.plan)
         workers = o.workers
         # Workers forked from a process holding DALI pipelines have crashed: fork only
@@ -197,6 +203,8 @@ class TorchLoader(ClassificationLoader):
             if len(labels) == 0:
                 continue
             if self.device.type == "cuda":
-                images = self._finish(images.to(self.device, non_blocking=True))
+                images = images.to(self.device, non_blocking=True)
                 labels = labels.to(self.device, non_blocking=True)
+            if self._finish is not None:
+                images = self._finish(images)
             yield number, images, labels

@@ -120,11 +120,17 @@ def test_shard_defaults_come_from_torchrun_environment(tmp_path, monkeypatch, ba
     assert [y.tolist() for _, y in loader] == [[5, 6, 7, 8, 9]]
 
 
-def test_torch_backend_with_worker_processes_matches_in_process(image_folder):
-    one = load(image_folder, "torch", train=True, batch_size=8, size=32, num_workers=0)
-    two = load(image_folder, "torch", train=True, batch_size=8, size=32, num_workers=2)
+@pytest.mark.parametrize(("dtype", "layout"), [(torch.float32, "NCHW"), (torch.float16, "NHWC")])
+def test_torch_backend_with_worker_processes_matches_in_process(image_folder, dtype, layout):
+    # Workers hand uint8 batches over and this process normalises them into reused
+    # buffers: every batch kept (here: all of them) must stay as it was yielded.
+    kw = dict(train=True, batch_size=8, size=32, dtype=dtype, layout=layout)
+    one = list(load(image_folder, "torch", num_workers=0, **kw))
+    two = list(load(image_folder, "torch", num_workers=2, **kw))
+    assert len(one) == len(two) == 5
     for (xa, ya), (xb, yb) in zip(one, two, strict=True):
-        assert torch.equal(xa, xb) and torch.equal(ya, yb)
+        assert xb.dtype == dtype and torch.equal(xa, xb) and torch.equal(ya, yb)
+    assert len({x.data_ptr() for x, _ in two}) == 5
 
 
 @pytest.mark.skipif(not dali_installed(), reason="DALI not installed")
