@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import os
 import re
 import sys
 import warnings
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import NoReturn
 
 import numpy as np
@@ -78,17 +80,34 @@ class _Files(Dataset):
 
     Randomness comes from a generator per (seed, epoch, sample), not per worker, so a
     seeded run repeats whatever the number of workers, and from any batch on.
+
+    A batch's bytes are read by one reader thread per process while the process decodes:
+    the reads run ahead in the batch's order, so waits on the storage (a shard's open, a
+    transfer) overlap decoding. One reader keeps every source's reads as serial as a plain
+    DataLoader worker's: a folder on slow storage still waits for each file's open.
     """
 
     def __init__(self, source: SampleSource, options: LoaderOptions) -> None:
         self.source, self.options = source, options
+        self._reader: tuple[int, ThreadPoolExecutor] | None = None  # (its process, it)
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_reader": None}  # threads do not cross into workers
 
     def __len__(self) -> int:
         return len(self.source)
 
+    def __getitems__(self, keys: list[tuple[int, int, int]]) -> list[tuple[int, int, torch.Tensor | None, str | None]]:
+        if self._reader is None or self._reader[0] != os.getpid():  # a forked worker has no thread
+            self._reader = (os.getpid(), ThreadPoolExecutor(1, thread_name_prefix="gpufeed-read"))
+        reads = self._reader[1].map(self.source.read, [i for _, _, i in keys])  # all queued now
+        return [self._sample(key, data) for key, data in zip(keys, reads, strict=True)]
+
     def __getitem__(self, key: tuple[int, int, int]) -> tuple[int, int, torch.Tensor | None, str | None]:
+        return self._sample(key, self.source.read(key[2]))
+
+    def _sample(self, key: tuple[int, int, int], data: np.ndarray) -> tuple[int, int, torch.Tensor | None, str | None]:
         epoch, number, i = key
-        data = self.source.read(i)
         if self.source.kind == "pixels":  # decoded ahead of time (a raw cache)
             image = geometry.hwc_view(torch.from_numpy(data))
         else:
