@@ -83,7 +83,9 @@ def classification_loader(
             torchrun's ``RANK`` / ``WORLD_SIZE``, else 0 of 1.
         last_batch: ``"partial"``, ``"drop"`` or ``"fill"`` (see :class:`LastBatch`).
         num_workers: DataLoader worker processes (torch) or DALI threads; default: all
-            usable cores.
+            usable cores. On a raw cache (decoded pixels: no decode, only crop and
+            resize) the torch backend runs that many threads in this process instead,
+            a few batches ahead of the consumer.
         on_error: ``"skip"`` (leave undecodable files out, list them in
             ``loader.skipped``, warn once) or ``"raise"`` (:class:`BadImageError`).
         file_list: instead of scanning ``root``, a DALI-style list file

@@ -12,6 +12,7 @@ import os
 import re
 import sys
 import warnings
+import weakref
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import NoReturn
@@ -35,6 +36,7 @@ from gpufeed.pipelines.base import (
 )
 from gpufeed.pipelines.options import LoaderOptions
 from gpufeed.pipelines.plan import EpochPlan
+from gpufeed.pipelines.prefetch import prefetched
 from gpufeed.pipelines.seeds import sample_rng
 from gpufeed.pipelines.sources import SampleSource, image_format, undecodable_reason
 
@@ -169,29 +171,38 @@ class TorchLoader(ClassificationLoader):
         o = self.options
         on_gpu = self.device.type == "cuda"
         raw = dataclasses.replace(o, dtype=torch.uint8, layout="NCHW")
-        if on_gpu or o.workers > 0:
-            # Batches cross to this process (or to the GPU) as uint8 NCHW, a quarter of
-            # float32's bytes, and are normalised here. Workers write them straight into
-            # shared memory (share_memory_() would copy them), fresh for every batch: on
-            # a float32 batch its page faults cost the workers more than the normalisation
-            # does, which runs here into reused, already-mapped buffers.
-            in_workers = Normalizer(raw, shared_empty if o.workers > 0 else None)
-            self._finish: Normalizer | None = Normalizer(o, None if on_gpu else ReusedBuffers().empty)
-        else:  # no workers, CPU: normalise once, straight into reused buffers
-            in_workers, self._finish = Normalizer(o, ReusedBuffers().empty), None
+        # Decoded pixels (a raw cache) need no decode, only a crop and a resize: there the
+        # worker processes' hand-over (pickling, fresh shared memory, its page faults) cost
+        # more than the work, so num_workers threads of this process do it instead.
+        self._threads = o.workers if samples.kind == "pixels" else 0
+        processes = 0 if self._threads else o.workers
+        if on_gpu:
+            # Batches cross PCIe as uint8 NCHW, a quarter of float32's bytes, and are
+            # normalised on the device.
+            made = Normalizer(raw, shared_empty if processes else None)
+            self._finish: Normalizer | None = Normalizer(o)
+        elif processes:
+            # Workers hand batches over as uint8 NCHW in shared memory (share_memory_()
+            # would copy them), fresh for every batch: on a float32 batch its page faults
+            # cost the workers more than the normalisation does, which runs here into
+            # reused, already-mapped buffers.
+            made, self._finish = Normalizer(raw, shared_empty), Normalizer(o, ReusedBuffers().empty)
+        else:  # made in this process: normalised once, straight into reused buffers
+            made, self._finish = Normalizer(o, ReusedBuffers(keep=8).empty), None
+        self._files, self._collate = _Files(self.samples, o), _Collate(self.samples.labels, o, made)
+        self._pool: ThreadPoolExecutor | None = None
         self._sampler = _PlanSampler(self.plan)
-        workers = o.workers
         # Workers forked from a process holding DALI pipelines have crashed: fork only
         # when DALI is not loaded here.
-        context = None if workers == 0 or "nvidia.dali" not in sys.modules else "forkserver"
+        context = None if processes == 0 or "nvidia.dali" not in sys.modules else "forkserver"
         self._loader = DataLoader(
-            _Files(self.samples, o),
+            self._files,
             batch_sampler=self._sampler,
-            num_workers=workers,
-            collate_fn=_Collate(self.samples.labels, o, in_workers),
+            num_workers=processes,
+            collate_fn=self._collate,
             pin_memory=on_gpu,
-            persistent_workers=workers > 0,
-            prefetch_factor=4 if workers > 0 else None,
+            persistent_workers=processes > 0,
+            prefetch_factor=4 if processes > 0 else None,
             multiprocessing_context=context,
         )
 
@@ -201,7 +212,32 @@ class TorchLoader(ClassificationLoader):
                                  f"({self.choice.reason})", name=name, obj=self)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}", name=name, obj=self)
 
+    def _pixel_batch(self, keys: list[tuple[int, int, int]]) -> tuple:
+        """One batch of a pixel source, its samples cropped, resized and written into the
+        output on the thread pool (torch's resize and numpy release the GIL)."""
+        out, view = self._collate.finish.output(len(keys), self.options.size, self.options.size,
+                                                torch.device("cpu"))
+
+        def one(k: int) -> None:  # pixels never fail to decode: every sample has its slot
+            _, _, image, _ = self._files[keys[k]]
+            self._collate.finish.fill(view[k: k + 1], image)
+
+        if self._pool is None:
+            # One intra-op thread each (a per-thread setting: this process's own stays):
+            # the pool is the parallelism, and nested OpenMP teams spun against it, ~10x
+            # slower here.
+            self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="gpufeed-pixels",
+                                            initializer=torch.set_num_threads, initargs=(1,))
+            weakref.finalize(self, self._pool.shutdown, wait=False)
+        for _ in self._pool.map(one, range(len(keys))):
+            pass
+        labels = torch.tensor([self.samples.labels[i] for _, _, i in keys], dtype=torch.int64)
+        return keys[0][1], out, labels, []
+
     def _batches(self) -> Iterator:
+        if self._threads:
+            yield from prefetched(self._sampler, self._pixel_batch, depth=4)
+            return
         try:
             yield from self._loader
         except RuntimeError as err:

@@ -209,6 +209,24 @@ def test_both_loaders_read_every_sample_once_per_epoch(raw_crop, raw_pad, backen
     assert loader.skipped == []
 
 
+@pytest.mark.parametrize(("mode", "dtype", "layout"), [("crop", torch.float32, "NCHW"),
+                                                     ("pad", torch.float16, "NHWC")])
+def test_torch_threads_on_a_raw_cache_give_the_single_threaded_batches(raw_crop, raw_pad, mode, dtype, layout):
+    # num_workers on a raw cache means threads of this process, running ahead of the
+    # consumer; every batch, kept or not, is the one a single-threaded loader yields.
+    folder = raw_crop if mode == "crop" else raw_pad
+    kw = dict(train=True, shuffle=True, batch_size=8, size=32, seed=3, dtype=dtype, layout=layout)
+    single = list(load(folder, "torch", num_workers=0, **kw))
+    threaded = load(folder, "torch", num_workers=2, **kw)
+    for _ in threaded:  # an epoch cut short: the next starts clean
+        break
+    threaded.set_epoch(0)
+    kept = list(threaded)
+    assert len(kept) == len(single) == 5 and len({x.data_ptr() for x, _ in kept}) == 5
+    for (xa, ya), (xb, yb) in zip(single, kept, strict=True):
+        assert xb.dtype == dtype and torch.equal(xa, xb) and torch.equal(ya, yb)
+
+
 @pytest.mark.skipif(not dali_installed(), reason="DALI not installed")
 @pytest.mark.parametrize("mode", ["crop", "pad"])
 def test_torch_and_dali_crop_a_raw_cache_alike(raw_crop, raw_pad, mode):
