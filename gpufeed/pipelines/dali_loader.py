@@ -17,9 +17,7 @@ the bad file).
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -40,6 +38,7 @@ from gpufeed.pipelines.dali_readers import reader_iterator, shard_format
 from gpufeed.pipelines.feeds import FileFeed, IteratorSkips, crop_inputs
 from gpufeed.pipelines.options import LoaderOptions
 from gpufeed.pipelines.sources import SampleSource, pil_reason, undecodable_reason
+from gpufeed.pipelines.threads import SamplePool
 
 _TORCH_DTYPE = {"FLOAT": torch.float32, "FLOAT16": torch.float16, "UINT8": torch.uint8}
 
@@ -81,7 +80,7 @@ class DaliLoader(ClassificationLoader):
         self._pipe = None
         self._follows: int | None = None  # the epoch the current pipeline can go on with
         self._probe = None
-        self._pool: ThreadPoolExecutor | None = None
+        self._pool = SamplePool(self.options.workers, "gpufeed-resize")
 
     def _new_pipeline(self, stream: tuple[int, ...]):
         # CPU: a deeper queue lets DALI's threads decode ahead while torch resizes.
@@ -125,26 +124,19 @@ class DaliLoader(ClassificationLoader):
         output while it is still in cache: done on the main thread alone, this hand-off
         becomes the pipeline's bottleneck.
         """
-        size = self.options.size
+        size, o = self.options.size, self.options
         out, view = self._finish.output(len(decoded), size, size, torch.device("cpu"))
-        threads = max(1, self.options.workers)
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(threads, thread_name_prefix="gpufeed-resize")
-            weakref.finalize(self, self._pool.shutdown, wait=False)  # no idle threads left behind
-        chunks = np.array_split(np.arange(len(decoded)), min(len(decoded), threads))
-        for done in [self._pool.submit(self._resize_into, decoded, view, c) for c in chunks]:
-            done.result()
-        return out
 
-    def _resize_into(self, decoded, view: torch.Tensor, indices: np.ndarray) -> None:
-        o = self.options
-        for i in map(int, indices):
+        def one(i: int) -> None:
             image = geometry.hwc_view(torch.from_numpy(np.asarray(decoded[i])))  # DALI's buffer, no copy
             if o.train:  # DALI already cropped (in the decoder) and flipped
-                image = geometry.resize(image, o.size)
+                image = geometry.resize(image, size)
             else:
-                image = geometry.val_crop(image, o.resize_shorter, o.size)
+                image = geometry.val_crop(image, o.resize_shorter, size)
             self._finish.fill(view[i: i + 1], image)
+
+        self._pool.run(len(decoded), one)
+        return out
 
     def _from_gpu(self, images) -> torch.Tensor:
         tensor = images.as_tensor()

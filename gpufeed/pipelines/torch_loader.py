@@ -12,7 +12,6 @@ import os
 import re
 import sys
 import warnings
-import weakref
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import NoReturn
@@ -36,9 +35,9 @@ from gpufeed.pipelines.base import (
 )
 from gpufeed.pipelines.options import LoaderOptions
 from gpufeed.pipelines.plan import EpochPlan
-from gpufeed.pipelines.prefetch import prefetched
 from gpufeed.pipelines.seeds import sample_rng
 from gpufeed.pipelines.sources import SampleSource, image_format, undecodable_reason
+from gpufeed.pipelines.threads import SamplePool, prefetched
 
 # torchvision 0.29 deprecates its image codecs in favour of TorchCodec, warning on every
 # call; they remain the fastest decoder a DataLoader user has today, so the kit keeps
@@ -190,7 +189,7 @@ class TorchLoader(ClassificationLoader):
         else:  # made in this process: normalised once, straight into reused buffers
             made, self._finish = Normalizer(o, ReusedBuffers(keep=8).empty), None
         self._files, self._collate = _Files(self.samples, o), _Collate(self.samples.labels, o, made)
-        self._pool: ThreadPoolExecutor | None = None
+        self._pool = SamplePool(self._threads, "gpufeed-pixels")
         self._sampler = _PlanSampler(self.plan)
         # Workers forked from a process holding DALI pipelines have crashed: fork only
         # when DALI is not loaded here.
@@ -222,15 +221,7 @@ class TorchLoader(ClassificationLoader):
             _, _, image, _ = self._files[keys[k]]
             self._collate.finish.fill(view[k: k + 1], image)
 
-        if self._pool is None:
-            # One intra-op thread each (a per-thread setting: this process's own stays):
-            # the pool is the parallelism, and nested OpenMP teams spun against it, ~10x
-            # slower here.
-            self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="gpufeed-pixels",
-                                            initializer=torch.set_num_threads, initargs=(1,))
-            weakref.finalize(self, self._pool.shutdown, wait=False)
-        for _ in self._pool.map(one, range(len(keys))):
-            pass
+        self._pool.run(len(keys), one)
         labels = torch.tensor([self.samples.labels[i] for _, _, i in keys], dtype=torch.int64)
         return keys[0][1], out, labels, []
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from gpufeed.pipelines.prefetch import prefetched
+from gpufeed.pipelines.threads import prefetched
 
 
 def test_results_come_in_order_and_all_of_them():
