@@ -177,8 +177,9 @@ class TorchLoader(ClassificationLoader):
         processes = 0 if self._threads else o.workers
         if on_gpu:
             # Batches cross PCIe as uint8 NCHW, a quarter of float32's bytes, and are
-            # normalised on the device.
-            made = Normalizer(raw, shared_empty if processes else None)
+            # normalised on the device. Made here, they are reused buffers: a copy from
+            # pageable memory returns once the bytes are staged, so reuse is safe.
+            made = Normalizer(raw, shared_empty if processes else ReusedBuffers(keep=8).empty)
             self._finish: Normalizer | None = Normalizer(o)
         elif processes:
             # Workers hand batches over as uint8 NCHW in shared memory (share_memory_()
