@@ -32,7 +32,9 @@ still takes the narwhals form in the same function, so results stay identical:
 - :func:`polars_fit_codes` (``Categorify.fit_transform`` on an eager polars frame): fit
   and codes from one pass per column. A text column is cast to a ``Categorical`` over a
   fresh category set (one hash pass: its physical ids number the distinct values), the
-  few distinct values are sorted in Python and each id's code gathered; an integer column
+  few distinct values are sorted in Python and each id's code gathered, every column's
+  gather in one query (polars runs them on its threads; one after another they cost
+  ~0.3 s of the 0.9 s at 10M rows x 4 text columns); an integer column
   over a narrow range (ids, codes) marks the values present in a table as long as the
   range (``np.bincount``) and gathers each row's code from its running count; a wide one
   takes its sorted distinct values and ``search_sorted``. The two-pass form (distinct
@@ -255,24 +257,6 @@ def standardize_by_code(frame: NwFrame, backend: str,
         ((nw.col(c) - code.replace_strict(ids, m, default=m[-1], return_dtype=nw.Float64))
          / code.replace_strict(ids, sd, default=sd[-1], return_dtype=nw.Float64)).cast(nw.Float64).alias(c)
         for c, (m, sd) in tables.items()])
-
-
-def polars_text_codes(frame: NwFrame, column: str) -> tuple[list[str], NwFrame] | None:
-    """A lazy polars query over an eager frame with a :data:`GROUP_CODE` column: each
-    row's id of its text value in ``column`` (ids number the distinct values in order of
-    first sight; a missing value gets the next id), and the distinct values by id. One
-    hash pass, a cast to a ``Categorical`` over a fresh category set, materialised (it
-    fills the category set) and kept as the query's source (which keeps the set alive).
-    None when ``column`` is not text."""
-    import polars as pl
-
-    native = nw.to_native(frame)
-    if native.schema[column] != pl.String:
-        return None
-    categories = pl.Categories.random()
-    cast = native.with_columns(pl.col(column).cast(pl.Categorical(categories)).alias(GROUP_CODE))
-    keys = categories.to_series().to_list()
-    return keys, wrap(cast.lazy().with_columns(pl.col(GROUP_CODE).to_physical().fill_null(len(keys))))
 
 
 def pandas_factorize(series: Any, *, counts: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:

@@ -19,11 +19,10 @@ from typing import Any, ClassVar
 import narwhals as nw
 
 from gpufeed.gpu_transforms.tabular.errors import NonFiniteError
-from gpufeed.gpu_transforms.tabular.frames import NwFrame, is_lazy, is_missing, wrap
+from gpufeed.gpu_transforms.tabular.frames import NwFrame, is_missing
 from gpufeed.gpu_transforms.tabular.kernels import (
     GROUP_CODE,
     group_stats_f64,
-    polars_text_codes,
     pooled_stats,
     quantile_bounds,
     standardize_by_code,
@@ -287,55 +286,33 @@ class Standardize(TableOp):
     def needs(self) -> list[str]:
         return [*self.columns, *([self.by] if self.by else [])]
 
-    polars_eager: ClassVar[bool] = True  # polars_text_codes needs an eager frame
-
     def fit(self, frame: NwFrame, backend: str) -> None:
-        frame = _lazy_polars(frame, backend)
         schema = frame.collect_schema()
         if self.by:
             # The global statistics (for unseen groups) pooled from the groups' own: one
             # pass over the table instead of two.
-            self._fit_groups(frame, group_stats_f64(frame, backend, self.by, self.columns, schema))
-            return
-        stats = aggregate_finite(frame, [
-            *[f64(c, schema).mean().alias(f"m:{c}") for c in self.columns],
-            *[f64(c, schema).std(ddof=0).alias(f"s:{c}") for c in self.columns],
-        ], self.columns, "Standardize")
-        self.state = {"global": {
-            c: [number(stats[f"m:{c}"], c, "Standardize"), scale(stats[f"s:{c}"])] for c in self.columns
-        }}
-
-    def _fit_groups(self, frame: NwFrame, groups: list[dict[str, Any]]) -> None:
-        """The state from per-group statistics (:func:`group_stats_f64` rows)."""
-        pooled = {c: pooled_stats(groups, c) for c in self.columns}
-        if any(p is None for p in pooled.values()):
-            check_finite(frame, self.columns, "Standardize")  # names inf columns, or:
-            raise no_values("Standardize", next(c for c, p in pooled.items() if p is None))
-        state: dict[str, Any] = {"global": {c: [m, scale(sd)] for c, (m, sd) in pooled.items()}}
-        # Rows with a missing group use the global statistics (as unseen groups do).
-        groups = sorted((g for g in groups if not is_missing(g[self.by])), key=lambda g: g[self.by])
-        state["groups"] = {c: [[g[self.by], *_group_stats(g, c, state["global"][c])] for g in groups]
-                           for c in self.columns}
+            groups = group_stats_f64(frame, backend, self.by, self.columns, schema)
+            pooled = {c: pooled_stats(groups, c) for c in self.columns}
+            if any(p is None for p in pooled.values()):
+                check_finite(frame, self.columns, "Standardize")  # names inf columns, or:
+                raise no_values("Standardize", next(c for c, p in pooled.items() if p is None))
+            state: dict[str, Any] = {"global": {c: [m, scale(sd)] for c, (m, sd) in pooled.items()}}
+        else:
+            stats = aggregate_finite(frame, [
+                *[f64(c, schema).mean().alias(f"m:{c}") for c in self.columns],
+                *[f64(c, schema).std(ddof=0).alias(f"s:{c}") for c in self.columns],
+            ], self.columns, "Standardize")
+            state = {"global": {
+                c: [number(stats[f"m:{c}"], c, "Standardize"), scale(stats[f"s:{c}"])] for c in self.columns
+            }}
+        if self.by:
+            # Rows with a missing group use the global statistics (as unseen groups do).
+            groups = sorted((g for g in groups if not is_missing(g[self.by])), key=lambda g: g[self.by])
+            state["groups"] = {c: [[g[self.by], *_group_stats(g, c, state["global"][c])] for g in groups]
+                               for c in self.columns}
         self.state = state
 
-    def fit_transform(self, frame: NwFrame, backend: str) -> NwFrame:
-        """On an eager polars frame grouped by a text column, the column is hashed once
-        (:func:`polars_text_codes`): the group-by and the gather of each row's statistics
-        both read the integer ids, and both run on polars' streaming engine (its morsels
-        use every thread)."""
-        coded = polars_text_codes(frame, self.by) if backend == "polars" and self.by and not is_lazy(frame) else None
-        if coded is None:
-            return super().fit_transform(_lazy_polars(frame, backend), backend)
-        keys, lazy = coded
-        groups = group_stats_f64(lazy, backend, GROUP_CODE, self.columns, lazy.collect_schema())
-        for g in groups:
-            g[self.by] = keys[g[GROUP_CODE]] if g[GROUP_CODE] < len(keys) else None
-        self._fit_groups(lazy, groups)
-        out = standardize_by_code(lazy, backend, self._tables(keys)).select(*self.columns)
-        return wrap(nw.to_native(out).collect(engine="streaming"))
-
     def transform(self, frame: NwFrame, backend: str) -> NwFrame:
-        frame = _lazy_polars(frame, backend)
         if not self.by:
             schema = frame.collect_schema()
             return frame.with_columns(*[((f64(c, schema) - m) / sd).alias(c)
@@ -346,26 +323,15 @@ class Standardize(TableOp):
         keys = sorted({g[0] for c in self.columns for g in self.state["groups"][c]})
         frame = vocabulary_codes(frame, backend, {self.by: nw.col(self.by)}, {self.by: keys}, len(keys), len(keys),
                                  start=0, names={self.by: GROUP_CODE})
-        return standardize_by_code(frame, backend, self._tables(keys)).drop(GROUP_CODE)
-
-    def _tables(self, keys: list[Any]) -> dict[str, tuple[list[float], list[float]]]:
-        """Per column, the means and stds of ``keys`` in that order (the global ones for a
-        key unseen at fit time), then the global ones (code ``len(keys)``)."""
         tables = {}
         for c in self.columns:
             stats = {g[0]: g[1:] for g in self.state["groups"][c]}
             rows = [stats.get(k, self.state["global"][c]) for k in keys] + [self.state["global"][c]]
             tables[c] = ([m for m, _ in rows], [sd for _, sd in rows])
-        return tables
+        return standardize_by_code(frame, backend, tables).drop(GROUP_CODE)
 
     def params(self) -> dict[str, Any]:
         return {"by": self.by}
-
-
-def _lazy_polars(frame: NwFrame, backend: str) -> NwFrame:
-    """An eager polars frame as a lazy query (its statistics run on polars' lazy engine);
-    any other frame as it is."""
-    return frame.lazy() if backend == "polars" and not is_lazy(frame) else frame
 
 
 def _group_stats(row: dict[str, Any], column: str, fallback: list[float]) -> list[float]:

@@ -1,4 +1,4 @@
-"""polars' own paths (one-pass Categorify and Standardize(by=), native rules, write-back of
+"""polars' own paths (one-pass Categorify, Standardize(by=text), native rules, write-back of
 an op's columns) against pandas and the row-by-row reference, edge cases included."""
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ def test_categorify_on_polars_in_one_pass_maps_missing_unseen_and_all_missing_co
     assert recipes["polars"].transform(to_backend(test, "polars")[:0])["t"].to_list() == []
 
 
-def test_standardize_by_text_on_polars_in_one_pass_equals_pandas_with_missing_and_unseen_groups():
+def test_standardize_by_text_on_polars_equals_pandas_with_missing_and_unseen_groups():
     df = _gappy(2000, 2)
     on = {b: Recipe([Standardize(["amount", "days"], by="country")]) for b in ("pandas", "polars")}
     out = {b: r.fit_transform(to_backend(df, b)) for b, r in on.items()}
