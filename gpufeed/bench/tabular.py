@@ -52,11 +52,11 @@ from gpufeed.machine import cuda_available, installed
 #: Peak RSS per row of one recipe process (the table, the reader's buffers while loading,
 #: the output and the temporaries), measured at 10M rows plus ~7%: the 99-column sensor
 #: table (19.4, 18.9 and 15.9 GB for the pandas baseline, the kit on pandas and on polars)
-#: and the 20-column transactions table (4.18, 3.99 and 4.97 GB). cuDF keeps the table in
+#: and the 20-column transactions table (4.35, 4.22 and 3.07 GB). cuDF keeps the table in
 #: GPU memory; its host figure is a guess.
 _BYTES_PER_ROW = {
     "sensor": {BASELINE: 2200, "pandas": 2150, "polars": 1800, "cudf": 1500},
-    "transactions": {BASELINE: 480, "pandas": 460, "polars": 540, "cudf": 450},
+    "transactions": {BASELINE: 500, "pandas": 490, "polars": 350, "cudf": 450},
 }
 
 

@@ -116,6 +116,32 @@ def nan_as_null(frame: NwFrame, columns: Iterable[str], *, backend: str | None =
     return frame.with_columns(*[nw.col(c).fill_nan(None) for c in floats]) if floats else frame
 
 
+def write_back(frame: nw.DataFrame, out: nw.DataFrame) -> nw.DataFrame:
+    """An eager polars ``frame`` with the columns of ``out`` (same rows) written over its
+    own (or added), each split into ``frame``'s chunks.
+
+    polars rechunks a whole frame, every column copied, before evaluating anything on it
+    when its columns are split into chunks of different lengths: at 10M rows one
+    ``Categorify`` after the numeric ops took 4.2 s instead of 0.7 s and 1.8 GB more
+    memory. A column written as one chunk is split here by zero-copy slices; one in other
+    chunks is made one chunk first (a copy of that column only).
+    """
+    import polars as pl
+
+    native, new = nw.to_native(frame), nw.to_native(out)
+    layout = [len(c) for c in native.to_series(0).get_chunks()] if native.width else []
+    starts = [sum(layout[:i]) for i in range(len(layout))]
+    written = []
+    for series in new.get_columns():
+        if len(layout) > 1 and [len(c) for c in series.get_chunks()] != layout:
+            whole = series.rechunk()
+            series = pl.concat([whole.slice(s, n) for s, n in zip(starts, layout, strict=True)], rechunk=False)
+        elif len(layout) == 1 and series.n_chunks() > 1:
+            series = series.rechunk()
+        written.append(series)
+    return wrap(native.with_columns(written))
+
+
 def columns_of(frame: NwFrame) -> list[str]:
     """Column names, without computing anything on lazy frames."""
     return list(frame.collect_schema().names())

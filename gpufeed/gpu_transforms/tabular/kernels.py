@@ -32,7 +32,9 @@ still takes the narwhals form in the same function, so results stay identical:
 - :func:`polars_fit_codes` (``Categorify.fit_transform`` on an eager polars frame): fit
   and codes from one pass per column. A text column is cast to a ``Categorical`` over a
   fresh category set (one hash pass: its physical ids number the distinct values), the
-  few distinct values are sorted in Python and each id's code gathered; an integer column
+  few distinct values are sorted in Python and each id's code gathered, every column's
+  gather in one query (polars runs them on its threads; one after another they cost
+  ~0.3 s of the 0.9 s at 10M rows x 4 text columns); an integer column
   over a narrow range (ids, codes) marks the values present in a table as long as the
   range (``np.bincount``) and gathers each row's code from its running count; a wide one
   takes its sorted distinct values and ``search_sorted``. The two-pass form (distinct
@@ -352,7 +354,8 @@ def polars_fit_codes(frame: NwFrame, columns: Sequence[str], missing: int,
     missing value) in the same pass; None when a column is of another type.
 
     Every value present joins the vocabulary (``Categorify(min_count=1)``), so no code
-    stands for an unseen value here.
+    stands for an unseen value here. Two queries, each spread over polars' threads by
+    column: the casts of the text columns, then every column's codes gathered from a table.
     """
     import polars as pl
 
@@ -360,23 +363,35 @@ def polars_fit_codes(frame: NwFrame, columns: Sequence[str], missing: int,
     schema = native.schema
     if not all(schema[c] == pl.String or schema[c].is_integer() for c in columns):
         return None
-    text = [c for c in columns if schema[c] == pl.String]
-    categories = {c: pl.Categories.random() for c in text}  # fresh ids 0..k-1 per column
-    cast = native.select(*[pl.col(c).cast(pl.Categorical(categories[c])) for c in text]) if text else None
+    categories = {c: pl.Categories.random() for c in columns if schema[c] == pl.String}  # fresh ids 0..k-1
+    # Cast only: a to_physical() in the same query leaves the category set unfilled.
+    cast = native.with_columns(*[pl.col(c).cast(pl.Categorical(cats)) for c, cats in categories.items()])
     vocabularies: dict[str, list[Any]] = {}
     exprs = []
     for c in columns:
         if c in categories:
-            seen = categories[c].to_series().to_list()  # the distinct values, by id
+            seen = categories[c].to_series().to_list()  # the distinct values, by id (`cast` keeps them alive)
             vocab = sorted(seen)
             where = {v: i for i, v in enumerate(vocab)}
-            table = pl.Series(np.fromiter((where[v] + start for v in seen), dtype=np.int32, count=len(seen)))
-            exprs.append(table.gather(cast.get_column(c).to_physical()).fill_null(missing).alias(c))
+            table = np.fromiter((where[v] + start for v in seen), dtype=np.int32, count=len(seen))
+            nulls = cast.get_column(c).null_count() > 0
+            exprs.append(_table_codes(table, pl.col(c).to_physical(), nulls, missing).alias(c))
         else:
             vocab, codes = _integer_codes(native.get_column(c), missing, start)
             exprs.append(codes.alias(c))
         vocabularies[c] = vocab
-    return vocabularies, wrap(native.with_columns(*exprs))
+    return vocabularies, wrap(cast.with_columns(*exprs))
+
+
+def _table_codes(table: np.ndarray, index: Any, nulls: bool, missing: int) -> Any:
+    """``table[index]`` as a polars expression, ``missing`` where ``index`` is null: a null
+    index points at ``missing`` appended to the table (one pass fewer than filling the
+    gathered nulls)."""
+    import polars as pl
+
+    if not nulls:
+        return pl.lit(pl.Series(table)).gather(index)
+    return pl.lit(pl.Series(np.append(table, np.int32(missing)))).gather(index.fill_null(len(table)))
 
 
 #: An integer column whose values span at most this many times its length (plus a floor)
@@ -385,18 +400,19 @@ _RANGE_PER_ROW, _RANGE_FLOOR = 2, 1 << 16
 
 
 def _integer_codes(series: Any, missing: int, start: int) -> tuple[list[int], Any]:
-    """The sorted distinct values of a polars integer column and its int32 codes."""
+    """The sorted distinct values of a polars integer column and an expression of its int32 codes."""
     import polars as pl
 
     values = series.drop_nulls()
+    column = pl.col(series.name)
     if len(values) == 0:
-        return [], pl.Series(series.name, [missing] * len(series), dtype=pl.Int32)
+        return [], column.cast(pl.Int32).fill_null(missing)  # every value is missing
     lo, hi = int(values.min()), int(values.max())
     if hi - lo < _RANGE_PER_ROW * len(series) + _RANGE_FLOOR:
         present = np.bincount((values - lo).to_numpy(), minlength=hi - lo + 1) > 0
-        table = pl.Series(np.cumsum(present, dtype=np.int32) + np.int32(start - 1))
-        codes = table.gather((series - lo).cast(pl.get_index_type())).fill_null(missing)
-        return (np.flatnonzero(present) + lo).tolist(), codes
+        table = np.cumsum(present, dtype=np.int32) + np.int32(start - 1)
+        index = (column - lo).cast(pl.get_index_type())
+        return (np.flatnonzero(present) + lo).tolist(), _table_codes(table, index, len(values) < len(series), missing)
     distinct = values.unique().sort()
-    codes = (distinct.search_sorted(series).cast(pl.Int32) + start).set(series.is_null(), missing)
-    return distinct.to_list(), codes
+    codes = pl.lit(distinct).search_sorted(column).cast(pl.Int32) + start
+    return distinct.to_list(), pl.when(column.is_null()).then(pl.lit(missing, pl.Int32)).otherwise(codes)

@@ -38,6 +38,7 @@ from gpufeed.gpu_transforms.tabular.frames import (
     nan_as_null,
     require_columns,
     wrap,
+    write_back,
 )
 from gpufeed.gpu_transforms.tabular.ops import Clip, FillMissing, Log, MinMax, Standardize, TableOp
 
@@ -46,29 +47,34 @@ _FORMAT_VERSION = 1
 
 def _step(frame: NwFrame, backend: str, op: TableOp, run: Callable[[NwFrame, str], Any]) -> Any:
     """Run ``op``'s ``fit``/``transform`` (``run``) on ``frame``, with NaN in the float
-    columns it reads as missing; an eager polars frame goes through polars' lazy engine and is
-    materialised again after the op.
+    columns it reads as missing.
 
-    NaN: on polars, ``fill_nan(None)`` joins the op's own lazy query (no extra pass: the
-    op rewrites those columns anyway); on cuDF one read-only pass finds columns with NaN
-    (:func:`nan_as_null`); pandas and Dask already treat NaN as missing.
+    NaN: pandas and Dask already treat it as missing; on cuDF and on an eager polars frame
+    one read-only pass finds the columns holding NaN, and only those are rewritten
+    (:func:`nan_as_null`), once for the op's fit and transform; on a lazy polars frame
+    ``fill_nan(None)`` joins the op's query.
 
-    Why lazy per op on polars: the lazy (streaming) engine computes the statistics faster
-    than eager calls, and materialising after each op keeps later fits from recomputing
-    earlier ops, which one lazy chain for the whole recipe would do (it was slower; the
-    measurements are in ``docs/tabular.md``, Fast paths). An op whose ``polars_eager`` is
-    True (``Categorify``) gets an eager frame as it is when it reads no float column.
+    An eager polars frame: the op sees only the columns it reads (``op.needs()``), as a
+    lazy query (an op whose ``polars_eager`` is True, ``Categorify``, gets them as an eager
+    frame), materialised by polars' in-memory engine; its output columns are then written
+    back over the frame (:func:`write_back`), so the columns the op does not read are
+    never copied or re-split. Why: ``docs/tabular.md`` (Fast paths).
     """
     columns = op.needs()
+    if backend != "polars" or not is_lazy(frame):
+        read = nan_as_null(frame.select(*dict.fromkeys(columns)) if backend == "polars" else frame,
+                           columns, backend=backend)
     if backend != "polars":
-        return run(nan_as_null(frame, columns, backend=backend), backend)
-    lazy = frame if is_lazy(frame) else frame.lazy()
-    schema = lazy.collect_schema()
-    floats = [c for c in columns if schema[c].is_float()]
-    if not floats and not is_lazy(frame) and op.polars_eager:
-        return run(frame, backend)  # an op with an eager fast path, and no NaN to turn into null
-    out = run(lazy.with_columns(*[nw.col(c).fill_nan(None) for c in floats]) if floats else lazy, backend)
-    return out.collect() if isinstance(out, nw.LazyFrame) and not is_lazy(frame) else out
+        return run(read, backend)
+    if is_lazy(frame):
+        floats = [c for c, t in frame.collect_schema().items() if c in columns and t.is_float()]
+        return run(frame.with_columns(*[nw.col(c).fill_nan(None) for c in floats]) if floats else frame, backend)
+    out = run(read if op.polars_eager else read.lazy(), backend)
+    if out is None:
+        return None
+    if isinstance(out, nw.LazyFrame):
+        out = wrap(nw.to_native(out).collect(engine="in-memory"))
+    return write_back(frame, out)
 
 
 def _json_safe(doc: dict[str, Any]) -> bool:

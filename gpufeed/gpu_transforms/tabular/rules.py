@@ -38,6 +38,7 @@ from gpufeed.gpu_transforms.tabular.frames import (
     nan_as_null,
     require_columns,
     wrap,
+    write_back,
 )
 
 _OPS: dict[str, Callable[[Any, Any], bool]] = {
@@ -299,6 +300,8 @@ def apply_rules(df: Frame, rules: Sequence[Rule]) -> Frame:
         require_columns(frame, sorted(rule.columns()), f"rule {rule.output!r}")
     if backend_of(df) == "pandas" and all(_numpy_friendly(r) for r in rules):
         return _apply_rules_numpy(frame, rules)
+    if backend_of(df) == "polars" and not is_lazy(frame):
+        return _apply_rules_polars(frame, rules)
     exprs = [r.to_expr() for r in rules]
     # NaN counts as missing: rules read a NaN-as-null copy of their columns; an eager
     # frame keeps its own columns as they were and only gains the outputs.
@@ -372,6 +375,64 @@ def _pandas_mask(cond: Cond, df: Any) -> Any:
     mask = _OPS[cond.op](series, cond.value)
     mask = np.asarray(mask.to_numpy(dtype=bool, na_value=False), dtype=bool)
     return mask & series.notna().to_numpy() if cond.op == "!=" else mask
+
+
+#: ``isin`` over at most this many strings, on a text column, compiles to ``==`` tests
+#: joined by ``|`` on polars, about twice as fast as polars' ``is_in`` there (1M rows,
+#: streaming: 2 values 3.6 ms vs 8.3 ms, 8 values 12 vs 21 ms); from 12 values on, its
+#: hashed ``is_in`` is the faster.
+_EQ_CHAIN_MAX = 8
+
+
+def _apply_rules_polars(frame: nw.DataFrame, rules: Sequence[Rule]) -> Frame:
+    """polars: each rule as one native case-when (:func:`_polars_cond`) over the columns it
+    reads, NaN as null, on polars' streaming engine (its morsels run on every thread; the
+    in-memory engine evaluates one expression on one thread); the outputs are then
+    written onto the frame."""
+    import polars as pl
+
+    read = sorted(set().union(*(r.columns() for r in rules)))
+    norm = nw.to_native(nan_as_null(frame, read))
+    exprs = []
+    for rule in rules:
+        (first, value), *rest = rule.cases
+        chain = pl.when(_polars_cond(first, norm.schema)).then(pl.lit(value))
+        for cond, v in rest:
+            chain = chain.when(_polars_cond(cond, norm.schema)).then(pl.lit(v))
+        exprs.append(chain.otherwise(pl.lit(rule.default)).alias(rule.output))
+    outputs = norm.lazy().select(read).select(*exprs).collect(engine="streaming")
+    return nw.to_native(write_back(frame, wrap(outputs)))
+
+
+def _polars_cond(cond: Cond, schema: Any) -> Any:
+    """``cond`` as a polars expression that is null where the condition reads a missing
+    value and would otherwise be False.
+
+    polars' ``when`` takes a null condition as False, and Kleene ``&``/``|`` keep that
+    reading (``null & x`` is null or False, ``null | x`` is null or x): only ``~`` needs its
+    operand's nulls made False first. So no ``fill_null`` pass per comparison.
+    """
+    import polars as pl
+
+    if isinstance(cond, _Bool):
+        parts = [_polars_cond(p, schema) for p in cond.parts]
+        if cond.op == "not":
+            return ~parts[0].fill_null(False)
+        return parts[0] & parts[1] if cond.op == "and" else parts[0] | parts[1]
+    name = next(iter(cond.columns()))
+    column = pl.col(name)
+    if isinstance(cond, _IsMissing):
+        return column.is_null()
+    if isinstance(cond, _IsIn):
+        values = list(cond.values)
+        if schema[name] == pl.String and 0 < len(values) <= _EQ_CHAIN_MAX and all(isinstance(v, str) for v in values):
+            expr = column == values[0]
+            for v in values[1:]:
+                expr = expr | (column == v)
+            return expr
+        return column.is_in(values)
+    assert isinstance(cond, _Compare)
+    return _OPS[cond.op](column, cond.value)
 
 
 def apply_rules_rowwise(df: Frame, rules: Sequence[Rule]) -> dict[str, list[Any]]:

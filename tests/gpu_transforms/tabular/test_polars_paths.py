@@ -1,0 +1,162 @@
+"""polars' own paths (one-pass Categorify, Standardize(by=text), native rules, write-back of
+an op's columns) against pandas and the row-by-row reference, edge cases included."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import polars as pl
+import pytest
+
+from gpufeed.gpu_transforms.tabular import (
+    Categorify,
+    FillMissing,
+    Log,
+    MinMax,
+    Recipe,
+    Rule,
+    Standardize,
+    apply_rules,
+    col,
+    to_backend,
+)
+from gpufeed.gpu_transforms.tabular.categorical import MISSING_INDEX, UNSEEN_INDEX
+from gpufeed.gpu_transforms.tabular.rules import apply_rules_rowwise
+
+
+def _gappy(n: int, seed: int) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    city = rng.choice([f"c{i:03d}" for i in range(300)] + ["Zürich"], n).astype(object)
+    city[rng.random(n) < 0.05] = None
+    amount = rng.normal(50, 20, n)
+    amount[rng.random(n) < 0.05] = np.nan
+    return pd.DataFrame(
+        {
+            "city": city,
+            "country": rng.choice(["fr", "de", "it", None], n),
+            "amount": amount,
+            "days": rng.integers(0, 3000, n),
+            "visits": rng.integers(0, 90, n),
+        }
+    )
+
+
+def _chunked(df: pd.DataFrame, pieces: int) -> pl.DataFrame:
+    frame = to_backend(df, "polars")
+    bounds = np.linspace(0, len(frame), pieces + 1).astype(int)
+    return pl.concat(
+        [frame[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)], rechunk=False
+    )
+
+
+def _layouts(frame: pl.DataFrame) -> set[tuple[int, ...]]:
+    return {tuple(len(c) for c in s.get_chunks()) for s in frame.get_columns()}
+
+
+def _recipe() -> Recipe:
+    return Recipe(
+        [
+            FillMissing(["amount"]),
+            Log(["visits"]),
+            Standardize(["amount", "days"], by="country"),
+            MinMax(["days"]),
+            Categorify(["city", "country"]),
+        ]
+    )
+
+
+def test_a_recipe_on_a_chunked_polars_frame_keeps_every_column_in_the_same_chunks():
+    # polars copies a whole frame to one chunk before evaluating anything on it when its
+    # columns are chunked differently; the recipe writes its columns back in the frame's chunks.
+    df = _gappy(3000, 1)
+    frame = _chunked(df, 3)
+    out = _recipe().fit_transform(frame)
+    assert _layouts(out) == {(1000, 1000, 1000)}
+    expected = _recipe().fit_transform(df)
+    for c in df.columns:
+        got, want = out[c].to_numpy(), expected[c].to_numpy()
+        if want.dtype.kind == "f":
+            np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12, err_msg=c)
+        else:
+            assert got.tolist() == want.tolist(), c
+
+
+def test_categorify_on_polars_in_one_pass_maps_missing_unseen_and_all_missing_columns_like_pandas():
+    train = pd.DataFrame(
+        {
+            "t": pd.Series(["b", None, "a", "b"], dtype=object),
+            "gone": pd.Series([None] * 4, dtype=object),
+        }
+    )
+    test = pd.DataFrame(
+        {
+            "t": pd.Series(["zz", "a", None, "b"], dtype=object),
+            "gone": pd.Series(["x", None, None, None], dtype=object),
+        }
+    )
+    recipes = {b: Recipe([Categorify(["t", "gone"])]) for b in ("pandas", "polars")}
+    fitted = {b: r.fit_transform(to_backend(train, b)) for b, r in recipes.items()}
+    assert (
+        recipes["polars"].ops[0].state
+        == recipes["pandas"].ops[0].state
+        == {"t": ["a", "b"], "gone": []}
+    )
+    assert (
+        fitted["polars"]["t"].to_list()
+        == fitted["pandas"]["t"].tolist()
+        == [3, MISSING_INDEX, 2, 3]
+    )
+    assert fitted["polars"]["gone"].to_list() == [MISSING_INDEX] * 4
+    # Unseen values and missing ones at transform time, and an empty table.
+    moved = recipes["polars"].transform(to_backend(test, "polars"))
+    assert moved["t"].to_list() == [UNSEEN_INDEX, 2, MISSING_INDEX, 3]
+    assert moved["gone"].to_list() == [UNSEEN_INDEX, MISSING_INDEX, MISSING_INDEX, MISSING_INDEX]
+    assert recipes["polars"].transform(to_backend(test, "polars")[:0])["t"].to_list() == []
+
+
+def test_standardize_by_text_on_polars_equals_pandas_with_missing_and_unseen_groups():
+    df = _gappy(2000, 2)
+    on = {b: Recipe([Standardize(["amount", "days"], by="country")]) for b in ("pandas", "polars")}
+    out = {b: r.fit_transform(to_backend(df, b)) for b, r in on.items()}
+    for c in ("amount", "days"):
+        np.testing.assert_allclose(
+            out["polars"][c].to_numpy(), out["pandas"][c].to_numpy(), rtol=1e-12, atol=1e-12
+        )
+    assert [g[0] for g in on["polars"].ops[0].state["groups"]["amount"]] == ["de", "fr", "it"]
+    # A group unseen at fit time takes the global statistics, as a missing one does.
+    later = pd.DataFrame({"amount": [10.0, 10.0], "days": [5, 5], "country": ["es", None]})
+    moved = on["polars"].transform(to_backend(later, "polars"))
+    mean, std = on["polars"].ops[0].state["global"]["amount"]
+    assert moved["amount"].to_list() == pytest.approx([(10.0 - mean) / std] * 2)
+
+
+@pytest.mark.parametrize("pieces", [1, 4])
+def test_native_polars_rules_equal_the_row_by_row_reference(pieces):
+    # Short isin lists compile to == chains, long ones to is_in; `~` over a missing value,
+    # `!=` and NaN (missing) must read as the reference does.
+    df = _gappy(4000, 3)
+    df.loc[::7, "amount"] = np.nan
+    cities = [f"c{i:03d}" for i in range(0, 40, 3)]
+    rules = [
+        Rule(
+            "w",
+            [
+                (col("city").isin(["c001", "Zürich"]) & col("amount").between(30.0, 60.0), 0.5),
+                (~col("country").isin(["fr", "de"]) & (col("amount") > 40.0), 2.0),
+                (col("city").isin(cities) | (col("country") != "it"), 3.0),
+                (~(col("amount") < 50.0), 4.0),
+            ],
+            default=1.0,
+        ),
+        Rule(
+            "tag",
+            [(col("city").is_missing(), "none"), (~col("city").isin(cities), "other")],
+            default="listed",
+        ),
+    ]
+    frame = _chunked(df, pieces)
+    out = apply_rules(frame, rules)
+    reference = apply_rules_rowwise(df, rules)
+    assert out["w"].to_list() == reference["w"]
+    assert out["tag"].to_list() == reference["tag"]
+    assert out.columns == [*frame.columns, "w", "tag"] and len(_layouts(out)) == 1
