@@ -55,6 +55,27 @@ class ShardSource(SampleSource):
         self._groups = np.asarray(counts, dtype=np.int64)
         self.classes = _classes(self._files, max(labels))
 
+    def _entries(self, path: str, read_index: Callable[[str], list], fits: Callable[[list, int], bool],
+                 scan: Callable[[str], list]) -> list:
+        """Shard ``path``'s entries from the DALI index beside it (``read_index``) when one
+        parses and ``fits(entries, file size)``, else from ``scan(path)``; notes which, so
+        :meth:`dali_index_files` rewrites only indexes that did not match.
+
+        A stale index (of another version of the shard) would point into the wrong bytes:
+        ``fits`` is the format's check that it still describes this file.
+        """
+        idx = f"{path}.idx"
+        if os.path.isfile(idx):
+            try:
+                entries = read_index(idx)
+            except ValueError:
+                entries = []
+            if entries and fits(entries, self.storage.size(path)):
+                self._valid_index.append(True)
+                return entries
+        self._valid_index.append(False)
+        return scan(path)
+
     @abstractmethod
     def _tag(self, index: int) -> str:
         """Sample ``index``'s name within its shard (a key, or ``#k``)."""

@@ -345,19 +345,10 @@ class TFRecordShards(ShardSource):
         return parse_example(data)
 
     def _index(self, path: str) -> list[tuple[int, int]]:
-        idx = f"{path}.idx"
-        if os.path.isfile(idx):
-            try:
-                records = read_index(idx)
-            except ValueError:
-                records = []
-            # A stale index (of another version of the shard) is refused by its last record
-            # running past the file, or by the CRC checks on reading.
-            if records and records[-1][0] + records[-1][1] == self.storage.size(path):
-                self._valid_index.append(True)
-                return records
-        self._valid_index.append(False)
-        return scan_records(path, self.storage)
+        # A stale index is refused by its last record not ending at the file's end, or by
+        # the CRC checks on reading.
+        return self._entries(path, read_index, lambda records, size: records[-1][0] + records[-1][1] == size,
+                             lambda p: scan_records(p, self.storage))
 
     def _tag(self, index: int) -> str:
         return f"#{self._numbers[index]}"

@@ -240,6 +240,14 @@ def _pax_records(body: bytes) -> dict[str, str]:
     return out
 
 
+def _index_fits(samples: list[list[Member]], size: int) -> bool:
+    """Whether a read index can describe a tar of ``size`` bytes (a stale one would point
+    into the wrong bytes): its last sample names members, not bare ``#k`` records, and
+    ends inside the file."""
+    last = samples[-1][-1] if samples[-1] else None
+    return last is not None and not last.name.startswith("#") and last.offset + last.size <= size
+
+
 class WebDatasetShards(ShardSource):
     """The samples of WebDataset tar shards, one image and one ``.cls`` label per key.
 
@@ -295,19 +303,9 @@ class WebDatasetShards(ShardSource):
 
     def _index(self, path: str) -> list[list[Member]]:
         """Members grouped by key, from the DALI index when it fits the file, else the tar."""
-        idx = f"{path}.idx"
-        if os.path.isfile(idx):
-            try:
-                samples = read_index(idx)
-            except ValueError:
-                samples = []
-            # An index of another version of the shard (stale) would point into the wrong
-            # bytes; trusting it only when it names members and ends inside the file.
-            last = samples[-1][-1] if samples and samples[-1] else None
-            if last is not None and not last.name.startswith("#") and last.offset + last.size <= self.storage.size(path):
-                self._valid_index.append(True)
-                return samples
-        self._valid_index.append(False)
+        return self._entries(path, read_index, _index_fits, self._scan)
+
+    def _scan(self, path: str) -> list[list[Member]]:
         grouped: list[list[Member]] = []
         previous = None
         for member in scan_tar(path, self.storage):
