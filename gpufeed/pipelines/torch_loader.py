@@ -189,17 +189,17 @@ class TorchLoader(ClassificationLoader):
             made, self._finish = Normalizer(raw, shared_empty), Normalizer(o, ReusedBuffers().empty)
         else:  # made in this process: normalised once, straight into reused buffers
             made, self._finish = Normalizer(o, ReusedBuffers(keep=8).empty), None
-        self._files, self._collate = _Files(self.samples, o), _Collate(self.samples.labels, o, made)
+        self._files, self._made = _Files(self.samples, o), made
         self._pool = SamplePool(self._threads, "gpufeed-pixels")
         self._sampler = _PlanSampler(self.plan)
         # Workers forked from a process holding DALI pipelines have crashed: fork only
         # when DALI is not loaded here.
         context = None if processes == 0 or "nvidia.dali" not in sys.modules else "forkserver"
-        self._loader = DataLoader(
+        self._loader = None if self._threads else DataLoader(
             self._files,
             batch_sampler=self._sampler,
             num_workers=processes,
-            collate_fn=self._collate,
+            collate_fn=_Collate(self.samples.labels, o, made),
             pin_memory=on_gpu,
             persistent_workers=processes > 0,
             prefetch_factor=4 if processes > 0 else None,
@@ -215,19 +215,18 @@ class TorchLoader(ClassificationLoader):
     def _pixel_batch(self, keys: list[tuple[int, int, int]]) -> tuple:
         """One batch of a pixel source, its samples cropped, resized and written into the
         output on the thread pool (torch's resize and numpy release the GIL)."""
-        out, view = self._collate.finish.output(len(keys), self.options.size, self.options.size,
-                                                torch.device("cpu"))
+        out, view = self._made.output(len(keys), self.options.size, self.options.size, torch.device("cpu"))
 
         def one(k: int) -> None:  # pixels never fail to decode: every sample has its slot
             _, _, image, _ = self._files[keys[k]]
-            self._collate.finish.fill(view[k: k + 1], image)
+            self._made.fill(view[k: k + 1], image)
 
         self._pool.run(len(keys), one)
         labels = torch.tensor([self.samples.labels[i] for _, _, i in keys], dtype=torch.int64)
         return keys[0][1], out, labels, []
 
     def _batches(self) -> Iterator:
-        if self._threads:
+        if self._loader is None:  # a pixel source, made on this process's threads
             yield from prefetched(self._sampler, self._pixel_batch, depth=4)
             return
         try:
