@@ -29,6 +29,7 @@ from gpufeed.gpu_transforms.tabular.categorical import (
 from gpufeed.gpu_transforms.tabular.downcast import DowncastReport, downcast
 from gpufeed.gpu_transforms.tabular.errors import (
     BackendError,
+    ColumnTypeError,
     DowncastError,
     EmptyTableError,
     MalformedCSVError,
@@ -46,7 +47,7 @@ from gpufeed.gpu_transforms.tabular.rules import Rule, apply_rules, apply_rules_
 from gpufeed.gpu_transforms.tabular.split import Split, split_by_group, split_by_time, split_random
 
 __all__ = [
-    "MISSING_INDEX", "UNSEEN_INDEX", "BackendError", "Categorify", "Clip", "DowncastError", "DowncastReport",
+    "MISSING_INDEX", "UNSEEN_INDEX", "BackendError", "Categorify", "Clip", "ColumnTypeError", "DowncastError", "DowncastReport",
     "EmptyTableError", "FillMissing", "HashBucket", "Log", "MalformedCSVError", "MinMax", "MissingColumnError",
     "MixedTypeError", "NonFiniteError", "Recipe", "Rule", "Split", "Standardize", "TableOp", "TabularError",
     "UnknownFormatError", "UnseenCategoryError", "apply_rules", "apply_rules_rowwise", "backend_of", "col",

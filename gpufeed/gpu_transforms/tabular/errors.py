@@ -37,6 +37,10 @@ class MissingColumnError(TabularError, KeyError):
         return str(self.args[0])
 
 
+class ColumnTypeError(TabularError, TypeError):
+    """An op was given a column of a type it cannot work on (text or dates to a numeric op)."""
+
+
 class EmptyTableError(TabularError):
     """Statistics were asked of a table (or column) with no rows or no non-missing value."""
 

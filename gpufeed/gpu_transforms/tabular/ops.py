@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 import narwhals as nw
 
-from gpufeed.gpu_transforms.tabular.errors import NonFiniteError
+from gpufeed.gpu_transforms.tabular.errors import ColumnTypeError, NonFiniteError
 from gpufeed.gpu_transforms.tabular.frames import NwFrame, is_missing
 from gpufeed.gpu_transforms.tabular.kernels import (
     GROUP_CODE,
@@ -65,6 +65,10 @@ class TableOp:
     #: True for an op with a fast path on eager polars frames: the recipe then hands an
     #: eager frame over as it is instead of the op's lazy query.
     polars_eager: ClassVar[bool] = False
+    #: What :meth:`numeric_columns` must hold: ``"any"`` (no check), ``"numbers"`` (integers,
+    #: floats) or ``"numbers or booleans"`` (read as 0/1, for ops that give float64 on
+    #: every backend alike).
+    takes: ClassVar[str] = "any"
 
     def __post_init__(self) -> None:
         if isinstance(self.columns, str) or not self.columns:
@@ -78,6 +82,10 @@ class TableOp:
     def needs(self) -> list[str]:
         """Columns the op reads."""
         return list(self.columns)
+
+    def numeric_columns(self) -> list[str]:
+        """Columns that must hold numbers (checked by :func:`require_numbers` before the op runs)."""
+        return [] if self.takes == "any" else list(self.columns)
 
     def fit(self, frame: NwFrame, backend: str) -> None:
         """Compute ``state`` from the training table."""
@@ -107,6 +115,31 @@ class TableOp:
         return op
 
 
+def require_numbers(frame: NwFrame, op: TableOp, where: str) -> None:
+    """Raise :class:`ColumnTypeError` naming every column of ``op`` that should hold numbers
+    and does not (text, categories, dates).
+
+    Without it each backend fails in its own words, none naming the column ("can only
+    concatenate str (not "float") to str" from ``Log`` on a text column), or not at all:
+    polars clipped a datetime column to quantiles fitted as raw microseconds, which mean
+    something else on a nanosecond column. pandas object columns may hold numbers and are
+    left to the op.
+    """
+    columns = op.numeric_columns()
+    if not columns:
+        return
+    schema = frame.collect_schema()
+    booleans = op.takes == "numbers or booleans"
+    bad = {c: str(schema[c]) for c in columns
+           if not (schema[c].is_numeric() or schema[c] in (nw.Object, nw.Unknown)
+                   or (booleans and schema[c] == nw.Boolean))}
+    if bad:
+        raise ColumnTypeError(
+            f"{where} works on {op.takes}; column(s) {bad} (name: dtype) are not: encode text or "
+            "categories with Categorify or HashBucket, or turn the column(s) into numbers first"
+        )
+
+
 @dataclass
 class FillMissing(TableOp):
     """Fill missing values with the training ``mean`` or ``median``, or a ``constant``.
@@ -117,6 +150,11 @@ class FillMissing(TableOp):
     strategy: str = "mean"
     value: float | str | None = None
     kind: ClassVar[str] = "fill_missing"
+    takes: ClassVar[str] = "numbers"
+
+    def numeric_columns(self) -> list[str]:
+        """A mean or median needs numbers; a constant fills text, boolean or date columns too."""
+        return [] if self.strategy == "constant" else list(self.columns)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -176,6 +214,7 @@ class Clip(TableOp):
     upper: float | None = None
     quantiles: tuple[float, float] | None = None
     kind: ClassVar[str] = "clip"
+    takes: ClassVar[str] = "numbers"
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -235,6 +274,7 @@ class Log(TableOp):
     offset: float = 1.0
     kind: ClassVar[str] = "log"
     stateless: ClassVar[bool] = True
+    takes: ClassVar[str] = "numbers or booleans"
 
     def _check_domain(self, frame: NwFrame) -> None:
         # Each column's minimum decides (adding the offset is monotonic, rounding included):
@@ -282,6 +322,7 @@ class Standardize(TableOp):
 
     by: str | None = None
     kind: ClassVar[str] = "standardize"
+    takes: ClassVar[str] = "numbers or booleans"
 
     def needs(self) -> list[str]:
         return [*self.columns, *([self.by] if self.by else [])]
@@ -346,6 +387,7 @@ class MinMax(TableOp):
     """Scale to [0, 1] with the training minimum and maximum (a constant column gives 0)."""
 
     kind: ClassVar[str] = "minmax"
+    takes: ClassVar[str] = "numbers or booleans"
 
     def fit(self, frame: NwFrame, backend: str) -> None:
         native = numpy_columns(frame, self.columns) if backend == "pandas" else None

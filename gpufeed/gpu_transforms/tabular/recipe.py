@@ -40,7 +40,15 @@ from gpufeed.gpu_transforms.tabular.frames import (
     wrap,
     write_back,
 )
-from gpufeed.gpu_transforms.tabular.ops import Clip, FillMissing, Log, MinMax, Standardize, TableOp
+from gpufeed.gpu_transforms.tabular.ops import (
+    Clip,
+    FillMissing,
+    Log,
+    MinMax,
+    Standardize,
+    TableOp,
+    require_numbers,
+)
 
 _FORMAT_VERSION = 1
 
@@ -120,7 +128,8 @@ class Recipe:
         """Fit every op on ``df`` (the training split only) and return ``self``.
 
         Raises:
-            MissingColumnError, EmptyTableError, NonFiniteError: naming the op and column.
+            MissingColumnError, ColumnTypeError (text or dates given to a numeric op),
+            EmptyTableError, NonFiniteError: naming the op and column.
         """
         self._fit(df, transform_last=False)
         return self
@@ -130,6 +139,7 @@ class Recipe:
         backend = backend_of(frame)
         for i, op in enumerate(self.ops):
             require_columns(frame, op.needs(), f"recipe op {i} ({op.kind})")
+            require_numbers(frame, op, f"recipe op {i} ({op.kind})")
             if transform_last or i + 1 < len(self.ops):  # the next op is fitted on this op's output
                 frame = _step(frame, backend, op, op.fit_transform)
             else:
@@ -143,7 +153,8 @@ class Recipe:
             A native frame on ``df``'s backend, same rows in the same order.
 
         Raises:
-            RuntimeError: the recipe is not fitted; MissingColumnError and the ops' errors.
+            RuntimeError: the recipe is not fitted; MissingColumnError, ColumnTypeError and
+            the ops' errors.
         """
         if not self.fitted:
             raise RuntimeError("the recipe is not fitted: call fit(train) or load a fitted recipe")
@@ -151,6 +162,7 @@ class Recipe:
         backend = backend_of(frame)
         for i, op in enumerate(self.ops):
             require_columns(frame, op.needs(), f"recipe op {i} ({op.kind})")
+            require_numbers(frame, op, f"recipe op {i} ({op.kind})")
             frame = _step(frame, backend, op, op.transform)
         return nw.to_native(frame)
 

@@ -12,6 +12,7 @@ import pytest
 from gpufeed.gpu_transforms.tabular import (
     Categorify,
     Clip,
+    ColumnTypeError,
     EmptyTableError,
     FillMissing,
     HashBucket,
@@ -583,3 +584,51 @@ def test_categorify_on_eager_polars_fits_and_codes_in_one_pass_like_pandas():
     for c in cols:
         assert str(together[c].dtype) == "Int32"
         assert together[c].to_list() == expected[c].tolist(), c
+
+
+@pytest.fixture(scope="module")
+def mixed_types() -> pd.DataFrame:
+    """The column kinds of a real survey table (palmerpenguins): a categorical, text with
+    missing values, a date, a boolean and a float with missing values."""
+    return pd.DataFrame({
+        "species": pd.Categorical(["Adelie", "Gentoo", "Adelie", "Chinstrap"]),
+        "sex": ["male", None, "female", "male"],
+        "egg_date": pd.to_datetime(["2007-11-11", "2007-11-16", "2008-11-09", "2009-11-18"]),
+        "clutch": [True, False, True, True],
+        "mass": [3750.0, np.nan, 3250.0, 4500.0],
+    })
+
+
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+@pytest.mark.parametrize(("op", "column"), [
+    (Log(["sex"]), "sex"), (Log(["species"]), "species"), (Standardize(["sex"]), "sex"),
+    (Standardize(["mass", "egg_date"], by="sex"), "egg_date"), (MinMax(["species"]), "species"),
+    (FillMissing(["sex"]), "sex"), (FillMissing(["sex"], strategy="median"), "sex"),
+    (Clip(["sex"], lower=0), "sex"), (Clip(["egg_date"], quantiles=(0.1, 0.9)), "egg_date"),
+    (Clip(["clutch"], lower=0, upper=1), "clutch"), (FillMissing(["clutch"]), "clutch"),
+])
+def test_numeric_op_on_text_dates_or_categories_names_the_column(mixed_types, backend, op, column):
+    # Each backend used to fail in its own words without the column ("can only concatenate
+    # str (not "float") to str"), and polars clipped dates to quantiles fitted as raw ticks.
+    frame = to_backend(mixed_types, backend)
+    with pytest.raises(ColumnTypeError, match=rf"recipe op 0 \({op.kind}\) works on .*'{column}'"):
+        Recipe([op]).fit(frame)
+    with pytest.raises(ColumnTypeError, match=f"'{column}'"):
+        Recipe([op]).fit_transform(frame)
+
+
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_numeric_op_type_check_is_also_made_at_transform(mixed_types, backend):
+    fitted = Recipe([MinMax(["mass"])]).fit(to_backend(mixed_types, backend))
+    renamed = to_backend(mixed_types.drop(columns="mass").rename(columns={"sex": "mass"}), backend)
+    with pytest.raises(ColumnTypeError, match="'mass'"):
+        fitted.transform(renamed)
+
+
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_ops_still_take_booleans_and_constant_fills_of_any_type(mixed_types, backend):
+    frame = to_backend(mixed_types, backend)
+    out = to_backend(Recipe([FillMissing(["sex"], strategy="constant", value="unknown"),
+                             MinMax(["clutch"]), Categorify(["species", "sex"])]).fit_transform(frame), "pandas")
+    assert out["clutch"].tolist() == [1.0, 0.0, 1.0, 1.0]
+    assert out["sex"].tolist() == [3, 4, 2, 3]  # female 2, male 3, unknown 4: after the 2 reserved codes
