@@ -326,3 +326,27 @@ def test_duplicate_csv_header_names_are_refused_on_every_backend(tmp_path, backe
     path.write_text("a,a,b\n1,2,3\n")
     with pytest.raises(MalformedCSVError, match=r"dup.csv: the header names column\(s\) \['a'\] more than once"):
         read_table(path, backend=backend)
+
+
+def test_pickle_from_polars_keeps_integers_with_missing_values(tmp_path):
+    # Ids of a real table with a missing entry: polars' to_pandas() made them float64, so
+    # ids beyond 2**53 came back rounded and the column read back as Float64.
+    ids = [2**53 + 1, None, 2**53 + 3]
+    df = pl.DataFrame({"id": ids, "small": pl.Series([1, None, 3], dtype=pl.Int16), "x": [0.5, 1.5, None]})
+    path = write_table(df, tmp_path / "t.pkl")
+    back = read_table(path, backend="polars")
+    assert back.schema == df.schema
+    assert back["id"].to_list() == ids
+    on_pandas = read_table(path, backend="pandas")
+    assert str(on_pandas["id"].dtype) == "Int64" and on_pandas["id"].tolist()[::2] == ids[::2]
+
+
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_hdf5_names_the_columns_it_cannot_store(tmp_path, backend):
+    df = pd.DataFrame({"age": pd.array([18, None, 33], dtype="Int64"), "x": [1.0, 2.0, 3.0]})
+    frame = df if backend == "pandas" else pl.from_pandas(df)
+    with pytest.raises(TabularError, match=r"HDF5 cannot store column\(s\) \{'age': 'Int64'\}"):
+        write_table(frame, tmp_path / "t.h5")
+    # Integers without missing values still go to HDF5 from polars.
+    full = pl.DataFrame({"age": [18, 25, 33]})
+    assert read_table(write_table(full, tmp_path / "ok.h5"), backend="polars")["age"].to_list() == [18, 25, 33]

@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from gpufeed.datasets.tables.base import ReadOptions, ReadReport, TableFormat, WriteOptions
+from gpufeed.gpu_transforms.tabular.errors import TabularError
 from gpufeed.gpu_transforms.tabular.frames import Frame
 
 _HDF_KEY = "table"
@@ -100,6 +101,17 @@ def _read_hdf5(path: Path, options: ReadOptions, report: ReadReport) -> Frame:
 
 
 def _write_hdf5(df: Frame, path: Path, options: WriteOptions) -> None:
+    # pandas' HDFStore stores numpy dtypes, categoricals, zoned datetimes and text only; it
+    # refused the others (nullable integers from a table with missing ids, booleans with
+    # missing values) with a NotImplementedError naming no column.
+    kept = (pd.CategoricalDtype, pd.DatetimeTZDtype, pd.StringDtype)
+    bad = {c: str(t) for c, t in df.dtypes.items()
+           if isinstance(t, pd.api.extensions.ExtensionDtype) and not isinstance(t, kept)}
+    if bad:
+        raise TabularError(
+            f"{path}: HDF5 cannot store column(s) {bad} (name: dtype), e.g. integers with missing "
+            "values; write Parquet or Feather, which keep them, or fill or cast the column(s) first"
+        )
     categorical = any(isinstance(t, pd.CategoricalDtype) for t in df.dtypes)
     df.to_hdf(path, key=_HDF_KEY, mode="w", format="table" if categorical else "fixed")
 

@@ -119,7 +119,10 @@ def write_table(
     JSON is written as JSON lines (one record per line), the layout GPU and streaming
     readers expect, with floats written exactly and datetimes as ISO 8601 text; HDF5 uses
     the key ``"table"`` (and pandas' ``"table"`` layout when a column is categorical, which
-    the default fixed layout cannot store); CSV has no index column.
+    the default fixed layout cannot store) and refuses, naming them, columns pandas'
+    HDFStore cannot store (integers or booleans with missing values: use Parquet or
+    Feather); CSV has no index column. A polars or cuDF frame written through pandas
+    (pickle, HDF5) keeps its integer columns with missing values integer.
 
     Args:
         df: the frame.
@@ -129,6 +132,9 @@ def write_table(
 
     Returns:
         ``path`` as a :class:`~pathlib.Path`.
+
+    Raises:
+        TabularError: HDF5 asked to store a column it cannot (named, with its dtype).
 
     Example:
         >>> write_table(df, tmp_path / "readings.parquet")  # doctest: +SKIP
@@ -143,7 +149,7 @@ def write_table(
     backend = backend_of(df)
     out.parent.mkdir(parents=True, exist_ok=True)
     takes, writer = fmt.writer(backend)
-    writer(df if takes == backend else df.to_pandas(), out, WriteOptions(sep))
+    writer(df if takes == backend else _to_pandas(df), out, WriteOptions(sep))
     return out
 
 
@@ -168,3 +174,35 @@ def convert(
     """
     frame, report = read_table_with_report(src, format=src_format, backend=backend, on_bad_lines=on_bad_lines)
     return write_table(frame, dst, format=dst_format), report
+
+
+def _to_pandas(df: Frame) -> Frame:
+    """A polars or cuDF frame as pandas for a pandas-only writer (pickle, HDF5), integer
+    columns with missing values kept as pandas' nullable integers.
+
+    ``to_pandas()`` turns them into float64: a pickle written from polars read back as
+    Float64, and integers beyond 2**53 (ids) came back rounded.
+    """
+    import narwhals as nw
+
+    frame = nw.from_native(df)
+    pdf = df.to_pandas()
+    for name, dtype in frame.collect_schema().items():
+        column = frame.get_column(name)
+        if dtype.is_integer() and column.null_count():
+            values = nw.to_native(column).to_arrow()
+            pdf[name] = values.to_pandas(types_mapper=_nullable_int).set_axis(pdf.index)
+    return pdf
+
+
+#: Arrow integer types -> pandas' nullable integer dtypes (which keep missing values exact).
+_NULLABLE_INTS = {"int8": "Int8", "int16": "Int16", "int32": "Int32", "int64": "Int64",
+                  "uint8": "UInt8", "uint16": "UInt16", "uint32": "UInt32", "uint64": "UInt64"}
+
+
+def _nullable_int(arrow_type: object) -> object:
+    """pandas' nullable dtype for an Arrow integer type (a ``types_mapper``); None otherwise."""
+    import pandas as pd
+
+    name = _NULLABLE_INTS.get(str(arrow_type))
+    return pd.api.types.pandas_dtype(name) if name else None
