@@ -87,7 +87,34 @@ def _column_bytes(frame: nw.DataFrame, column: str) -> int:
     native = nw.to_native(frame)
     if backend_of(native) in ("pandas", "cudf"):
         return int(native[column].memory_usage(index=False, deep=True))
+    if native.schema[column] == _polars_string():
+        return _polars_string_bytes(native[column])
     return int(frame.select(column).estimated_size("b"))
+
+
+#: A polars string is a 16-byte view; text longer than this is kept in a buffer beside it.
+_VIEW_BYTES, _INLINE_BYTES = 16, 12
+
+
+def _polars_string() -> Any:
+    import polars as pl
+
+    return pl.String
+
+
+def _polars_string_bytes(series: Any) -> int:
+    """Bytes of a polars text column: a 16-byte view per value, plus the text of values
+    longer than 12 bytes (shorter ones live inside their view), plus the validity bits.
+
+    polars' ``estimated_size`` counts the text alone: 2-letter state codes came to ~2
+    bytes a row instead of 16, so turning them into a categorical (4 bytes a row) was
+    reported as making the table larger (airports: -6% "saved") while it cut them 4x
+    (measured by the process's memory).
+    """
+    lengths = series.str.len_bytes()
+    outside = int(lengths.filter(lengths > _INLINE_BYTES).sum() or 0)
+    validity = (len(series) + 7) // 8 if series.null_count() else 0
+    return _VIEW_BYTES * len(series) + outside + validity
 
 
 def _smallest_int(low: int, high: int, allow_unsigned: bool) -> Any | None:
