@@ -255,13 +255,20 @@ class Rule:
         """Columns the rule reads."""
         return set().union(*(c.columns() for c, _ in self.cases))
 
+    def integer_output(self) -> bool:
+        """True when every value and the default are integers: the output is then int64 on
+        every backend (polars types integer literals Int32, pandas' ``np.select`` int64)."""
+        values = [v for _, v in self.cases] + [self.default]
+        return all(isinstance(v, int) and not isinstance(v, bool) for v in values)
+
     def to_expr(self) -> nw.Expr:
         """The vectorised form: one case-when expression."""
+        dtype = nw.Int64 if self.integer_output() else None
         (first, value), *rest = self.cases
-        chain = nw.when(first.to_expr().fill_null(False)).then(nw.lit(value))
+        chain = nw.when(first.to_expr().fill_null(False)).then(nw.lit(value, dtype))
         for cond, v in rest:
-            chain = chain.when(cond.to_expr().fill_null(False)).then(nw.lit(v))
-        return chain.otherwise(nw.lit(self.default)).alias(self.output)
+            chain = chain.when(cond.to_expr().fill_null(False)).then(nw.lit(v, dtype))
+        return chain.otherwise(nw.lit(self.default, dtype)).alias(self.output)
 
     def evaluate_row(self, row: Mapping[str, Any]) -> Any:
         """The row-by-row reference: what a for-loop would compute for ``row``."""
@@ -395,11 +402,12 @@ def _apply_rules_polars(frame: nw.DataFrame, rules: Sequence[Rule]) -> Frame:
     norm = nw.to_native(nan_as_null(frame, read))
     exprs = []
     for rule in rules:
+        dtype = pl.Int64 if rule.integer_output() else None
         (first, value), *rest = rule.cases
-        chain = pl.when(_polars_cond(first, norm.schema)).then(pl.lit(value))
+        chain = pl.when(_polars_cond(first, norm.schema)).then(pl.lit(value, dtype))
         for cond, v in rest:
-            chain = chain.when(_polars_cond(cond, norm.schema)).then(pl.lit(v))
-        exprs.append(chain.otherwise(pl.lit(rule.default)).alias(rule.output))
+            chain = chain.when(_polars_cond(cond, norm.schema)).then(pl.lit(v, dtype))
+        exprs.append(chain.otherwise(pl.lit(rule.default, dtype)).alias(rule.output))
     outputs = norm.lazy().select(read).select(*exprs).collect(engine="streaming")
     return nw.to_native(write_back(frame, wrap(outputs)))
 

@@ -155,3 +155,18 @@ def test_pandas_masks_on_nullable_text_and_datetime_columns_equal_the_reference_
     polars = apply_rules(to_backend(df, "polars"), rules)
     for r in ("a", "b"):
         assert out[r].tolist() == ref[r] == polars[r].to_list(), r
+
+
+def test_integer_rule_outputs_are_int64_on_every_backend():
+    # A weight or label rule over a real table (sleep hours, diet): pandas' np.select gave
+    # int64 and polars' integer literals Int32, so the same rule typed its column differently.
+    df = pd.DataFrame({"sleep_total": [12.1, 17.0, 14.4, 19.9], "vore": ["carni", "omni", None, "herbi"]})
+    rule = Rule("w", [(col("sleep_total") > 15, 2), (col("vore") == "herbi", 3)], default=0)
+    want = [0, 2, 0, 2]
+    out = apply_rules(df, [rule])
+    assert out["w"].dtype == np.int64 and out["w"].tolist() == want
+    for frame in (to_backend(df, "polars"), to_backend(df, "polars").lazy()):
+        got = apply_rules(frame, [rule])
+        got = got.collect() if isinstance(got, pl.LazyFrame) else got
+        assert got.schema["w"] == pl.Int64 and got["w"].to_list() == want
+    assert apply_rules(to_dask(df, npartitions=2), [rule]).compute()["w"].tolist() == want
