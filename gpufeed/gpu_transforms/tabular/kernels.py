@@ -274,10 +274,23 @@ def pandas_factorize(series: Any, *, counts: bool = True) -> tuple[np.ndarray, n
 
 def pandas_codes(found: np.ndarray, uniques: np.ndarray, vocabulary: list[Any], unseen: int,
                  missing: int, start: int = 2) -> np.ndarray:
-    """Vocabulary codes of a factorised column: only its distinct values are looked up."""
+    """Vocabulary codes of a factorised column: only its distinct values are looked up.
+
+    A value the lookup misses is looked up again by its text when the vocabulary and the
+    column hold different types: pandas compares a categorical by its text ('2007'), while
+    the same column on polars (which has no integer categoricals) is Int64 and fits [2007,
+    ...], so a recipe fitted on one backend mapped every row on the other to unseen (polars'
+    own lookup already matched them).
+    """
     import pandas as pd
 
     where = pd.Index(vocabulary, dtype=object).get_indexer(uniques)
+    missed = where < 0
+    if missed.any() and vocabulary:
+        texts = [isinstance(v, str) for v in vocabulary] + [isinstance(v, str) for v in uniques[missed]]
+        if not all(texts) and any(texts):
+            again = pd.Index([str(v) for v in vocabulary], dtype=object)
+            where[missed] = again.get_indexer([str(v) for v in uniques[missed]])
     table = np.append(np.where(where >= 0, where + start, unseen), missing).astype(np.int32)
     return table[found]
 

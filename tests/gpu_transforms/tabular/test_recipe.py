@@ -632,3 +632,23 @@ def test_ops_still_take_booleans_and_constant_fills_of_any_type(mixed_types, bac
                              MinMax(["clutch"]), Categorify(["species", "sex"])]).fit_transform(frame), "pandas")
     assert out["clutch"].tolist() == [1.0, 0.0, 1.0, 1.0]
     assert out["sex"].tolist() == [3, 4, 2, 3]  # female 2, male 3, unknown 4: after the 2 reserved codes
+
+
+def test_categorify_of_integer_categories_transforms_alike_across_backends():
+    # A survey year kept as a pandas categorical (palmerpenguins): pandas compares it by
+    # its text ('2007'), polars holds it as Int64 and fits [2007, ...]. A recipe fitted on
+    # polars mapped every pandas row to unseen (0), and one fitted on pandas every row of
+    # a plain integer column.
+    df = pd.DataFrame({"year": pd.Categorical([2007, 2008, 2009, 2008, None])})
+    want = [2, 3, 4, 3, MISSING_INDEX]
+    on_polars = Recipe([Categorify(["year"])]).fit(to_backend(df, "polars"))
+    on_pandas = Recipe([Categorify(["year"])]).fit(df)
+    for recipe in (on_polars, on_pandas):
+        loaded = Recipe.from_json(recipe.to_json())
+        assert loaded.transform(df)["year"].tolist() == want
+        assert loaded.transform(to_backend(df, "polars"))["year"].to_list() == want
+        plain = df.assign(year=pd.array([2007, 2008, 2009, 2008, None], dtype="Int64"))
+        assert loaded.transform(plain)["year"].tolist() == want
+    # A value unseen on both sides stays unseen.
+    later = pd.DataFrame({"year": pd.Categorical([2010, 2007])})
+    assert Recipe.from_json(on_polars.to_json()).transform(later)["year"].tolist() == [UNSEEN_INDEX, 2]
