@@ -350,3 +350,18 @@ def test_hdf5_names_the_columns_it_cannot_store(tmp_path, backend):
     # Integers without missing values still go to HDF5 from polars.
     full = pl.DataFrame({"age": [18, 25, 33]})
     assert read_table(write_table(full, tmp_path / "ok.h5"), backend="polars")["age"].to_list() == [18, 25, 33]
+
+
+def test_text_column_with_a_few_number_like_codes_stays_text(tmp_path):
+    # Real airport codes: '0E0' and '0E8' parse as numbers, the other 3,374 do not. A
+    # column mostly of text is text (as pandas and polars read it), not a numeric typo.
+    path = tmp_path / "airports.csv"
+    codes = ["00M", "00R", "0E0", "0E8", "ABQ", "JFK", "LAX", "SFO"]
+    path.write_text("iata,lat\n" + "".join(f"{c},{i}.5\n" for i, c in enumerate(codes)))
+    for backend in ("pandas", "polars"):
+        frame = read_table(path, backend=backend)
+        assert list(frame["iata"]) == codes
+    # Numbers in most rows with one word among them is still a typo in a numeric column.
+    path.write_text("station,power\n" + "".join(f"s{i},{i}\n" for i in range(6)) + "s6,oops\ns7,oops\n")
+    with pytest.raises(MixedTypeError, match="column 'power'.*'oops'"):
+        read_table(path, backend="pandas")

@@ -178,19 +178,27 @@ def _read_csv_arrow(path: Path, on_bad_lines: OnError, report: ReadReport, sep: 
 def _check_mixed_types(
     table: Any, path: Path, skipped: list[tuple[int | None, str]], sep: str = ",", encoding: str = "utf-8"
 ) -> None:
-    """Reject text columns that hold numbers and non-numbers alike (a typo in a numeric column)."""
+    """Reject a numeric column with words in it (a typo: ``n/a?`` among the readings).
+
+    A column is numeric here when numbers fill at least half of its non-empty rows. A text
+    column in which a few values happen to parse as numbers (airport codes ``0E0`` and
+    ``0E8`` among 3,376, zip codes, part numbers) stays text, as pandas and polars read it:
+    nothing is lost, every value keeps its text.
+    """
     import pyarrow as pa
     import pyarrow.compute as pc
 
     for name, column in zip(table.column_names, table.columns, strict=True):
         if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
             continue
-        distinct = pd.Series(pc.unique(column).to_pylist(), dtype=object).dropna()
-        distinct = distinct[distinct.str.strip() != ""]
-        numeric = pd.to_numeric(distinct, errors="coerce").notna()
-        if numeric.any() and not numeric.all():
-            odd = distinct[~numeric] if numeric.mean() >= 0.5 else distinct[numeric]
-            example = str(odd.iloc[0])
+        counted = pc.value_counts(column)  # each distinct value once, with its row count
+        values = pd.Series(counted.field("values").to_pylist(), dtype=object)
+        rows = counted.field("counts").to_numpy(zero_copy_only=False)
+        kept = (values.notna() & (values.str.strip() != "")).to_numpy()
+        values, rows = values[kept], rows[kept]
+        numeric = pd.to_numeric(values, errors="coerce").notna().to_numpy()
+        if numeric.any() and not numeric.all() and rows[numeric].sum() >= rows[~numeric].sum():
+            example = str(values[~numeric].iloc[0])
             row = pc.index(column, example).as_py()
             line = _line_of_row(path, row, skipped, sep, encoding)
             where = f"on line {line}" if line is not None else f"in data row {row + 1}"
