@@ -102,21 +102,23 @@ class Categorify(TableOp):
 
     def transform(self, frame: NwFrame, backend: str) -> NwFrame:
         exprs = _category_exprs(self.columns, frame.collect_schema())
-        if self.on_unseen is OnUnseen.RAISE:
-            self._reject_unseen(frame, exprs)
-        return vocabulary_codes(frame, backend, exprs, {c: self.state[c] for c in self.columns},
-                                UNSEEN_INDEX, MISSING_INDEX)
-
-    def _reject_unseen(self, frame: NwFrame, exprs: dict[str, nw.Expr]) -> None:
-        masks = {c: ~exprs[c].is_in(self.state[c]) & ~exprs[c].is_null() for c in self.columns}
-        counts = aggregate(frame, [m.sum().alias(c) for c, m in masks.items()])
+        vocabularies = {c: self.state[c] for c in self.columns}
+        if self.on_unseen is not OnUnseen.RAISE:
+            return vocabulary_codes(frame, backend, exprs, vocabularies, UNSEEN_INDEX, MISSING_INDEX)
+        # Unseen is what the lookup maps to UNSEEN_INDEX (one definition, so a value matched
+        # by text across backends is not refused here): codes beside the values, for examples.
+        names = {c: f"__gpufeed_code_{c}" for c in self.columns}
+        coded = vocabulary_codes(frame, backend, exprs, vocabularies, UNSEEN_INDEX, MISSING_INDEX, names=names)
+        counts = aggregate(coded, [(nw.col(names[c]) == UNSEEN_INDEX).sum().alias(c) for c in self.columns])
         for c, n in counts.items():
             if n:
-                examples = collect_small(frame.filter(masks[c]).select(exprs[c].alias(c))).get_column(c).head(3).to_list()
+                unseen = coded.filter(nw.col(names[c]) == UNSEEN_INDEX).select(exprs[c].alias(c))
+                examples = collect_small(unseen).get_column(c).head(3).to_list()
                 raise UnseenCategoryError(
                     f"Categorify: column {c!r} has {int(n)} value(s) not seen at fit time, e.g. {examples}; "
                     f"use on_unseen='index' to map them to index {UNSEEN_INDEX}"
                 )
+        return coded.with_columns(*[nw.col(names[c]).alias(c) for c in self.columns]).drop(*names.values())
 
     def params(self) -> dict[str, Any]:
         return {"min_count": self.min_count, "on_unseen": self.on_unseen.value}

@@ -165,6 +165,10 @@ def split_by_time(df: Frame, column: str, fractions: Sequence[float] = (0.8, 0.1
     Returns:
         A :class:`Split` with ``train: t < val_start``, ``val: val_start <= t < test_start``,
         ``test: t >= test_start``; rows with a missing time go to train and are counted.
+
+    Warns:
+        UserWarning: computed cutoffs left a part with a non-zero share empty (a column of
+        a few distinct times, such as a year).
     """
     _check_fractions(fractions)
     frame = wrap(df)
@@ -172,6 +176,7 @@ def split_by_time(df: Frame, column: str, fractions: Sequence[float] = (0.8, 0.1
     t = nw.col(column)
     if frame.collect_schema()[column].is_float() and backend_of(frame) in ("polars", "cudf"):
         t = t.fill_nan(None)  # a NaN time is missing (as on pandas): train, not the latest rows
+    computed = cutoffs is None
     if cutoffs is None:
         if is_lazy(frame):
             raise BackendError("split_by_time on Dask needs cutoffs=(val_start, test_start)")
@@ -189,4 +194,12 @@ def split_by_time(df: Frame, column: str, fractions: Sequence[float] = (0.8, 0.1
         masks = [(t < start_val) | t.is_null(), t >= start_val, ~every]
     else:
         masks = [(t < start_val) | t.is_null(), (t >= start_val) & (t < start_test), t >= start_test]
-    return _finish(frame, masks, f"by-time ({column})", None if is_lazy(frame) else len(frame))
+    split = _finish(frame, masks, f"by-time ({column})", None if is_lazy(frame) else len(frame))
+    empty = [name for (name, n), share in zip(split.rows.items(), fractions, strict=True) if share > 0 and not n]
+    if empty and computed:
+        # Rows sharing a time stay together, so a column of a few distinct times (a year)
+        # can leave a part empty; say so, as split_by_group does for too few groups.
+        warnings.warn(f"split_by_time: the times of {column!r} repeat too much for fractions "
+                      f"{tuple(fractions)} (cutoffs {cutoffs}): {', '.join(empty)} got no row; "
+                      "pass cutoffs=(val_start, test_start) or split on a finer time column", stacklevel=2)
+    return split

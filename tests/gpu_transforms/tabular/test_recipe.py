@@ -423,6 +423,16 @@ def test_too_few_groups_for_the_fractions_warn(table):
 
 
 @pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_split_by_time_on_repeating_times_warns_of_an_empty_part(backend):
+    # Survey years: rows sharing a year stay together, so 80/10/10 of three years cannot
+    # fill val; the user hears it instead of finding an empty validation set later.
+    years = to_backend(pd.DataFrame({"year": [2007] * 4 + [2008] * 3 + [2009] * 3}), backend)
+    with pytest.warns(UserWarning, match="'year' repeat too much.*val got no row"):
+        split = split_by_time(years, "year", (0.8, 0.1, 0.1))
+    assert split.rows == {"train": 7, "val": 0, "test": 3}
+
+
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
 def test_clip_to_fractional_bounds_makes_integers_float_on_every_backend(backend):
     out = Recipe([Clip(["n"], lower=0.5, upper=2.5)]).fit_transform(to_backend(pd.DataFrame({"n": [0, 1, 2, 3]}), backend))
     assert list(out["n"]) == [0.5, 1.0, 2.0, 2.5]
@@ -652,3 +662,9 @@ def test_categorify_of_integer_categories_transforms_alike_across_backends():
     # A value unseen on both sides stays unseen.
     later = pd.DataFrame({"year": pd.Categorical([2010, 2007])})
     assert Recipe.from_json(on_polars.to_json()).transform(later)["year"].tolist() == [UNSEEN_INDEX, 2]
+    # on_unseen="raise" refuses exactly what would map to unseen: the years matched by text
+    # pass, 2010 is named.
+    strict = Recipe([Categorify(["year"], on_unseen="raise")]).fit(to_backend(df, "polars"))
+    assert strict.transform(df)["year"].tolist() == want
+    with pytest.raises(UnseenCategoryError, match=r"'year' has 1 value\(s\) not seen.*2010"):
+        strict.transform(later)
