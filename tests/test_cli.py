@@ -26,7 +26,7 @@ def test_data_images_writes_an_image_folder(tmp_path, capsys):
 def test_bench_images_writes_results_with_metadata(image_folder, tmp_path):
     out = subprocess.run(
         [sys.executable, "-m", "gpufeed", "bench", "images", "--data", str(image_folder), "--size", "32",
-         "--batch-size", "8", "--repeats", "1", "--workers", "1", "--only", "dali-cpu", "torch-cpu",
+         "--batch-size", "8", "--repeats", "1", "--rounds", "2", "--workers", "1", "--only", "dali-cpu", "torch-cpu",
          "--out", str(tmp_path)],
         capture_output=True, text=True, timeout=600,
     )
@@ -39,7 +39,9 @@ def test_bench_images_writes_results_with_metadata(image_folder, tmp_path):
     assert rows["torch-pil"]["ratio"] == 1.0
     for row in rows.values():
         assert row["verdict"] == "ok" and row["check"]["samples"] == 40
-    assert result.with_suffix(".md").exists()
+        # Two rounds, one timed epoch each: both epochs pooled, each round's rate kept.
+        assert row["rounds"] == 2 and len(row["seconds"]) == 2 and len(row["round_rates"]) == 2
+    assert "× per round" in result.with_suffix(".md").read_text()
 
 
 def test_cpu_only_workflow_never_imports_gpu_libraries():

@@ -70,6 +70,41 @@ class Timing:
         }
 
 
+def add_rounds_argument(parser: argparse.ArgumentParser, default: int = 2) -> None:
+    """The ``--rounds`` option of the suites that compare contenders in separate processes."""
+    parser.add_argument("--rounds", type=int, default=default,
+                        help=f"times every contender runs, each time in a fresh process, taking turns with the "
+                             f"others so that a slow spell of the machine hits them alike (default: {default})")
+
+
+def pool_rounds(rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One contender's row from its rounds: every timed repeat pooled (median and min/max
+    over all of them), each round's own rate kept as ``round_rates`` for
+    :func:`round_ratios`; the last round's other fields (output checks ...) kept.
+
+    A round that failed makes the row that failure: a contender that crashes once is not
+    reported as fast from its other rounds.
+    """
+    failed = next((r for r in rounds if "rate" not in r), None)
+    if failed is not None:
+        return dict(failed)
+    timing = Timing([s for r in rounds for s in r["seconds"]], rounds[-1]["work"])
+    return {**rounds[-1], **timing.as_dict(), "rounds": len(rounds), "round_rates": [r["rate"] for r in rounds]}
+
+
+def round_ratios(row: dict[str, Any], over: dict[str, Any]) -> list[float]:
+    """``row``'s rate over ``over``'s, round by round: the pairs measured minutes apart
+    rather than a run's length apart, so their spread is the comparison's own noise."""
+    mine, theirs = row.get("round_rates", [row["rate"]]), over.get("round_rates", [over["rate"]])
+    return [a / b for a, b in zip(mine, theirs, strict=False)]
+
+
+def spread(values: Sequence[float]) -> str:
+    """``"lo–hi"`` of per-round ratios for a report (one value: just that value)."""
+    lo, hi = min(values), max(values)
+    return f"{lo:.2f}" if len(values) == 1 or lo == hi else f"{lo:.2f}–{hi:.2f}"
+
+
 def synchronize() -> None:
     """Wait for queued GPU work, so a timed region never ends at an asynchronous launch."""
     if cuda_available():

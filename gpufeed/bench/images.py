@@ -18,10 +18,14 @@ from typing import Any
 
 from gpufeed.bench.harness import (
     add_out_argument,
+    add_rounds_argument,
     epoch_runner,
     markdown_table,
     measure,
+    pool_rounds,
+    round_ratios,
     run_isolated,
+    spread,
     write_results,
 )
 from gpufeed.bench.progress import stage
@@ -45,7 +49,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=64, help="default: 64")
     parser.add_argument("--size", type=int, default=224, help="output size (default: 224)")
     parser.add_argument("--workers", type=int, default=None, help="workers/threads each (default: all cores)")
-    parser.add_argument("--repeats", type=int, default=3, help="timed epochs per pipeline (default: 3)")
+    parser.add_argument("--repeats", type=int, default=3, help="timed epochs per pipeline and round (default: 3)")
+    add_rounds_argument(parser)
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
     parser.add_argument("--only", nargs="*", choices=sorted(PIPELINES), metavar="PIPELINE",
                         help=f"run only these pipelines (the baseline always runs): {', '.join(PIPELINES)}")
@@ -210,15 +215,19 @@ def run(args: argparse.Namespace) -> int:
     print(f"gpufeed bench images: {files} files ({sum(sizes) / files / 1024:.0f} KiB mean) in "
           f"{len(samples.classes)} classes at {root}; {args.mode}, batch {args.batch_size}, "
           f"{args.size}px, {workers} workers/threads each, output float32 NCHW on {device}")
-    rows = []
-    for name in names:
-        stage(f"[images] running {name} ...")
-        row = run_isolated(_contender, name, str(root), args.mode, args.batch_size, args.size, workers,
-                           device, args.repeats)
-        row.setdefault("name", name)
-        rows.append(row)
-        if "error" in row:
-            stage(f"[images] {name} failed: {row['error'].splitlines()[0]}")
+    if args.repeats < 1 or args.rounds < 1:
+        raise ValueError(f"--repeats and --rounds must be >= 1, got {args.repeats} and {args.rounds}")
+    rounds: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+    for turn in range(1, args.rounds + 1):  # pipelines take turns, round after round
+        for name in names:
+            stage(f"[images] running {name} (round {turn} of {args.rounds}) ...")
+            row = run_isolated(_contender, name, str(root), args.mode, args.batch_size, args.size, workers,
+                               device, args.repeats)
+            row.setdefault("name", name)
+            rounds[name].append(row)
+            if "error" in row:
+                stage(f"[images] {name} failed: {row['error'].splitlines()[0]}")
+    rows = [pool_rounds(rounds[name]) for name in names]
     base = next((r for r in rows if r["name"] == BASELINE and "rate" in r), None)
     ceiling = next((r for r in rows if r["name"] == "decode-only" and "rate" in r), None)
     for r in rows:
@@ -226,12 +235,14 @@ def run(args: argparse.Namespace) -> int:
             r["verdict"] = "failed"
             continue
         r["ratio"] = r["rate"] / base["rate"] if base else None
+        r["ratio_rounds"] = spread(round_ratios(r, base)) if base else None
         r["of_ceiling"] = r["rate"] / ceiling["rate"] if ceiling else None
         r["spread"] = f"{r['rate_min']:.0f}–{r['rate_max']:.0f}"
         r["verdict"] = _verify(r, files, len(samples.classes), args.size)
     table = markdown_table(rows, [
         ("name", "pipeline"), ("rate", "images/s (median)"), ("spread", "min–max"),
-        ("ratio", f"× {BASELINE}"), ("of_ceiling", "× decode-only"), ("verdict", "output check"),
+        ("ratio", f"× {BASELINE}"), ("ratio_rounds", "× per round"), ("of_ceiling", "× decode-only"),
+        ("verdict", "output check"),
     ])
     legend = "\n".join(f"- `{r['name']}`: {PIPELINES[r['name']]}" for r in rows)
     table = f"{table}\n\n{legend}"
@@ -239,13 +250,16 @@ def run(args: argparse.Namespace) -> int:
     setup = {
         "data": str(root), "files": files, "classes": len(samples.classes),
         "mean_file_kib": sum(sizes) / files / 1024, "mode": args.mode, "batch_size": args.batch_size,
-        "size": args.size, "workers": workers, "device": device, "repeats": args.repeats,
+        "size": args.size, "workers": workers, "device": device, "repeats": args.repeats, "rounds": args.rounds,
         "baseline": f"{BASELINE}: torchvision ImageFolder (PIL) + transforms.v2 + DataLoader("
                     f"num_workers={workers}, persistent_workers, prefetch_factor=4, pin_memory on CUDA)",
     }
     summary = (
         f"{args.mode}, {files} JPEGs ({setup['mean_file_kib']:.0f} KiB mean), batch {args.batch_size}, "
-        f"{args.size}px, {workers} workers/threads each, float32 normalised NCHW on {device}.\n\n{table}"
+        f"{args.size}px, {workers} workers/threads each, float32 normalised NCHW on {device}; "
+        f"{args.rounds} round(s) of {args.repeats} timed epochs per pipeline, each round in a fresh process, "
+        f"pipelines taking turns (medians pooled over the rounds; × per round: each round's own ratio)."
+        f"\n\n{table}"
     )
     json_path, md_path = write_results(f"images-{args.mode}", {"setup": setup, "rows": rows}, summary, args.out)
     print(f"results: {json_path} and {md_path.name}")

@@ -23,8 +23,8 @@ from gpufeed.bench.progress import stage
 
 #: The steps of the report: name -> (suite module, arguments always given, arguments with --quick).
 STEPS: dict[str, tuple[str, list[str], list[str]]] = {
-    "images-train": ("gpufeed.bench.images", ["--mode", "train"], ["--repeats", "2"]),
-    "images-val": ("gpufeed.bench.images", ["--mode", "val"], ["--repeats", "2"]),
+    "images-train": ("gpufeed.bench.images", ["--mode", "train"], ["--repeats", "2", "--rounds", "1"]),
+    "images-val": ("gpufeed.bench.images", ["--mode", "val"], ["--repeats", "2", "--rounds", "1"]),
     "augment": ("gpufeed.bench.augment", [], ["--batches", "1", "--repeats", "2"]),
     "tabular": ("gpufeed.bench.tabular", [], ["--rows", "100000", "--rule-rows", "100000", "--loop-rows", "5000",
                                               "--downcast-rows", "100000", "--repeats", "2"]),
@@ -32,7 +32,7 @@ STEPS: dict[str, tuple[str, list[str], list[str]]] = {
     "tune": ("gpufeed.bench.tune", [], ["--time-per-config", "1.5", "--max-images", "256", "--batch-sizes", "32,64",
                                         "--prefetch-factors", "2,4"]),
     # Warm and remote only: cold rereads the disk every epoch and adds little a report needs.
-    "storage": ("gpufeed.bench.storage", ["--storage", "warm", "remote"], ["--images", "256", "--repeats", "2"]),
+    "storage": ("gpufeed.bench.storage", ["--storage", "warm", "remote"], ["--images", "256", "--repeats", "2", "--rounds", "1"]),
 }
 #: Steps that read the image folder (``--data``) and take ``--device``.
 _IMAGE_STEPS = ("images-train", "images-val", "tune", "storage")

@@ -37,8 +37,12 @@ from typing import Any
 from gpufeed.bench.harness import (
     Timing,
     add_out_argument,
+    add_rounds_argument,
     markdown_table,
+    pool_rounds,
+    round_ratios,
     run_isolated,
+    spread,
     synchronize,
     write_results,
 )
@@ -90,7 +94,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=64, help="default: 64")
     parser.add_argument("--size", type=int, default=224, help="output size (default: 224)")
     parser.add_argument("--workers", type=int, default=None, help="workers/threads each (default: all cores)")
-    parser.add_argument("--repeats", type=int, default=3, help="timed epochs per contender (default: 3)")
+    parser.add_argument("--repeats", type=int, default=3, help="timed epochs per contender and round (default: 3)")
+    add_rounds_argument(parser)
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
     add_out_argument(parser)
 
@@ -389,9 +394,7 @@ def _contender(name: str, condition: str, spec: str, *, root: str, batch_size: i
         synchronize()
         seconds.append(time.perf_counter() - t0)
     timing = Timing(seconds, float(work))
-    rates = [work / s for s in seconds]
-    q1, q3 = _iqr(rates)
-    row: dict[str, Any] = {"name": name, "condition": condition, **timing.as_dict(), "rate_q1": q1, "rate_q3": q3,
+    row: dict[str, Any] = {"name": name, "condition": condition, **timing.as_dict(),
                            "setup_s": setup_s, "files": len(files), "check": check}
     if remote is not None:
         opens, nbytes = remote.totals()
@@ -435,7 +438,9 @@ def _ratio(rows: dict[tuple[str, str], dict], condition: str, name: str, over: s
         if "rate" not in r or r.get("verdict") not in (None, "ok"):
             why = r.get("skipped") or r.get("verdict") or "not run"
             return None, f"{n} under {condition}: {why}"
-    return a["rate"] / b["rate"], f"{a['rate']:,.0f} vs {b['rate']:,.0f} images/s"
+    per_round = round_ratios(a, b)
+    rounds = f"; per round {spread(per_round)}" if len(per_round) > 1 else ""
+    return a["rate"] / b["rate"], f"{a['rate']:,.0f} vs {b['rate']:,.0f} images/s{rounds}"
 
 
 def evaluate_targets(rows: Sequence[dict[str, Any]], backends: Sequence[str], latency_ms: float) -> list[dict]:
@@ -475,8 +480,8 @@ def run(args: argparse.Namespace) -> int:
     from gpufeed.machine import cuda_available, usable_cpus
     from gpufeed.pipelines.sources import scan_image_folder
 
-    if args.repeats < 1:
-        raise ValueError(f"--repeats must be >= 1, got {args.repeats}")
+    if args.repeats < 1 or args.rounds < 1:
+        raise ValueError(f"--repeats and --rounds must be >= 1, got {args.repeats} and {args.rounds}")
     root = Path(args.data) if args.data else default_image_dataset(args.images)
     samples = scan_image_folder(root)
     files, classes = len(samples), len(samples.classes)
@@ -527,22 +532,24 @@ def run(args: argparse.Namespace) -> int:
             specs[fmt] = specs[f"{fmt}+ram"] = conv["path"]
 
     names = contender_names(formats, backends)
-    measured: dict[tuple[str, str], dict[str, Any]] = {}
-    for name in names:
-        fmt = name.split("/")[1]
-        if fmt not in specs:
-            continue
-        stage(f"[storage] {name}: {', '.join(conditions)} ...")
-        got = run_isolated(_contender_conditions, name, conditions, specs[fmt], root=str(root),
-                           batch_size=args.batch_size, size=args.size, workers=workers, device=device,
-                           repeats=args.repeats, open_latency_ms=args.open_latency_ms, bandwidth_mb_s=bandwidth)
-        for condition in conditions:
-            row = next((r for r in got.get("rows", []) if r["condition"] == condition), None)
-            row = row or {"error": got.get("error", "no result")}
-            row.update(name=name, condition=condition)
-            if "error" in row:
-                stage(f"[storage] {condition}: {name} failed: {row['error'].splitlines()[0]}")
-            measured[condition, name] = row
+    rounds: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for turn in range(1, args.rounds + 1):  # contenders take turns, round after round
+        for name in names:
+            fmt = name.split("/")[1]
+            if fmt not in specs:
+                continue
+            stage(f"[storage] {name}: {', '.join(conditions)} (round {turn} of {args.rounds}) ...")
+            got = run_isolated(_contender_conditions, name, conditions, specs[fmt], root=str(root),
+                               batch_size=args.batch_size, size=args.size, workers=workers, device=device,
+                               repeats=args.repeats, open_latency_ms=args.open_latency_ms, bandwidth_mb_s=bandwidth)
+            for condition in conditions:
+                row = next((r for r in got.get("rows", []) if r["condition"] == condition), None)
+                row = row or {"error": got.get("error", "no result")}
+                row.update(name=name, condition=condition)
+                if "error" in row:
+                    stage(f"[storage] {condition}: {name} failed: {row['error'].splitlines()[0]}")
+                rounds.setdefault((condition, name), []).append(row)
+    measured = {key: pool_rounds(got) for key, got in rounds.items()}
     rows: list[dict[str, Any]] = []
     for condition in conditions:  # grouped by condition, as the report shows them
         for name in names:
@@ -562,6 +569,8 @@ def run(args: argparse.Namespace) -> int:
         else:
             b = base.get(r["condition"])
             r["ratio"] = r["rate"] / b["rate"] if b else None
+            r["ratio_rounds"] = spread(round_ratios(r, b)) if b else None
+            r["rate_q1"], r["rate_q3"] = _iqr([r["work"] / s for s in r["seconds"]])
             r["iqr"] = f"{r['rate_q1']:.0f}–{r['rate_q3']:.0f}"
             r["verdict"] = _verify(r, files, classes, args.size)
         r["shown"] = r.get("skipped") or r["verdict"]
@@ -570,7 +579,7 @@ def run(args: argparse.Namespace) -> int:
     setup = {
         "data": str(root), "files": files, "classes": classes, "mean_file_kib": nbytes / files / 1024,
         "mode": "train", "batch_size": args.batch_size, "size": args.size, "workers": workers, "device": device,
-        "repeats": args.repeats, "conditions": conditions, "formats": formats, "backends": backends,
+        "repeats": args.repeats, "rounds": args.rounds, "conditions": conditions, "formats": formats, "backends": backends,
         "remote": {"open_latency_ms": args.open_latency_ms, "bandwidth_mb_s": bandwidth},
         "shard_size": args.shard_size, "raw_size": args.raw_size, "page_cache": cache_check,
         "baseline": f"{BASELINE}: torchvision ImageFolder (PIL) + transforms.v2 + DataLoader(num_workers={workers}, "
@@ -612,8 +621,9 @@ def _markdown(rows: Sequence[dict], targets: Sequence[dict], conversions: dict[s
     parts = [
         f"train, {setup['files']} JPEGs ({setup['mean_file_kib']:.0f} KiB mean) in {setup['classes']} classes, "
         f"batch {setup['batch_size']}, {setup['size']}px, {setup['workers']} workers/threads each, float32 "
-        f"normalised NCHW on {setup['device']}; median of {setup['repeats']} timed epochs after one checked, "
-        f"untimed epoch; IQR of the per-epoch rates. Ratios are to `{BASELINE}` under the same condition.",
+        f"normalised NCHW on {setup['device']}; {_rounds_text(setup)}; IQR of the per-epoch rates. Ratios are "
+        f"to `{BASELINE}` under the same condition: of the pooled medians, and per round (each round's "
+        f"pair measured minutes apart, not a run apart).",
         f"- warm: files in the page cache.\n- cold: every file's pages dropped before each timed epoch; {cold_note}. "
         f"DALI prefetches the next epoch's first batches as an epoch ends, before the drop, so a few of its "
         f"reads per epoch are warm.\n- remote: SimulatedRemote, {remote['open_latency_ms']:g} ms per open, {bw}, "
@@ -623,7 +633,7 @@ def _markdown(rows: Sequence[dict], targets: Sequence[dict], conversions: dict[s
         f"its opens once, in its setup time).",
     ]
     columns = [("name", "contender"), ("rate", "images/s (median)"), ("iqr", "IQR"), ("ratio", "× torch-pil"),
-               ("setup_s", "setup s"), ("shown", "output check")]
+               ("ratio_rounds", "× per round"), ("setup_s", "setup s"), ("shown", "output check")]
     for condition in setup["conditions"]:
         cond_rows = [r for r in rows if r["condition"] == condition]
         cols = columns[:-1] + ([("opens_per_epoch", "opens/epoch"), ("mb_per_epoch", "MB/epoch")]
@@ -643,3 +653,12 @@ def _markdown(rows: Sequence[dict], targets: Sequence[dict], conversions: dict[s
                  "folder); `<backend>/<format>` is the kit's `classification_loader` on that backend. Formats:\n"
                  + "\n".join(f"- `{f}`: {FORMATS[f]}" for f in setup["formats"]))
     return "\n\n".join(parts)
+
+
+def _rounds_text(setup: dict[str, Any]) -> str:
+    rounds = setup.get("rounds", 1)
+    each = f"median of {setup['repeats']} timed epochs after one checked, untimed epoch"
+    if rounds == 1:
+        return each
+    return (f"{rounds} rounds, each contender in a fresh process per round, taking turns; per round {each}; "
+            f"medians over the {rounds * setup['repeats']} epochs pooled")
