@@ -365,3 +365,14 @@ def test_text_column_with_a_few_number_like_codes_stays_text(tmp_path):
     path.write_text("station,power\n" + "".join(f"s{i},{i}\n" for i in range(6)) + "s6,oops\ns7,oops\n")
     with pytest.raises(MixedTypeError, match="column 'power'.*'oops'"):
         read_table(path, backend="pandas")
+
+
+def test_csv_dates_read_as_datetimes_on_pandas(tmp_path):
+    # A pandas datetime column of midnights is written as bare dates; it must come back a
+    # datetime column (with .dt), not Python date objects in an object column.
+    df = pd.DataFrame({"day": pd.to_datetime(["2024-01-01", "2024-02-29", None]), "n": [1, 2, 3]})
+    path = write_table(df, tmp_path / "days.csv")
+    back = read_table(path, backend="pandas")
+    assert pd.api.types.is_datetime64_any_dtype(back["day"])
+    assert back["day"].dt.month.tolist()[:2] == [1, 2] and back["day"].isna().tolist() == [False, False, True]
+    assert list(back["day"][:2]) == list(df["day"][:2])

@@ -218,7 +218,10 @@ def _from_arrow(table: Any, backend: str) -> Frame:
         import cudf
 
         return cudf.DataFrame.from_arrow(table)
-    return table.to_pandas()
+    # Arrow reads ``2024-01-01`` as a date; pandas would hold it as Python date objects (an
+    # object column without ``.dt``, unlike the datetime64 column a pandas frame wrote to
+    # CSV): datetime64 instead, as pd.to_datetime would give.
+    return table.to_pandas(date_as_object=False)
 
 
 def read_csv(path: Path, options: ReadOptions, report: ReadReport) -> Frame:
