@@ -47,3 +47,18 @@ def test_closing_early_stops_the_thread():
     assert threading.active_count() == before
     with pytest.raises(ValueError, match="depth"):
         next(prefetched([1], lambda i: i, depth=0))
+
+
+def test_the_forkserver_preloads_torch_and_keeps_the_users_modules(monkeypatch):
+    # Next to DALI the torch backend's workers come from the forkserver; preloaded there,
+    # torch is imported once instead of once per worker of every loader.
+    import multiprocessing.forkserver as forkserver
+
+    from gpufeed.pipelines.torch_loader import _preload_forkserver
+
+    monkeypatch.setattr(forkserver._forkserver, "_preload_modules", ["__main__", "my_app.models"])
+    _preload_forkserver()
+    preload = forkserver._forkserver._preload_modules
+    assert preload[:2] == ["__main__", "my_app.models"] and {"torch", "gpufeed.pipelines.torch_loader"} <= set(preload)
+    _preload_forkserver()  # a second loader adds nothing twice
+    assert forkserver._forkserver._preload_modules == preload
