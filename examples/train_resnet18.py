@@ -1,8 +1,8 @@
 """Train ResNet-18 for a few steps on a gpufeed loader.
 
-    python examples/train_resnet18.py --loader dali --steps 20            # generated data
-    python examples/train_resnet18.py --loader torch --data /path/to/train
-    python examples/train_resnet18.py --loader dali --dali-iterator       # DALI's own iterator
+    python examples/train_resnet18.py --backend dali --steps 20            # generated data
+    python examples/train_resnet18.py --backend torch --data /path/to/train
+    python examples/train_resnet18.py --backend dali --dali-iterator       # DALI's own iterator
 
 Runs on the GPU with mixed precision (AMP) when one is present, else on the CPU.
 Ends with the stall report: how much of the time went to waiting for data (gpufeed.profile).
@@ -37,7 +37,8 @@ def batches(loader, dali_iterator=None) -> Iterator[tuple[torch.Tensor, torch.Te
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--loader", choices=("auto", "dali", "torch"), default="auto")
+    p.add_argument("--backend", "--loader", dest="backend", choices=("auto", "dali", "torch"), default="auto",
+                   help="the loader backend, as classification_loader(backend=) and train_ddp.py (--loader: the older name)")
     p.add_argument("--data", help="ImageFolder tree (default: 64 generated images)")
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--batch-size", type=int, default=16)
@@ -56,11 +57,11 @@ def main(argv: list[str] | None = None) -> int:
     data = args.data
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     loader = classification_loader(
-        data, train=True, batch_size=args.batch_size, size=args.size, backend=args.loader,
+        data, train=True, batch_size=args.batch_size, size=args.size, backend=args.backend,
         device=str(device), num_workers=args.workers,
     )
     if args.dali_iterator and loader.backend != "dali":
-        p.error(f"--dali-iterator needs the DALI backend: use --loader dali (this loader: {loader.backend}, "
+        p.error(f"--dali-iterator needs the DALI backend: use --backend dali (this loader: {loader.backend}, "
                 f"{loader.choice.reason})")
     # One iterator for the whole run (auto_reset): its skipped-file report is per epoch.
     dali_iterator = loader.dali_iterator(auto_reset=True) if args.dali_iterator else None

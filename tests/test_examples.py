@@ -21,14 +21,14 @@ def run_example(*args: str) -> str:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_example_trains_a_few_steps(image_folder, backend):
-    out = run_example("--loader", backend, "--data", str(image_folder), "--workers", "2")
+    out = run_example("--backend", backend, "--data", str(image_folder), "--workers", "2")
     assert f"loader: {backend}" in out
     assert "step   2  loss" in out and "trained 3 steps, 24 images" in out
 
 
 @pytest.mark.parametrize("backend", [b for b in BACKENDS if "dali" in str(b)])
 def test_example_runs_on_dalis_own_classification_iterator(image_folder, backend):
-    out = run_example("--loader", "dali", "--dali-iterator", "--data", str(image_folder))
+    out = run_example("--backend", "dali", "--dali-iterator", "--data", str(image_folder))
     assert "trained 3 steps" in out
 
 
@@ -39,7 +39,7 @@ def test_example_reports_files_skipped_by_dalis_iterator(image_folder, tmp_path,
     data = tmp_path / "train"
     shutil.copytree(image_folder, data)
     (data / "class_000" / "empty.jpg").write_bytes(b"")
-    out = run_example("--loader", "dali", "--dali-iterator", "--data", str(data))
+    out = run_example("--backend", "dali", "--dali-iterator", "--data", str(data))
     assert "skipped 1 files" in out and "empty.jpg (empty file" in out
 
 

@@ -148,8 +148,10 @@ def scan_image_folder(root: str | os.PathLike[str], storage: Storage = LOCAL) ->
         labels += [label] * len(files)
     if others:
         shown = ", ".join(os.path.relpath(p, root) for p in others[:3]) + (" ..." if len(others) > 3 else "")
-        warnings.warn(f"gpufeed: {root}: left out {len(others)} file(s) without an image extension "
-                      f"({shown}); {len(paths)} images kept", stacklevel=4)
+        # Name the types loaded: "without an image extension" read as a misjudged .gif.
+        warnings.warn(f"gpufeed: {root}: left out {len(others)} file(s) whose extension is not one "
+                      f"ImageFolder loads ({' '.join(IMAGE_EXTENSIONS)}; GIF is not): {shown}; "
+                      f"{len(paths)} images kept", stacklevel=4)
     if empty:
         warnings.warn(
             f"gpufeed: {len(empty)} class folder(s) under {root} without images: {', '.join(empty)} "
