@@ -13,7 +13,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
 
 #: Benchmark suites: name -> module with ``add_arguments(parser)`` and ``run(args) -> int``.
 #: Modules are imported only when their suite runs, so one suite's heavy imports
@@ -125,12 +126,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv.insert(1, "images")  # `gpufeed bench` alone is the main job
     parser = _build_parser()
     args = parser.parse_args(argv)
+    formatted = warnings.formatwarning
+    warnings.formatwarning = _plain_warning(formatted)
     try:
         return _run(args)
     except (OSError, ValueError, RuntimeError) as exc:
         # What a user can fix (a missing folder, a bad argument, no GPU): one line, no traceback.
         print(f"gpufeed: error: {exc}", file=sys.stderr)
         return 2
+    finally:
+        warnings.formatwarning = formatted
+
+
+def _plain_warning(default: Callable[..., str]) -> Callable[..., str]:
+    """A ``warnings.formatwarning`` for the command line: the kit's own warnings
+    ("gpufeed: ...": files left out, bad files skipped) print as that line alone, not with
+    Python's file, line and source; other warnings as ``default`` formats them."""
+
+    def format_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                       line: str | None = None) -> str:
+        text = str(message)
+        return f"{text}\n" if text.startswith("gpufeed:") else default(message, category, filename, lineno, line)
+
+    return format_warning
 
 
 def _run(args: argparse.Namespace) -> int:

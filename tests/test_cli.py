@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 from gpufeed.cli import main
 
@@ -73,3 +74,16 @@ def test_user_errors_are_one_line_not_a_traceback(tmp_path, capsys):
     assert main(["bench", "images", "--data", str(tmp_path / "missing")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("gpufeed: error:") and "missing" in err and "Traceback" not in err
+
+
+def test_the_kits_warnings_print_as_one_plain_line_on_the_command_line(tmp_path):
+    from gpufeed.datasets.images import generate_image_folder
+
+    root = generate_image_folder(tmp_path / "src", num_images=4, num_classes=2, min_side=40, max_side=50)
+    (Path(root) / "class_000" / "notes.txt").write_text("not an image")
+    out = subprocess.run([sys.executable, "-m", "gpufeed", "convert", str(root), str(tmp_path / "wds"),
+                          "--format", "webdataset"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = [ln for ln in out.stderr.splitlines() if "notes.txt" in ln]
+    assert len(lines) == 1 and lines[0].startswith("gpufeed: ") and "left out 1 file(s)" in lines[0]
+    assert "UserWarning" not in out.stderr and "cli.py" not in out.stderr
