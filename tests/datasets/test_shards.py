@@ -444,7 +444,7 @@ def test_an_interrupted_conversion_resumes_without_losing_or_repeating(src, expe
         assert f.read_bytes() == (dst / f.name).read_bytes()  # resumed == written in one go
     # Done: a re-run has nothing to do; other settings are refused, not mixed in.
     assert convert(root, dst, format=fmt, shard_size=SHARD_SIZE, workers=0, progress=False).written == 47
-    with pytest.raises(ValueError, match="other settings"):
+    with pytest.raises(ValueError, match=r"other settings \(seed: saved 0, now 3; in "):
         convert(root, dst, format=fmt, shard_size=SHARD_SIZE, seed=3, workers=0, progress=False)
 
 

@@ -58,7 +58,7 @@ class ConvertReport:
         samples_in: samples in the source.
         written: samples written (``written + len(skipped) == samples_in``).
         skipped: ``(name, reason)`` of each sample left out, in source order.
-        shards: shard files written (1 for a raw cache).
+        shards: files written: the shards, or a raw cache's pixel array and labels (2).
         seconds: wall time of this run (a resumed run counts only itself).
         dst: the output folder.
         format: ``"webdataset"``, ``"tfrecord"`` or ``"raw"``.
@@ -75,7 +75,8 @@ class ConvertReport:
     def summary(self, show: int = 5) -> str:
         """A few lines for a terminal: counts, the first ``show`` skipped files, shards, time."""
         lines = [f"converted {self.samples_in} samples into {self.dst} ({self.format}): "
-                 f"{self.written} written, {len(self.skipped)} skipped, {self.shards} shard(s), "
+                 f"{self.written} written, {len(self.skipped)} skipped, {self.shards} "
+                 f"{'file(s): pixels and labels' if self.format == 'raw' else 'shard(s)'}, "
                  f"{self.seconds:.1f} s"]
         lines += [f"  skipped {name}: {reason}" for name, reason in self.skipped[:show]]
         if len(self.skipped) > show:
@@ -349,9 +350,13 @@ class _Progress:
                 data = json.loads(path.read_text())
             except json.JSONDecodeError:
                 data = None
-            if data is not None and data.get("settings") != settings:
-                raise ValueError(f"{dst} holds a conversion with other settings ({path}: {data.get('settings')}); "
-                                 f"re-run with those to resume, or convert into another (or an emptied) folder")
+            saved = data.get("settings") if data is not None else None
+            if data is not None and saved != settings:
+                saved = saved if isinstance(saved, dict) else {}
+                differ = "; ".join(f"{k}: saved {saved.get(k)!r}, now {settings.get(k)!r}"
+                                   for k in sorted(saved.keys() | settings.keys()) if saved.get(k) != settings.get(k))
+                raise ValueError(f"{dst} holds a conversion with other settings ({differ}; in {path}); re-run with "
+                                 f"those to resume, or convert into another (or an emptied) folder")
             if data is not None and all((dst / f).is_file() for f in data["files"]):
                 return cls(dst, data)
         elif dst.is_dir() and any(dst.iterdir()):
