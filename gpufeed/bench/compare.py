@@ -56,6 +56,22 @@ def compare_results(old: dict[str, dict[str, Any]], new: dict[str, dict[str, Any
     return rows
 
 
+#: Setup fields that differ between runs without changing what was measured (where the data
+#: lay, text derived from the other fields).
+_SETUP_IGNORED = {"data", "baseline", "mean_file_kib", "page_cache"}
+
+
+def setup_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """``"name old → new"`` for each plain setting (a number, text, a flag) in which two
+    runs of a suite differ: 128 images against 1,024, another batch size, one round
+    against two. Their ratios are then not like for like."""
+    before, after = old.get("setup") or {}, new.get("setup") or {}
+    plain = (int, float, str, bool)
+    return [f"{k} {before.get(k)} → {after.get(k)}" for k in sorted(before.keys() | after.keys())
+            if k not in _SETUP_IGNORED and before.get(k) != after.get(k)
+            and isinstance(before.get(k, 0), plain) and isinstance(after.get(k, 0), plain)]
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``gpufeed bench compare``."""
     parser.add_argument("old", help="result JSON file or folder of them (the reference)")
@@ -87,6 +103,10 @@ def run(args: argparse.Namespace) -> int:
               if machine_kind(old[s]) != machine_kind(new[s])]
     if across:
         print(f"\nCompared across different machines (ratios may differ for that reason): {', '.join(across)}")
+    settings = {s: setup_differences(old[s], new[s]) for s in sorted(old.keys() & new.keys())}
+    if any(settings.values()):
+        print("\nCompared runs with different settings (ratios may differ for that reason): "
+              + "; ".join(f"{s}: {', '.join(d)}" for s, d in settings.items() if d))
     dropped = [r for r in rows if r["flag"] == "**▼ slower**"]
     if dropped:
         print(f"\n{len(dropped)} ratio(s) dropped by more than {args.threshold:g} %: "

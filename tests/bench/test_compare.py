@@ -92,3 +92,20 @@ def test_a_folder_of_cpu_and_gpu_runs_is_compared_like_with_like(tmp_path, capsy
     assert load_results([old])["images-train"]["metadata"]["cpu_count"] == 16  # the latest alone
     assert main(["bench", "compare", str(old), str(new)]) == 0  # the CPU run against the CPU run
     assert "across different machines" not in capsys.readouterr().out
+
+
+def test_runs_with_other_settings_are_compared_with_a_note(tmp_path, capsys):
+    old_doc = {**_images_doc(2.6, 1.8, "2026-01-01T00:00:00+00:00"),
+               "setup": {"data": "/a", "files": 1024, "rounds": 2, "batch_size": 64, "workers": [2]}}
+    new_doc = {**_images_doc(2.6, 1.8, "2026-01-02T00:00:00+00:00"),
+               "setup": {"data": "/b", "files": 128, "rounds": 1, "batch_size": 64, "workers": [4]}}
+    old = _write(tmp_path / "old", "images-train-a.json", old_doc)
+    new = _write(tmp_path / "new", "images-train-b.json", new_doc)
+    assert main(["bench", "compare", str(old), str(new)]) == 0
+    out = capsys.readouterr().out
+    # The data's place and non-plain fields are not settings of the measurement.
+    assert "different settings (ratios may differ for that reason): images-train: files 1024 → 128, rounds 2 → 1" in out
+    assert "/a" not in out and "batch_size" not in out
+    same = _write(tmp_path / "same", "images-train-c.json", {**old_doc, "metadata": {"timestamp": "2026-01-03T00:00:00+00:00"}})
+    assert main(["bench", "compare", str(old), str(same)]) == 0
+    assert "different settings" not in capsys.readouterr().out
