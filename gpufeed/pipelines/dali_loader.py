@@ -35,7 +35,7 @@ from gpufeed.pipelines.base import (
 )
 from gpufeed.pipelines.dali_pipeline import build_pipeline
 from gpufeed.pipelines.dali_readers import reader_iterator, shard_format
-from gpufeed.pipelines.feeds import FileFeed, IteratorSkips, crop_inputs
+from gpufeed.pipelines.feeds import FileFeed, IteratorSkips, crop_inputs, window_pixels
 from gpufeed.pipelines.options import LoaderOptions
 from gpufeed.pipelines.sources import SampleSource, pil_reason, undecodable_reason
 from gpufeed.pipelines.threads import SamplePool
@@ -184,7 +184,10 @@ class DaliLoader(ClassificationLoader):
             crop = crop_inputs(data, self.options, 0, 0, pixels)
             if isinstance(crop, str):
                 return crop
-            inputs.update(zip(("start", "shape", "flip"), crop, strict=True))
+            if pixels:  # as the feed sends them: the window's pixels and its flip
+                inputs.update(encoded=np.ascontiguousarray(window_pixels(data, crop)), flip=crop[2])
+            else:
+                inputs.update(zip(("start", "shape", "flip"), crop, strict=True))
         for name, value in inputs.items():
             self._probe.feed_input(name, [value])
         try:

@@ -51,10 +51,14 @@ def _resize_and_centre_crop(shape, images, shorter: int, size: int):
 #: (h, w) and horizontal flip. Validation takes the first two.
 TRAIN_INPUTS = (("encoded", types.UINT8, 1), ("label", types.INT32, 0), ("start", types.INT32, 1),
                 ("shape", types.INT32, 1), ("flip", types.INT32, 0))
+#: Training inputs of decoded pixels (a raw cache): the feed sends each crop window's pixels
+#: alone, so only its flip is left to apply.
+PIXEL_TRAIN_INPUTS = (("encoded", types.UINT8, 3), ("label", types.INT32, 0), ("flip", types.INT32, 0))
 
 
 def classification_outputs(encoded: DataNode, labels: DataNode, options: LoaderOptions, device_id: int | None, *,
-                           window: tuple[DataNode, DataNode, DataNode] | None = None, decode_only: bool = False,
+                           window: tuple[DataNode | None, DataNode | None, DataNode] | None = None,
+                           decode_only: bool = False,
                            pixels: bool = False) -> tuple[DataNode, DataNode]:
     """The kit's graph after its inputs: encoded files and labels -> ``(images, labels)``.
 
@@ -70,14 +74,15 @@ def classification_outputs(encoded: DataNode, labels: DataNode, options: LoaderO
             and for DALI-drawn crops ``scale`` and ``ratio``).
         device_id: CUDA device for GPU decoding, or None for DALI's CPU-only mode.
         window: training only: the per-sample crop ``(start, shape, flip)`` nodes the
-            feed drew (:func:`gpufeed.pipelines.feeds.crop_inputs`). None: DALI draws
+            feed drew (:func:`gpufeed.pipelines.feeds.crop_inputs`); with ``pixels``,
+            ``(None, None, flip)``: the feed already cut the window. None: DALI draws
             the crop (``fn.decoders.image_random_crop`` over ``scale`` and ``ratio``) and
             the flip (``fn.random.coin_flip``) from the pipeline's seed. Those draws are
             DALI's, not the loader's (other windows for the same seed), and they repeat
             only from a DALI checkpoint of the pipeline.
         decode_only: stop after decoding (see :func:`build_pipeline`).
-        pixels: ``encoded`` holds decoded pixels: no decoder, the crop is a slice (needs
-            ``window``).
+        pixels: ``encoded`` holds decoded pixels: no decoder; for training, each sample is
+            its crop window's pixels already (needs ``window`` for the flip).
 
     Returns:
         The ``(images, labels)`` nodes.
@@ -101,9 +106,8 @@ def classification_outputs(encoded: DataNode, labels: DataNode, options: LoaderO
     if o.train:
         if window is not None:
             start, shape, mirror = window
-            if pixels:
-                images = fn.slice(decoded, start, shape, axis_names="HW", normalized_anchor=False,
-                                  normalized_shape=False)
+            if pixels:  # the window's pixels, cut by the feed: one copy, not a copy and a slice
+                images = decoded
             else:  # fused decode + crop: only the crop's region of each JPEG is decoded
                 images = fn.decoders.image_slice(encoded, start=start, shape=shape, axis_names="HW", **decode_args)
         elif pixels:
@@ -150,7 +154,8 @@ def build_pipeline(source: Callable | FileFeed | None, options: LoaderOptions, d
             pipeline has no random operator (the feed draws the crops), so the seed only
             keeps pipelines apart should one be added.
         pixels: the feed gives decoded ``(H, W, 3)`` uint8 pixels (a raw cache), not
-            encoded files: no decoder, the crop is a slice.
+            encoded files: no decoder; for training each crop window's pixels and its
+            flip (:data:`PIXEL_TRAIN_INPUTS`).
 
     Returns:
         A built pipeline with outputs ``(images, labels)``.
@@ -158,7 +163,7 @@ def build_pipeline(source: Callable | FileFeed | None, options: LoaderOptions, d
     o = options
     inputs = TRAIN_INPUTS if o.train else TRAIN_INPUTS[:2]
     if pixels:
-        inputs = (("encoded", types.UINT8, 3), *inputs[1:])
+        inputs = PIXEL_TRAIN_INPUTS if o.train else PIXEL_TRAIN_INPUTS[:2]
 
     @pipeline_def(enable_conditionals=False)
     def classification():
@@ -170,7 +175,8 @@ def build_pipeline(source: Callable | FileFeed | None, options: LoaderOptions, d
                 ndim=[n for _, _, n in inputs],
                 cycle="raise",  # StopIteration ends the epoch; reset() calls iter() for the next
             )
-        return classification_outputs(nodes[0], nodes[1], o, device_id, window=tuple(nodes[2:]) if o.train else None,
+        window = ((None, None, nodes[2]) if pixels else tuple(nodes[2:])) if o.train else None
+        return classification_outputs(nodes[0], nodes[1], o, device_id, window=window,
                                       decode_only=decode_only, pixels=pixels)
 
     pipe = classification(
