@@ -99,6 +99,15 @@ def round_ratios(row: dict[str, Any], over: dict[str, Any]) -> list[float]:
     return [a / b for a, b in zip(mine, theirs, strict=False)]
 
 
+def rounds_text(rounds: int, repeats: int) -> str:
+    """How a suite run in rounds timed each contender, for its report."""
+    each = f"median of {repeats} timed epochs after one untimed epoch"
+    if rounds == 1:
+        return each
+    return (f"{rounds} rounds, each contender in a fresh process per round, taking turns; per round {each}; "
+            f"medians over the {rounds * repeats} epochs pooled, × per round: each round's own ratio")
+
+
 def spread(values: Sequence[float]) -> str:
     """``"lo–hi"`` of per-round ratios for a report (one value: just that value)."""
     lo, hi = min(values), max(values)

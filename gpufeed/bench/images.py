@@ -24,6 +24,7 @@ from gpufeed.bench.harness import (
     measure,
     pool_rounds,
     round_ratios,
+    rounds_text,
     run_isolated,
     spread,
     write_results,
@@ -257,9 +258,7 @@ def run(args: argparse.Namespace) -> int:
     summary = (
         f"{args.mode}, {files} JPEGs ({setup['mean_file_kib']:.0f} KiB mean), batch {args.batch_size}, "
         f"{args.size}px, {workers} workers/threads each, float32 normalised NCHW on {device}; "
-        f"{args.rounds} round(s) of {args.repeats} timed epochs per pipeline, each round in a fresh process, "
-        f"pipelines taking turns (medians pooled over the rounds; × per round: each round's own ratio)."
-        f"\n\n{table}"
+        f"{rounds_text(args.rounds, args.repeats)}.\n\n{table}"
     )
     json_path, md_path = write_results(f"images-{args.mode}", {"setup": setup, "rows": rows}, summary, args.out)
     print(f"results: {json_path} and {md_path.name}")

@@ -41,6 +41,7 @@ from gpufeed.bench.harness import (
     markdown_table,
     pool_rounds,
     round_ratios,
+    rounds_text,
     run_isolated,
     spread,
     synchronize,
@@ -621,9 +622,8 @@ def _markdown(rows: Sequence[dict], targets: Sequence[dict], conversions: dict[s
     parts = [
         f"train, {setup['files']} JPEGs ({setup['mean_file_kib']:.0f} KiB mean) in {setup['classes']} classes, "
         f"batch {setup['batch_size']}, {setup['size']}px, {setup['workers']} workers/threads each, float32 "
-        f"normalised NCHW on {setup['device']}; {_rounds_text(setup)}; IQR of the per-epoch rates. Ratios are "
-        f"to `{BASELINE}` under the same condition: of the pooled medians, and per round (each round's "
-        f"pair measured minutes apart, not a run apart).",
+        f"normalised NCHW on {setup['device']}; {rounds_text(setup.get('rounds', 1), setup['repeats'])} (the "
+        f"untimed one checked); IQR of the per-epoch rates. Ratios are to `{BASELINE}` under the same condition.",
         f"- warm: files in the page cache.\n- cold: every file's pages dropped before each timed epoch; {cold_note}. "
         f"DALI prefetches the next epoch's first batches as an epoch ends, before the drop, so a few of its "
         f"reads per epoch are warm.\n- remote: SimulatedRemote, {remote['open_latency_ms']:g} ms per open, {bw}, "
@@ -654,11 +654,3 @@ def _markdown(rows: Sequence[dict], targets: Sequence[dict], conversions: dict[s
                  + "\n".join(f"- `{f}`: {FORMATS[f]}" for f in setup["formats"]))
     return "\n\n".join(parts)
 
-
-def _rounds_text(setup: dict[str, Any]) -> str:
-    rounds = setup.get("rounds", 1)
-    each = f"median of {setup['repeats']} timed epochs after one checked, untimed epoch"
-    if rounds == 1:
-        return each
-    return (f"{rounds} rounds, each contender in a fresh process per round, taking turns; per round {each}; "
-            f"medians over the {rounds * setup['repeats']} epochs pooled")

@@ -35,7 +35,7 @@ from gpufeed.pipelines.base import (
 )
 from gpufeed.pipelines.dali_pipeline import build_pipeline
 from gpufeed.pipelines.dali_readers import reader_iterator, shard_format
-from gpufeed.pipelines.feeds import FileFeed, IteratorSkips, crop_inputs, window_pixels
+from gpufeed.pipelines.feeds import FileFeed, IteratorSkips, crop_inputs, pixel_input
 from gpufeed.pipelines.options import LoaderOptions
 from gpufeed.pipelines.sources import SampleSource, pil_reason, undecodable_reason
 from gpufeed.pipelines.threads import SamplePool
@@ -185,7 +185,7 @@ class DaliLoader(ClassificationLoader):
             if isinstance(crop, str):
                 return crop
             if pixels:  # as the feed sends them: the window's pixels and its flip
-                inputs.update(encoded=np.ascontiguousarray(window_pixels(data, crop)), flip=crop[2])
+                inputs.update(encoded=pixel_input(data, crop), flip=crop[2])
             else:
                 inputs.update(zip(("start", "shape", "flip"), crop, strict=True))
         for name, value in inputs.items():

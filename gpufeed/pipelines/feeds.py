@@ -41,15 +41,19 @@ def crop_inputs(data: np.ndarray, options: LoaderOptions, epoch: int, index: int
     return (np.array([top, left], np.int32), np.array([h, w], np.int32), np.array(flip, np.int32))
 
 
-def window_pixels(pixels: np.ndarray, crop: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
-    """The crop window of decoded ``(H, W, 3)`` pixels (a view; :func:`crop_inputs`' window).
+def pixel_input(pixels: np.ndarray, crop: tuple[np.ndarray, np.ndarray, np.ndarray] | None) -> np.ndarray:
+    """What DALI is given of decoded ``(H, W, 3)`` pixels: the ``crop`` window
+    (:func:`crop_inputs`) alone when training, else the whole image, as one dense array.
 
-    The feed sends DALI the window alone: copying each whole image into the pipeline and
-    slicing it there cost the DALI backend on a raw cache more CPU per image than the
-    torch backend's crop of a view.
+    DALI refuses strided arrays, so a window, or a padded raw cache's sample (a view of
+    its square's rows), is copied once; a dense array is not. Sending the window alone:
+    copying each whole image into the pipeline and slicing it there cost the DALI backend
+    on a raw cache more CPU per image than the torch backend's crop of a view.
     """
-    (top, left), (height, width) = crop[0], crop[1]
-    return pixels[top:top + height, left:left + width]
+    if crop is not None:
+        (top, left), (height, width) = crop[0], crop[1]
+        pixels = pixels[top:top + height, left:left + width]
+    return np.ascontiguousarray(pixels)
 
 
 class FileFeed:
@@ -131,11 +135,7 @@ class FileFeed:
                 if reason is not None:
                     self.log.add(path, reason)
                     continue
-                if pixels and crop is not None:
-                    data = window_pixels(data, crop)
-                # DALI refuses strided arrays: a window, or a padded raw cache's sample (a
-                # view of its square's rows), is copied once; a dense array is not.
-                encoded.append(np.ascontiguousarray(data) if pixels else data)
+                encoded.append(pixel_input(data, crop) if pixels else data)
                 labels.append(source.labels[i])
                 crops.append(crop)
             if encoded:
