@@ -234,6 +234,23 @@ def test_json_round_trip_is_exact_for_floats_and_datetimes(tmp_path, writer):
     assert str(back["utc"].dt.tz) == "UTC" and (back["utc"] == df["utc"]).all()
 
 
+@pytest.mark.parametrize("name", ["ids.jsonl", "ids.json"])
+def test_json_integers_with_missing_values_stay_exact_integers_on_polars(tmp_path, name):
+    # Ids above 2**53 with a missing one: pandas' parser reads them as floats (rounded);
+    # on polars they come back Int64 and exact, as from Parquet, Feather and CSV.
+    ids = [2**53 + 1, None, 3]
+    df = pl.DataFrame({"id": ids, "whole": [1.0, None, 2.0], "x": [0.5, 1.5, None]})
+    path = tmp_path / name
+    if name.endswith(".jsonl"):
+        write_table(df, path)
+    else:
+        df.write_json(path)  # a records array, as other tools write JSON
+    back = read_table(path, backend="polars")
+    assert back["id"].dtype == pl.Int64 and back["id"].to_list() == ids
+    # Floats stay floats, also when their values happen to be whole.
+    assert back["whole"].dtype == pl.Float64 and back["x"].to_list() == [0.5, 1.5, None]
+
+
 def test_json_text_that_is_not_all_datetimes_stays_text(tmp_path):
     path = tmp_path / "s.jsonl"
     path.write_text('{"a": "2024-01-01 10:00:00", "b": "2024-01-01"}\n{"a": "soon", "b": "2024-01-02"}\n')

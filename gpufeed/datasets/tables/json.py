@@ -3,7 +3,8 @@
 JSON lines (one record per line) is the layout GPU and streaming readers expect. JSON has
 no datetime type: a text column whose every value is an ISO 8601 date and time is read
 back as datetimes (in UTC when the values carry an offset). cuDF reads JSON on the GPU;
-the other backends read through pandas, which checks for columns mixing numbers and text.
+the other backends read through pandas, which checks for columns mixing numbers and text;
+polars then takes integer columns with missing values from its own exact parser.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import pandas as pd
 
 from gpufeed.datasets.tables.base import ReadOptions, ReadReport, TableFormat, WriteOptions
 from gpufeed.gpu_transforms.tabular.errors import MixedTypeError, TabularError
-from gpufeed.gpu_transforms.tabular.frames import Frame
+from gpufeed.gpu_transforms.tabular.frames import Frame, to_backend
 from gpufeed.policies import MixedTypes
 
 #: A JSON text column whose every value matches this is read back as datetimes: JSON has no
@@ -57,6 +58,34 @@ def _read_json_pandas(path: Path, options: ReadOptions, report: ReadReport) -> F
                         f"{path}: column {name!r} mixes numbers and text; e.g. {col.iloc[idx]!r} in record {idx + 1}"
                     )
     return _parse_iso_datetimes(frame)
+
+
+def _read_json_polars(path: Path, options: ReadOptions, report: ReadReport) -> Frame:
+    """The JSON file on polars: pandas' reading (type checks, ISO datetimes), with integer
+    columns that have missing values taken from polars' own parser.
+
+    pandas' parser reads every number of a column with a missing value as a float, so an
+    id above 2**53 came back rounded, and as Float64 where every other format gives polars
+    an Int64 column. Only columns that could be such integers (floats, some missing, every
+    value whole) are read a second time; a float column that polars also reads as floats
+    (``1.0``, ``null``) stays as it was.
+    """
+    import polars as pl
+
+    pdf = _read_json_pandas(path, options, report)
+    suspects = [name for name in pdf.columns if pdf[name].dtype == "float64" and pdf[name].isna().any()
+                and bool((pdf[name].dropna() % 1 == 0).all())]
+    frame = to_backend(pdf, "polars")
+    if not suspects:
+        return frame
+    try:
+        # infer_schema_length=None: types from every record, not only the first hundred.
+        exact = (pl.read_ndjson(path, infer_schema_length=None) if _lines(path)
+                 else pl.read_json(path, infer_schema_length=None)).select(suspects)
+    except (pl.exceptions.PolarsError, ValueError):
+        return frame  # a file polars' parser refuses (pandas read it): keep pandas' reading
+    integers = [exact[name] for name in suspects if exact[name].dtype.is_integer()]
+    return frame.with_columns(integers) if integers else frame
 
 
 def _json_error_location(path: Path, lines: bool) -> str:
@@ -138,6 +167,6 @@ def _write_json_cudf(df: Frame, path: Path, options: WriteOptions) -> None:
 
 JSON = TableFormat(
     "json", (".json", ".jsonl", ".ndjson"),
-    readers={"pandas": _read_json_pandas, "cudf": _read_json_cudf},
+    readers={"pandas": _read_json_pandas, "polars": _read_json_polars, "cudf": _read_json_cudf},
     writers={"pandas": _write_json_lines, "polars": _write_json_polars, "cudf": _write_json_cudf},
 )

@@ -196,10 +196,33 @@ def to_backend(df: Frame, backend: str) -> Frame:
     if target == "polars":
         import polars as pl
 
-        return pl.from_pandas(df, nan_to_null=True) if source == "pandas" else pl.from_arrow(df.to_arrow())
+        table = df if source == "pandas" else df.to_arrow()
+        out = pl.from_pandas(df, nan_to_null=True) if source == "pandas" else pl.from_arrow(table)
+        # polars' Categorical has no category order: an ordered categorical (sizes S < M < L)
+        # becomes an Enum of its categories, which keeps the order for sorting and comparing
+        # and converts back to an ordered pandas categorical.
+        ordered = _ordered_text_categories(table)
+        return out.with_columns(pl.col(n).cast(pl.Enum(c)) for n, c in ordered.items()) if ordered else out
     import cudf  # only reached when the user asked for cuDF (or auto found a GPU)
 
     if source == "pandas":
         return cudf.from_pandas(df, nan_as_null=True)
     return cudf.DataFrame.from_arrow(df.to_arrow())
 
+
+
+def _ordered_text_categories(table: Any) -> dict[str, list[str]]:
+    """The ordered categorical columns with text categories of a pandas frame or an Arrow
+    table, each with its categories in order."""
+    if hasattr(table, "schema"):  # Arrow: ordered dictionary columns
+        import pyarrow as pa
+
+        return {f.name: table.column(f.name).combine_chunks().dictionary.to_pylist()
+                for f in table.schema
+                if pa.types.is_dictionary(f.type) and f.type.ordered
+                and (pa.types.is_string(f.type.value_type) or pa.types.is_large_string(f.type.value_type))}
+    import pandas as pd
+
+    return {str(name): [str(c) for c in dtype.categories] for name, dtype in table.dtypes.items()
+            if isinstance(dtype, pd.CategoricalDtype) and dtype.ordered
+            and pd.api.types.is_string_dtype(dtype.categories.dtype)}

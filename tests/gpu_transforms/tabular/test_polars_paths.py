@@ -160,3 +160,16 @@ def test_native_polars_rules_equal_the_row_by_row_reference(pieces):
     assert out["w"].to_list() == reference["w"]
     assert out["tag"].to_list() == reference["tag"]
     assert out.columns == [*frame.columns, "w", "tag"] and len(_layouts(out)) == 1
+
+
+def test_ordered_categorical_keeps_its_order_on_polars_and_back():
+    # Sizes S < M < L: polars' Categorical has no order, so to_backend gives an Enum.
+    df = pd.DataFrame({"size": pd.Categorical(["M", "S", "L", None], categories=["S", "M", "L"], ordered=True),
+                       "city": pd.Categorical(["b", "a", "b", "c"])})
+    frame = to_backend(df, "polars")
+    assert frame["size"].dtype == pl.Enum(["S", "M", "L"])
+    assert frame.sort("size", nulls_last=True)["size"].to_list() == ["S", "M", "L", None]
+    assert frame["city"].dtype == pl.Categorical  # unordered stays Categorical
+    back = to_backend(frame, "pandas")["size"]
+    assert back.cat.ordered and back.cat.categories.tolist() == ["S", "M", "L"]
+    assert back.astype(object).where(back.notna(), None).tolist() == ["M", "S", "L", None]
