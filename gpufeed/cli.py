@@ -31,6 +31,10 @@ BENCH_SUITES = {
 }
 
 
+#: ``--seed`` of the table generators.
+_TABLE_SEED_HELP = "seed of the values (default: 0); the same seed writes the same table"
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpufeed", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -84,16 +88,18 @@ def _build_parser() -> argparse.ArgumentParser:
     images.add_argument("out", help="output folder")
     images.add_argument("--images", type=int, default=1000, help="number of images (default 1000)")
     images.add_argument("--classes", type=int, default=10, help="number of classes (default 10)")
-    images.add_argument("--seed", type=int, default=0)
+    images.add_argument("--seed", type=int, default=0, help=(
+        "seed of the pixels, sizes and labels (default: 0); "
+        "the same seed writes the same files"))
     transactions = kinds.add_parser(
         "transactions", help="transactions-like table (ids, 6 text columns of 3..5,000 values, gaps, time)")
     transactions.add_argument("out", help="output file ending in .parquet or .csv")
     transactions.add_argument("--rows", type=int, default=100_000, help="number of rows (default 100000)")
-    transactions.add_argument("--seed", type=int, default=0)
+    transactions.add_argument("--seed", type=int, default=0, help=_TABLE_SEED_HELP)
     sensor = kinds.add_parser("sensor", help="sensor-like table (station, region, timestamp, ~95 features)")
     sensor.add_argument("out", help="output file ending in .parquet or .csv")
     sensor.add_argument("--rows", type=int, default=100_000, help="number of rows (default 100000)")
-    sensor.add_argument("--seed", type=int, default=0)
+    sensor.add_argument("--seed", type=int, default=0, help=_TABLE_SEED_HELP)
 
     convert = sub.add_parser(
         "convert", help="write an image folder or file list as WebDataset/TFRecord shards or a raw cache",
