@@ -16,6 +16,8 @@ import sys
 import warnings
 from collections.abc import Callable, Sequence
 
+from gpufeed.arguments import at_least
+
 #: Benchmark suites: name -> module with ``add_arguments(parser)`` and ``run(args) -> int``.
 #: Modules are imported only when their suite runs, so one suite's heavy imports
 #: (DALI, cuDF, ...) never load for another.
@@ -86,20 +88,20 @@ def _build_parser() -> argparse.ArgumentParser:
                     "that already holds files it warns: same-named images are replaced, others stay.",
     )
     images.add_argument("out", help="output folder")
-    images.add_argument("--images", type=int, default=1000, help="number of images (default 1000)")
-    images.add_argument("--classes", type=int, default=10, help="number of classes (default 10)")
-    images.add_argument("--seed", type=int, default=0, help=(
+    images.add_argument("--images", type=at_least(1), default=1000, help="number of images (default 1000)")
+    images.add_argument("--classes", type=at_least(1), default=10, help="number of classes (default 10)")
+    images.add_argument("--seed", type=at_least(0), default=0, help=(
         "seed of the pixels, sizes and labels (default: 0); "
         "the same seed writes the same files"))
     transactions = kinds.add_parser(
         "transactions", help="transactions-like table (ids, 6 text columns of 3..5,000 values, gaps, time)")
     transactions.add_argument("out", help="output file ending in .parquet or .csv")
-    transactions.add_argument("--rows", type=int, default=100_000, help="number of rows (default 100000)")
-    transactions.add_argument("--seed", type=int, default=0, help=_TABLE_SEED_HELP)
+    transactions.add_argument("--rows", type=at_least(1), default=100_000, help="number of rows (default 100000)")
+    transactions.add_argument("--seed", type=at_least(0), default=0, help=_TABLE_SEED_HELP)
     sensor = kinds.add_parser("sensor", help="sensor-like table (station, region, timestamp, ~95 features)")
     sensor.add_argument("out", help="output file ending in .parquet or .csv")
-    sensor.add_argument("--rows", type=int, default=100_000, help="number of rows (default 100000)")
-    sensor.add_argument("--seed", type=int, default=0, help=_TABLE_SEED_HELP)
+    sensor.add_argument("--rows", type=at_least(1), default=100_000, help="number of rows (default 100000)")
+    sensor.add_argument("--seed", type=at_least(0), default=0, help=_TABLE_SEED_HELP)
 
     convert = sub.add_parser(
         "convert", help="write an image folder or file list as WebDataset/TFRecord shards or a raw cache",
@@ -112,10 +114,10 @@ def _build_parser() -> argparse.ArgumentParser:
     convert.add_argument("dst", help="output folder (new or empty, or an interrupted conversion to resume)")
     convert.add_argument("--format", required=True, choices=("webdataset", "tfrecord", "raw"))
     convert.add_argument("--shard-size", default="256MiB", help="target shard size, e.g. 256MB, 1GiB (default: 256MiB)")
-    convert.add_argument("--seed", type=int, default=0, help="seed of the pre-shuffle (default: 0)")
+    convert.add_argument("--seed", type=at_least(0), default=0, help="seed of the pre-shuffle (default: 0)")
     convert.add_argument("--no-shuffle", action="store_true", help="keep the source order")
-    convert.add_argument("--raw-size", type=int, default=256, help="raw cache image side (default: 256)")
-    convert.add_argument("--workers", type=int, default=None, help="decoding processes (default: all cores)")
+    convert.add_argument("--raw-size", type=at_least(1), default=256, help="raw cache image side (default: 256)")
+    convert.add_argument("--workers", type=at_least(0), default=None, help="decoding processes (default: all cores)")
 
     tune_module = importlib.import_module(BENCH_SUITES["tune"])  # also a command of its own
     tune = sub.add_parser("tune", help="sweep DataLoader settings (workers, pinning, prefetch, batch) here",

@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from gpufeed.cli import main
 
 
@@ -74,6 +76,20 @@ def test_user_errors_are_one_line_not_a_traceback(tmp_path, capsys):
     assert main(["bench", "images", "--data", str(tmp_path / "missing")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("gpufeed: error:") and "missing" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv, option, message", [
+    (["bench", "images", "--repeats", "0"], "--repeats", "must be >= 1, got 0"),
+    (["bench", "storage", "--rounds", "two"], "--rounds", "expected a whole number, got 'two'"),
+    (["bench", "tabular", "--warmup", "-1"], "--warmup", "must be >= 0, got -1"),
+    (["data", "sensor", "t.parquet", "--rows", "0"], "--rows", "must be >= 1, got 0"),
+])
+def test_counts_out_of_range_are_usage_errors_naming_the_option(argv, option, message, capsys):
+    # Before anything runs: a zero --repeats used to fail minutes into a benchmark.
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    assert f"argument {option}: {message}" in capsys.readouterr().err
 
 
 def test_the_kits_warnings_print_as_one_plain_line_on_the_command_line(tmp_path):

@@ -26,6 +26,7 @@ import resource
 from collections.abc import Callable
 from typing import Any
 
+from gpufeed.arguments import at_least
 from gpufeed.bench.harness import (
     add_out_argument,
     markdown_table,
@@ -45,12 +46,12 @@ JITTER = (0.4, 0.4, 0.4, 0.1)
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda")
-    parser.add_argument("--batch-size", type=int, default=None, help="default: 64 on CPU, 256 on CUDA")
-    parser.add_argument("--size", type=int, default=224, help="output height and width")
-    parser.add_argument("--input-size", type=int, default=None, help="input height and width (default: --size)")
-    parser.add_argument("--batches", type=int, default=2, help="distinct batches per timed pass")
-    parser.add_argument("--repeats", type=int, default=5, help="timed passes per contender")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads each (default: all cores)")
+    parser.add_argument("--batch-size", type=at_least(1), default=None, help="default: 64 on CPU, 256 on CUDA")
+    parser.add_argument("--size", type=at_least(1), default=224, help="output height and width")
+    parser.add_argument("--input-size", type=at_least(1), default=None, help="input height and width (default: --size)")
+    parser.add_argument("--batches", type=at_least(1), default=2, help="distinct batches per timed pass")
+    parser.add_argument("--repeats", type=at_least(1), default=5, help="timed passes per contender")
+    parser.add_argument("--threads", type=at_least(1), default=None, help="torch threads each (default: all cores)")
     parser.add_argument("--only", nargs="*", choices=CONTENDERS, help="run only these contenders")
     add_out_argument(parser)
 

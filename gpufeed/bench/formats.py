@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gpufeed.arguments import at_least
 from gpufeed.bench.harness import (
     add_out_argument,
     markdown_table,
@@ -41,14 +42,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``gpufeed bench formats``."""
     parser.add_argument("file", nargs="?", default=None,
                         help="table to measure (any supported format); default: the generated sensor table")
-    parser.add_argument("--rows", type=int, default=250_000,
+    parser.add_argument("--rows", type=at_least(1), default=250_000,
                         help="rows of the generated sensor table (default 250000, about 180 MB of CSV)")
     parser.add_argument("--formats", default=None,
                         help="comma list of csv, parquet, feather, pickle, hdf5, json, csv-pandas "
                              "(default: all; csv-pandas only with --backend pandas)")
     parser.add_argument("--backend", default="pandas", help="pandas | polars | cudf | auto")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--repeats", type=at_least(1), default=3)
+    parser.add_argument("--warmup", type=at_least(0), default=1)
     parser.add_argument("--data-dir", default=None, help="where the generated table is cached")
     parser.add_argument("--work-dir", default=None, help="where the files are written (default: a temp folder)")
     add_out_argument(parser)
@@ -191,8 +192,6 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"unknown format(s) {unknown}; choose from {', '.join(_EXT)}")
     if "csv" not in formats:
         formats.insert(0, "csv")  # every ratio is to CSV
-    if args.repeats < 1 or args.warmup < 0:
-        raise SystemExit("--repeats must be >= 1 and --warmup >= 0")
     if args.file:
         source = Path(args.file)
         try:

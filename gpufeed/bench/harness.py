@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpufeed.arguments import at_least
 from gpufeed.machine import (
     PACKAGES,
     cpu_model,
@@ -72,7 +73,7 @@ class Timing:
 
 def add_rounds_argument(parser: argparse.ArgumentParser, default: int = 2) -> None:
     """The ``--rounds`` option of the suites that compare contenders in separate processes."""
-    parser.add_argument("--rounds", type=int, default=default,
+    parser.add_argument("--rounds", type=at_least(1), default=default,
                         help=f"times every contender runs, each time in a fresh process, taking turns with the "
                              f"others so that a slow spell of the machine hits them alike (default: {default})")
 

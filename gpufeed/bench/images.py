@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from gpufeed.arguments import at_least
 from gpufeed.bench.harness import (
     add_out_argument,
     add_rounds_argument,
@@ -45,12 +46,12 @@ PIPELINES = {
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", help="ImageFolder tree (default: a generated, cached ImageNet-like set)")
-    parser.add_argument("--images", type=int, default=1024, help="size of the generated default set")
+    parser.add_argument("--images", type=at_least(1), default=1024, help="size of the generated default set")
     parser.add_argument("--mode", choices=("train", "val"), default="train", help="default: train")
-    parser.add_argument("--batch-size", type=int, default=64, help="default: 64")
-    parser.add_argument("--size", type=int, default=224, help="output size (default: 224)")
-    parser.add_argument("--workers", type=int, default=None, help="workers/threads each (default: all cores)")
-    parser.add_argument("--repeats", type=int, default=3, help="timed epochs per pipeline and round (default: 3)")
+    parser.add_argument("--batch-size", type=at_least(1), default=64, help="default: 64")
+    parser.add_argument("--size", type=at_least(1), default=224, help="output size (default: 224)")
+    parser.add_argument("--workers", type=at_least(1), default=None, help="workers/threads each (default: all cores)")
+    parser.add_argument("--repeats", type=at_least(1), default=3, help="timed epochs per pipeline and round (default: 3)")
     add_rounds_argument(parser)
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
     parser.add_argument("--only", nargs="*", choices=sorted(PIPELINES), metavar="PIPELINE",
@@ -216,8 +217,6 @@ def run(args: argparse.Namespace) -> int:
     print(f"gpufeed bench images: {files} files ({sum(sizes) / files / 1024:.0f} KiB mean) in "
           f"{len(samples.classes)} classes at {root}; {args.mode}, batch {args.batch_size}, "
           f"{args.size}px, {workers} workers/threads each, output float32 NCHW on {device}")
-    if args.repeats < 1 or args.rounds < 1:
-        raise ValueError(f"--repeats and --rounds must be >= 1, got {args.repeats} and {args.rounds}")
     rounds: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
     for turn in range(1, args.rounds + 1):  # pipelines take turns, round after round
         for name in names:

@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from gpufeed.arguments import at_least
 from gpufeed.bench.harness import (
     Timing,
     add_out_argument,
@@ -76,7 +77,7 @@ _CONVERT_VERSION = 1
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``gpufeed bench storage``."""
     parser.add_argument("--data", help="ImageFolder tree (default: a generated, cached ImageNet-like set)")
-    parser.add_argument("--images", type=int, default=1024, help="size of the generated default set (default: 1024)")
+    parser.add_argument("--images", type=at_least(1), default=1024, help="size of the generated default set (default: 1024)")
     parser.add_argument("--storage", nargs="+", choices=CONDITIONS, default=None, metavar="CONDITION",
                         help="warm, cold, remote (default: all three; cold only where dropping pages works)")
     parser.add_argument("--formats", nargs="+", choices=sorted(FORMATS), default=None, metavar="FORMAT",
@@ -91,11 +92,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--shard-size", default=DEFAULT_SHARD_SIZE,
                         help=f"target shard size in bytes or with a unit, e.g. 64MB (default: {DEFAULT_SHARD_SIZE}: "
                              f"several shards even for the default 1024 images, so workers read different ones)")
-    parser.add_argument("--raw-size", type=int, default=256, help="raw cache short side (default: 256)")
-    parser.add_argument("--batch-size", type=int, default=64, help="default: 64")
-    parser.add_argument("--size", type=int, default=224, help="output size (default: 224)")
-    parser.add_argument("--workers", type=int, default=None, help="workers/threads each (default: all cores)")
-    parser.add_argument("--repeats", type=int, default=3, help="timed epochs per contender and round (default: 3)")
+    parser.add_argument("--raw-size", type=at_least(1), default=256, help="raw cache short side (default: 256)")
+    parser.add_argument("--batch-size", type=at_least(1), default=64, help="default: 64")
+    parser.add_argument("--size", type=at_least(1), default=224, help="output size (default: 224)")
+    parser.add_argument("--workers", type=at_least(1), default=None, help="workers/threads each (default: all cores)")
+    parser.add_argument("--repeats", type=at_least(1), default=3, help="timed epochs per contender and round (default: 3)")
     add_rounds_argument(parser)
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
     add_out_argument(parser)
@@ -481,8 +482,6 @@ def run(args: argparse.Namespace) -> int:
     from gpufeed.machine import cuda_available, usable_cpus
     from gpufeed.pipelines.sources import scan_image_folder
 
-    if args.repeats < 1 or args.rounds < 1:
-        raise ValueError(f"--repeats and --rounds must be >= 1, got {args.repeats} and {args.rounds}")
     root = Path(args.data) if args.data else default_image_dataset(args.images)
     samples = scan_image_folder(root)
     files, classes = len(samples), len(samples.classes)

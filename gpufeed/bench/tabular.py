@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from gpufeed.arguments import at_least
 from gpufeed.bench.harness import (
     add_out_argument,
     markdown_table,
@@ -66,14 +67,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tables", default="sensor,transactions",
                         help="tables of the rule and recipe parts (comma list of sensor, transactions)")
     parser.add_argument("--rows", default="1000000,10000000", help="recipe table sizes (comma list)")
-    parser.add_argument("--rule-rows", type=int, default=1_000_000, help="rows for vectorised rule runs")
-    parser.add_argument("--loop-rows", type=int, default=50_000, help="rows for the for-loop and apply runs")
-    parser.add_argument("--downcast-rows", type=int, default=1_000_000, help="rows for the downcast part")
+    parser.add_argument("--rule-rows", type=at_least(1), default=1_000_000, help="rows for vectorised rule runs")
+    parser.add_argument("--loop-rows", type=at_least(1), default=50_000, help="rows for the for-loop and apply runs")
+    parser.add_argument("--downcast-rows", type=at_least(1), default=1_000_000, help="rows for the downcast part")
     parser.add_argument("--backends", default=f"{BASELINE},pandas,polars,cudf",
                         help=f"recipe variants ({BASELINE}: the ops written by hand, always run as the "
                              "baseline); cudf is skipped without a GPU")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--repeats", type=at_least(1), default=3)
+    parser.add_argument("--warmup", type=at_least(0), default=1)
     parser.add_argument("--data-dir", default=None, help="where generated tables are cached")
     parser.add_argument("--max-ram-gb", type=float, default=None,
                         help="skip sizes whose estimated peak exceeds this (default: available RAM less 1 GB)")
@@ -320,8 +321,6 @@ def run(args: argparse.Namespace) -> int:
     unknown = set(parts) - {"rule", "recipe", "downcast"}
     if unknown:
         raise SystemExit(f"unknown --parts {sorted(unknown)}; choose from rule, recipe, downcast")
-    if args.repeats < 1 or args.warmup < 0:
-        raise SystemExit("--repeats must be >= 1 and --warmup >= 0")
     data_dir = args.data_dir
     _tables(args)  # a bad name fails before anything runs
     payload: dict[str, Any] = {"config": vars(args) | {"_run": None}, "cpu_threads": os.cpu_count()}

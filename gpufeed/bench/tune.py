@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from gpufeed.arguments import at_least
 from gpufeed.bench.harness import (
     add_out_argument,
     epoch_runner,
@@ -159,11 +160,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``gpufeed tune``."""
     parser.add_argument("data", nargs="?", default=None,
                         help="ImageFolder tree (default: the generated, cached ImageNet-like set)")
-    parser.add_argument("--images", type=int, default=1024, help="size of the generated default set")
-    parser.add_argument("--max-images", type=int, default=1024,
+    parser.add_argument("--images", type=at_least(1), default=1024, help="size of the generated default set")
+    parser.add_argument("--max-images", type=at_least(1), default=1024,
                         help="sweep over at most this many images, picked evenly (default 1024)")
     parser.add_argument("--mode", choices=("train", "val"), default="train", help="default: train")
-    parser.add_argument("--size", type=int, default=224, help="output size (default: 224)")
+    parser.add_argument("--size", type=at_least(1), default=224, help="output size (default: 224)")
     parser.add_argument("--batch-sizes", default="32,64,128",
                         help="batch sizes to try (default 32,64,128; the start is 64 when listed, else the middle)")
     parser.add_argument("--workers", default=None,
