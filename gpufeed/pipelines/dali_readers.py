@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -50,7 +49,8 @@ from nvidia.dali.pipeline import Pipeline
 from nvidia.dali.plugin.pytorch import DALIClassificationIterator, LastBatchPolicy
 
 from gpufeed.datasets.samples import SampleSource
-from gpufeed.datasets.shards import SHARD_SUFFIXES
+from gpufeed.datasets.shards import format_of_name
+from gpufeed.datasets.shards.webdataset import IMAGE_EXTENSIONS, JSON_LABEL, LABEL_EXTENSION
 from gpufeed.pipelines.dali_pipeline import classification_outputs
 from gpufeed.pipelines.options import LastBatch, LoaderOptions
 from gpufeed.pipelines.seeds import dali_seed
@@ -60,9 +60,12 @@ from gpufeed.pipelines.states import differences, settings_of
 STATE_FORMAT = "gpufeed.dali_reader/1"
 #: The reader's name in the pipeline: the iterator asks it for the epoch size.
 READER_NAME = "shards"
-#: WebDataset components read: the image (first of these extensions present) and the label.
-WEBDATASET_EXT = ["jpg;png;jpeg", "cls"]
-#: The TFRecord features read (the names of TensorFlow's ImageNet conversion).
+#: WebDataset components read unless the source names others: the image (the first
+#: member, in file order, of one of these extensions) and the label. The same as
+#: :class:`~gpufeed.datasets.shards.webdataset.WebDatasetShards` reads.
+WEBDATASET_EXT = [";".join(IMAGE_EXTENSIONS), LABEL_EXTENSION]
+#: The TFRecord features read unless the source names others (the names of TensorFlow's
+#: ImageNet conversion).
 TFRECORD_IMAGE, TFRECORD_LABEL = "image/encoded", "image/class/label"
 
 #: Settings that must match for a checkpoint to mean the same pipeline: the reader's
@@ -91,20 +94,31 @@ class ShardFiles:
         index_files: DALI's index of each shard file (``wds2idx`` / ``tfrecord2idx``
             format), or empty: DALI then indexes WebDataset tars itself when the pipeline
             is built (TFRecord needs them).
+        image_key: WebDataset: the image extensions, ``;``-separated (DALI's ``ext``);
+            TFRecord: the image feature.
+        label_key: WebDataset: the label member's extension; TFRecord: the label feature.
     """
 
     format: str
     files: tuple[str, ...]
     index_files: tuple[str, ...]
+    image_key: str = ""
+    label_key: str = ""
 
 
 def shard_format(samples: SampleSource) -> str | None:
     """``"webdataset"`` or ``"tfrecord"`` when DALI's own reader can read ``samples``
     (shard files of one format, and a ``dali_index_files()`` method); None otherwise
-    (image folders, raw caches, RAM caches keep the kit's feed)."""
+    (image folders, raw caches, RAM caches keep the kit's feed, and so do WebDataset
+    shards whose labels are a JSON field: DALI's graph has no JSON parser)."""
     if not callable(getattr(samples, "dali_index_files", None)):
         return None
-    formats = {SHARD_SUFFIXES.get(Path(f).suffix.lower()) for f in samples.files}
+    if str(getattr(samples, "label_key", "")).startswith(JSON_LABEL):
+        return None
+    fmt = getattr(samples, "format", None)
+    if fmt in ("webdataset", "tfrecord"):
+        return fmt
+    formats = {format_of_name(f) for f in samples.files}
     if len(formats) != 1 or None in formats:
         return None
     return formats.pop()
@@ -124,7 +138,15 @@ def shard_files(samples: SampleSource) -> ShardFiles:
     if len(index) != len(files) and (index or fmt == "tfrecord"):
         raise ValueError(f"{len(files)} {fmt} shard files but {len(index)} DALI index files: DALI's reader "
                          "needs one index per file" + (" (or none, for WebDataset)" if fmt == "webdataset" else ""))
-    return ShardFiles(fmt, files, index)
+    # The members the source read, so DALI reads the same ones (sources without keys:
+    # the defaults).
+    image_key = getattr(samples, "image_key", None)
+    if fmt == "webdataset":
+        image = WEBDATASET_EXT[0] if image_key is None else ";".join(image_key)
+        label = getattr(samples, "label_key", None) or WEBDATASET_EXT[1]
+    else:
+        image, label = image_key or TFRECORD_IMAGE, getattr(samples, "label_key", None) or TFRECORD_LABEL
+    return ShardFiles(fmt, files, index, image, label)
 
 
 def decimal_label(text: DataNode) -> DataNode:
@@ -160,18 +182,22 @@ def _reader(shards: ShardFiles, options: LoaderOptions, pad_last_batch: bool) ->
     )
     if shards.format == "webdataset":
         encoded, text = fn.readers.webdataset(
-            paths=list(shards.files), index_paths=list(shards.index_files) or None, ext=WEBDATASET_EXT,
+            paths=list(shards.files), index_paths=list(shards.index_files) or None,
+            ext=[shards.image_key or WEBDATASET_EXT[0], shards.label_key or WEBDATASET_EXT[1]],
+            # the kit's source matches extensions in any case (".JPG" too)
+            case_sensitive_extensions=False,
             # a sample without its label would otherwise come out empty, i.e. label 0
             missing_component_behavior="error", **common,
         )
         return encoded, decimal_label(text)
+    image, label = shards.image_key or TFRECORD_IMAGE, shards.label_key or TFRECORD_LABEL
     features = {
-        TFRECORD_IMAGE: tfrec.FixedLenFeature((), tfrec.string, ""),
-        TFRECORD_LABEL: tfrec.FixedLenFeature([1], tfrec.int64, -1),
+        image: tfrec.FixedLenFeature((), tfrec.string, ""),
+        label: tfrec.FixedLenFeature([1], tfrec.int64, -1),
     }
     out = fn.readers.tfrecord(path=list(shards.files), index_path=list(shards.index_files), features=features,
                               **common)
-    return out[TFRECORD_IMAGE], fn.cast(fn.squeeze(out[TFRECORD_LABEL], axes=[0]), dtype=types.INT32)
+    return out[image], fn.cast(fn.squeeze(out[label], axes=[0]), dtype=types.INT32)
 
 
 def build_reader_pipeline(shards: ShardFiles, options: LoaderOptions, device_id: int | None, *,

@@ -50,6 +50,8 @@ def classification_loader(
     gpu_augment: Augment | None = None,
     shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
     cache: str | Cache = "none",
+    image_key: str | Sequence[str] | None = None,
+    label_key: str | None = None,
 ) -> ClassificationLoader:
     """An image-classification loader: ``(images, labels)`` batches on the device.
 
@@ -110,6 +112,15 @@ def classification_loader(
         cache: ``"none"`` or ``"ram"``: read the dataset (encoded bytes, or a raw
             cache's pixels) once into shared memory that every worker and thread reads,
             refused up front when it does not fit in the memory available.
+        image_key, label_key: shards only: which members hold the image and the label.
+            WebDataset: member extensions, as in ``.to_tuple("jpg;png", "cls")``:
+            ``image_key`` ``"jpg"``, ``"jpg;png"`` or a list (default: any image
+            extension), ``label_key`` ``"cls"`` (default), ``"label"``, ``"txt"`` ...
+            (a decimal integer as text), or ``"json:FIELD"`` (an integer field of the
+            sample's ``.json``). TFRecord: Example features, default ``"image/encoded"``
+            and ``"image/class/label"``; TensorFlow Datasets' sets use ``"image"`` and
+            ``"label"``. Both backends, and ``dali_iterator()``'s DALI reader, read
+            these members.
 
     Returns:
         A :class:`ClassificationLoader`; with the DALI backend,
@@ -128,7 +139,7 @@ def classification_loader(
             "gpu_augment needs the raw pixels: pass dtype=torch.uint8 and layout='NCHW' "
             f"(got dtype={dtype}, layout={layout!r}) and let the stage normalise"
         )
-    samples = open_source(source, file_list=file_list)
+    samples = open_source(source, file_list=file_list, image_key=image_key, label_key=label_key)
     if Cache.parse(cache, "cache") == Cache.RAM:
         from gpufeed.datasets.ram_cache import RamCache
 

@@ -78,19 +78,35 @@ class SampleList(SampleSource):
 
 def open_source(source: str | os.PathLike[str] | Sequence | SampleSource | None, *,
                 file_list: str | os.PathLike[str] | Sequence[tuple[str, int]] | None = None,
-                storage: Storage = LOCAL) -> SampleSource:
+                storage: Storage = LOCAL, image_key: str | Sequence[str] | None = None,
+                label_key: str | None = None) -> SampleSource:
     """The :class:`SampleSource` that ``source`` names.
 
     - a :class:`SampleSource`: itself;
     - with ``file_list``: that list, paths relative to ``source`` (:func:`read_file_list`);
     - WebDataset or TFRecord shards: a pattern (``train-{000000..000127}.tar``, a glob),
-      a shard file or a list of them (:func:`gpufeed.datasets.shards.open_shards`);
+      a shard file (any existing file is taken for one) or a list of them
+      (:func:`gpufeed.datasets.shards.open_shards`, which also says what ``image_key``
+      and ``label_key`` name);
     - a folder written by ``gpufeed convert`` (shards or a raw cache; its manifest says
       which);
     - otherwise an ImageFolder tree (:func:`scan_image_folder`).
+
+    Raises:
+        ValueError: ``image_key`` / ``label_key`` given for a source that is not shards
+            (they name shard members or features; a folder's labels are its class folders).
     """
     from gpufeed.datasets import shards
 
+    keys = {"image_key": image_key, "label_key": label_key}
+    given = [k for k, v in keys.items() if v is not None]
+    if given and (isinstance(source, SampleSource) or file_list is not None or source is None
+                  or not (shards.is_shard_spec(source) or shards.converted_format(source) in ("webdataset",
+                                                                                             "tfrecord"))):
+        what = (type(source).__name__ if isinstance(source, SampleSource) else "a file list"
+                if file_list is not None else f"{source!r}, which is not WebDataset or TFRecord shards")
+        raise ValueError(f"{' and '.join(given)} name the image and label members of WebDataset or TFRecord "
+                         f"shards; the source is {what}")
     if isinstance(source, SampleSource):
         return source
     if file_list is not None:
@@ -98,9 +114,9 @@ def open_source(source: str | os.PathLike[str] | Sequence | SampleSource | None,
     if source is None:
         raise ValueError("give a source (an ImageFolder tree, shards or a raw cache) or file_list")
     if shards.is_shard_spec(source):
-        return shards.open_shards(source, storage)
+        return shards.open_shards(source, storage, **keys)
     if shards.converted_format(source) is not None:
-        return shards.open_converted(source, storage)
+        return shards.open_converted(source, storage, **keys)
     return scan_image_folder(source, storage)
 
 

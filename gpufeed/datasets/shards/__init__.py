@@ -19,7 +19,14 @@ from gpufeed.datasets.samples import SampleSource
 from gpufeed.datasets.storage import LOCAL, Storage
 
 #: Shard file suffixes and the format they hold.
-SHARD_SUFFIXES = {".tar": "webdataset", ".tfrecord": "tfrecord", ".tfrec": "tfrecord"}
+SHARD_SUFFIXES = {".tar": "webdataset", ".tfrecord": "tfrecord", ".tfrecords": "tfrecord", ".tfrec": "tfrecord"}
+
+#: Compressed shard names (lower case): neither gpufeed (which reads each sample at its
+#: byte offset) nor DALI's readers read compressed shards, so they are refused by name.
+COMPRESSED_SUFFIXES = (".gz", ".tgz", ".bz2", ".xz", ".zst", ".lz4")
+
+#: TensorFlow Datasets' shard names: ``imagenet2012-train.tfrecord-00000-of-01024``.
+_TFDS_NAME = re.compile(r"\.(tfrecords?|tfrec)-\d+-of-\d+$", re.IGNORECASE)
 
 #: The manifest ``gpufeed convert`` writes into its output folder: ``{"format":
 #: "webdataset" | "tfrecord" | "raw", "samples": N, "classes": [...], "files": [...], ...}``
@@ -34,7 +41,7 @@ def expand_shards(spec: str | os.PathLike[str] | Sequence[str | os.PathLike[str]
 
     ``spec`` is a brace range as WebDataset writes it (``train-{000000..000127}.tar``;
     zero padding kept, several ranges expand as a product), a glob (``train-*.tar``,
-    sorted), a single file, or a list of those.
+    sorted; DALI index files, ``*.idx``, left out), a single file, or a list of those.
 
     Raises:
         FileNotFoundError: a named file does not exist, or a glob matches nothing.
@@ -57,7 +64,9 @@ def expand_shards(spec: str | os.PathLike[str] | Sequence[str | os.PathLike[str]
     files: list[str] = []
     for name in names:
         if glob.has_magic(name):
-            found = sorted(glob.glob(name))
+            # DALI index files beside the shards are never shards (a glob such as
+            # "train-*" for suffixless TensorFlow shards would also match them)
+            found = sorted(f for f in glob.glob(name) if not f.endswith(".idx"))
             if not found:
                 raise FileNotFoundError(f"shard pattern {name} matches no file")
             files += found
@@ -68,34 +77,120 @@ def expand_shards(spec: str | os.PathLike[str] | Sequence[str | os.PathLike[str]
     return files
 
 
+def format_of_name(path: str | os.PathLike[str]) -> str | None:
+    """``"webdataset"`` or ``"tfrecord"`` as a shard's file name says (its suffix, or
+    TensorFlow Datasets' ``NAME.tfrecord-00000-of-01024``), else None."""
+    name = os.path.basename(os.fspath(path))
+    if _TFDS_NAME.search(name):
+        return "tfrecord"
+    return SHARD_SUFFIXES.get(Path(name).suffix.lower())
+
+
+def is_compressed_name(path: str | os.PathLike[str]) -> bool:
+    """Whether a shard's name says it is compressed (``.tar.gz``, ``.tgz``, ``.tfrecord.gz`` ...)."""
+    return os.fspath(path).lower().endswith(COMPRESSED_SUFFIXES)
+
+
+#: gzip's magic number; TFRecordWriter's GZIP option writes a gzip stream too.
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+def compressed_shard_error(path: str, what: str) -> ValueError:
+    """The error for a compressed shard: which file, and how to make it readable."""
+    return ValueError(
+        f"{path}: {what}; gpufeed reads each sample at its byte offset and DALI's readers read "
+        "uncompressed shards only, so compressed shards are not supported: decompress it first "
+        f"(e.g. gzip -dc {path} > {_decompressed_name(path)}) and read that")
+
+
+def _decompressed_name(path: str) -> str:
+    low = path.lower()
+    if low.endswith(".tgz"):
+        return path[:-4] + ".tar"
+    for suffix in (".gz", ".bz2", ".xz", ".zst"):
+        if low.endswith(suffix):
+            return path[: -len(suffix)]
+    stem, suffix = os.path.splitext(path)
+    return f"{stem}.uncompressed{suffix}"
+
+
+def sniff_format(path: str, storage: Storage = LOCAL) -> str:
+    """``"webdataset"`` or ``"tfrecord"`` from a shard's first bytes, for names that do
+    not say (TensorFlow's ImageNet conversion writes ``train-00000-of-01024``).
+
+    Raises:
+        ValueError: the file is gzip-compressed, or neither a tar nor a TFRecord file.
+    """
+    from gpufeed.datasets.shards.tfrecord import looks_like_tfrecord
+    from gpufeed.datasets.shards.webdataset import looks_like_tar
+
+    head = storage.read_at(path, 0, min(512, storage.size(path))).tobytes()
+    if head.startswith(_GZIP_MAGIC):
+        raise compressed_shard_error(path, "a gzip-compressed file")
+    if looks_like_tar(head):
+        return "webdataset"
+    if looks_like_tfrecord(head):
+        return "tfrecord"
+    raise ValueError(f"{path}: neither a tar (WebDataset) nor a TFRecord file, by its first bytes (a file "
+                     "source is a shard; an image folder source is a folder, a file list goes to file_list=)")
+
+
 def is_shard_spec(spec: object) -> bool:
     """Whether ``spec`` names shard files (a pattern, a shard file or a list of them)
-    rather than an image folder or a raw cache."""
+    rather than an image folder or a raw cache.
+
+    A name with a shard suffix (compressed ones too, so that they are refused by name) is
+    one, and so is any existing file: a source that is one file can only be a shard.
+    """
     if isinstance(spec, (str, os.PathLike)):
         text = os.fspath(spec)
-        return bool(_BRACES.search(text)) or glob.has_magic(text) or Path(text).suffix.lower() in SHARD_SUFFIXES
+        return (bool(_BRACES.search(text)) or glob.has_magic(text) or format_of_name(text) is not None
+                or is_compressed_name(text) or os.path.isfile(text))
     return isinstance(spec, Sequence) and len(spec) > 0 and all(is_shard_spec(s) for s in spec)
 
 
 def open_shards(spec: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
-                storage: Storage = LOCAL) -> SampleSource:
+                storage: Storage = LOCAL, *, image_key: str | Sequence[str] | None = None,
+                label_key: str | None = None) -> SampleSource:
     """The sample source of a set of WebDataset or TFRecord shards.
 
+    The format comes from the file names (``.tar``; ``.tfrecord``, ``.tfrecords``,
+    ``.tfrec`` or TensorFlow Datasets' ``NAME.tfrecord-00000-of-01024``), or, for other
+    names, from each file's first bytes.
+
+    Args:
+        spec: a pattern, a file or a list (:func:`expand_shards`).
+        storage: how bytes are read.
+        image_key: WebDataset: the image member's extension(s) (``"jpg"``, ``"jpg;png"``
+            or a list; default any image extension); TFRecord: the image feature (default
+            ``image/encoded``; ``image`` in TensorFlow Datasets' sets).
+        label_key: WebDataset: the label member's extension (default ``cls``), holding
+            a decimal integer, or ``"json:FIELD"``, an integer field of the sample's
+            ``.json`` member; TFRecord: the int64 label feature (default
+            ``image/class/label``; ``label`` in TensorFlow Datasets' sets).
+
     Raises:
-        ValueError: the files mix formats or have no known shard suffix.
+        ValueError: a compressed shard (``.tar.gz``, ``.tgz``, GZIP TFRecords: named,
+            with how to decompress it), files that mix formats, or a file that is no
+            shard.
     """
     files = expand_shards(spec)
-    formats = {SHARD_SUFFIXES.get(Path(f).suffix.lower()) for f in files}
-    if None in formats or len(formats) != 1:
+    formats = set()
+    for f in files:
+        if is_compressed_name(f):
+            raise compressed_shard_error(f, "a compressed shard (by its name)")
+        formats.add(format_of_name(f) or sniff_format(f, storage))
+    if len(formats) != 1:
         shown = ", ".join(sorted({Path(f).suffix or "(none)" for f in files}))
-        raise ValueError(f"shards must all be .tar (WebDataset) or all .tfrecord/.tfrec (TFRecord); got {shown}")
+        raise ValueError(f"shards must all be WebDataset tars or all TFRecord files; got a mix ({shown})")
+    keys = {"image_key": image_key, "label_key": label_key}
     if formats == {"webdataset"}:
         from gpufeed.datasets.shards.webdataset import WebDatasetShards
 
-        return WebDatasetShards(files, storage)
+        return WebDatasetShards(files, storage, **keys)
     from gpufeed.datasets.shards.tfrecord import TFRecordShards
 
-    return TFRecordShards(files, storage)
+    return TFRecordShards(files, storage, **keys)
 
 
 def read_manifest(folder: str | os.PathLike[str]) -> dict | None:
@@ -118,19 +213,24 @@ def converted_format(path: object) -> str | None:
     return None if manifest is None else manifest.get("format")
 
 
-def open_converted(folder: str | os.PathLike[str], storage: Storage = LOCAL) -> SampleSource:
+def open_converted(folder: str | os.PathLike[str], storage: Storage = LOCAL, *,
+                   image_key: str | Sequence[str] | None = None, label_key: str | None = None) -> SampleSource:
     """The sample source of a folder ``gpufeed convert`` wrote (its manifest names the
-    format and the files).
+    format and the files); ``image_key`` and ``label_key`` as in :func:`open_shards`.
 
     Raises:
-        ValueError: the manifest names an unknown format.
+        ValueError: the manifest names an unknown format, or keys are given for a raw cache.
     """
     manifest = read_manifest(folder)
     fmt = None if manifest is None else manifest.get("format")
     if fmt == "raw":
         from gpufeed.datasets.shards.raw import RawCache
 
+        if image_key is not None or label_key is not None:
+            raise ValueError(f"{folder}: image_key / label_key name the members of WebDataset or TFRecord "
+                             "shards; this folder is a raw cache (decoded pixels and labels.npy)")
         return RawCache(folder, storage)
     if fmt in ("webdataset", "tfrecord"):
-        return open_shards([str(Path(folder) / f) for f in manifest["files"]], storage)
+        return open_shards([str(Path(folder) / f) for f in manifest["files"]], storage, image_key=image_key,
+                           label_key=label_key)
     raise ValueError(f"{Path(folder) / MANIFEST}: unknown format {fmt!r} (webdataset, tfrecord or raw)")

@@ -35,6 +35,13 @@ class ShardSource(SampleSource):
         self.storage = storage
         self._files = [os.fspath(f) for f in files]
         self._valid_index: list[bool] = []  # per shard: whether SHARD.idx matched the shard
+        self._custom_keys: dict[str, str] = {}  # image_key / label_key where not the format's default
+
+    def _keys_differ(self, keys: dict[str, str], defaults: dict[str, str]) -> None:
+        """Note the member / feature names read where they are not the format's defaults:
+        the fingerprint names them (other keys, other labels), and only then, so states
+        saved before the keys existed still match."""
+        self._custom_keys = {k: v for k, v in keys.items() if v != defaults[k]}
 
     def _located(self, shard_of: list[int], offsets: list[int], sizes: list[int], labels: list[int],
                  counts: list[int]) -> None:
@@ -46,13 +53,15 @@ class ShardSource(SampleSource):
         """
         if not labels:
             raise ValueError(f"shards {self._files[0]} ... hold no samples")
-        if min(labels) < 0:
-            raise ValueError(f"shards {self._files[0]} ...: a negative label")
         self.labels = tuple(labels)
         self._shard = np.asarray(shard_of, dtype=np.int32)
         self._offsets = np.asarray(offsets, dtype=np.int64)
         self._sizes = np.asarray(sizes, dtype=np.int64)
         self._groups = np.asarray(counts, dtype=np.int64)
+        if min(labels) < 0:
+            first = next(k for k, label in enumerate(labels) if label < 0)
+            raise ValueError(f"{self._files[self._shard[first]]}: sample {self._tag(first)} has the negative "
+                             f"label {labels[first]} (labels are class numbers, 0 and up)")
         self.classes = _classes(self._files, max(labels))
 
     def _entries(self, path: str, read_index: Callable[[str], list], fits: Callable[[list, int], bool],
@@ -98,7 +107,7 @@ class ShardSource(SampleSource):
     def fingerprint(self) -> dict:
         return {"kind": self.format, "samples": len(self.labels),
                 "shards": [os.path.basename(f) for f in self._files],
-                "counts": self._groups.tolist(), "bytes": int(self._sizes.sum())}
+                "counts": self._groups.tolist(), "bytes": int(self._sizes.sum()), **self._custom_keys}
 
     def nbytes(self) -> int:
         return int(self._sizes.sum())

@@ -120,24 +120,34 @@ def encode_example(image: bytes, label: int, image_format: str) -> bytes:
     return _field(1, features)  # Example.features
 
 
-def parse_example(record: bytes | memoryview, size: int | None = None) -> tuple[int, int, int]:
+#: A Feature's kinds, by field number.
+_KINDS = {1: "bytes_list", 2: "float_list", 3: "int64_list"}
+
+
+def parse_example(record: bytes | memoryview, size: int | None = None, *, image_key: str = IMAGE_KEY,
+                  label_key: str = LABEL_KEY) -> tuple[int, int, int]:
     """Where the image bytes lie in a serialized Example, and its label.
 
     Args:
         record: the serialized Example, or its first bytes.
         size: the Example's whole size when ``record`` holds only its first bytes (the
             image bytes themselves need not have been read, only the fields before them).
+        image_key: the bytes feature holding the encoded image.
+        label_key: the int64 feature holding the label (one value).
 
     Returns:
-        ``(offset, size, label)``: the ``image/encoded`` bytes' offset and size within
-        ``record``, and ``image/class/label``'s first value.
+        ``(offset, size, label)``: the image bytes' offset and size within ``record``,
+        and the label.
 
     Raises:
-        ValueError: not an Example, or one without those two features (a subclass of it
-            when ``record`` is a prefix that ends before a field the parse needs).
+        ValueError: not an Example, one without those two features (the features it has
+            are named), an image that is not one bytes value or a label that is not one
+            int64 value (a subclass of it when ``record`` is a prefix that ends before a
+            field the parse needs).
     """
     size = len(record) if size is None else size
     found: dict[str, tuple[int, int]] = {}
+    names: list[str] = []
     for number, wire, fstart, fend in _fields(record, 0, size):
         if number != 1 or wire != 2:
             continue
@@ -152,34 +162,59 @@ def parse_example(record: bytes | memoryview, size: int | None = None) -> tuple[
                     key = bytes(record[s3:e3]).decode("utf-8", "replace")
                 elif n3 == 2 and w3 == 2:
                     value = (s3, e3)
-            if key in (IMAGE_KEY, LABEL_KEY) and value is not None:
+            if key is not None:
+                names.append(key)
+            if key in (image_key, label_key) and value is not None:
                 found[key] = value
-    missing = [k for k in (IMAGE_KEY, LABEL_KEY) if k not in found]
+    missing = [k for k in (image_key, label_key) if k not in found]
     if missing:
-        raise ValueError(f"the Example has no {' or '.join(missing)} feature")
-    offset = size = label = None
-    for number, wire, s, e in _fields(record, *found[IMAGE_KEY]):  # Feature
-        if number == 1 and wire == 2:  # bytes_list
-            for n2, w2, s2, e2 in _fields(record, s, e):
-                if n2 == 1 and w2 == 2:
-                    offset, size = s2, e2 - s2
-                    break
-    for number, wire, s, e in _fields(record, *found[LABEL_KEY]):
-        if number == 3 and wire == 2:  # int64_list: packed or not
-            for n2, w2, v2, e2 in _fields(record, s, e):
-                if n2 == 1 and w2 == 0:
-                    label = v2
-                elif n2 == 1 and w2 == 2 and e2 > v2:
-                    label = _read_varint(record, v2)[0]
-                if label is not None:
-                    break
-    if offset is None:
-        raise ValueError(f"the Example's {IMAGE_KEY} is not a bytes feature with a value")
-    if label is None:
-        raise ValueError(f"the Example's {LABEL_KEY} is not an int64 feature with a value")
-    if label >= 1 << 63:
-        label -= 1 << 64
-    return offset, size, label
+        shown = ", ".join(sorted(names)[:12]) + (" ..." if len(names) > 12 else "")
+        raise ValueError(f"the Example has no {' or '.join(missing)} feature (its features: {shown or 'none'}); "
+                         "name the image and label features with image_key= and label_key= (TensorFlow "
+                         "Datasets' sets: image_key='image', label_key='label')")
+    image = _values(record, *found[image_key])
+    if image[0] != 1 or len(image[1]) != 1:
+        raise ValueError(f"the Example's {image_key} is {_described(image)}, not one bytes value")
+    offset, end = image[1][0]
+    label = _values(record, *found[label_key])
+    if label[0] != 3 or len(label[1]) != 1:
+        raise ValueError(f"the Example's {label_key} is {_described(label)}, not one int64 value (a class number)")
+    value = label[1][0]
+    if value >= 1 << 63:
+        value -= 1 << 64
+    return offset, end - offset, value
+
+
+def _values(record: bytes | memoryview, start: int, end: int) -> tuple[int, list]:
+    """A Feature's kind (its field number: 1 bytes, 2 float, 3 int64; 0 when empty) and
+    its values: ``(start, end)`` of each bytes value, or each int64."""
+    kind, values = 0, []
+    for number, wire, s, e in _fields(record, start, end):
+        if wire != 2 or number not in _KINDS:
+            continue
+        kind = number
+        for n2, w2, v2, e2 in _fields(record, s, e):
+            if n2 != 1:
+                continue
+            if number == 1 and w2 == 2:
+                values.append((v2, e2))
+            elif number == 3 and w2 == 0:
+                values.append(v2)
+            elif number == 3 and w2 == 2:  # packed int64s
+                pos = v2
+                while pos < e2:
+                    item, pos = _read_varint(record, pos)
+                    values.append(item)
+            elif number == 2:
+                values += [0.0] * ((e2 - v2) // 4 if w2 == 2 else 1)
+    return kind, values
+
+
+def _described(feature: tuple[int, list]) -> str:
+    kind, values = feature
+    if kind in (0, 2):
+        return "an empty feature" if kind == 0 else "a float_list"
+    return f"an {_KINDS[kind]} of {len(values)} values" if kind == 3 else f"a {_KINDS[kind]} of {len(values)} values"
 
 
 # -- files --------------------------------------------------------------------------
@@ -255,20 +290,38 @@ def read_index(path: str | os.PathLike[str]) -> list[tuple[int, int]]:
     return out
 
 
+def looks_like_tfrecord(head: bytes) -> bool:
+    """Whether ``head`` (a file's first bytes) starts with a TFRecord header: a length and
+    its masked CRC."""
+    return len(head) >= _HEADER and struct.unpack("<I", head[8:12])[0] == masked_crc32c(head[:8])
+
+
 def scan_records(path: str, storage: Storage = LOCAL) -> list[tuple[int, int]]:
     """``(offset, size)`` of each framed record, by reading the 12-byte record headers.
 
     Raises:
-        ValueError: a length whose CRC does not match (not a TFRecord file, or corrupt).
+        ValueError: a GZIP-compressed file (``TFRecordOptions(compression_type="GZIP")``),
+            or a length whose CRC does not match (not a TFRecord file, or corrupt, or
+            ZLIB-compressed).
         EOFError: the file ends inside a record.
     """
     end = storage.size(path)
     out = []
     pos = 0
     while pos < end:
-        head = storage.read_at(path, pos, _HEADER).tobytes()
+        head = storage.read_at(path, pos, min(_HEADER, end - pos)).tobytes()
+        if pos == 0 and head.startswith(b"\x1f\x8b"):
+            from gpufeed.datasets.shards import compressed_shard_error
+
+            raise compressed_shard_error(path, "GZIP-compressed TFRecords (compression_type='GZIP')")
+        if len(head) < _HEADER:
+            raise EOFError(f"{path}: the file ends inside the record header at offset {pos}")
         (length,) = struct.unpack("<Q", head[:8])
         if struct.unpack("<I", head[8:])[0] != masked_crc32c(head[:8]):
+            if pos == 0 and head[:1] == b"\x78" and int.from_bytes(head[:2], "big") % 31 == 0:
+                raise ValueError(f"{path}: not a TFRecord file: it looks ZLIB-compressed "
+                                 "(compression_type='ZLIB'), which gpufeed and DALI's reader do not read; "
+                                 "rewrite it uncompressed")
             raise ValueError(f"{path}: bad record length CRC at offset {pos} (not a TFRecord file, or corrupt)")
         size = _HEADER + length + _FOOTER
         if pos + size > end:
@@ -279,8 +332,10 @@ def scan_records(path: str, storage: Storage = LOCAL) -> list[tuple[int, int]]:
 
 
 class TFRecordShards(ShardSource):
-    """The samples of TFRecord shards of ``tf.train.Example`` records holding
-    ``image/encoded`` and ``image/class/label``.
+    """The samples of TFRecord shards of ``tf.train.Example`` records holding an encoded
+    image (a bytes feature, ``image/encoded`` unless told) and a label (an int64 feature
+    of one value, ``image/class/label`` unless told); other features (``image/height``,
+    ``image/filename``, ``image/object/bbox/*`` ...) are ignored.
 
     Each shard is indexed when the source is made (record offsets from ``SHARD.idx`` when
     present, else from the record headers), and each record's Example is parsed then for
@@ -291,16 +346,30 @@ class TFRecordShards(ShardSource):
     Args:
         files: the shard paths, in order.
         storage: how bytes are read.
+        image_key: the image feature (default ``image/encoded``, TensorFlow's ImageNet
+            conversion; ``image`` in TensorFlow Datasets' sets).
+        label_key: the label feature (default ``image/class/label``; ``label`` in
+            TensorFlow Datasets' sets).
 
     Raises:
         ValueError: a record with a bad CRC or an Example without the two features (shard
-            and record named); no shards; no records (no samples).
+            and record named, with the features it has); compressed files; no shards; no
+            records (no samples).
     """
 
     format = "tfrecord"
 
-    def __init__(self, files: list[str], storage: Storage = LOCAL) -> None:
+    def __init__(self, files: list[str], storage: Storage = LOCAL, *, image_key: str | None = None,
+                 label_key: str | None = None) -> None:
         super().__init__(files, storage)
+        for name, value in (("image_key", image_key), ("label_key", label_key)):
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise ValueError(f"{name} must be a TFRecord feature name such as 'image/encoded' or 'label'; "
+                                 f"got {value!r}")
+        self.image_key = IMAGE_KEY if image_key is None else image_key
+        self.label_key = LABEL_KEY if label_key is None else label_key
+        self._keys_differ({"image_key": self.image_key, "label_key": self.label_key},
+                          {"image_key": IMAGE_KEY, "label_key": LABEL_KEY})
         shard_of, numbers, offsets, sizes, labels, counts = [], [], [], [], [], []
         self._records: list[list[tuple[int, int]]] = []
         for s, path in enumerate(self._files):
@@ -335,14 +404,15 @@ class TFRecordShards(ShardSource):
             raise ValueError("the length or its CRC does not match (corrupt, or a stale .idx file)")
         if len(head) < size:
             try:
-                return parse_example(memoryview(head)[_HEADER:], length)
+                return parse_example(memoryview(head)[_HEADER:], length, image_key=self.image_key,
+                                     label_key=self.label_key)
             except _Short:
                 pass  # a field lies beyond the prefix: read the whole record
         framed = self.storage.read_at(path, offset, size) if len(head) < size else head
         data = memoryview(framed)[_HEADER: size - _FOOTER]
         if struct.unpack("<I", framed[size - _FOOTER:].tobytes())[0] != masked_crc32c(data):
             raise ValueError("the data CRC does not match (corrupt)")
-        return parse_example(data)
+        return parse_example(data, image_key=self.image_key, label_key=self.label_key)
 
     def _index(self, path: str) -> list[tuple[int, int]]:
         # A stale index is refused by its last record not ending at the file's end, or by

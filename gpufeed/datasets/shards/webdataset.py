@@ -9,8 +9,11 @@ when there is one, else by walking the 512-byte tar headers), so reading a sampl
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import tarfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +24,14 @@ from gpufeed.datasets.storage import LOCAL, Storage
 
 #: Member extensions (lower case) that hold a sample's image, as WebDataset names them.
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp", "bmp", "tif", "tiff", "ppm")
+#: The member extension that holds a sample's label unless told (``label_key``).
+LABEL_EXTENSION = "cls"
+#: ``label_key`` prefix naming an integer field of the sample's ``.json`` member.
+JSON_LABEL = "json:"
+
+#: A label member's text: a decimal integer, whitespace around it allowed (WebDataset's
+#: encoder writes ``str(label)``; other writers add a newline).
+_DECIMAL = re.compile(rb"\s*[+-]?[0-9]+\s*")
 
 #: The index format DALI's ``wds2idx`` writes (and ``fn.readers.webdataset`` reads).
 INDEX_VERSION = "v1.2"
@@ -166,15 +177,31 @@ def read_index(path: str | os.PathLike[str]) -> list[list[Member]]:
     return samples
 
 
+def _checksum_ok(header: bytes) -> bool:
+    stored = header[148:156]
+    try:
+        checksum = int(stored.replace(b"\0", b" ").strip() or b"0", 8)
+    except ValueError:
+        return False
+    return checksum == sum(header[:148]) + 8 * 32 + sum(header[156:])
+
+
+def looks_like_tar(head: bytes) -> bool:
+    """Whether ``head`` (a file's first 512 bytes) is a tar header: its checksum matches."""
+    return len(head) == _BLOCK and head != b"\0" * _BLOCK and _checksum_ok(head)
+
+
 def scan_tar(path: str, storage: Storage = LOCAL) -> list[Member]:
     """The regular-file members of a tar, found by walking its 512-byte headers through
     ``storage.read_at`` (one header read per member; the data is skipped, not read).
 
     Handles ustar and GNU headers, base-256 sizes, PAX ``path``/``size`` records and GNU
-    long names.
+    long names; folders, links and other non-regular members are left out (as WebDataset
+    and DALI leave them out).
 
     Raises:
-        ValueError: a header whose checksum is wrong (not a tar, or a corrupt one).
+        ValueError: a gzip-compressed tar (``.tar.gz`` under any name), or a header whose
+            checksum is wrong (not a tar, or a corrupt one).
         EOFError: the tar is cut short.
     """
     end = storage.size(path)
@@ -186,13 +213,11 @@ def scan_tar(path: str, storage: Storage = LOCAL) -> list[Member]:
         header = storage.read_at(path, pos, _BLOCK).tobytes()
         if header == b"\0" * _BLOCK:
             break  # end-of-archive marker
-        stored = header[148:156]
-        try:
-            checksum = int(stored.replace(b"\0", b" ").strip() or b"0", 8)
-        except ValueError:
-            checksum = -1
-        actual = sum(header[:148]) + 8 * 32 + sum(header[156:])
-        if checksum != actual:
+        if pos == 0 and header.startswith(b"\x1f\x8b"):
+            from gpufeed.datasets.shards import compressed_shard_error
+
+            raise compressed_shard_error(path, "a gzip-compressed tar")
+        if not _checksum_ok(header):
             raise ValueError(f"{path}: bad tar header at offset {pos} (not a tar file, or a corrupt one)")
         size = _tar_number(header[124:136])
         kind = header[156:157]
@@ -207,6 +232,8 @@ def scan_tar(path: str, storage: Storage = LOCAL) -> list[Member]:
                 long_name = body.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
             else:
                 pax = _pax_records(body)
+            continue
+        if kind in (b"K", b"g"):  # a GNU long link target, a PAX global header: not the next name
             continue
         if kind in (b"0", b"\0", b"7"):  # regular files (contiguous files are regular too)
             size = int(pax.get("size", size))
@@ -248,28 +275,108 @@ def _index_fits(samples: list[list[Member]], size: int) -> bool:
     return last is not None and not last.name.startswith("#") and last.offset + last.size <= size
 
 
+def parse_image_key(image_key: str | Sequence[str] | None) -> tuple[str, ...]:
+    """The image member extensions ``image_key`` names, lower case: ``"jpg"``,
+    ``"jpg;png"`` (WebDataset's and DALI's spelling) or a list; None: any of
+    :data:`IMAGE_EXTENSIONS`.
+
+    Raises:
+        ValueError: an empty extension, or one with whitespace or a leading dot.
+    """
+    if image_key is None:
+        return IMAGE_EXTENSIONS
+    parts = image_key.split(";") if isinstance(image_key, str) else list(image_key)
+    exts = tuple(str(e).strip().lower() for e in parts)
+    if not exts or any(not e or e.startswith(".") or any(c.isspace() for c in e) for e in exts):
+        raise ValueError(f"image_key must name member extensions without the dot, e.g. 'jpg' or 'jpg;png'; "
+                         f"got {image_key!r}")
+    return exts
+
+
+def parse_label_key(label_key: str | None) -> str:
+    """The label member extension ``label_key`` names (lower case; default ``cls``), or
+    ``"json:FIELD"``.
+
+    Raises:
+        ValueError: an empty extension or field, whitespace, a leading dot.
+    """
+    if label_key is None:
+        return LABEL_EXTENSION
+    key = str(label_key).strip()
+    if key.startswith(JSON_LABEL):
+        if not key[len(JSON_LABEL):]:
+            raise ValueError(f"label_key {label_key!r}: name the JSON field, e.g. 'json:label'")
+        return key
+    if not key or key.startswith(".") or any(c.isspace() for c in key):
+        raise ValueError(f"label_key must name a member extension without the dot (e.g. 'cls', 'label', "
+                         f"'txt') or a JSON field ('json:label'); got {label_key!r}")
+    return key.lower()
+
+
+def _shown(members: list[Member], limit: int = 6) -> str:
+    names = ", ".join(m.name for m in members[:limit])
+    return names + (f" ... ({len(members)} members)" if len(members) > limit else "")
+
+
+def _missing(path: str, key: str, members: list[Member], what: str, wanted: tuple[str, ...], option: str) -> str:
+    """The error for a sample without its image or label member: the members it has,
+    and the way out (``option``, or keys without dots)."""
+    message = f"{path}: sample {key!r} has no {what}; its members: {_shown(members)}"
+    exts = [split_key(m.name)[1] for m in members]
+    if len({e.rsplit(".", 1)[-1].lower() for e in exts}) < len(exts):
+        # "img.0001.jpg" is key "img", extension "0001.jpg" to WebDataset and DALI alike,
+        # so every "img.*" member lands in one sample
+        return (message + ". A sample key ends at the first dot of a member's name, so keys with dots run "
+                "samples together (in WebDataset and DALI too): rename the members without dots in their keys")
+    dotted = sorted({e for e in exts if "." in e and e.rsplit(".", 1)[1].lower() in wanted})
+    if dotted:
+        return (message + ". A member's extension is everything after the first dot of its name (here "
+                + ", ".join(repr(e) for e in dotted[:3]) + f"): name it with {option}=")
+    return message + f" (pass {option}= to name the member that holds it)"
+
+
 class WebDatasetShards(ShardSource):
-    """The samples of WebDataset tar shards, one image and one ``.cls`` label per key.
+    """The samples of WebDataset tar shards, one image and one label member per key.
+
+    Members are grouped into samples as WebDataset and DALI group them: consecutive
+    members with the same key, the name up to the first dot of its base name (so
+    ``n01440764/n01440764_10026.jpg`` is key ``n01440764/n01440764_10026``, extension
+    ``jpg``). Members of other extensions (``.json``, ``.txt``) are ignored, and so are
+    folders and other non-regular entries. The image is the first member, in file order,
+    whose extension (any case) is one of ``image_key`` (as DALI's reader picks).
 
     Each shard is indexed when the source is made: from its DALI index ``SHARD.idx`` when
     there is one, else by walking the tar headers (one open per shard). Labels are read
-    then too (one small read per ``.cls`` member). :meth:`read` is then one ``read_at`` of
+    then too (one small read per label member). :meth:`read` is then one ``read_at`` of
     the image bytes.
 
     Args:
         files: the shard paths, in order (:func:`~gpufeed.datasets.shards.expand_shards`
             makes them from a pattern).
         storage: how bytes are read.
+        image_key: the image member's extension(s): ``"jpg"``, ``"jpg;png"`` or a list
+            (default: any of :data:`IMAGE_EXTENSIONS`).
+        label_key: the label member's extension (default ``"cls"``; ``"label"``,
+            ``"class"``, ``"txt"`` ...), holding a decimal integer as text, or
+            ``"json:FIELD"``: an integer field of the sample's ``.json`` member.
 
     Raises:
-        ValueError: a sample without an image member or without a ``.cls`` member, or a
-            ``.cls`` that is not an integer (shard and key named); no shards; no samples.
+        ValueError: a sample without an image member or without its label member, or a
+            label that is not an integer (shard, key and member named); gzip-compressed
+            shards; no shards; no samples.
     """
 
     format = "webdataset"
 
-    def __init__(self, files: list[str], storage: Storage = LOCAL) -> None:
+    def __init__(self, files: list[str], storage: Storage = LOCAL, *, image_key: str | Sequence[str] | None = None,
+                 label_key: str | None = None) -> None:
         super().__init__(files, storage)
+        self.image_key = parse_image_key(image_key)
+        self.label_key = parse_label_key(label_key)
+        self._keys_differ({"image_key": ";".join(self.image_key), "label_key": self.label_key},
+                          {"image_key": ";".join(IMAGE_EXTENSIONS), "label_key": LABEL_EXTENSION})
+        json_field = self.label_key[len(JSON_LABEL):] if self.label_key.startswith(JSON_LABEL) else None
+        label_ext = "json" if json_field is not None else self.label_key
         shard_of: list[int] = []
         keys: list[str] = []
         offsets: list[int] = []
@@ -282,17 +389,22 @@ class WebDatasetShards(ShardSource):
             self._indexed.append(samples)
             for members in samples:
                 key = split_key(members[0].name)[0]
-                image = next((m for m in members if split_key(m.name)[1].lower() in IMAGE_EXTENSIONS), None)
-                cls = next((m for m in members if split_key(m.name)[1].lower() == "cls"), None)
-                if image is None or cls is None:
-                    what = "an image member (" + ", ".join(IMAGE_EXTENSIONS) + ")" if image is None else "a .cls member"
-                    raise ValueError(f"{path}: sample {key!r} has no {what}; it has "
-                                     + ", ".join(m.name for m in members))
-                text = storage.read_at(path, cls.offset, cls.size).tobytes()
-                try:
-                    labels.append(int(text.strip()))
-                except ValueError:
-                    raise ValueError(f"{path}: {cls.name} holds {text[:20]!r}, not an integer label") from None
+                exts = [split_key(m.name)[1].lower() for m in members]
+                if len(set(exts)) < len(exts):
+                    # WebDataset refuses this too; taking the first would drop the others
+                    twice = sorted({e for e in exts if exts.count(e) > 1})
+                    raise ValueError(f"{path}: sample {key!r} has several members named {key}.{twice[0]}: "
+                                     "the same key twice in a row (every sample needs a key of its own)")
+                image = next((m for m in members if split_key(m.name)[1].lower() in self.image_key), None)
+                label = next((m for m in members if split_key(m.name)[1].lower() == label_ext), None)
+                if image is None:
+                    raise ValueError(_missing(path, key, members, "image member (."
+                                              + ", .".join(self.image_key) + ")", self.image_key, "image_key"))
+                if label is None:
+                    raise ValueError(_missing(path, key, members, f".{label_ext} label member", (label_ext,),
+                                              "label_key"))
+                text = storage.read_at(path, label.offset, label.size).tobytes()
+                labels.append(self._label(path, label, text, json_field))
                 shard_of.append(s)
                 keys.append(key)
                 offsets.append(image.offset)
@@ -300,6 +412,24 @@ class WebDatasetShards(ShardSource):
             counts.append(len(samples))
         self._keys = keys
         self._located(shard_of, offsets, sizes, labels, counts)
+
+    @staticmethod
+    def _label(path: str, member: Member, text: bytes, json_field: str | None) -> int:
+        """The integer label a label member holds (decimal text, or a JSON field)."""
+        if json_field is None:
+            if not _DECIMAL.fullmatch(text):
+                raise ValueError(f"{path}: {member.name} holds {text[:20]!r}, not an integer label")
+            return int(text)
+        try:
+            value = json.loads(text)[json_field]
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ValueError(f"{path}: {member.name} is not JSON ({exc})") from None
+        except (KeyError, TypeError):
+            raise ValueError(f"{path}: {member.name} has no field {json_field!r} (label_key='json:{json_field}')"
+                             ) from None
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ValueError(f"{path}: {member.name}: field {json_field!r} is {value!r}, not an integer label")
+        return value
 
     def _index(self, path: str) -> list[list[Member]]:
         """Members grouped by key, from the DALI index when it fits the file, else the tar."""
