@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from gpufeed.gpu_transforms.tabular.errors import EmptyTableError, TabularError
 from gpufeed.gpu_transforms.tabular.frames import Frame
@@ -35,13 +36,16 @@ class ReadReport:
 
 @dataclass(frozen=True)
 class ReadOptions:
-    """The checked arguments of one read; ``sep`` and ``encoding`` are for text formats only."""
+    """The checked arguments of one read; ``sep``, ``encoding`` and ``decimal`` are for text
+    formats only (``sep_given``: the caller chose ``sep``, it is not the default)."""
 
     backend: str  # the backend the frame is wanted on
     on_bad_lines: OnError = OnError.RAISE
     mixed_types: MixedTypes = MixedTypes.RAISE
     sep: str | None = None
     encoding: str | None = None
+    decimal: str = "."
+    sep_given: bool = False
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,7 @@ class TableFormat:
     ``text_options``: checks the ``sep=`` and ``encoding=`` a text format (CSV) takes;
     None for formats that take neither. ``names_errors``: the readers name an empty or
     unparsable file themselves; otherwise :meth:`reader` wraps them in :func:`checked`.
+    ``reads_directories``: the readers also take a directory of such files (a dataset).
     """
 
     name: str
@@ -80,6 +85,7 @@ class TableFormat:
     writers: Mapping[str, Writer]
     text_options: TextOptions | None = None
     names_errors: bool = False
+    reads_directories: bool = False
 
     def __post_init__(self) -> None:
         if "pandas" not in self.readers or "pandas" not in self.writers:
@@ -106,7 +112,7 @@ def checked(name: str, reader: Reader) -> Reader:
     """
 
     def read(path: Path, options: ReadOptions, report: ReadReport) -> Frame:
-        if _is_blank(path):
+        if path.is_file() and _is_blank(path):  # a directory is a dataset: its reader checks it
             raise EmptyTableError(f"{path}: the {name} file is empty")
         try:
             return reader(path, options, report)
@@ -144,3 +150,86 @@ def _reader_errors() -> tuple[type[BaseException], ...]:
 
         errors.append(PolarsError)
     return tuple(errors)
+
+
+#: Integers of larger magnitude than this are not all exact in float64 (2**53).
+_FLOAT_EXACT_INT = 2**53
+
+#: Arrow integer types -> pandas' nullable integer dtypes (which keep missing values exact).
+NULLABLE_INTS = {"int8": "Int8", "int16": "Int16", "int32": "Int32", "int64": "Int64",
+                 "uint8": "UInt8", "uint16": "UInt16", "uint32": "UInt32", "uint64": "UInt64"}
+
+
+def arrow_to_pandas(table: Any, path: Path) -> Frame:
+    """An Arrow table as the pandas frame every reader hands back, with the same meaning as
+    the table polars gets from the same file.
+
+    ``Table.to_pandas()`` alone (what ``pd.read_parquet`` does) changes what some columns
+    mean, which files from Spark, DuckDB or a warehouse often hold:
+
+    - dates become Python ``date`` objects (no ``.dt``): ``datetime64`` instead, as CSV dates;
+    - decimals become Python ``Decimal`` objects, which no numeric op takes: ``int64`` for
+      whole-number decimals that fit (warehouse ids are ``DECIMAL(38, 0)``), ``float64``
+      otherwise, with a warning naming the column when a value is not exact in float64;
+    - integers with missing values become float64, which rounds values beyond 2**53 (ids,
+      hashes, uint64): those columns keep pandas' nullable integer dtype (``Int64``,
+      ``UInt64``...); smaller ones stay float64, as pandas reads them;
+    - booleans with missing values become an object column of True/False/None: pandas'
+      nullable ``boolean`` instead, a boolean column as on polars.
+    """
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    nullable: dict[int, Any] = {}  # column position -> pandas dtype
+    for i, field_ in enumerate(table.schema):
+        column, kind = table.column(i), field_.type
+        if pa.types.is_decimal(kind):
+            column = _decimal_as_number(column, field_.name, path)
+            table = table.set_column(i, field_.name, column)
+            kind = column.type
+        if not column.null_count:
+            continue
+        if pa.types.is_boolean(kind):
+            nullable[i] = pd.BooleanDtype()
+        elif pa.types.is_integer(kind) and len(column) > column.null_count:
+            low, high = pc.min_max(column).values()
+            if max(abs(low.as_py()), abs(high.as_py())) > _FLOAT_EXACT_INT:
+                nullable[i] = pd.api.types.pandas_dtype(NULLABLE_INTS[str(kind)])
+    frame = table.to_pandas(date_as_object=False)
+    # types_mapper is asked per Arrow type, not per column (an int64 column of small counts
+    # with gaps stays float64 while an id column of the same type needs Int64): the columns
+    # that need a nullable dtype are converted again, one by one.
+    # By name: a pandas index stored as a column (``__index_level_0__``) is not a column here.
+    for i, dtype in nullable.items():
+        column = table.column(i)
+        converted = pa.table({"c": column}).to_pandas(types_mapper={column.type: dtype}.get)["c"]
+        frame[table.schema[i].name] = converted.set_axis(frame.index)
+    return frame
+
+
+def _decimal_as_number(column: Any, name: str, path: Path) -> Any:
+    """A decimal column as int64 (whole numbers that fit) or float64 (see :func:`arrow_to_pandas`)."""
+    import warnings
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if column.type.scale <= 0:
+        try:
+            return pc.cast(column, pa.int64())  # safe cast: raises if a value does not fit
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            pass
+    floats = pc.cast(column, pa.float64(), safe=False)
+    # Arrow's float -> decimal cast rounds to the column's scale: a value comes back equal
+    # exactly when float64 held it to its last digit.
+    exact = pc.equal(pc.cast(floats, column.type, safe=False), column)
+    inexact = len(column) - column.null_count - pc.sum(exact).as_py() if len(column) > column.null_count else 0
+    if inexact:
+        example = column.filter(pc.invert(exact))[0]
+        warnings.warn(
+            f"{path}: decimal column {name!r} ({column.type}) read as float64 on pandas; {inexact} "
+            f"value(s) are not exact in float64 (e.g. {example}); read with backend='polars' to keep "
+            "them exact", stacklevel=4,
+        )
+    return floats

@@ -1,7 +1,10 @@
 """Binary formats: Parquet and Feather (Arrow, read natively where a backend can), pickle
 and HDF5 (pandas only, so other backends go through pandas).
 
-cuDF reads and writes Parquet on the GPU. HDF5 (needs ``tables``) keeps the table under
+cuDF reads and writes Parquet on the GPU. A Parquet *directory* (a dataset, hive-partitioned
+or not) is read as one table with its partition columns (:func:`read_parquet_dataset`).
+Feather also covers Arrow IPC files (``.arrow``, ``.ipc``), Feather v1 and Arrow IPC
+streams (``.arrows``). HDF5 (needs ``tables``) keeps the table under
 the key ``"table"``, in pandas' ``table`` layout when a column is categorical (the default
 fixed layout cannot store one). Pickle runs code while loading: read only pickles you
 wrote yourself.
@@ -10,29 +13,84 @@ wrote yourself.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
-from gpufeed.datasets.tables.base import ReadOptions, ReadReport, TableFormat, WriteOptions
+from gpufeed.datasets.tables.base import (
+    ReadOptions,
+    ReadReport,
+    TableFormat,
+    WriteOptions,
+    arrow_to_pandas,
+)
 from gpufeed.gpu_transforms.tabular.errors import TabularError
 from gpufeed.gpu_transforms.tabular.frames import Frame
 
 _HDF_KEY = "table"
 
 
+def read_parquet_dataset(path: Path) -> Any:
+    """A directory of Parquet files (a dataset, as Spark, Hive or ``pyarrow.dataset`` write it)
+    as one Arrow table, with the columns of every file and the hive partition columns.
+
+    ``key=value`` folders (``year=2024/month=1/part-0.parquet``) become columns (numbers
+    when every value is a number, else text); files and folders whose names start with
+    ``_`` or ``.`` (Spark's ``_SUCCESS``, ``.crc`` checksums) are skipped, as Spark skips
+    them. Files are read in path order. The schema is the union of the files' schemas, so
+    a column a later file adds is kept (null in the files without it) instead of dropped,
+    which is what a dataset built from the first file's schema alone does.
+
+    Raises:
+        TabularError: no Parquet file in the directory, or files (or a partition folder and
+            the files) that disagree on a column's type; both name the directory.
+    """
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+
+    try:
+        dataset = ds.dataset(path, format="parquet", partitioning="hive")
+        if not dataset.files:
+            raise TabularError(f"{path}: the directory holds no Parquet files (files named _* or .* are skipped)")
+        # permissive: int32 in old files and int64 in new ones (or a column all null in some)
+        # read as the wider type; text in one file and numbers in another still fail.
+        files = pa.unify_schemas([fragment.physical_schema for fragment in dataset.get_fragments()],
+                                 promote_options="permissive")
+        # The partition columns (in the discovered schema, not in the files) go last, as Spark has them.
+        keys = pa.schema([f for f in dataset.schema if f.name not in files.names])
+        schema = pa.unify_schemas([files, keys])
+    except pa.ArrowTypeError as exc:  # from discovery (a partition key the files also hold) or the union
+        raise TabularError(
+            f"{path}: the dataset's files, or a partition folder (key=value) and the files, disagree on "
+            f"a column's type ({exc}); rewrite them with one schema or read the files one by one"
+        ) from exc
+    return ds.dataset(path, format="parquet", partitioning="hive", schema=schema).to_table()
+
+
+def _read_parquet_arrow(path: Path) -> Any:
+    """A Parquet file, or a directory of them (:func:`read_parquet_dataset`), as an Arrow table."""
+    import pyarrow.parquet as pq
+
+    return read_parquet_dataset(path) if path.is_dir() else pq.read_table(path)
+
+
 def _read_parquet_pandas(path: Path, options: ReadOptions, report: ReadReport) -> Frame:
-    return pd.read_parquet(path)
+    return arrow_to_pandas(_read_parquet_arrow(path), path)
 
 
 def _read_parquet_polars(path: Path, options: ReadOptions, report: ReadReport) -> Frame:
     import polars as pl
 
-    return pl.read_parquet(path)
+    # A directory goes through Arrow's dataset reader, as on pandas, so that both backends
+    # get the same columns, partition column types and schema union.
+    return pl.from_arrow(read_parquet_dataset(path)) if path.is_dir() else pl.read_parquet(path)
 
 
 def _read_parquet_cudf(path: Path, options: ReadOptions, report: ReadReport) -> Frame:
     import cudf
 
+    if path.is_dir():  # the same columns and types as on pandas and polars (see above)
+        return cudf.DataFrame.from_arrow(read_parquet_dataset(path))
     return cudf.read_parquet(path)
 
 
@@ -49,33 +107,64 @@ PARQUET = TableFormat(
     "parquet", (".parquet", ".pq"),
     readers={"pandas": _read_parquet_pandas, "polars": _read_parquet_polars, "cudf": _read_parquet_cudf},
     writers={"pandas": _write_parquet, "polars": _write_parquet_polars, "cudf": _write_parquet},
+    reads_directories=True,
 )
+
+#: The suffix of Arrow IPC *stream* files; ``.feather``, ``.arrow`` and ``.ipc`` are IPC files.
+_STREAM_SUFFIX = ".arrows"
+
+
+def _read_arrow_ipc(path: Path) -> Any:
+    """An Arrow IPC file (Feather v2, ``.arrow``), a Feather v1 file or an Arrow IPC stream
+    (``.arrows``, what streaming writers and ``pa.ipc.new_stream`` produce) as an Arrow table.
+
+    The kind is told by the file's first bytes, not its suffix: streams saved as ``.arrow``
+    are common, and ``pyarrow.feather`` reads only the file kinds.
+    """
+    import pyarrow as pa
+    import pyarrow.feather as pf
+
+    with open(path, "rb") as fh:
+        magic = fh.read(6)
+    if magic == b"ARROW1" or magic[:4] == b"FEA1":
+        # pandas writes a categorical's missing values as dictionary index -1 under a null
+        # bit; polars' own IPC reader rejects that ("dictionary key must fit in a usize"),
+        # while Arrow reads it.
+        return pf.read_table(path)
+    with pa.memory_map(str(path)) as source:
+        return pa.ipc.open_stream(source).read_all()
 
 
 def _read_feather_pandas(path: Path, options: ReadOptions, report: ReadReport) -> Frame:
-    return pd.read_feather(path)
+    return arrow_to_pandas(_read_arrow_ipc(path), path)
 
 
 def _read_feather_polars(path: Path, options: ReadOptions, report: ReadReport) -> Frame:
     import polars as pl
-    import pyarrow.feather as pf
 
-    # pandas writes a categorical's missing values as dictionary index -1 under a null bit;
-    # polars' own IPC reader rejects that ("dictionary key must fit in a usize"), while
-    # Arrow reads it and polars takes Arrow's table as is.
-    return pl.from_arrow(pf.read_table(path))
+    return pl.from_arrow(_read_arrow_ipc(path))
 
 
 def _write_feather_pandas(df: Frame, path: Path, options: WriteOptions) -> None:
+    if path.name.lower().endswith(_STREAM_SUFFIX):
+        import pyarrow as pa
+
+        table = pa.Table.from_pandas(df, preserve_index=False)
+        with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as stream:
+            stream.write_table(table)
+        return
     df.reset_index(drop=True).to_feather(path)
 
 
 def _write_feather_polars(df: Frame, path: Path, options: WriteOptions) -> None:
-    df.write_ipc(path)
+    if path.name.lower().endswith(_STREAM_SUFFIX):
+        df.write_ipc_stream(path)
+    else:
+        df.write_ipc(path)
 
 
 FEATHER = TableFormat(
-    "feather", (".feather", ".arrow", ".ipc"),
+    "feather", (".feather", ".arrow", ".ipc", _STREAM_SUFFIX),
     readers={"pandas": _read_feather_pandas, "polars": _read_feather_polars},
     writers={"pandas": _write_feather_pandas, "polars": _write_feather_polars},
 )

@@ -25,6 +25,7 @@ from gpufeed.datasets.tables.base import (
     ReadReport,
     TableFormat,
     WriteOptions,
+    arrow_to_pandas,
 )
 from gpufeed.gpu_transforms.tabular.errors import EmptyTableError, MalformedCSVError, MixedTypeError
 from gpufeed.gpu_transforms.tabular.frames import Frame
@@ -115,7 +116,28 @@ def csv_options(path: Path, sep: str | None, encoding: str | None) -> tuple[str,
     return sep, name
 
 
-def _read_csv_arrow(path: Path, on_bad_lines: OnError, report: ReadReport, sep: str, encoding: str) -> Any:
+#: Delimiters other than the one asked for that a header line holding none of that one
+#: suggests: European exports use ``;``, database dumps tabs or ``|``.
+_OTHER_DELIMITERS = (";", "\t", "|")
+
+
+def _delimiter_hint(path: Path, sep: str, encoding: str) -> str:
+    """A sentence suggesting ``sep=`` when the header line holds no ``sep`` but another
+    common delimiter (a ``;``-separated export read with the default ``,``); else ``""``."""
+    for _, line in _text_lines(path, encoding):
+        header = line.lstrip("\ufeff").rstrip("\r\n")
+        if not header.strip():
+            continue
+        if sep in header:
+            return ""
+        found = [d for d in _OTHER_DELIMITERS if d in header]
+        return f" The header line holds no {sep!r} but {found[0]!r}: pass sep={found[0]!r}." if found else ""
+    return ""
+
+
+def _read_csv_arrow(
+    path: Path, on_bad_lines: OnError, report: ReadReport, sep: str, encoding: str, decimal: str = "."
+) -> Any:
     import pyarrow as pa
     import pyarrow.csv as pacsv
     from pyarrow import ArrowInvalid
@@ -131,7 +153,7 @@ def _read_csv_arrow(path: Path, on_bad_lines: OnError, report: ReadReport, sep: 
     # strings_can_be_null: an empty field (quoted or not) and the usual NA spellings are
     # missing in text columns too, as pandas.read_csv reads them; by default Arrow keeps
     # them as text there, so a missing value written as an empty field came back as "".
-    convert_options = pacsv.ConvertOptions(strings_can_be_null=True)
+    convert_options = pacsv.ConvertOptions(strings_can_be_null=True, decimal_point=decimal)
     try:
         table = pacsv.read_csv(path, read_options=read_options, convert_options=convert_options,
                                parse_options=pacsv.ParseOptions(delimiter=sep, invalid_row_handler=handler))
@@ -168,15 +190,22 @@ def _read_csv_arrow(path: Path, on_bad_lines: OnError, report: ReadReport, sep: 
         if on_bad_lines is OnError.RAISE:
             raise MalformedCSVError(
                 f"{path}: {len(bad)} malformed line(s) with the wrong number of fields: {shown}{more}. "
-                "Pass on_bad_lines='skip' to skip them and get them in the read report.",
+                f"Pass on_bad_lines='skip' to skip them and get them in the read report."
+                f"{_delimiter_hint(path, sep, encoding)}",
                 lines=bad,
             )
         report.bad_lines = bad
     return table
 
 
+#: A number written with a decimal comma, optionally with ``.`` thousands separators:
+#: ``1,5``, ``-0,25``, ``1.234,50``.
+_DECIMAL_COMMA = r"[+-]?(?:\d+|\d{1,3}(?:\.\d{3})+)(?:,\d+)?"
+
+
 def _check_mixed_types(
-    table: Any, path: Path, skipped: list[tuple[int | None, str]], sep: str = ",", encoding: str = "utf-8"
+    table: Any, path: Path, skipped: list[tuple[int | None, str]], sep: str = ",", encoding: str = "utf-8",
+    decimal: str = ".",
 ) -> None:
     """Reject a numeric column with words in it (a typo: ``n/a?`` among the readings).
 
@@ -184,6 +213,11 @@ def _check_mixed_types(
     column in which a few values happen to parse as numbers (airport codes ``0E0`` and
     ``0E8`` among 3,376, zip codes, part numbers) stays text, as pandas and polars read it:
     nothing is lost, every value keeps its text.
+
+    Numbers are written with ``decimal`` as the decimal mark. With the default ``"."``, a
+    text column whose every value is a number written with a decimal comma (``1,50``,
+    ``1.234,50``: a European export) is rejected too, suggesting ``decimal=","``: read as
+    text it would reach a numeric op as words.
     """
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -196,7 +230,21 @@ def _check_mixed_types(
         rows = counted.field("counts").to_numpy(zero_copy_only=False)
         kept = (values.notna() & (values.str.strip() != "")).to_numpy()
         values, rows = values[kept], rows[kept]
-        numeric = pd.to_numeric(values, errors="coerce").notna().to_numpy()
+        if decimal == ",":  # "1,5" is a number, "1.5" and "1.234,5" (thousands) are not
+            candidates = values.str.replace(",", ".", regex=False).where(~values.str.contains(".", regex=False))
+        else:
+            candidates = values
+        numeric = pd.to_numeric(candidates, errors="coerce").notna().to_numpy()
+        if decimal == "." and len(values) and not numeric.any() and values.str.contains(",", regex=False).any() \
+                and values.str.fullmatch(_DECIMAL_COMMA).all():
+            example = str(values[values.str.contains(",", regex=False)].iloc[0])
+            line = _line_of_row(path, pc.index(column, example).as_py(), skipped, sep, encoding)
+            raise MixedTypeError(
+                f"{path}: column {name!r} holds numbers written with a comma, e.g. {example!r}"
+                f"{f' on line {line}' if line is not None else ''}: if it is a decimal comma, pass "
+                "decimal=',' to read them as numbers; thousands separators (12,345 or 1.234,5) "
+                "cannot be read: remove them; or pass mixed_types='keep' to read the column as text."
+            )
         if numeric.any() and not numeric.all() and rows[numeric].sum() >= rows[~numeric].sum():
             example = str(values[~numeric].iloc[0])
             row = pc.index(column, example).as_py()
@@ -209,7 +257,7 @@ def _check_mixed_types(
             )
 
 
-def _from_arrow(table: Any, backend: str) -> Frame:
+def _from_arrow(table: Any, backend: str, path: Path) -> Frame:
     if backend == "polars":
         import polars as pl
 
@@ -218,18 +266,24 @@ def _from_arrow(table: Any, backend: str) -> Frame:
         import cudf
 
         return cudf.DataFrame.from_arrow(table)
-    # Arrow reads ``2024-01-01`` as a date; pandas would hold it as Python date objects (an
-    # object column without ``.dt``, unlike the datetime64 column a pandas frame wrote to
-    # CSV): datetime64 instead, as pd.to_datetime would give.
-    return table.to_pandas(date_as_object=False)
+    # Arrow reads ``2024-01-01`` as a date, which pandas would hold as Python date objects:
+    # datetime64 instead; ids with gaps beyond 2**53 stay exact (see arrow_to_pandas).
+    return arrow_to_pandas(table, path)
 
 
 def read_csv(path: Path, options: ReadOptions, report: ReadReport) -> Frame:
     """The CSV file on ``options.backend``; its ``sep``/``encoding`` checked by :func:`csv_options`."""
-    table = _read_csv_arrow(path, options.on_bad_lines, report, options.sep, options.encoding)
+    table = _read_csv_arrow(path, options.on_bad_lines, report, options.sep, options.encoding, options.decimal)
+    if table.num_columns == 1 and not options.sep_given:
+        # One column whose name holds ';' is almost always a ';'-separated file read with the
+        # default ',': every row would be one text value.
+        hint = _delimiter_hint(path, options.sep, options.encoding)
+        if hint:
+            raise MalformedCSVError(f"{path}: read as a single column {table.column_names[0]!r}.{hint} "
+                                    f"(Pass sep={options.sep!r} to read it as one column.)")
     if options.mixed_types is MixedTypes.RAISE:
-        _check_mixed_types(table, path, report.bad_lines, options.sep, options.encoding)
-    return _from_arrow(table, options.backend)
+        _check_mixed_types(table, path, report.bad_lines, options.sep, options.encoding, options.decimal)
+    return _from_arrow(table, options.backend, path)
 
 
 def _write_csv(df: Frame, path: Path, options: WriteOptions) -> None:

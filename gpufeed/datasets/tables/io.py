@@ -15,8 +15,15 @@ import warnings
 from pathlib import Path
 
 from gpufeed.backends import choose_dataframe_backend
-from gpufeed.datasets.tables.base import MAX_LINES_IN_MESSAGE, ReadOptions, ReadReport, WriteOptions
+from gpufeed.datasets.tables.base import (
+    MAX_LINES_IN_MESSAGE,
+    NULLABLE_INTS,
+    ReadOptions,
+    ReadReport,
+    WriteOptions,
+)
 from gpufeed.datasets.tables.formats import table_format
+from gpufeed.gpu_transforms.tabular.errors import TabularError
 from gpufeed.gpu_transforms.tabular.frames import Frame, backend_of, to_backend
 from gpufeed.policies import MixedTypes, OnError
 
@@ -24,12 +31,13 @@ from gpufeed.policies import MixedTypes, OnError
 def read_table_with_report(
     path: str | os.PathLike[str], *, format: str | None = None, backend: str = "auto",
     on_bad_lines: str = "raise", mixed_types: str = "raise", sep: str | None = None,
-    encoding: str | None = None,
+    encoding: str | None = None, decimal: str | None = None,
 ) -> tuple[Frame, ReadReport]:
     """Read a table and say what was read: like :func:`read_table`, plus a :class:`ReadReport`.
 
     Args:
-        path, format, backend, on_bad_lines, mixed_types, sep, encoding: as in :func:`read_table`.
+        path, format, backend, on_bad_lines, mixed_types, sep, encoding, decimal: as in
+            :func:`read_table`.
 
     Returns:
         ``(frame, report)``; ``report.bad_lines`` lists every skipped CSV line.
@@ -43,15 +51,27 @@ def read_table_with_report(
     mixed = MixedTypes.parse(mixed_types, "mixed_types")
     src = Path(path)
     fmt = table_format(src, format)
-    if fmt.text_options is None and (sep is not None or encoding is not None):
-        raise ValueError(f"{src}: sep= and encoding= apply to CSV files only, not {fmt.name}")
+    if fmt.text_options is None and (sep is not None or encoding is not None or decimal is not None):
+        raise ValueError(f"{src}: sep=, encoding= and decimal= apply to CSV files only, not {fmt.name}")
     if not src.exists():
+        if any(ch in str(src) for ch in "*?["):
+            raise FileNotFoundError(
+                f"{src}: no such file; read_table takes no glob patterns: pass the directory of a "
+                "Parquet dataset (read with its partition columns), or read the files one by one"
+            )
         raise FileNotFoundError(f"{src}: no such file")
+    if src.is_dir() and not fmt.reads_directories:
+        raise TabularError(
+            f"{src}: is a directory; only Parquet datasets are read as a directory, not {fmt.name} "
+            "files: read them one by one and concatenate the frames"
+        )
     target = choose_dataframe_backend(backend).name
     report = ReadReport(str(src), fmt.name, target)
+    sep_given = sep is not None
     if fmt.text_options is not None:
         sep, encoding = fmt.text_options(src, sep, encoding)
-    options = ReadOptions(target, bad_lines, mixed, sep, encoding)
+        decimal = _decimal_mark(src, decimal, sep)
+    options = ReadOptions(target, bad_lines, mixed, sep, encoding, decimal or ".", sep_given)
     frame = fmt.reader(target)(src, options, report)
     frame = to_backend(frame, target) if backend_of(frame) != target else frame
     report.rows = len(frame)
@@ -61,7 +81,7 @@ def read_table_with_report(
 def read_table(
     path: str | os.PathLike[str], *, format: str | None = None, backend: str = "auto",
     on_bad_lines: str = "raise", mixed_types: str = "raise", sep: str | None = None,
-    encoding: str | None = None,
+    encoding: str | None = None, decimal: str | None = None,
 ) -> Frame:
     """Read a CSV, Parquet, Feather, pickle, HDF5 or JSON-lines table onto ``backend``.
 
@@ -72,7 +92,10 @@ def read_table(
     datetimes, in UTC when the values carry an offset.
 
     Args:
-        path: the file; its suffix gives the format unless ``format`` is passed.
+        path: the file; its suffix gives the format unless ``format`` is passed. A directory
+            of Parquet files (a dataset as Spark or ``pyarrow.dataset.write_dataset`` write
+            it, hive-partitioned ``year=2024/`` or not) is read as one table, with its
+            partition columns and the columns of every file; ``_*`` and ``.*`` files are skipped.
         format: one of :data:`~gpufeed.datasets.tables.formats.FORMATS` (``csv``,
             ``parquet``, ``feather``, ``pickle``, ``hdf5``, ``json``).
         backend: ``"auto" | "cudf" | "polars" | "pandas"``.
@@ -84,22 +107,29 @@ def read_table(
         sep: CSV only: the one-character field delimiter (default ``","``; e.g. ``";"``, ``"\\t"``).
         encoding: CSV only: the text encoding (default UTF-8; e.g. ``"latin-1"``, ``"cp1252"``).
             A file that is not valid in it raises :class:`MalformedCSVError` naming the line.
+        decimal: CSV only: the decimal mark, ``"."`` (default) or ``","`` (European exports,
+            usually with ``sep=";"``: ``1,5`` is 1.5). Thousands separators (``1.234,5``)
+            are not read: such values raise :class:`MixedTypeError` naming the column.
+            Without it, a column of numbers written with a decimal comma raises
+            :class:`MixedTypeError` suggesting ``decimal=","``.
 
     Returns:
         A native frame of the chosen backend.
 
     Raises:
         UnknownFormatError, MalformedCSVError, MixedTypeError, EmptyTableError (an empty file
-        of any format), TabularError (a file its format's reader cannot parse), FileNotFoundError;
-        all name the file.
+        of any format), TabularError (a file its format's reader cannot parse, a directory of
+        a format other than Parquet, dataset files that disagree on a column's type),
+        FileNotFoundError; all name the file.
 
     Example:
         >>> df = read_table("readings.csv", backend="pandas", on_bad_lines="skip")  # doctest: +SKIP
-        >>> df = read_table("export.csv", sep=";", encoding="cp1252")  # doctest: +SKIP
+        >>> df = read_table("export.csv", sep=";", encoding="cp1252", decimal=",")  # doctest: +SKIP
+        >>> df = read_table("warehouse/sales/", backend="polars")  # doctest: +SKIP
     """
     frame, report = read_table_with_report(
         path, format=format, backend=backend, on_bad_lines=on_bad_lines, mixed_types=mixed_types,
-        sep=sep, encoding=encoding,
+        sep=sep, encoding=encoding, decimal=decimal,
     )
     if report.bad_lines:
         lines = ", ".join(str(n) for n, _ in report.bad_lines[:MAX_LINES_IN_MESSAGE])
@@ -176,6 +206,17 @@ def convert(
     return write_table(frame, dst, format=dst_format), report
 
 
+def _decimal_mark(path: Path, decimal: str | None, sep: str) -> str:
+    """The checked decimal mark of a CSV read: ``"."`` (default) or ``","``, not the delimiter."""
+    if decimal is None:
+        return "."
+    if decimal not in (".", ","):
+        raise ValueError(f"{path}: decimal must be '.' or ',', got {decimal!r}")
+    if decimal == sep:
+        raise ValueError(f"{path}: decimal={decimal!r} is also the field delimiter; pass sep=';' with decimal=','")
+    return decimal
+
+
 def _to_pandas(df: Frame) -> Frame:
     """A polars or cuDF frame as pandas for a pandas-only writer (pickle, HDF5), integer
     columns with missing values kept as pandas' nullable integers.
@@ -195,14 +236,9 @@ def _to_pandas(df: Frame) -> Frame:
     return pdf
 
 
-#: Arrow integer types -> pandas' nullable integer dtypes (which keep missing values exact).
-_NULLABLE_INTS = {"int8": "Int8", "int16": "Int16", "int32": "Int32", "int64": "Int64",
-                  "uint8": "UInt8", "uint16": "UInt16", "uint32": "UInt32", "uint64": "UInt64"}
-
-
 def _nullable_int(arrow_type: object) -> object:
     """pandas' nullable dtype for an Arrow integer type (a ``types_mapper``); None otherwise."""
     import pandas as pd
 
-    name = _NULLABLE_INTS.get(str(arrow_type))
+    name = NULLABLE_INTS.get(str(arrow_type))
     return pd.api.types.pandas_dtype(name) if name else None

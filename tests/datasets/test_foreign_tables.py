@@ -1,0 +1,295 @@
+"""Tables written by other tools (Spark, DuckDB, warehouses, pyarrow, European spreadsheets):
+read alike on pandas and polars, every row kept, and ready for a recipe."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import math
+import warnings
+
+import pandas as pd
+import polars as pl
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.feather as pf
+import pyarrow.parquet as pq
+import pytest
+
+from gpufeed.datasets.tables import read_table, write_table
+from gpufeed.gpu_transforms.tabular import (
+    Categorify,
+    FillMissing,
+    MalformedCSVError,
+    MixedTypeError,
+    Recipe,
+    Standardize,
+    TabularError,
+    UnknownFormatError,
+)
+
+BACKENDS = ("pandas", "polars")
+U64_MAX = 2**64 - 1
+BIG_ID = 2**53 + 1  # the first integer float64 cannot hold
+
+
+def _foreign_table() -> pa.Table:
+    """The column types Spark, DuckDB and warehouse exports hold, with missing values."""
+    utc = dt.timezone.utc
+    return pa.table({
+        "id": pa.array([1, 2, 3, 4, 5, 6], pa.int64()),
+        "small": pa.array([1, None, -3, 4, None, 6], pa.int8()),
+        "u64": pa.array([1, None, 2**63 + 5, 4, 5, U64_MAX], pa.uint64()),
+        "flag": pa.array([True, None, False, True, None, False]),
+        "price": pa.array([decimal.Decimal(v) if v else None for v in
+                           ("1.10", None, "12345678901234.99", "0.01", "-5.50", "3.00")], pa.decimal128(18, 2)),
+        "ts_ms": pa.array([dt.datetime(2024, 1, d, 10) for d in range(1, 7)], pa.timestamp("ms")),
+        "ts_utc": pa.array([dt.datetime(2024, 1, d, 10, tzinfo=utc) for d in range(1, 6)] + [None],
+                           pa.timestamp("us", tz="UTC")),
+        "day": pa.array([dt.date(2024, 1, d) for d in range(1, 7)], pa.date32()),
+        "city": pa.array(["Paris", "Berlin", None, "Paris", "Köln", "Berlin"]).dictionary_encode(),
+        "large": pa.array(["a", "b", None, "c", "a", "b"], pa.large_string()),
+        "view": pa.array(["x", None, "y", "x", "z", "y"], pa.string_view()),
+        "blob": pa.array([b"\x00", None, b"", b"abc", b"d", b"e"], pa.binary()),
+        "tags": pa.array([[1, 2], [], None, [3], [4, 5], [7]], pa.list_(pa.int32())),
+        "point": pa.array([{"x": 1.0}, None, {"x": 3.0}, {"x": 0.0}, {"x": 1.0}, {"x": 2.0}]),
+        "amount €": pa.array([1.5, None, 3.5, 4.5, 5.5, 6.5]),
+        "all_null": pa.nulls(6),
+    })
+
+
+def _plain(value: object) -> object:
+    """A cell as a plain Python value, so pandas' and polars' cells compare."""
+    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)) or value is pd.NaT:
+        return None
+    if isinstance(value, pd.Timestamp):
+        value = value.to_pydatetime()
+    if isinstance(value, dt.datetime) and value.tzinfo is not None:
+        return value.astimezone(dt.timezone.utc)
+    if isinstance(value, decimal.Decimal):
+        return float(value)
+    return value.tolist() if hasattr(value, "tolist") else value
+
+
+def _cells(frame: object, column: str) -> list[object]:
+    values = frame[column].to_list() if isinstance(frame, pl.DataFrame) else frame[column].tolist()
+    return [_plain(v) for v in values]
+
+
+@pytest.fixture(scope="module")
+def foreign_parquet(tmp_path_factory: pytest.TempPathFactory):
+    path = tmp_path_factory.mktemp("foreign") / "export.parquet"
+    pq.write_table(_foreign_table(), path, row_group_size=2)  # several row groups, dictionary pages
+    return path
+
+
+def test_foreign_parquet_reads_the_same_values_on_pandas_and_polars(foreign_parquet):
+    pdf, plf = (read_table(foreign_parquet, backend=b) for b in BACKENDS)
+    assert pdf.shape == plf.shape == (6, 16)
+    assert list(pdf.columns) == plf.columns == _foreign_table().column_names
+    # pandas keeps the meaning polars has: exact uint64 ids, booleans, numbers, datetimes
+    assert str(pdf["u64"].dtype) == "UInt64" and pdf["u64"].iloc[5] == U64_MAX
+    assert str(pdf["flag"].dtype) == "boolean"
+    assert pdf["price"].dtype == "float64" and pdf["price"].iloc[2] == 12345678901234.99
+    assert pd.api.types.is_datetime64_dtype(pdf["day"]) and str(pdf["ts_utc"].dt.tz) == "UTC"
+    assert isinstance(pdf["city"].dtype, pd.CategoricalDtype)
+    assert plf.schema["u64"] == pl.UInt64 and plf.schema["price"] == pl.Decimal(18, 2)
+    for column in ("id", "small", "u64", "flag", "price", "ts_ms", "ts_utc", "city", "large", "view",
+                   "blob", "amount €", "all_null"):
+        assert _cells(pdf, column) == _cells(plf, column), column
+    assert [d.date() for d in pdf["day"]] == plf["day"].to_list()
+    assert [list(v) if v is not None else None for v in pdf["tags"]] == plf["tags"].to_list()
+
+
+def test_a_recipe_runs_alike_on_a_foreign_parquet_file(foreign_parquet):
+    outs = []
+    for backend in BACKENDS:
+        recipe = Recipe([FillMissing(["small", "u64", "price", "amount €"]),
+                         Standardize(["small", "u64", "price", "amount €", "flag"]),
+                         Categorify(["city", "view", "flag"])])
+        outs.append(recipe.fit_transform(read_table(foreign_parquet, backend=backend)))
+    for column in ("small", "u64", "price", "amount €", "flag", "city", "view"):
+        a, b = _cells(outs[0], column), _cells(outs[1], column)
+        assert a == pytest.approx(b, abs=1e-12, nan_ok=True) if column != "city" else a == b, column
+
+
+def test_zero_row_parquet_keeps_its_schema(tmp_path):
+    path = tmp_path / "empty_result.parquet"
+    pq.write_table(_foreign_table().slice(0, 0), path)
+    for backend in BACKENDS:
+        frame = read_table(path, backend=backend)
+        assert frame.shape == (0, 16)
+
+
+def test_decimals_read_as_numbers_on_pandas_and_inexact_ones_are_named(tmp_path):
+    path = tmp_path / "warehouse.parquet"
+    pq.write_table(pa.table({
+        "customer": pa.array([decimal.Decimal(BIG_ID), None, decimal.Decimal(7)], pa.decimal128(38, 0)),
+        "rate": pa.array([decimal.Decimal("0.1234567890123456789"), decimal.Decimal("1"), None],
+                         pa.decimal128(38, 19)),
+    }), path)
+    with pytest.warns(UserWarning, match=r"'rate'.*not exact in float64"):
+        frame = read_table(path, backend="pandas")
+    # NUMBER(38, 0) ids stay exact integers, missing values included
+    assert str(frame["customer"].dtype) == "Int64" and frame["customer"].iloc[0] == BIG_ID
+    assert frame["rate"].dtype == "float64"
+    assert read_table(path, backend="polars")["customer"].to_list()[0] == BIG_ID
+
+
+def _write_spark_like(root) -> None:
+    """A hive-partitioned dataset as Spark writes it: part files, _SUCCESS, .crc checksums,
+    and a later partition whose files add a column."""
+    for year, rows, extra in ((2024, [1.0, 2.0], False), (2025, [3.0], True)):
+        folder = root / f"year={year}"
+        folder.mkdir(parents=True)
+        columns = {"v": rows, "k": [f"k{r:g}" for r in rows]}
+        if extra:
+            columns["note"] = ["new"] * len(rows)
+        pq.write_table(pa.table(columns), folder / "part-00000-c0ffee.snappy.parquet")
+        (folder / ".part-00000-c0ffee.snappy.parquet.crc").write_bytes(b"crc")
+    (root / "_SUCCESS").write_text("")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_hive_partitioned_directory_is_read_with_its_partition_columns(tmp_path, backend):
+    data = pa.table({"year": [2024, 2024, 2025, 2025], "month": [1, 2, 1, 1], "v": [1.0, 2.0, 3.0, 4.0]})
+    ds.write_dataset(data, tmp_path / "sales", format="parquet", partitioning=["year", "month"],
+                     partitioning_flavor="hive")
+    frame = read_table(tmp_path / "sales", backend=backend)
+    assert len(frame) == 4 and set(frame.columns) == {"year", "month", "v"}
+    rows = sorted(zip(_cells(frame, "year"), _cells(frame, "month"), _cells(frame, "v"), strict=True))
+    assert rows == [(2024, 1, 1.0), (2024, 2, 2.0), (2025, 1, 3.0), (2025, 1, 4.0)]
+
+    _write_spark_like(tmp_path / "spark")
+    frame = read_table(tmp_path / "spark", backend=backend)
+    assert list(frame.columns) == ["v", "k", "note", "year"]  # the column the 2025 files add is kept
+    assert _cells(frame, "v") == [1.0, 2.0, 3.0] and _cells(frame, "year") == [2024, 2024, 2025]
+    assert _cells(frame, "note") == [None, None, "new"]
+
+
+def test_dataset_directories_that_cannot_be_read_are_named(tmp_path):
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    pq.write_table(pa.table({"a": [1]}), bad / "part-0.parquet")
+    pq.write_table(pa.table({"a": ["x"]}), bad / "part-1.parquet")
+    with pytest.raises(TabularError, match=r"bad: the dataset's files.*disagree.*Field a"):
+        read_table(bad, backend="polars")
+
+    hive = tmp_path / "hive"
+    hive.mkdir()
+    pq.write_table(pa.table({"a": [1, 2]}), hive / "000000_0")  # Hive's suffix-less part files
+    with pytest.raises(UnknownFormatError, match=r"hive: cannot tell the format.*'000000_0'.*format='parquet'"):
+        read_table(hive)
+    assert len(read_table(hive, format="parquet", backend="pandas")) == 2
+
+    csvs = tmp_path / "csvs"
+    csvs.mkdir()
+    (csvs / "a.csv").write_text("a\n1\n")
+    with pytest.raises(TabularError, match=r"csvs: is a directory; only Parquet"):
+        read_table(csvs, backend="pandas")
+    with pytest.raises(FileNotFoundError, match=r"no glob patterns: pass the directory"):
+        read_table(tmp_path / "hive" / "**" / "*.parquet")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "_SUCCESS").write_text("")
+    with pytest.raises(UnknownFormatError, match="empty: the directory holds no data files"):
+        read_table(empty)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_feather_versions_compression_and_arrow_streams_are_read(tmp_path, backend):
+    table = _foreign_table().select(["id", "small", "flag", "price", "ts_utc", "large"])
+    pf.write_feather(table, tmp_path / "lz4.feather", compression="lz4")
+    pf.write_feather(table, tmp_path / "zstd.feather", compression="zstd")
+    with pa.OSFile(str(tmp_path / "batches.arrows"), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as out:
+        out.write_table(table, max_chunksize=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # pyarrow deprecates writing Feather v1
+        pf.write_feather(table.drop_columns(["price", "ts_utc"]).cast(pa.schema(
+            [("id", pa.int64()), ("small", pa.int8()), ("flag", pa.bool_()), ("large", pa.string())])),
+            tmp_path / "v1.feather", version=1)
+        for name in ("lz4.feather", "zstd.feather", "batches.arrows", "v1.feather"):
+            frame = read_table(tmp_path / name, backend=backend)
+            assert len(frame) == 6, name
+            assert _cells(frame, "small") == [1, None, -3, 4, None, 6], name
+            assert _cells(frame, "flag") == [True, None, False, True, None, False], name
+
+
+@pytest.mark.parametrize("source", BACKENDS)
+@pytest.mark.parametrize("suffix", ["parquet", "feather", "arrows"])
+def test_exact_types_survive_a_round_trip(tmp_path, source, suffix):
+    table = _foreign_table().select(["u64", "flag", "price", "ts_utc", "day"])
+    table = table.set_column(3, "ts_berlin", table.column("ts_utc").cast(pa.timestamp("us", tz="Europe/Berlin")))
+    frame = pl.from_arrow(table) if source == "polars" else read_table(_parquet(tmp_path, table), backend="pandas")
+    path = write_table(frame, tmp_path / f"out.{suffix}")
+    if suffix == "arrows":  # a stream, as other readers of .arrows expect
+        with pa.memory_map(str(path)) as fh:
+            assert pa.ipc.open_stream(fh).read_all().num_rows == 6
+    for backend in BACKENDS:
+        back = read_table(path, backend=backend)
+        assert _cells(back, "u64") == [1, None, 2**63 + 5, 4, 5, U64_MAX]
+        assert _cells(back, "flag") == [True, None, False, True, None, False]
+        assert _cells(back, "price")[2] == 12345678901234.99
+        zones = back["ts_berlin"].dtype.time_zone if backend == "polars" else str(back["ts_berlin"].dt.tz)
+        assert zones == "Europe/Berlin"
+        assert _cells(back, "ts_berlin") == _cells(frame, "ts_berlin")
+
+
+def _parquet(tmp_path, table: pa.Table):
+    pq.write_table(table, tmp_path / "src.parquet")
+    return tmp_path / "src.parquet"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_csv_with_bom_crlf_embedded_newlines_and_trailing_blank_lines(tmp_path, backend):
+    path = tmp_path / "excel.csv"
+    path.write_bytes('\ufeffid,comment,value\r\n1,"line one\r\nline two",1.5\r\n2,"say ""hi""",\r\n\r\n\r\n'.encode())
+    frame = read_table(path, backend=backend)
+    assert list(frame.columns) == ["id", "comment", "value"]  # no BOM in the first name
+    assert _cells(frame, "comment") == ["line one\r\nline two", 'say "hi"']
+    assert _cells(frame, "value") == [1.5, None]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_european_csv_needs_its_separator_and_decimal_comma(tmp_path, backend):
+    path = tmp_path / "export.csv"
+    path.write_text("id;name;price\n1;Müller;1,50\n2;Öz;2,25\n3;x;\n", encoding="utf-8")
+    with pytest.raises(MalformedCSVError, match=r"header line holds no ',' but ';': pass sep=';'"):
+        read_table(path, backend=backend)
+    with pytest.raises(MixedTypeError, match=r"'price' holds numbers written with a comma, e.g. '1,50' "
+                                             r"on line 2: if it is a decimal comma, pass decimal=','"):
+        read_table(path, backend=backend, sep=";")
+    frame = read_table(path, backend=backend, sep=";", decimal=",")
+    assert _cells(frame, "price") == [1.5, 2.25, None] and _cells(frame, "name") == ["Müller", "Öz", "x"]
+    assert _cells(read_table(path, backend=backend, sep=";", mixed_types="keep"), "price")[0] == "1,50"
+
+    path.write_text("id;price\n1;1,50\n2;1.234,50\n", encoding="utf-8")  # thousands separators
+    with pytest.raises(MixedTypeError, match=r"'price'.*'1\.234,50' on line 3"):
+        read_table(path, backend=backend, sep=";", decimal=",")
+
+    path.write_text("id;name\n1;a\n2;b\n", encoding="utf-8")  # no comma anywhere: one column
+    with pytest.raises(MalformedCSVError, match=r"single column 'id;name'.*pass sep=';'"):
+        read_table(path, backend=backend)
+    assert read_table(path, backend=backend, sep=",").shape == (2, 1)  # asked for: one column
+
+
+def test_decimal_argument_is_checked(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("a\n1\n")
+    with pytest.raises(ValueError, match="decimal must be '.' or ','"):
+        read_table(path, decimal=";")
+    with pytest.raises(ValueError, match="also the field delimiter"):
+        read_table(path, decimal=",")
+    write_table(pd.DataFrame({"a": [1]}), tmp_path / "t.parquet")
+    with pytest.raises(ValueError, match="CSV files only"):
+        read_table(tmp_path / "t.parquet", decimal=",")
+
+
+def test_csv_ids_with_gaps_beyond_2_53_stay_exact_on_pandas(tmp_path):
+    path = tmp_path / "ids.csv"
+    path.write_text(f"id,v\n{BIG_ID},1\n,2\n3,3\n")
+    frame = read_table(path, backend="pandas")
+    assert str(frame["id"].dtype) == "Int64" and frame["id"].iloc[0] == BIG_ID
+    small = tmp_path / "small.csv"
+    small.write_text("n,v\n1,1\n,2\n3,3\n")  # small counts with gaps stay float64, as pandas reads them
+    assert read_table(small, backend="pandas")["n"].dtype == "float64"
