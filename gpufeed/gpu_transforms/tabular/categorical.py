@@ -9,7 +9,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NoReturn
 
 import narwhals as nw
 
@@ -44,6 +44,20 @@ def _json_key(value: Any, column: str) -> Any:
                     "store; cast the column to text or integers first")
 
 
+def _name_unhashable(frame: NwFrame, columns: Sequence[str], exc: TypeError) -> NoReturn:
+    """Raise ``exc`` again as :func:`_json_key`'s error naming the column whose first value
+    is no category (a list, a dict, an array: nested Parquet columns on pandas, where
+    hashing them failed as "unhashable type: 'numpy.ndarray'"); else ``exc`` itself."""
+    for c in columns:
+        first = collect_small(frame.select(nw.col(c)).drop_nulls().head(1)).get_column(c)
+        if len(first):
+            try:
+                _json_key(first.item(0), c)
+            except TypeError as named:
+                raise named from exc
+    raise exc
+
+
 @dataclass
 class Categorify(TableOp):
     """Map each category to a dense integer index fitted on the training table.
@@ -67,7 +81,10 @@ class Categorify(TableOp):
 
     def fit(self, frame: NwFrame, backend: str) -> None:
         exprs = _category_exprs(self.columns, frame.collect_schema())
-        values = category_values(frame, backend, exprs, self.min_count)
+        try:
+            values = category_values(frame, backend, exprs, self.min_count)
+        except TypeError as exc:  # unhashable values: pandas' words name no column
+            _name_unhashable(frame, self.columns, exc)
         self.state = {c: sorted(_json_key(v, c) for v in values[c]) for c in self.columns}
 
     polars_eager: ClassVar[bool] = True  # polars_fit_codes needs an eager frame
@@ -89,7 +106,10 @@ class Categorify(TableOp):
         state, codes = {}, {}
         for c in self.columns:
             # Every distinct value is seen at least once: counting only matters above 1.
-            found, uniques, counts = pandas_factorize(native[c], counts=self.min_count > 1)
+            try:
+                found, uniques, counts = pandas_factorize(native[c], counts=self.min_count > 1)
+            except TypeError as exc:
+                _name_unhashable(frame, [c], exc)
             kept = uniques if counts is None else uniques[counts >= self.min_count]
             state[c] = sorted(_json_key(v, c) for v in kept.tolist())
             codes[c] = pandas_codes(found, uniques, state[c], UNSEEN_INDEX, MISSING_INDEX)

@@ -13,13 +13,14 @@ Numeric ops: :class:`FillMissing`, :class:`Clip`, :class:`Log`, :class:`Standard
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import narwhals as nw
 
 from gpufeed.gpu_transforms.tabular.errors import ColumnTypeError, NonFiniteError
-from gpufeed.gpu_transforms.tabular.frames import NwFrame, is_missing
+from gpufeed.gpu_transforms.tabular.frames import NwFrame, collect_small, is_missing
 from gpufeed.gpu_transforms.tabular.kernels import (
     GROUP_CODE,
     group_stats_f64,
@@ -115,7 +116,7 @@ class TableOp:
         return op
 
 
-def require_numbers(frame: NwFrame, op: TableOp, where: str) -> None:
+def require_numbers(frame: NwFrame, op: TableOp, where: str, *, fitting: bool = False) -> None:
     """Raise :class:`ColumnTypeError` naming every column of ``op`` that should hold numbers
     and does not (text, categories, dates).
 
@@ -133,11 +134,39 @@ def require_numbers(frame: NwFrame, op: TableOp, where: str) -> None:
     bad = {c: str(schema[c]) for c in columns
            if not (schema[c].is_numeric() or schema[c] in (nw.Object, nw.Unknown)
                    or (booleans and schema[c] == nw.Boolean))}
+    # Untyped columns (pandas object, polars' all-null Null) are looked into: their first
+    # value. Lists and dicts (nested Parquet on pandas) failed inside the op in numpy's
+    # words, and an all-null polars column in its `abs`, neither naming the column.
+    # An all-missing column has nothing to fit on (named here; at transform time it is
+    # left to the op: a served batch of one row may have it).
+    for c in columns:
+        untyped = schema[c] in (nw.Object, nw.Unknown)
+        if untyped or (schema[c] == nw.String and c in bad):
+            held = _held(frame, c)
+            if held == _NO_VALUES:
+                if fitting:
+                    bad[c] = held
+            elif held is not None and untyped:
+                bad[c] = held
     if bad:
         raise ColumnTypeError(
             f"{where} works on {op.takes}; column(s) {bad} (name: dtype) are not: encode text or "
             "categories with Categorify or HashBucket, or turn the column(s) into numbers first"
         )
+
+
+#: What :func:`_held` says of a column whose every value is missing.
+_NO_VALUES = "no values (every row missing)"
+
+
+def _held(frame: NwFrame, column: str) -> str | None:
+    """What an untyped column holds when it is not numbers (for :func:`require_numbers`):
+    :data:`_NO_VALUES`, ``"Object: list"``...; None for numbers. Reads up to its first value."""
+    first = collect_small(frame.select(nw.col(column)).drop_nulls().head(1)).get_column(column)
+    if len(first) == 0:
+        return _NO_VALUES
+    value = first.item(0)
+    return None if isinstance(value, numbers.Number) else f"{first.dtype}: {type(value).__name__}"
 
 
 @dataclass

@@ -139,7 +139,7 @@ class Recipe:
         backend = backend_of(frame)
         for i, op in enumerate(self.ops):
             require_columns(frame, op.needs(), f"recipe op {i} ({op.kind})")
-            require_numbers(frame, op, f"recipe op {i} ({op.kind})")
+            require_numbers(frame, op, f"recipe op {i} ({op.kind})", fitting=True)
             if transform_last or i + 1 < len(self.ops):  # the next op is fitted on this op's output
                 frame = _step(frame, backend, op, op.fit_transform)
             else:

@@ -627,6 +627,45 @@ def test_numeric_op_on_text_dates_or_categories_names_the_column(mixed_types, ba
         Recipe([op]).fit_transform(frame)
 
 
+@pytest.fixture
+def nested() -> object:
+    """Columns of Parquet files from other tools that hold no numbers: a list, a struct and
+    a column with every value missing (polars reads it as Null, pandas as object)."""
+    import pyarrow as pa
+
+    return pa.table({"tags": pa.array([["a"], ["b", "c"], None]),
+                     "point": pa.array([{"x": 1.0}, {"x": 2.0}, None]),
+                     "empty": pa.array([None, None, None], pa.null()),
+                     "x": [1.0, 2.0, 3.0]})
+
+
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+@pytest.mark.parametrize(("op", "column"), [
+    (Standardize(["point"]), "point"), (MinMax(["tags"]), "tags"), (Log(["tags"]), "tags"),
+    (Standardize(["empty"]), "empty"), (FillMissing(["empty"]), "empty"), (Clip(["empty"], lower=0), "empty"),
+])
+def test_numeric_op_on_nested_or_all_missing_columns_names_the_column(nested, backend, op, column):
+    # pandas failed in numpy's words ("Could not convert {'x': 1.0} to numeric", "truth value
+    # of an array"), polars on an all-null column in its own ("abs operation not supported").
+    frame = nested.to_pandas() if backend == "pandas" else pl.from_arrow(nested)
+    with pytest.raises(ColumnTypeError, match=rf"works on .*'{column}'"):
+        Recipe([op]).fit(frame)
+
+
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+@pytest.mark.parametrize("fit_transform", [False, True])
+def test_categorify_of_a_list_column_names_the_column(nested, backend, fit_transform):
+    frame = nested.to_pandas() if backend == "pandas" else pl.from_arrow(nested)
+    recipe = Recipe([Categorify(["x", "tags"])])
+    with pytest.raises(TypeError, match="Categorify: column 'tags' holds .* values"):
+        recipe.fit_transform(frame) if fit_transform else recipe.fit(frame)
+
+
+def test_an_all_missing_column_of_a_served_batch_is_transformed_not_refused():
+    fitted = Recipe([Standardize(["x"])]).fit(pl.DataFrame({"x": [1.0, 3.0]}))
+    assert fitted.transform(pl.DataFrame({"x": [None]}))["x"].to_list() == [None]  # dtype Null
+
+
 @pytest.mark.parametrize("backend", ["pandas", "polars"])
 def test_numeric_op_type_check_is_also_made_at_transform(mixed_types, backend):
     fitted = Recipe([MinMax(["mass"])]).fit(to_backend(mixed_types, backend))
