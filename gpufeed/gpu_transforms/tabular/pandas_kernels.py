@@ -66,13 +66,23 @@ def min_max(native: Any, columns: Sequence[str]) -> dict[str, list[float]] | Non
 
 def scale_columns(native: Any, affine: dict[str, tuple[float, float]]) -> NwFrame:
     """Each column ``c`` as float64 ``(x - sub) / div`` for ``affine[c] = (sub, div)``."""
-    return wrap(native.assign(**{c: as_column(native, (_f64(native, c) - float(sub)) / float(div))
+    def scaled(column: str, sub: float, div: float) -> np.ndarray:
+        # The difference lands in a new float64 array and is divided in place: one array
+        # per column instead of two (the same values as `(x - sub) / div`).
+        out = np.subtract(_f64(native, column), sub, dtype=np.float64)
+        return np.divide(out, div, out=out)
+
+    return wrap(native.assign(**{c: as_column(native, scaled(c, float(sub), float(div)))
                                  for c, (sub, div) in affine.items()}))
 
 
 def log_columns(native: Any, columns: Sequence[str], offset: float) -> NwFrame:
     """Each column as float64 ``log(x + offset)``."""
-    return wrap(native.assign(**{c: as_column(native, np.log(_f64(native, c) + float(offset))) for c in columns}))
+    def logged(column: str) -> np.ndarray:
+        out = np.add(_f64(native, column), float(offset), dtype=np.float64)
+        return np.log(out, out=out)  # in place: one new array per column, not two
+
+    return wrap(native.assign(**{c: as_column(native, logged(c)) for c in columns}))
 
 
 def clip_columns(native: Any, bounds: dict[str, list[float | None]]) -> NwFrame:
