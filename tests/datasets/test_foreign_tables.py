@@ -293,3 +293,14 @@ def test_csv_ids_with_gaps_beyond_2_53_stay_exact_on_pandas(tmp_path):
     small = tmp_path / "small.csv"
     small.write_text("n,v\n1,1\n,2\n3,3\n")  # small counts with gaps stay float64, as pandas reads them
     assert read_table(small, backend="pandas")["n"].dtype == "float64"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_csv_unsigned_64_bit_hashes_are_read_exactly(tmp_path, backend):
+    # Arrow's CSV inference has no uint64: values beyond int64 came back as rounded floats.
+    path = tmp_path / "hashes.csv"
+    path.write_text("h,x\n18446744073709551615,1.5\n,2\n9223372036854775809,3\n5,4\n")
+    frame = read_table(path, backend=backend)
+    assert _cells(frame, "h") == [2**64 - 1, None, 2**63 + 1, 5] and _cells(frame, "x") == [1.5, 2.0, 3.0, 4.0]
+    path.write_text("h\n1e19\n2.5\n")  # a float column with a large value stays float
+    assert _cells(read_table(path, backend=backend), "h") == [1e19, 2.5]

@@ -183,6 +183,7 @@ def _read_csv_arrow(
         # pandas would rename them (a, a.1) and polars refuse: one clear error on every backend.
         raise MalformedCSVError(f"{path}: the header names column(s) {duplicated} more than once; "
                                 "give every column its own name")
+    table = _unsigned_ids(table, path, read_options, convert_options, sep)
     if bad:
         bad = sorted(_locate_lines(path, bad, encoding), key=lambda b: (b[0] is None, b[0] or 0))
         shown = "; ".join(f"line {n}: {t[:80]!r}" for n, t in bad[:MAX_LINES_IN_MESSAGE])
@@ -195,6 +196,40 @@ def _read_csv_arrow(
                 lines=bad,
             )
         report.bad_lines = bad
+    return table
+
+
+def _unsigned_ids(table: Any, path: Path, read_options: Any, convert_options: Any, sep: str) -> Any:
+    """``table`` with its whole-number columns beyond int64 (64-bit hashes, unsigned ids up
+    to 2**64 - 1) read again as uint64.
+
+    Arrow's CSV type inference knows no uint64: such a column came back float64, every
+    value rounded to 53 bits, silently. Only columns whose largest value is at least 2**63
+    are read again, so other files pay one ``max`` per float column.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.csv as pacsv
+
+    suspects = []
+    for name, column in zip(table.column_names, table.columns, strict=True):
+        if pa.types.is_floating(column.type) and len(column) > column.null_count:
+            low, high = pc.min_max(column).values()
+            if low.as_py() >= 0 and 2.0**63 <= high.as_py() <= 2.0**64:  # 2**64 - 1 rounds up to 2**64
+                suspects.append(name)
+    if not suspects:
+        return table
+    options = pacsv.ConvertOptions(
+        strings_can_be_null=True, decimal_point=convert_options.decimal_point,
+        column_types=dict.fromkeys(suspects, pa.uint64()), include_columns=suspects,
+    )
+    try:  # the same rows: malformed lines were counted by the first read and are skipped again
+        exact = pacsv.read_csv(path, read_options=read_options, convert_options=options,
+                               parse_options=pacsv.ParseOptions(delimiter=sep, invalid_row_handler=lambda _: "skip"))
+    except pa.ArrowInvalid:
+        return table  # fractions or other values beside the big ones: floats they are
+    for name in suspects:
+        table = table.set_column(table.column_names.index(name), name, exact.column(name))
     return table
 
 
