@@ -251,6 +251,18 @@ def test_json_integers_with_missing_values_stay_exact_integers_on_polars(tmp_pat
     assert back["whole"].dtype == pl.Float64 and back["x"].to_list() == [0.5, 1.5, None]
 
 
+def test_json_ids_beyond_2_53_with_gaps_are_exact_on_pandas_too(tmp_path):
+    # As from Parquet and CSV: nullable integers for ids float64 would round; small
+    # counts with gaps stay float64, as pandas reads them.
+    df = pl.DataFrame({"id": [2**53 + 1, None, 3], "hash": [2**64 - 1, None, 1], "n": [1, None, 2]},
+                      schema_overrides={"hash": pl.UInt64})
+    back = read_table(write_table(df, tmp_path / "ids.jsonl"), backend="pandas")
+    assert str(back["id"].dtype) == "Int64" and back["id"].iloc[0] == 2**53 + 1
+    assert str(back["hash"].dtype) == "UInt64" and back["hash"].iloc[0] == 2**64 - 1
+    assert back["n"].dtype == "float64"
+    assert read_table(tmp_path / "ids.jsonl", backend="polars")["hash"].to_list() == [2**64 - 1, None, 1]
+
+
 def test_json_text_that_is_not_all_datetimes_stays_text(tmp_path):
     path = tmp_path / "s.jsonl"
     path.write_text('{"a": "2024-01-01 10:00:00", "b": "2024-01-01"}\n{"a": "soon", "b": "2024-01-02"}\n')

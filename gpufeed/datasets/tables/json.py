@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -37,7 +38,9 @@ def _read_json_cudf(path: Path, options: ReadOptions, report: ReadReport) -> Fra
     return cudf.read_json(path, lines=_lines(path))
 
 
-def _read_json_pandas(path: Path, options: ReadOptions, report: ReadReport) -> Frame:
+def _read_json_records(path: Path, options: ReadOptions) -> pd.DataFrame:
+    """The JSON file through pandas' parser, checked for columns mixing numbers and text,
+    ISO datetimes parsed (see the module docstring)."""
     lines = _lines(path)
     try:
         # precise_float: the default parser can change a float64 in its last bit, so a
@@ -60,32 +63,75 @@ def _read_json_pandas(path: Path, options: ReadOptions, report: ReadReport) -> F
     return _parse_iso_datetimes(frame)
 
 
-def _read_json_polars(path: Path, options: ReadOptions, report: ReadReport) -> Frame:
-    """The JSON file on polars: pandas' reading (type checks, ISO datetimes), with integer
-    columns that have missing values taken from polars' own parser.
+def _whole_with_gaps(frame: pd.DataFrame, *, beyond: float = 0.0) -> list[str]:
+    """The float64 columns pandas' parser may have made of integers: some values missing,
+    every other one whole (and, with ``beyond``, one at least that large)."""
+    out = []
+    for name in frame.columns:
+        col = frame[name]
+        if col.dtype == "float64" and col.isna().any():
+            values = col.dropna()
+            if bool((values % 1 == 0).all()) and (not beyond or values.abs().max() >= beyond):
+                out.append(name)
+    return out
+
+
+def _exact_integers(path: Path, names: list[str]) -> dict[str, Any]:
+    """``names``' columns as polars' own parser reads them, for those it reads as integers.
 
     pandas' parser reads every number of a column with a missing value as a float, so an
-    id above 2**53 came back rounded, and as Float64 where every other format gives polars
-    an Int64 column. Only columns that could be such integers (floats, some missing, every
-    value whole) are read a second time; a float column that polars also reads as floats
-    (``1.0``, ``null``) stays as it was.
+    id above 2**53 came back rounded; polars' parser keeps it. Only such columns are read a
+    second time; a float column that polars also reads as floats (``1.0``, ``null``) is
+    not returned.
     """
     import polars as pl
 
-    pdf = _read_json_pandas(path, options, report)
-    suspects = [name for name in pdf.columns if pdf[name].dtype == "float64" and pdf[name].isna().any()
-                and bool((pdf[name].dropna() % 1 == 0).all())]
-    frame = to_backend(pdf, "polars")
-    if not suspects:
-        return frame
+    if not names:
+        return {}
     try:
         # infer_schema_length=None: types from every record, not only the first hundred.
         exact = (pl.read_ndjson(path, infer_schema_length=None) if _lines(path)
-                 else pl.read_json(path, infer_schema_length=None)).select(suspects)
+                 else pl.read_json(path, infer_schema_length=None)).select(names)
     except (pl.exceptions.PolarsError, ValueError):
-        return frame  # a file polars' parser refuses (pandas read it): keep pandas' reading
-    integers = [exact[name] for name in suspects if exact[name].dtype.is_integer()]
-    return frame.with_columns(integers) if integers else frame
+        return {}  # a file polars' parser refuses (pandas read it): keep pandas' reading
+    out = {}
+    for name in names:
+        series = exact[name]
+        if series.dtype == pl.Int128 and series.null_count() < len(series):
+            # polars reads numbers beyond int64 as Int128: 64-bit hashes fit uint64
+            low, high = series.min(), series.max()
+            if low >= 0 and high < 2**64:
+                series = series.cast(pl.UInt64)
+        if series.dtype.is_integer():
+            out[name] = series
+    return out
+
+
+#: Integer types from polars' JSON parser -> pandas' nullable dtypes (an Int128 column,
+#: beyond uint64, stays float64 on pandas).
+_NULLABLE = {"int64": "Int64", "uint64": "UInt64"}
+
+
+def _read_json_pandas(path: Path, options: ReadOptions, report: ReadReport) -> Frame:
+    """The JSON file on pandas. Integer columns with gaps are float64, as pandas reads
+    them, except those holding values beyond 2**53 (ids): those are read exactly, as
+    pandas' nullable integers, as from Parquet and CSV."""
+    frame = _read_json_records(path, options)
+    for name, series in _exact_integers(path, _whole_with_gaps(frame, beyond=2.0**53)).items():
+        dtype = _NULLABLE.get(str(series.dtype).lower())
+        if dtype is not None:
+            frame[name] = pd.array(series.to_list(), dtype=dtype)  # a few id columns: a list is fine
+    return frame
+
+
+def _read_json_polars(path: Path, options: ReadOptions, report: ReadReport) -> Frame:
+    """The JSON file on polars: pandas' reading (type checks, ISO datetimes), with integer
+    columns that have missing values taken from polars' own parser (:func:`_exact_integers`),
+    as every other format gives polars an Int64 column."""
+    pdf = _read_json_records(path, options)
+    integers = _exact_integers(path, _whole_with_gaps(pdf))
+    frame = to_backend(pdf, "polars")
+    return frame.with_columns(list(integers.values())) if integers else frame
 
 
 def _json_error_location(path: Path, lines: bool) -> str:
