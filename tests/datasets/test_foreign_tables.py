@@ -304,3 +304,48 @@ def test_csv_unsigned_64_bit_hashes_are_read_exactly(tmp_path, backend):
     assert _cells(frame, "h") == [2**64 - 1, None, 2**63 + 1, 5] and _cells(frame, "x") == [1.5, 2.0, 3.0, 4.0]
     path.write_text("h\n1e19\n2.5\n")  # a float column with a large value stays float
     assert _cells(read_table(path, backend=backend), "h") == [1e19, 2.5]
+
+
+def test_categorify_of_decimal_columns_gives_the_same_codes_on_both_backends(tmp_path):
+    # polars keeps Parquet's decimals; a vocabulary of Decimal objects failed there (JSON
+    # cannot store them) while pandas, which reads them as numbers, ran.
+    path = tmp_path / "money.parquet"
+    d = decimal.Decimal
+    pq.write_table(pa.table({"price": pa.array([d("1.50"), None, d("2.25"), d("1.50")], pa.decimal128(18, 2)),
+                             "store": pa.array([d(5), d(7), None, d(5)], pa.decimal128(38, 0))}), path)
+    codes = {}
+    for backend in BACKENDS:
+        recipe = Recipe([Categorify(["price", "store"])])
+        out = recipe.fit_transform(read_table(path, backend=backend))
+        codes[backend] = (_cells(out, "price"), _cells(out, "store"))
+        assert recipe.ops[0].state["price"] == [1.5, 2.25]
+    assert codes["pandas"] == codes["polars"] == ([2, 1, 3, 2], [2, 3, 1, 2])
+
+
+def test_convert_reads_a_european_csv(tmp_path):
+    from gpufeed.datasets.tables import convert
+
+    src = tmp_path / "export.csv"
+    src.write_text("id;price\n1;1,50\n2;\n", encoding="utf-8")
+    dst, report = convert(src, tmp_path / "export.parquet", sep=";", decimal=",", backend="polars")
+    assert report.rows == 2 and pq.read_table(dst).column("price").to_pylist() == [1.5, None]
+
+
+@pytest.mark.parametrize("op", [Standardize(["hash"]), FillMissing(["x"]), Standardize(["x"])])
+def test_float_outputs_on_pandas_are_numpy_float64_also_from_nullable_ids(tmp_path, op):
+    # Ids beyond 2**53 with gaps are pandas' nullable UInt64: ops on them gave Float64.
+    path = tmp_path / "h.parquet"
+    pq.write_table(pa.table({"hash": pa.array([2**63 + 5, None, 2**63 + 2**60], pa.uint64()),
+                             "x": [1.0, None, 4.0]}), path)
+    frame = read_table(path, backend="pandas")
+    assert str(frame["hash"].dtype) == "UInt64"
+    out = Recipe([op]).fit_transform(frame)
+    assert out[op.columns[0]].dtype == "float64"
+
+
+def test_decimals_written_to_json_read_back_as_numbers(tmp_path):
+    # polars wrote them as strings ("12.34"): read back, a text column no op takes.
+    df = pl.DataFrame({"price": [decimal.Decimal("12.34"), None]}, schema={"price": pl.Decimal(18, 2)})
+    path = write_table(df, tmp_path / "money.jsonl")
+    for backend in BACKENDS:
+        assert _cells(read_table(path, backend=backend), "price") == [12.34, None]

@@ -186,23 +186,30 @@ def write_table(
 def convert(
     src: str | os.PathLike[str], dst: str | os.PathLike[str], *, src_format: str | None = None,
     dst_format: str | None = None, backend: str = "auto", on_bad_lines: str = "raise",
+    mixed_types: str = "raise", sep: str | None = None, encoding: str | None = None,
+    decimal: str | None = None,
 ) -> tuple[Path, ReadReport]:
     """Read ``src`` and write it to ``dst`` in another format, with the same bad-line
     reporting and format detection as :func:`read_table` and :func:`write_table`.
 
     Args:
-        src: input file (format from its suffix unless ``src_format``).
+        src: input file, or a Parquet dataset directory (format from its suffix unless
+            ``src_format``).
         dst: output file (format from its suffix unless ``dst_format``).
         backend: backend that holds the table in between (``"auto"``: cuDF on a GPU).
-        on_bad_lines: ``"raise"`` or ``"skip"`` for malformed CSV lines (see :func:`read_table`).
+        on_bad_lines, mixed_types, sep, encoding, decimal: how ``src`` is read, as in
+            :func:`read_table` (the last three for a CSV ``src`` only: a European export
+            is ``sep=";", decimal=","``). A CSV ``dst`` is written with ``,`` and ``.``.
 
     Returns:
         ``(dst path, read report)``; the report counts rows kept and lines skipped.
 
     Example:
         >>> convert("readings.csv", "readings.parquet", backend="polars")  # doctest: +SKIP
+        >>> convert("export.csv", "export.parquet", sep=";", decimal=",")  # doctest: +SKIP
     """
-    frame, report = read_table_with_report(src, format=src_format, backend=backend, on_bad_lines=on_bad_lines)
+    frame, report = read_table_with_report(src, format=src_format, backend=backend, on_bad_lines=on_bad_lines,
+                                           mixed_types=mixed_types, sep=sep, encoding=encoding, decimal=decimal)
     return write_table(frame, dst, format=dst_format), report
 
 

@@ -204,7 +204,12 @@ def _write_json_lines(pdf: pd.DataFrame, out: Path, options: WriteOptions) -> No
 
 
 def _write_json_polars(df: Frame, path: Path, options: WriteOptions) -> None:
-    df.write_ndjson(path)
+    import polars as pl
+
+    # JSON has no decimal type: polars writes decimals as strings ("12.34"), which read
+    # back as text on polars and no op takes; as numbers instead, as pandas writes them.
+    decimals = [name for name, kind in df.schema.items() if isinstance(kind, pl.Decimal)]
+    (df.with_columns(pl.col(decimals).cast(pl.Float64)) if decimals else df).write_ndjson(path)
 
 
 def _write_json_cudf(df: Frame, path: Path, options: WriteOptions) -> None:

@@ -13,7 +13,7 @@ from typing import Any, ClassVar, NoReturn
 
 import narwhals as nw
 
-from gpufeed.gpu_transforms.tabular.errors import UnseenCategoryError
+from gpufeed.gpu_transforms.tabular.errors import ColumnTypeError, UnseenCategoryError
 from gpufeed.gpu_transforms.tabular.frames import NwFrame, collect_small, is_lazy, is_missing, wrap
 from gpufeed.gpu_transforms.tabular.kernels import (
     category_values,
@@ -33,15 +33,26 @@ MISSING_INDEX = 1
 
 
 def _category_exprs(columns: Sequence[str], schema: Any) -> dict[str, nw.Expr]:
-    """Categorical columns are compared by their text values."""
-    return {c: nw.col(c).cast(nw.String) if schema[c] == nw.Categorical else nw.col(c) for c in columns}
+    """Categorical columns are compared by their text values; decimal columns (polars keeps
+    Parquet's decimals) by their numbers, as pandas reads them: int64 for whole-number
+    decimals (scale 0), float64 otherwise. JSON cannot store a Decimal, so a vocabulary of
+    them failed on polars where pandas' ran."""
+    def expr(column: str) -> nw.Expr:
+        kind = schema[column]
+        if kind == nw.Categorical:
+            return nw.col(column).cast(nw.String)
+        if kind == nw.Decimal:
+            return nw.col(column).cast(nw.Int64 if getattr(kind, "scale", 1) == 0 else nw.Float64)
+        return nw.col(column)
+
+    return {c: expr(c) for c in columns}
 
 
 def _json_key(value: Any, column: str) -> Any:
     if isinstance(value, bool | int | float | str):
         return value
-    raise TypeError(f"Categorify: column {column!r} holds {type(value).__name__} values, which JSON cannot "
-                    "store; cast the column to text or integers first")
+    raise ColumnTypeError(f"Categorify: column {column!r} holds {type(value).__name__} values, which JSON "
+                          "cannot store; cast the column to text or integers first")
 
 
 def _name_unhashable(frame: NwFrame, columns: Sequence[str], exc: TypeError) -> NoReturn:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import narwhals as nw
+import numpy as np
 
 from gpufeed.gpu_transforms.tabular.categorical import Categorify, HashBucket
 from gpufeed.gpu_transforms.tabular.frames import (
@@ -72,6 +73,9 @@ def _step(frame: NwFrame, backend: str, op: TableOp, run: Callable[[NwFrame, str
     if backend != "polars" or not is_lazy(frame):
         read = nan_as_null(frame.select(*dict.fromkeys(columns)) if backend == "polars" else frame,
                            columns, backend=backend)
+    if backend == "pandas":
+        out = run(read, backend)
+        return None if out is None else _numpy_floats(out, op.columns)
     if backend != "polars":
         return run(read, backend)
     if is_lazy(frame):
@@ -83,6 +87,23 @@ def _step(frame: NwFrame, backend: str, op: TableOp, run: Callable[[NwFrame, str
     if isinstance(out, nw.LazyFrame):
         out = wrap(nw.to_native(out).collect(engine="in-memory"))
     return write_back(frame, out)
+
+
+def _numpy_floats(frame: NwFrame, columns: Sequence[str]) -> NwFrame:
+    """``frame`` with the op's output columns of pandas' nullable ``Float64`` as numpy
+    float64 (missing as NaN), the float dtype every other pandas path gives.
+
+    Ops on pandas' nullable integers (ids beyond 2**53 read from Parquet, CSV or JSON)
+    came out as ``Float64`` through narwhals, so ``Standardize`` gave ``Float64`` on one
+    column and ``float64`` on the next.
+    """
+    import pandas as pd
+
+    native = nw.to_native(frame)
+    nullable = [c for c in columns if isinstance(native[c].dtype, pd.Float64Dtype)]
+    if not nullable:
+        return frame
+    return wrap(native.assign(**{c: native[c].to_numpy(dtype="float64", na_value=np.nan) for c in nullable}))
 
 
 def _json_safe(doc: dict[str, Any]) -> bool:
