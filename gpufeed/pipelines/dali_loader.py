@@ -18,13 +18,14 @@ the bad file).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import torch
 from nvidia.dali.plugin.pytorch import DALIClassificationIterator, LastBatchPolicy, feed_ndarray
 
 from gpufeed.backends import BackendChoice
+from gpufeed.datasets.shards.webdataset import JSON_LABEL
 from gpufeed.pipelines import geometry
 from gpufeed.pipelines.base import (
     Augment,
@@ -43,6 +44,12 @@ from gpufeed.pipelines.threads import SamplePool
 _TORCH_DTYPE = {"FLOAT": torch.float32, "FLOAT16": torch.float16, "UINT8": torch.uint8}
 
 
+class NoDaliCheckpointError(AttributeError):
+    """``state_dict()`` asked of a ``dali_iterator()`` that the kit's feed drives: DALI
+    can checkpoint only its own readers. An AttributeError, so ``hasattr(it,
+    "state_dict")`` is False for these iterators, as for any without checkpoints."""
+
+
 class _PlannedIterator(DALIClassificationIterator):
     """DALI's classification iterator with ``len()`` from the epoch plan (DALI knows it
     only from a reader, or from ``size=``, which forbids the partial last batch), and a
@@ -51,9 +58,26 @@ class _PlannedIterator(DALIClassificationIterator):
     planned_batches = 0
     gpufeed_feed: FileFeed | None = None
     gpufeed_skipped: IteratorSkips | None = None
+    #: Why the kit's feed drives this iterator rather than DALI's readers (for errors).
+    gpufeed_fed_because = "the source is not WebDataset or TFRecord shards"
 
     def __len__(self) -> int:
         return self.planned_batches
+
+    @property
+    def state_dict(self) -> NoReturn:
+        """Not available: raises :class:`NoDaliCheckpointError`, which says what to use.
+
+        A property, so that the error comes at ``it.state_dict`` (before the call) and
+        ``hasattr(it, "state_dict")`` is False; the reader iterator
+        (:class:`~gpufeed.pipelines.dali_readers.ReaderIterator`) has the real method.
+        """
+        raise NoDaliCheckpointError(
+            f"state_dict(): this dali_iterator() is fed by the kit ({self.gpufeed_fed_because}), not by "
+            "DALI's shard readers, so DALI checkpoints are not available. To resume mid-epoch, iterate the "
+            "loader itself (for images, labels in loader) and save loader.state_dict(); "
+            "loader.load_state_dict(state) on a new loader goes on from the next batch",
+            name="state_dict", obj=self)
 
     def __next__(self):
         batch = super().__next__()
@@ -263,4 +287,17 @@ class DaliLoader(ClassificationLoader):
         iterator.planned_batches = len(self.plan)
         iterator.gpufeed_feed = feed
         iterator.gpufeed_skipped = log
+        iterator.gpufeed_fed_because = _why_fed(self.samples)
         return iterator
+
+
+def _why_fed(samples: SampleSource) -> str:
+    """Why ``dali_iterator()`` reads ``samples`` through the kit's feed, in words."""
+    label_key = str(getattr(samples, "label_key", None) or "")
+    if label_key.startswith(JSON_LABEL):
+        return (f"label_key={label_key!r}: labels from a JSON field, which DALI's readers do not read "
+                "(DALI's graph has no JSON parser)")
+    kinds = {"SampleList": "an image folder or file list", "RawCache": "a raw cache",
+             "RamCache": "a RAM cache (cache='ram')"}
+    kind = kinds.get(type(samples).__name__, f"a {type(samples).__name__}")
+    return f"the source is {kind}; DALI's readers read WebDataset and TFRecord shards only"

@@ -63,7 +63,8 @@ def classification_loader(
         source: where the images are (:func:`~gpufeed.pipelines.sources.open_source`):
             an ImageFolder-style tree ``root/<class>/<image>`` (classes sorted by name;
             the files torchvision's ``ImageFolder`` would load); WebDataset or TFRecord
-            shards: a pattern (``"train-{000000..000127}.tar"``, a glob), a file or a
+            shards: a pattern (``"train-{000000..000127}.tar"``, a glob), a file, a
+            folder holding only shards (no class subfolders; read sorted by name) or a
             list; a folder written by ``gpufeed convert`` (shards or a raw cache); the
             base folder of ``file_list``; or a
             :class:`~gpufeed.datasets.samples.SampleSource`.

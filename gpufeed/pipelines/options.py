@@ -74,13 +74,21 @@ def resolve_shard(shard_id: int | None, num_shards: int | None) -> tuple[int, in
     Raises:
         ValueError: one of the two was given and a launcher sets the other: RANK=1 with
             ``num_shards=4`` would silently read shard 1 of 4 of a split the other ranks
-            do not share.
+            do not share. Or, with no launcher, a ``shard_id`` above 0 without
+            ``num_shards`` (which is then 1): the error says to pass ``num_shards`` too.
     """
     default_id, default_count = default_shard()
     if (shard_id is None) != (num_shards is None) and default_count > 1:
         given = f"shard_id={shard_id}" if shard_id is not None else f"num_shards={num_shards}"
         raise ValueError(f"{given} was given but not its partner, which would come from the launcher "
                          f"(rank {default_id} of {default_count}); pass both shard_id and num_shards, or neither")
+    if (num_shards is None and isinstance(shard_id, numbers.Integral) and not isinstance(shard_id, bool)
+            and shard_id >= default_count):
+        # Without this, LoaderOptions' range check would report "num_shards=1", a value
+        # the user never gave.
+        raise ValueError(f"shard_id={shard_id} was given without num_shards, which is then {default_count} "
+                         "(no launcher sets WORLD_SIZE): pass num_shards too, e.g. "
+                         f"shard_id={shard_id}, num_shards={shard_id + 1} or more")
     return (default_id if shard_id is None else shard_id), (default_count if num_shards is None else num_shards)
 
 

@@ -85,16 +85,21 @@ def open_source(source: str | os.PathLike[str] | Sequence | SampleSource | None,
     - a :class:`SampleSource`: itself;
     - with ``file_list``: that list, paths relative to ``source`` (:func:`read_file_list`);
     - WebDataset or TFRecord shards: a pattern (``train-{000000..000127}.tar``, a glob),
-      a shard file (any existing file is taken for one) or a list of them
+      a shard file (any existing file is taken for one), a folder of shards another tool
+      wrote (no class subfolders, every file a shard by name or first bytes; hidden files
+      and DALI's ``*.idx`` left out; read sorted by name) or a list of them
       (:func:`gpufeed.datasets.shards.open_shards`, which also says what ``image_key``
       and ``label_key`` name);
     - a folder written by ``gpufeed convert`` (shards or a raw cache; its manifest says
       which);
-    - otherwise an ImageFolder tree (:func:`scan_image_folder`).
+    - otherwise an ImageFolder tree (:func:`scan_image_folder`): a folder with class
+      subfolders is always one, whatever files lie beside them.
 
     Raises:
         ValueError: ``image_key`` / ``label_key`` given for a source that is not shards
-            (they name shard members or features; a folder's labels are its class folders).
+            (they name shard members or features; a folder's labels are its class
+            folders); a folder holding shards and other files (the others are named,
+            with a glob for the shards alone).
     """
     from gpufeed.datasets import shards
 
@@ -105,8 +110,12 @@ def open_source(source: str | os.PathLike[str] | Sequence | SampleSource | None,
                                                                                              "tfrecord"))):
         what = (type(source).__name__ if isinstance(source, SampleSource) else "a file list"
                 if file_list is not None else f"{source!r}, which is not WebDataset or TFRecord shards")
-        raise ValueError(f"{' and '.join(given)} name the image and label members of WebDataset or TFRecord "
-                         f"shards; the source is {what}")
+        # One key or both: "label_key names the label member", "image_key and label_key
+        # name the image and label members".
+        members = {"image_key": "the image member", "label_key": "the label member"}
+        named = (f"{given[0]} names {members[given[0]]}" if len(given) == 1
+                 else "image_key and label_key name the image and label members")
+        raise ValueError(f"{named} of WebDataset or TFRecord shards; the source is {what}")
     if isinstance(source, SampleSource):
         return source
     if file_list is not None:

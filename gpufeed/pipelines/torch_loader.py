@@ -230,8 +230,12 @@ class TorchLoader(ClassificationLoader):
 
     def __getattr__(self, name: str) -> NoReturn:  # only called for attributes the loader lacks
         if name == "dali_iterator":
-            raise AttributeError(f"dali_iterator() needs backend='dali'; this loader uses 'torch' "
-                                 f"({self.choice.reason})", name=name, obj=self)
+            # choose_image_backend records an explicit backend='torch' as "asked for"; any
+            # other reason is backend='auto''s, which says why it did not pick DALI.
+            why = ("you asked for backend='torch'" if self.choice.reason == "asked for"
+                   else f"chosen by backend='auto': {self.choice.reason}")
+            raise AttributeError(f"dali_iterator() needs backend='dali'; this loader uses the torch backend "
+                                 f"({why})", name=name, obj=self)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}", name=name, obj=self)
 
     def _pixel_batch(self, keys: list[tuple[int, int, int]]) -> tuple:

@@ -113,6 +113,14 @@ def wds_dir(tmp_path_factory: pytest.TempPathFactory, images) -> Path:
             sink.write({"__key__": f"s{k:04d}", "jpg": images[k], "cls": LABELS[k]})
     (d / "packed.tgz").write_bytes((d / "packed.tar.gz").read_bytes())
     (d / "disguised.tar").write_bytes((d / "packed.tar.gz").read_bytes())
+    # a plain folder of the ShardWriter's shards, as a user copies them, with what lies
+    # beside shards in practice: DALI index files and hidden files
+    folder = d / "folder"
+    folder.mkdir()
+    for shard in sorted(d.glob("imagenet-*.tar")):
+        (folder / shard.name).write_bytes(shard.read_bytes())
+    assert len(open_shards(str(folder / "*.tar")).dali_index_files()) == 3  # written beside the shards
+    (folder / ".DS_Store").write_bytes(b"\0" * 64)
     return d
 
 
@@ -125,6 +133,7 @@ WDS_CASES = [
     ("json", "by-json.tar", {"label_key": "json:label"}),
     ("gnu", "gnu.tar", {"image_key": "jpg"}),
     ("pax", "pax.tar", {"image_key": ["jpg", "png"], "label_key": "cls"}),
+    ("folder", "folder", {}),  # a folder of shards, no class subfolders
 ]
 
 
@@ -143,9 +152,10 @@ def test_webdataset_layouts_give_every_image_with_its_label(wds_dir, images, exp
         expected = Counter((sha(_image(k, "PNG") if _variant_ext(k) == "png" else b), LABELS[k])
                            for k, b in enumerate(images))
     assert Counter((sha(source.read(i)), source.labels[i]) for i in range(len(source))) == expected
-    if name == "shardwriter":
+    if name in ("shardwriter", "folder"):  # the folder's shards in name order, no .idx or hidden file
         assert source.name(0) == "imagenet-000000.tar:n01440764/n01440764_10026"
         assert source.groups.tolist() == [5, 5, 4]
+        assert [Path(f).name for f in source.files] == [f"imagenet-00000{k}.tar" for k in range(3)]
     if keys:  # other keys: another dataset to a saved loader state
         assert {k: v for k, v in source.fingerprint().items() if k.endswith("_key")}
 
@@ -193,6 +203,10 @@ write("two-labels.tfrecord", two, range(n))
                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""})
     assert run.returncode == 0, run.stderr[-2000:]
     assert not list(d.glob("*.idx"))
+    # a plain folder of TF-slim's suffixless shards (their format comes from their bytes)
+    (d / "slim").mkdir()
+    for f in d.glob("train-*-of-00002"):
+        (d / "slim" / f.name).write_bytes(f.read_bytes())
     return d
 
 
@@ -204,6 +218,7 @@ def importlib_find(name: str):
 
 TF_CASES = [
     ("slim", "train-*-of-00002", {}),
+    ("slim-folder", "slim", {}),
     ("tfds", "ds-train.tfrecord-{00000..00001}-of-00002", {"image_key": "image", "label_key": "label"}),
 ]
 
@@ -212,7 +227,7 @@ TF_CASES = [
 def test_tensorflow_records_give_every_image_with_its_label(tf_dir, expected, name, pattern, keys):
     source = open_shards(str(tf_dir / pattern), **keys)
     assert Counter((sha(source.read(i)), source.labels[i]) for i in range(len(source))) == expected
-    assert source.groups.tolist() == ([8, NUM - 8] if name == "slim" else [6, NUM - 6])
+    assert source.groups.tolist() == ([8, NUM - 8] if name.startswith("slim") else [6, NUM - 6])
 
 
 def _loader_labels(spec: str, backend: str, train: bool, **keys) -> tuple[Counter, object]:
@@ -334,7 +349,7 @@ def test_bad_foreign_shards_are_refused_naming_file_key_and_option(wds_dir, tf_d
     with pytest.raises(ValueError, match=r"no image/encoded feature"):
         open_shards(str(tf_dir / "ds-train.tfrecord-*"), label_key="label")
     # the keys are for shards only
-    with pytest.raises(ValueError, match="label_key name the image and label members of WebDataset or TFRecord "
+    with pytest.raises(ValueError, match="label_key names the label member of WebDataset or TFRecord "
                                          "shards; the source is .*not WebDataset or TFRecord shards"):
         classification_loader(image_folder, train=True, batch_size=4, backend="torch", device="cpu",
                               label_key="label")
@@ -363,3 +378,143 @@ def test_keys_reach_the_loader_fingerprint_only_when_not_the_defaults(wds_dir):
     named = open_shards(str(wds_dir / "imagenet-*.tar"), image_key=None, label_key="cls")
     assert plain.fingerprint() == named.fingerprint() and "label_key" not in plain.fingerprint()
     assert json.dumps(open_shards(str(wds_dir / "imagenet-*.tar"), label_key="json:label").fingerprint())
+
+
+def _torch_loader(source, **keys):
+    """A torch-backend loader in this process (no worker forked beside DALI)."""
+    from gpufeed.pipelines import classification_loader
+
+    return classification_loader(source, train=False, batch_size=4, size=32, backend="torch", device="cpu",
+                                 num_workers=0, **keys)
+
+
+def _slim_records(path: Path, images: list[bytes], labels: list[int]) -> None:
+    """A suffixless TFRecord shard (TF-slim's naming), without DALI's index beside it."""
+    from gpufeed.datasets.shards.tfrecord import TFRecordWriter
+
+    writer = TFRecordWriter(path, index_path=None)
+    for k, (data, label) in enumerate(zip(images, labels, strict=True)):
+        writer.add(str(k), data, "jpg", label)
+    writer.close()
+
+
+def test_a_folder_of_shards_loads_with_label_key_too(wds_dir, tmp_path):
+    """A folder of shards is shards for image_key / label_key, as a pattern is."""
+    folder = tmp_path / "json-wds"
+    folder.mkdir()
+    (folder / "train-000000.tar").write_bytes((wds_dir / "by-json.tar").read_bytes())
+    loader = _torch_loader(str(folder), label_key="json:label")
+    assert Counter(y for _, labels in loader for y in labels.tolist()) == Counter(LABELS)
+
+
+def test_folders_of_shards_image_folders_and_converted_folders_keep_their_meaning(
+        wds_dir, images, image_folder, tmp_path):
+    from gpufeed.datasets.shards import MANIFEST, is_shard_spec
+    from gpufeed.pipelines.sources import SampleList, open_source
+
+    # suffixless TF-slim shards: their bytes say TFRecord; read sorted by name
+    slim = tmp_path / "slim"
+    slim.mkdir()
+    _slim_records(slim / "train-00001-of-00002", images[8:], LABELS[8:])
+    _slim_records(slim / "train-00000-of-00002", images[:8], LABELS[:8])
+    source = open_source(str(slim))
+    assert source.format == "tfrecord" and [Path(f).name for f in source.files] == [
+        "train-00000-of-00002", "train-00001-of-00002"]
+    assert list(source.labels) == LABELS
+
+    # an ImageFolder tree stays one: classes are its subfolders, a tar beside them is not read
+    assert not is_shard_spec(image_folder)
+    tree = tmp_path / "tree"
+    (tree / "tench").mkdir(parents=True)
+    (tree / "tench" / "a.jpg").write_bytes(images[0])
+    (tree / "stray.tar").write_bytes((wds_dir / "variants.tar").read_bytes())
+    got = open_source(str(tree))
+    assert isinstance(got, SampleList) and got.classes == ("tench",) and len(got) == 1
+    # a flat folder of images is neither, and is refused as before
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    (flat / "a.jpg").write_bytes(images[0])
+    with pytest.raises(ValueError, match="has no class folders"):
+        open_source(str(flat))
+
+    # a converted folder: its manifest wins over the files that lie in it
+    converted = tmp_path / "converted"
+    converted.mkdir()
+    for name in ("shard-000000.tar", "shard-000001.tar"):
+        (converted / name).write_bytes((wds_dir / "imagenet-000000.tar").read_bytes())
+    (converted / MANIFEST).write_text(json.dumps({"format": "webdataset", "files": ["shard-000000.tar"]}))
+    assert not is_shard_spec(converted)
+    assert [Path(f).name for f in open_source(str(converted)).files] == ["shard-000000.tar"]
+
+
+def test_a_folder_of_shards_and_other_files_is_refused_naming_them(wds_dir, images, tmp_path):
+    from gpufeed.pipelines.sources import open_source
+
+    wds_folder = tmp_path / "wds"
+    wds_folder.mkdir()
+    for k in range(2):
+        (wds_folder / f"train-00000{k}.tar").write_bytes((wds_dir / f"imagenet-00000{k}.tar").read_bytes())
+    (wds_folder / "README.md").write_text("my shards")
+    (wds_folder / "stats.json").write_text("{}")
+    with pytest.raises(ValueError, match=r"wds holds 2 shard file\(s\) and 2 other file\(s\) .*\(README\.md, "
+                                         r"stats\.json\): move those out, or pass a glob .* e\.g\. '.*wds/\*\.tar'"):
+        _torch_loader(str(wds_folder))
+    # what the advice says works
+    assert len(_torch_loader(str(wds_folder / "*.tar")).samples) == 10
+
+    slim = tmp_path / "slim"
+    slim.mkdir()
+    _slim_records(slim / "train-00000-of-00001", images[:3], LABELS[:3])
+    (slim / "labels.txt").write_text("tench\n")
+    with pytest.raises(ValueError, match=r"\(labels\.txt\): .* e\.g\. '.*slim/train-\*'"):
+        open_source(str(slim))
+
+
+def test_a_mix_of_formats_names_a_file_of_each(wds_dir, images, tmp_path):
+    slim = tmp_path / "train-00000-of-00002"
+    _slim_records(slim, images[:3], LABELS[:3])
+    with pytest.raises(ValueError, match=r"got a mix: .*imagenet-000000\.tar is WebDataset, "
+                                         r".*train-00000-of-00002 is TFRecord$"):
+        open_shards([str(wds_dir / "imagenet-000000.tar"), str(slim)])
+
+
+def test_errors_read_as_sentences(image_folder, monkeypatch):
+    """The keys' error for one key and for two, dali_iterator() on the torch backend, and
+    shard_id without num_shards."""
+    from gpufeed.backends import BackendChoice
+
+    with pytest.raises(ValueError, match=r"^image_key names the image member of WebDataset or TFRecord shards; "):
+        _torch_loader(image_folder, image_key="jpg")
+    with pytest.raises(ValueError, match=r"^image_key and label_key name the image and label members of "):
+        _torch_loader(image_folder, image_key="jpg", label_key="cls")
+
+    loader = _torch_loader(image_folder)
+    with pytest.raises(AttributeError, match=r"needs backend='dali'; this loader uses the torch backend "
+                                             r"\(you asked for backend='torch'\)$"):
+        loader.dali_iterator()
+    loader.choice = BackendChoice("torch", "DALI is not installed")  # what backend="auto" records without DALI
+    with pytest.raises(AttributeError, match=r"\(chosen by backend='auto': DALI is not installed\)$"):
+        loader.dali_iterator()
+
+    for name in ("RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(ValueError, match=r"shard_id=1 was given without num_shards, .*pass num_shards too"):
+        _torch_loader(image_folder, shard_id=1)
+    with pytest.raises(ValueError, match=r"got shard_id=1, num_shards=1"):  # both given: the range check
+        _torch_loader(image_folder, shard_id=1, num_shards=1)
+    assert len(_torch_loader(image_folder, shard_id=1, num_shards=2).plan) > 0
+
+
+@pytest.mark.skipif(not dali_installed(), reason="no DALI")
+def test_the_feed_based_dali_iterator_says_why_it_has_no_state_dict(wds_dir):
+    from gpufeed.pipelines import classification_loader
+    from gpufeed.pipelines.dali_loader import NoDaliCheckpointError
+
+    loader = classification_loader(str(wds_dir / "by-json.tar"), train=False, batch_size=4, size=32,
+                                   backend="dali", device="cpu", num_workers=1, label_key="json:label")
+    it = loader.dali_iterator()
+    assert not hasattr(it, "state_dict")  # probing finds no checkpoints, as on any iterator without them
+    with pytest.raises(NoDaliCheckpointError, match=r"fed by the kit \(label_key='json:label': labels from a JSON "
+                                                    r"field.*DALI checkpoints are not available.*loader\.state_dict"):
+        it.state_dict()
+    assert isinstance(NoDaliCheckpointError("x"), AttributeError)

@@ -3,11 +3,12 @@ pre-decoded raw caches (written by ``gpufeed convert``), read by index through
 :class:`~gpufeed.datasets.samples.SampleSource`.
 
 :func:`open_shards` picks the format from the file names; :func:`expand_shards` turns a
-shard pattern into the file list.
+shard pattern (or a folder of shards) into the file list.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import glob
 import json
 import os
@@ -35,16 +36,21 @@ MANIFEST = "gpufeed.json"
 
 _BRACES = re.compile(r"\{(\d+)\.\.(\d+)\}")
 
+#: How errors name each format.
+_FORMAT_NAMES = {"webdataset": "WebDataset", "tfrecord": "TFRecord"}
+
 
 def expand_shards(spec: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> list[str]:
     """The shard files a pattern names, in order.
 
     ``spec`` is a brace range as WebDataset writes it (``train-{000000..000127}.tar``;
     zero padding kept, several ranges expand as a product), a glob (``train-*.tar``,
-    sorted; DALI index files, ``*.idx``, left out), a single file, or a list of those.
+    sorted; DALI index files, ``*.idx``, left out), a single file, a folder holding only
+    shards (:func:`shard_folder_files`), or a list of those.
 
     Raises:
         FileNotFoundError: a named file does not exist, or a glob matches nothing.
+        ValueError: a folder that is not a folder of shards (see :func:`shard_folder_files`).
     """
     if not isinstance(spec, (str, os.PathLike)):
         return [p for item in spec for p in expand_shards(item)]
@@ -70,6 +76,8 @@ def expand_shards(spec: str | os.PathLike[str] | Sequence[str | os.PathLike[str]
             if not found:
                 raise FileNotFoundError(f"shard pattern {name} matches no file")
             files += found
+        elif os.path.isdir(name):
+            files += shard_folder_files(name)
         elif not os.path.isfile(name):
             raise FileNotFoundError(f"shard {name} does not exist" + (f" (from {text})" if name != text else ""))
         else:
@@ -121,31 +129,144 @@ def sniff_format(path: str, storage: Storage = LOCAL) -> str:
     Raises:
         ValueError: the file is gzip-compressed, or neither a tar nor a TFRecord file.
     """
-    from gpufeed.datasets.shards.tfrecord import looks_like_tfrecord
-    from gpufeed.datasets.shards.webdataset import looks_like_tar
-
     head = storage.read_at(path, 0, min(512, storage.size(path))).tobytes()
-    if head.startswith(_GZIP_MAGIC):
+    fmt = _format_of_head(head)
+    if fmt == "gzip":
         raise compressed_shard_error(path, "a gzip-compressed file")
-    if looks_like_tar(head):
-        return "webdataset"
-    if looks_like_tfrecord(head):
-        return "tfrecord"
+    if fmt is not None:
+        return fmt
     raise ValueError(f"{path}: neither a tar (WebDataset) nor a TFRecord file, by its first bytes (a file "
                      "source is a shard; an image folder source is a folder, a file list goes to file_list=)")
 
 
+def _format_of_head(head: bytes) -> str | None:
+    """``"webdataset"``, ``"tfrecord"`` or ``"gzip"`` (compressed data) from a file's
+    first 512 bytes (fewer for a short file), else None."""
+    from gpufeed.datasets.shards.tfrecord import looks_like_tfrecord
+    from gpufeed.datasets.shards.webdataset import looks_like_tar
+
+    if head.startswith(_GZIP_MAGIC):
+        return "gzip"
+    if looks_like_tar(head):
+        return "webdataset"
+    if looks_like_tfrecord(head):
+        return "tfrecord"
+    return None
+
+
+def _is_shard_file(path: str) -> bool:
+    """Whether a file in a folder is a shard: by its name (compressed names too, so that
+    :func:`open_shards` refuses them with advice), else by its first bytes (gzip data
+    too, for the same reason); a name with an image extension is not one. Never raises:
+    an unreadable file is not a shard."""
+    if format_of_name(path) is not None or is_compressed_name(path):
+        return True
+    from gpufeed.datasets.shards.webdataset import IMAGE_EXTENSIONS
+
+    if Path(path).suffix.lower().lstrip(".") in IMAGE_EXTENSIONS:
+        return False  # no read: a flat folder of many images is refused without opening each
+    try:
+        with open(path, "rb") as f:
+            return _format_of_head(f.read(512)) is not None
+    except OSError:
+        return False
+
+
+def _folder_split(folder: str | os.PathLike[str]) -> tuple[list[str], list[str]] | None:
+    """``(shard files, other files)`` of a plain folder, each sorted by name, or None
+    when ``folder`` is no folder, a folder ``gpufeed convert`` wrote (its manifest says
+    what it holds) or one with class subfolders (an ImageFolder tree).
+
+    Hidden entries (``.DS_Store``, ``.ipynb_checkpoints``, convert's progress record) and
+    DALI's ``*.idx`` index files (written beside shards, by DALI's tools or by the kit)
+    are neither: they are left out, as a glob leaves index files out.
+    """
+    if not isinstance(folder, (str, os.PathLike)) or not os.path.isdir(folder):
+        return None
+    if os.path.isfile(os.path.join(folder, MANIFEST)):
+        return None
+    with os.scandir(folder) as entries:
+        visible = sorted((e for e in entries if not e.name.startswith(".")), key=lambda e: e.name)
+    if any(e.is_dir() for e in visible):
+        return None  # root/<class>/<image>: an ImageFolder tree, read as before
+    shards: list[str] = []
+    others: list[str] = []
+    for entry in visible:
+        if entry.name.endswith(".idx") or not entry.is_file():
+            continue
+        path = os.path.join(os.fspath(folder), entry.name)
+        (shards if _is_shard_file(path) else others).append(path)
+    return shards, others
+
+
+def is_shard_folder(folder: object) -> bool:
+    """Whether ``folder`` is a folder of shards another tool wrote: no manifest, no class
+    subfolders, and at least one shard file (by name or first bytes) in it. Whether all
+    its files are shards is checked by :func:`shard_folder_files`, which says which are
+    not."""
+    split = _folder_split(folder) if isinstance(folder, (str, os.PathLike)) else None
+    return split is not None and bool(split[0])
+
+
+def _glob_for(folder: str, shards: list[str], others: list[str]) -> str | None:
+    """A glob in ``folder`` that matches exactly ``shards`` among its files, or None."""
+    names = [os.path.basename(p) for p in shards]
+    suffixes = {Path(n).suffix for n in names}
+    candidates = [f"*{suffixes.pop()}"] if len(suffixes) == 1 and "" not in suffixes else []
+    # Up to the first digit: "train-*", which reads as the naming scheme, rather than
+    # "train-0000*" (or a whole name when there is one shard).
+    prefix = re.match(r"\D*", os.path.commonprefix(names)).group()
+    if prefix:
+        candidates.append(f"{prefix}*")
+    for pattern in candidates:
+        if not any(fnmatch.fnmatchcase(os.path.basename(p), pattern) for p in others):
+            return os.path.join(folder, pattern)
+    return None
+
+
+def shard_folder_files(folder: str | os.PathLike[str]) -> list[str]:
+    """The shard files of a folder holding only shards (no class subfolders, no
+    ``gpufeed convert`` manifest), sorted by name: a folder of shards another tool wrote,
+    e.g. ``wds/train-000000.tar``, ``wds/train-000001.tar`` or TF-slim's suffixless
+    ``slim/train-00000-of-01024``. A file is a shard by its name
+    (:func:`format_of_name`) or its first bytes (:func:`sniff_format`); hidden files and
+    DALI's ``*.idx`` index files are left out.
+
+    Raises:
+        ValueError: the folder holds shards and other files (the others are named, with
+            a glob that picks the shards alone), or no shards, or class subfolders.
+    """
+    text = os.fspath(folder)
+    split = _folder_split(text)
+    if split is None or not split[0]:
+        what = ("has a gpufeed convert manifest" if os.path.isfile(os.path.join(text, MANIFEST))
+                else "has subfolders (an ImageFolder tree)" if split is None else "holds no shard files")
+        raise ValueError(f"{text} is not a folder of shards: it {what}")
+    shards, others = split
+    if others:
+        shown = ", ".join(os.path.basename(p) for p in others[:5]) + (" ..." if len(others) > 5 else "")
+        pattern = _glob_for(text, shards, others)
+        hint = (f"pass a glob that names the shards alone, e.g. {pattern!r}" if pattern is not None
+                else "pass the shard files as a list")
+        raise ValueError(f"{text} holds {len(shards)} shard file(s) and {len(others)} other file(s) "
+                         f"that are not WebDataset or TFRecord shards ({shown}): move those out, or {hint}")
+    return shards
+
+
 def is_shard_spec(spec: object) -> bool:
-    """Whether ``spec`` names shard files (a pattern, a shard file or a list of them)
-    rather than an image folder or a raw cache.
+    """Whether ``spec`` names shard files (a pattern, a shard file, a folder of shards or a
+    list of them) rather than an image folder or a raw cache.
 
     A name with a shard suffix (compressed ones too, so that they are refused by name) is
-    one, and so is any existing file: a source that is one file can only be a shard.
+    one, and so is any existing file: a source that is one file can only be a shard. A
+    folder is one when it has no class subfolders and no ``gpufeed convert`` manifest and
+    holds shard files (:func:`is_shard_folder`; a folder with class subfolders stays an
+    ImageFolder tree, and a converted folder is read by its manifest).
     """
     if isinstance(spec, (str, os.PathLike)):
         text = os.fspath(spec)
         return (bool(_BRACES.search(text)) or glob.has_magic(text) or format_of_name(text) is not None
-                or is_compressed_name(text) or os.path.isfile(text))
+                or is_compressed_name(text) or os.path.isfile(text) or is_shard_folder(text))
     return isinstance(spec, Sequence) and len(spec) > 0 and all(is_shard_spec(s) for s in spec)
 
 
@@ -159,7 +280,7 @@ def open_shards(spec: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     names, from each file's first bytes.
 
     Args:
-        spec: a pattern, a file or a list (:func:`expand_shards`).
+        spec: a pattern, a file, a folder of shards or a list (:func:`expand_shards`).
         storage: how bytes are read.
         image_key: WebDataset: the image member's extension(s) (``"jpg"``, ``"jpg;png"``
             or a list; default any image extension); TFRecord: the image feature (default
@@ -171,18 +292,20 @@ def open_shards(spec: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
 
     Raises:
         ValueError: a compressed shard (``.tar.gz``, ``.tgz``, GZIP TFRecords: named,
-            with how to decompress it), files that mix formats, or a file that is no
-            shard.
+            with how to decompress it), files that mix formats (a file of each is named),
+            a file that is no shard, or a folder holding other files beside its shards.
     """
     files = expand_shards(spec)
-    formats = set()
+    first: dict[str, str] = {}  # each format found -> the first file of it, to name in errors
     for f in files:
         if is_compressed_name(f):
             raise compressed_shard_error(f, "a compressed shard (by its name)")
-        formats.add(format_of_name(f) or sniff_format(f, storage))
-    if len(formats) != 1:
-        shown = ", ".join(sorted({Path(f).suffix or "(none)" for f in files}))
-        raise ValueError(f"shards must all be WebDataset tars or all TFRecord files; got a mix ({shown})")
+        first.setdefault(format_of_name(f) or sniff_format(f, storage), f)
+    if len(first) != 1:
+        # Name one file of each format: suffixes alone say nothing for TF-slim's names.
+        shown = ", ".join(f"{path} is {_FORMAT_NAMES[fmt]}" for fmt, path in first.items())
+        raise ValueError(f"shards must all be WebDataset tars or all TFRecord files; got a mix: {shown}")
+    formats = set(first)
     keys = {"image_key": image_key, "label_key": label_key}
     if formats == {"webdataset"}:
         from gpufeed.datasets.shards.webdataset import WebDatasetShards
