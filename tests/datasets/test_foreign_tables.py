@@ -349,3 +349,22 @@ def test_decimals_written_to_json_read_back_as_numbers(tmp_path):
     path = write_table(df, tmp_path / "money.jsonl")
     for backend in BACKENDS:
         assert _cells(read_table(path, backend=backend), "price") == [12.34, None]
+
+
+def test_comma_text_in_a_comma_separated_file_stays_text_and_thousands_are_named(tmp_path):
+    pairs = tmp_path / "pairs.csv"
+    pairs.write_text('id,sizes\n1,"38,40"\n2,"42,44"\n')  # quoted pairs: text, as pandas reads them
+    assert _cells(read_table(pairs, backend="polars"), "sizes") == ["38,40", "42,44"]
+    euro = tmp_path / "euro.csv"
+    euro.write_text("betrag;b\n1.234,50;x\n12.345,00;y\n")  # every value with thousands separators
+    for backend in BACKENDS:
+        with pytest.raises(MixedTypeError, match=r"'betrag' holds numbers with thousands separators, e.g. '1\.234,50'"):
+            read_table(euro, backend=backend, sep=";", decimal=",")
+
+
+@pytest.mark.parametrize("index", [pd.array([2**60 + 1, None, 3], dtype="Int64"),
+                                   pd.array([True, None, False], dtype="boolean")])
+def test_a_stored_pandas_index_with_gaps_is_not_read_as_a_column(tmp_path, index):
+    path = tmp_path / "indexed.parquet"
+    pd.DataFrame({"v": [1, 2, 3]}, index=pd.Index(index, name="key")).to_parquet(path)
+    assert list(read_table(path, backend="pandas").columns) == ["v"]

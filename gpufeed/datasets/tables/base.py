@@ -201,7 +201,13 @@ def arrow_to_pandas(table: Any, path: Path) -> Frame:
     # with gaps stays float64 while an id column of the same type needs Int64): the columns
     # that need a nullable dtype are converted again, one by one.
     # By name: a pandas index stored as a column (``__index_level_0__``) is not a column here.
+    # Columns pandas stored as the frame's index (``__index_level_0__``, a named index) are
+    # the index after to_pandas(), not data columns: left as to_pandas() made them.
+    meta = table.schema.pandas_metadata or {}
+    index_names = {c for c in meta.get("index_columns", []) if isinstance(c, str)}
     for i, dtype in nullable.items():
+        if table.schema[i].name in index_names:
+            continue
         column = table.column(i)
         converted = pa.table({"c": column}).to_pandas(types_mapper={column.type: dtype}.get)["c"]
         frame[table.schema[i].name] = converted.set_axis(frame.index)

@@ -34,8 +34,8 @@ def read_parquet_dataset(path: Path) -> Any:
     """A directory of Parquet files (a dataset, as Spark, Hive or ``pyarrow.dataset`` write it)
     as one Arrow table, with the columns of every file and the hive partition columns.
 
-    ``key=value`` folders (``year=2024/month=1/part-0.parquet``) become columns (numbers
-    when every value is a number, else text); files and folders whose names start with
+    ``key=value`` folders (``year=2024/month=1/part-0.parquet``) become columns (int32
+    when every value is a number that fits, else text, as Arrow infers them); files and folders whose names start with
     ``_`` or ``.`` (Spark's ``_SUCCESS``, ``.crc`` checksums) are skipped, as Spark skips
     them. Files are read in path order. The schema is the union of the files' schemas, so
     a column a later file adds is kept (null in the files without it) instead of dropped,

@@ -270,8 +270,18 @@ def _check_mixed_types(
         else:
             candidates = values
         numeric = pd.to_numeric(candidates, errors="coerce").notna().to_numpy()
-        if decimal == "." and len(values) and not numeric.any() and values.str.contains(",", regex=False).any() \
-                and values.str.fullmatch(_DECIMAL_COMMA).all():
+        comma_numbers = bool(len(values)) and not numeric.any() and bool(values.str.fullmatch(_DECIMAL_COMMA).all())
+        if comma_numbers and decimal == "," and values.str.contains(".", regex=False).any():
+            example = str(values[values.str.contains(".", regex=False)].iloc[0])
+            line = _line_of_row(path, pc.index(column, example).as_py(), skipped, sep, encoding)
+            raise MixedTypeError(
+                f"{path}: column {name!r} holds numbers with thousands separators, e.g. {example!r}"
+                f"{f' on line {line}' if line is not None else ''}, which cannot be read: remove them, "
+                "or pass mixed_types='keep' to read the column as text."
+            )
+        # Only where the delimiter is not a comma: in a comma-separated file a quoted "38,40"
+        # is a pair or "1,234" US thousands, text as pandas and polars read it.
+        if comma_numbers and decimal == "." and sep != "," and values.str.contains(",", regex=False).any():
             example = str(values[values.str.contains(",", regex=False)].iloc[0])
             line = _line_of_row(path, pc.index(column, example).as_py(), skipped, sep, encoding)
             raise MixedTypeError(

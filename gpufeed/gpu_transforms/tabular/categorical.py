@@ -35,14 +35,18 @@ MISSING_INDEX = 1
 def _category_exprs(columns: Sequence[str], schema: Any) -> dict[str, nw.Expr]:
     """Categorical columns are compared by their text values; decimal columns (polars keeps
     Parquet's decimals) by their numbers, as pandas reads them: int64 for whole-number
-    decimals (scale 0), float64 otherwise. JSON cannot store a Decimal, so a vocabulary of
+    decimals of up to 18 digits, float64 otherwise (values beyond 2**53 then merge, as
+    on pandas, where reading them warns). JSON cannot store a Decimal, so a vocabulary of
     them failed on polars where pandas' ran."""
     def expr(column: str) -> nw.Expr:
         kind = schema[column]
         if kind == nw.Categorical:
             return nw.col(column).cast(nw.String)
         if kind == nw.Decimal:
-            return nw.col(column).cast(nw.Int64 if getattr(kind, "scale", 1) == 0 else nw.Float64)
+            # int64 only where every value fits (scale 0, at most 18 digits): a wider one
+            # could overflow the cast, which polars refuses mid-query
+            whole = getattr(kind, "scale", 1) == 0 and (getattr(kind, "precision", None) or 39) <= 18
+            return nw.col(column).cast(nw.Int64 if whole else nw.Float64)
         return nw.col(column)
 
     return {c: expr(c) for c in columns}

@@ -146,6 +146,8 @@ def require_numbers(frame: NwFrame, op: TableOp, where: str, *, fitting: bool = 
             if held == _NO_VALUES:
                 if fitting:
                     bad[c] = held
+                else:  # nothing to compute on: the op gives missing values (or its fill)
+                    bad.pop(c, None)
             elif held is not None and untyped:
                 bad[c] = held
     if bad:
@@ -167,6 +169,17 @@ def _held(frame: NwFrame, column: str) -> str | None:
         return _NO_VALUES
     value = first.item(0)
     return None if isinstance(value, numbers.Number) else f"{first.dtype}: {type(value).__name__}"
+
+
+def all_missing_as_float(frame: NwFrame, op: TableOp) -> NwFrame:
+    """``frame`` with the untyped columns ``op`` reads as numbers that hold no value at all
+    (a served batch of one row with a gap: polars' Null, a pandas object column of None)
+    cast to float64, so that the op gives missing values (or its fill) as for any float
+    column, instead of failing in the backend's words or returning an object column."""
+    schema = frame.collect_schema()
+    empty = [c for c in op.numeric_columns()
+             if schema[c] in (nw.Object, nw.Unknown, nw.String) and _held(frame, c) == _NO_VALUES]
+    return frame.with_columns(*[nw.col(c).cast(nw.Float64) for c in empty]) if empty else frame
 
 
 @dataclass

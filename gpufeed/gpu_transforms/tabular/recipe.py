@@ -48,6 +48,7 @@ from gpufeed.gpu_transforms.tabular.ops import (
     MinMax,
     Standardize,
     TableOp,
+    all_missing_as_float,
     require_numbers,
 )
 
@@ -184,6 +185,7 @@ class Recipe:
         for i, op in enumerate(self.ops):
             require_columns(frame, op.needs(), f"recipe op {i} ({op.kind})")
             require_numbers(frame, op, f"recipe op {i} ({op.kind})")
+            frame = all_missing_as_float(frame, op)
             frame = _step(frame, backend, op, op.transform)
         return nw.to_native(frame)
 
