@@ -271,24 +271,27 @@ def _check_mixed_types(
             candidates = values
         numeric = pd.to_numeric(candidates, errors="coerce").notna().to_numpy()
         comma_numbers = bool(len(values)) and not numeric.any() and bool(values.str.fullmatch(_DECIMAL_COMMA).all())
-        if comma_numbers and decimal == "," and values.str.contains(".", regex=False).any():
-            example = str(values[values.str.contains(".", regex=False)].iloc[0])
+        # The mark that makes such numbers unreadable: "." (thousands) when the decimal
+        # mark is ",", else the comma itself, but only where the delimiter is not a comma:
+        # in a comma-separated file a quoted "38,40" is a pair or "1,234" US thousands,
+        # text as pandas and polars read it.
+        mark = "." if decimal == "," else "," if sep != "," else None
+        marked = values.str.contains(mark, regex=False) if comma_numbers and mark else None
+        if marked is not None and marked.any():
+            example = str(values[marked].iloc[0])
             line = _line_of_row(path, pc.index(column, example).as_py(), skipped, sep, encoding)
+            where = f" on line {line}" if line is not None else ""
+            if decimal == ",":
+                raise MixedTypeError(
+                    f"{path}: column {name!r} holds numbers with thousands separators, e.g. {example!r}"
+                    f"{where}, which cannot be read: remove them, or pass mixed_types='keep' to read "
+                    "the column as text."
+                )
             raise MixedTypeError(
-                f"{path}: column {name!r} holds numbers with thousands separators, e.g. {example!r}"
-                f"{f' on line {line}' if line is not None else ''}, which cannot be read: remove them, "
-                "or pass mixed_types='keep' to read the column as text."
-            )
-        # Only where the delimiter is not a comma: in a comma-separated file a quoted "38,40"
-        # is a pair or "1,234" US thousands, text as pandas and polars read it.
-        if comma_numbers and decimal == "." and sep != "," and values.str.contains(",", regex=False).any():
-            example = str(values[values.str.contains(",", regex=False)].iloc[0])
-            line = _line_of_row(path, pc.index(column, example).as_py(), skipped, sep, encoding)
-            raise MixedTypeError(
-                f"{path}: column {name!r} holds numbers written with a comma, e.g. {example!r}"
-                f"{f' on line {line}' if line is not None else ''}: if it is a decimal comma, pass "
-                "decimal=',' to read them as numbers; thousands separators (12,345 or 1.234,5) "
-                "cannot be read: remove them; or pass mixed_types='keep' to read the column as text."
+                f"{path}: column {name!r} holds numbers written with a comma, e.g. {example!r}{where}: if "
+                "it is a decimal comma, pass decimal=',' to read them as numbers; thousands separators "
+                "(12,345 or 1.234,5) cannot be read: remove them; or pass mixed_types='keep' to read the "
+                "column as text."
             )
         if numeric.any() and not numeric.all() and rows[numeric].sum() >= rows[~numeric].sum():
             example = str(values[~numeric].iloc[0])
