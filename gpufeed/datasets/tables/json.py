@@ -16,7 +16,13 @@ from typing import Any
 
 import pandas as pd
 
-from gpufeed.datasets.tables.base import ReadOptions, ReadReport, TableFormat, WriteOptions
+from gpufeed.datasets.tables.base import (
+    NULLABLE_INTS,
+    ReadOptions,
+    ReadReport,
+    TableFormat,
+    WriteOptions,
+)
 from gpufeed.gpu_transforms.tabular.errors import MixedTypeError, TabularError
 from gpufeed.gpu_transforms.tabular.frames import Frame, to_backend
 from gpufeed.policies import MixedTypes
@@ -107,19 +113,14 @@ def _exact_integers(path: Path, names: list[str]) -> dict[str, Any]:
     return out
 
 
-#: Integer types from polars' JSON parser -> pandas' nullable dtypes (an Int128 column,
-#: beyond uint64, stays float64 on pandas).
-_NULLABLE = {"int64": "Int64", "uint64": "UInt64"}
-
-
 def _read_json_pandas(path: Path, options: ReadOptions, report: ReadReport) -> Frame:
     """The JSON file on pandas. Integer columns with gaps are float64, as pandas reads
     them, except those holding values beyond 2**53 (ids): those are read exactly, as
     pandas' nullable integers, as from Parquet and CSV."""
     frame = _read_json_records(path, options)
     for name, series in _exact_integers(path, _whole_with_gaps(frame, beyond=2.0**53)).items():
-        dtype = _NULLABLE.get(str(series.dtype).lower())
-        if dtype is not None:
+        dtype = NULLABLE_INTS.get(str(series.dtype).lower())
+        if dtype is not None:  # an Int128 column, beyond uint64, stays float64 on pandas
             frame[name] = pd.array(series.to_list(), dtype=dtype)  # a few id columns: a list is fine
     return frame
 
