@@ -182,9 +182,36 @@ def scan_image_folder(root: str | os.PathLike[str], storage: Storage = LOCAL) ->
             f"gpufeed: {len(empty)} class folder(s) under {root} without images: {', '.join(empty)} "
             "(their labels are kept, no samples)", stacklevel=4,
         )
+    loose = _loose_files(root)
+    if loose and paths:
+        shown = ", ".join(loose[:3]) + (" ..." if len(loose) > 3 else "")
+        warnings.warn(f"gpufeed: {root}: left out {len(loose)} file(s) outside the class folders, as "
+                      f"ImageFolder does: {shown}", stacklevel=4)
     if not paths:
-        raise ValueError(f"image root {root} has class folders but no images ({', '.join(IMAGE_EXTENSIONS)})")
+        raise ValueError(f"image root {root} has class folders but no images ({', '.join(IMAGE_EXTENSIONS)})"
+                         + _shard_hint(root, loose))
     return SampleList(tuple(paths), tuple(labels), tuple(classes), storage, ignored=len(others))
+
+
+def _loose_files(root: Path) -> list[str]:
+    """Names of the visible files directly in ``root``, beside its class folders."""
+    with os.scandir(root) as entries:
+        return sorted(e.name for e in entries if not e.name.startswith(".") and e.is_file())
+
+
+def _shard_hint(root: Path, loose: list[str]) -> str:
+    """Where an image root holds shard files beside its subfolders: how to read those."""
+    from gpufeed.datasets import shards
+
+    found = [n for n in loose if shards.format_of_name(n) is not None]
+    if not found:
+        return ""
+    suffixes = {Path(n).suffix for n in found}
+    pattern = root / f"*{suffixes.pop()}" if len(suffixes) == 1 else None
+    how = f"pass a glob, e.g. {str(pattern)!r}" if pattern else "pass the shard files as a list"
+    return (f"; it also holds {len(found)} shard file(s) ({', '.join(found[:3])}"
+            f"{' ...' if len(found) > 3 else ''}) that a folder with subfolders is not read as: "
+            f"to read the shards, {how}")
 
 
 def read_file_list(

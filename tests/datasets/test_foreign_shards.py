@@ -428,8 +428,14 @@ def test_folders_of_shards_image_folders_and_converted_folders_keep_their_meanin
     (tree / "tench").mkdir(parents=True)
     (tree / "tench" / "a.jpg").write_bytes(images[0])
     (tree / "stray.tar").write_bytes((wds_dir / "variants.tar").read_bytes())
-    got = open_source(str(tree))
+    with pytest.warns(UserWarning, match=r"left out 1 file\(s\) outside the class folders.*stray.tar"):
+        got = open_source(str(tree))
     assert isinstance(got, SampleList) and got.classes == ("tench",) and len(got) == 1
+    # shards beside a subfolder without images: the error says how to read the shards
+    (tree / "tench" / "a.jpg").unlink()
+    with (pytest.raises(ValueError, match=r"no images .*1 shard file\(s\) \(stray.tar\).*glob, e.g. '.*\*\.tar'"),
+          pytest.warns(UserWarning, match="without images: tench")):
+        open_source(str(tree))
     # a flat folder of images is neither, and is refused as before
     flat = tmp_path / "flat"
     flat.mkdir()
