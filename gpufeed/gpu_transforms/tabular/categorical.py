@@ -23,7 +23,7 @@ from gpufeed.gpu_transforms.tabular.kernels import (
     vocabulary_codes,
 )
 from gpufeed.gpu_transforms.tabular.ops import TableOp
-from gpufeed.gpu_transforms.tabular.pandas_kernels import as_column
+from gpufeed.gpu_transforms.tabular.pandas_kernels import as_column, assign
 from gpufeed.gpu_transforms.tabular.stats import aggregate, lookup
 from gpufeed.policies import OnUnseen
 
@@ -57,6 +57,25 @@ def _json_key(value: Any, column: str) -> Any:
         return value
     raise ColumnTypeError(f"Categorify: column {column!r} holds {type(value).__name__} values, which JSON "
                           "cannot store; cast the column to text or integers first")
+
+
+def _vocabulary(values: Any, column: str) -> list[Any]:
+    """The sorted vocabulary of ``column``'s distinct ``values``.
+
+    Raises:
+        ColumnTypeError: values JSON cannot hold, or a mix of text and numbers (an object
+            column from a spreadsheet), which has no order: named, with the cast to text.
+    """
+    keys = [_json_key(v, column) for v in values]
+    try:
+        return sorted(keys)
+    except TypeError:
+        kinds = sorted({type(k).__name__ for k in keys})
+        raise ColumnTypeError(
+            f"Categorify: column {column!r} mixes {' and '.join(kinds)} values, e.g. "
+            f"{[next(k for k in keys if type(k).__name__ == t) for t in kinds]}; categories need "
+            f"one type: cast the column to text first (pandas: df[{column!r}].astype('string'))"
+        ) from None
 
 
 def _name_unhashable(frame: NwFrame, columns: Sequence[str], exc: TypeError) -> NoReturn:
@@ -100,7 +119,7 @@ class Categorify(TableOp):
             values = category_values(frame, backend, exprs, self.min_count)
         except TypeError as exc:  # unhashable values: pandas' words name no column
             _name_unhashable(frame, self.columns, exc)
-        self.state = {c: sorted(_json_key(v, c) for v in values[c]) for c in self.columns}
+        self.state = {c: _vocabulary(values[c], c) for c in self.columns}
 
     polars_eager: ClassVar[bool] = True  # polars_fit_codes needs an eager frame
 
@@ -126,10 +145,10 @@ class Categorify(TableOp):
             except TypeError as exc:
                 _name_unhashable(frame, [c], exc)
             kept = uniques if counts is None else uniques[counts >= self.min_count]
-            state[c] = sorted(_json_key(v, c) for v in kept.tolist())
+            state[c] = _vocabulary(kept.tolist(), c)
             codes[c] = pandas_codes(found, uniques, state[c], UNSEEN_INDEX, MISSING_INDEX)
         self.state = state
-        return wrap(native.assign(**{c: as_column(native, v) for c, v in codes.items()}))
+        return wrap(assign(native, {c: as_column(native, v) for c, v in codes.items()}))
 
     def num_embeddings(self, column: str) -> int:
         """Rows an embedding table for ``column`` needs (vocabulary + the two reserved indices)."""

@@ -65,7 +65,7 @@ from gpufeed.gpu_transforms.tabular.frames import (
     small_rows,
     wrap,
 )
-from gpufeed.gpu_transforms.tabular.pandas_kernels import as_column
+from gpufeed.gpu_transforms.tabular.pandas_kernels import as_column, assign
 from gpufeed.gpu_transforms.tabular.stats import (
     aggregate,
     f64,
@@ -247,7 +247,7 @@ def standardize_by_code(frame: NwFrame, backend: str,
     if backend == "pandas":
         native = nw.to_native(frame)
         codes = native[GROUP_CODE].to_numpy()
-        return wrap(native.assign(**{
+        return wrap(assign(native, {
             c: as_column(native, (native[c].to_numpy(dtype=np.float64, na_value=np.nan) - np.asarray(m)[codes])
                          / np.asarray(sd)[codes])
             for c, (m, sd) in tables.items()}))
@@ -340,7 +340,7 @@ def vocabulary_codes(frame: NwFrame, backend: str, exprs: dict[str, nw.Expr],
             found, uniques, _ = pandas_factorize(native[column], counts=False)
             return pandas_codes(found, uniques, vocabularies[column], unseen, missing, start)
 
-        return wrap(native.assign(**{names[c]: as_column(native, codes(c)) for c in vocabularies}))
+        return wrap(assign(native, {names[c]: as_column(native, codes(c)) for c in vocabularies}))
     if backend == "polars" and all(vocabularies.values()) and all(
             isinstance(v, str) for vocab in vocabularies.values() for v in vocab):
         import polars as pl

@@ -15,7 +15,7 @@ casts); nullable and Arrow columns keep the narwhals form.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import narwhals as nw
@@ -41,6 +41,16 @@ def as_column(native: Any, values: np.ndarray) -> Any:
     import pandas as pd
 
     return pd.Series(values, index=native.index, copy=False)
+
+
+def assign(native: Any, columns: Mapping[Any, Any]) -> Any:
+    """``native.assign(**columns)`` for any column label: ``assign`` takes the labels as
+    keyword arguments, so a real table's column named ``self`` (or a label that is not
+    text) failed on pandas alone. The same shallow copy with the columns set on it."""
+    out = native.copy(deep=False)
+    for name, values in columns.items():
+        out[name] = values
+    return out
 
 
 def _f64(native: Any, column: str) -> np.ndarray:
@@ -72,7 +82,7 @@ def scale_columns(native: Any, affine: dict[str, tuple[float, float]]) -> NwFram
         out = np.subtract(_f64(native, column), sub, dtype=np.float64)
         return np.divide(out, div, out=out)
 
-    return wrap(native.assign(**{c: as_column(native, scaled(c, float(sub), float(div)))
+    return wrap(assign(native, {c: as_column(native, scaled(c, float(sub), float(div)))
                                  for c, (sub, div) in affine.items()}))
 
 
@@ -82,13 +92,13 @@ def log_columns(native: Any, columns: Sequence[str], offset: float) -> NwFrame:
         out = np.add(_f64(native, column), float(offset), dtype=np.float64)
         return np.log(out, out=out)  # in place: one new array per column, not two
 
-    return wrap(native.assign(**{c: as_column(native, logged(c)) for c in columns}))
+    return wrap(assign(native, {c: as_column(native, logged(c)) for c in columns}))
 
 
 def clip_columns(native: Any, bounds: dict[str, list[float | None]]) -> NwFrame:
     """Each float64 column clipped to its ``[low, high]`` (None: no bound) with pandas'
     ``clip``, as the narwhals form does."""
-    return wrap(native.assign(**{c: native[c].clip(low, high) for c, (low, high) in bounds.items()}))
+    return wrap(assign(native, {c: native[c].clip(low, high) for c, (low, high) in bounds.items()}))
 
 
 def float64_columns(frame: NwFrame, columns: Sequence[str]) -> Any:
@@ -113,4 +123,4 @@ def fill_columns(native: Any, values: dict[str, float]) -> NwFrame:
         x = native[column].to_numpy()
         return np.where(np.isnan(x), value, x)
 
-    return wrap(native.assign(**{c: as_column(native, filled(c, float(v))) for c, v in values.items()}))
+    return wrap(assign(native, {c: as_column(native, filled(c, float(v))) for c, v in values.items()}))

@@ -51,6 +51,7 @@ from gpufeed.gpu_transforms.tabular.ops import (
     all_missing_as_float,
     require_numbers,
 )
+from gpufeed.gpu_transforms.tabular.pandas_kernels import assign
 
 _FORMAT_VERSION = 1
 
@@ -104,7 +105,7 @@ def _numpy_floats(frame: NwFrame, columns: Sequence[str]) -> NwFrame:
     nullable = [c for c in columns if isinstance(native[c].dtype, pd.Float64Dtype)]
     if not nullable:
         return frame
-    return wrap(native.assign(**{c: native[c].to_numpy(dtype="float64", na_value=np.nan) for c in nullable}))
+    return wrap(assign(native, {c: native[c].to_numpy(dtype="float64", na_value=np.nan) for c in nullable}))
 
 
 def _json_safe(doc: dict[str, Any]) -> bool:

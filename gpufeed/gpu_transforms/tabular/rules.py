@@ -346,14 +346,14 @@ def _apply_rules_numpy(frame: nw.DataFrame, rules: Sequence[Rule]) -> Frame:
     """
     import numpy as np
 
-    from gpufeed.gpu_transforms.tabular.pandas_kernels import as_column
+    from gpufeed.gpu_transforms.tabular.pandas_kernels import as_column, assign
 
     df = nw.to_native(frame)
     out = {}
     for rule in rules:
         out[rule.output] = np.select([_pandas_mask(c, df) for c, _ in rule.cases], [v for _, v in rule.cases],
                                      default=rule.default)
-    return df.assign(**{name: as_column(df, values) for name, values in out.items()})
+    return assign(df, {name: as_column(df, values) for name, values in out.items()})
 
 
 def _pandas_mask(cond: Cond, df: Any) -> Any:

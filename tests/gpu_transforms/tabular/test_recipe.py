@@ -715,3 +715,30 @@ def test_categorify_of_integer_categories_transforms_alike_across_backends():
     assert strict.transform(df)["year"].tolist() == want
     with pytest.raises(UnseenCategoryError, match=r"'year' has 1 value\(s\) not seen.*2010"):
         strict.transform(later)
+
+
+def test_columns_named_like_python_keywords_or_not_text_work_on_pandas_as_on_polars():
+    # A real table (R's COUNT/rwm1984) has a column "self": pandas' assign(**...) took it
+    # for its own argument. Numbers as labels (a frame from a bare array) failed too.
+    from gpufeed.gpu_transforms.tabular import Rule, apply_rules, col
+
+    df = pd.DataFrame({"self": [1.0, 2.0, np.nan, 4.0], "g": list("abab"), "t": list("xyxz")})
+
+    def ops() -> list:
+        return [FillMissing(["self"]), Clip(["self"], quantiles=(0.1, 0.9)), Log(["self"]),
+                Standardize(["self"], by="g"), MinMax(["self"]), Categorify(["t"])]
+
+    on_pandas = Recipe(ops()).fit_transform(df)
+    on_polars = Recipe(ops()).fit_transform(pl.from_pandas(df)).to_pandas()
+    pd.testing.assert_frame_equal(on_pandas, on_polars, check_dtype=False)
+    weights = apply_rules(df, [Rule("self", [(col("g") == "a", 1.0)], default=0.0)])
+    assert weights["self"].tolist() == [1.0, 0.0, 1.0, 0.0]
+    numbered = Recipe([MinMax([0])]).fit_transform(pd.DataFrame({0: [1.0, 3.0], 1: [5.0, 6.0]}))
+    assert numbered[0].tolist() == [0.0, 1.0] and numbered[1].tolist() == [5.0, 6.0]
+
+
+@pytest.mark.parametrize("fit", ["fit", "fit_transform"])
+def test_categorify_of_a_column_mixing_text_and_numbers_names_it(fit):
+    df = pd.DataFrame({"code": pd.Series([1, "A", 2.5, None], dtype=object)})
+    with pytest.raises(ColumnTypeError, match=r"column 'code' mixes .*str.*cast the column to text"):
+        getattr(Recipe([Categorify(["code"])]), fit)(df)
