@@ -107,6 +107,28 @@ def test_mixed_types_in_a_column_are_named(tmp_path):
     assert kept["power"].tolist() == ["10", "12.5", "n/a?", "7"]
 
 
+@pytest.mark.parametrize("distinct", [True, False])
+def test_mixed_types_are_found_in_columns_of_distinct_values_and_of_repeats(tmp_path, distinct):
+    # Two ways through the check: every value once (ids, read row by row) and few values
+    # repeated (read as distinct values with their counts). Whitespace-only cells and
+    # "nan" are missing (as in pandas), " 7 " and "1e3" are numbers.
+    n = 30_000
+    numbers = [str(i) if distinct else str(i % 7) for i in range(n)]
+    numbers[5], numbers[9] = " 7 ", "1e3"
+    lines = ["id,power"] + [f"u{i},{v}" for i, v in enumerate(numbers)]
+    lines[20_001] = "u20000,n/a?"
+    lines[3], lines[4] = "u2,nan", "u3,  "
+    (tmp_path / "mixed.csv").write_text("\n".join(lines) + "\n")
+    with pytest.raises(MixedTypeError, match=r"column 'power'.* and 1 non-numeric distinct.*'n/a\?' on line 20002\."):
+        read_table(tmp_path / "mixed.csv", backend="pandas")
+    # a text column with a few number-like values stays text, on both backends
+    codes = [f"u{i}" if distinct else f"u{i % 7}" for i in range(n)]
+    codes[1], codes[2] = "0E0", "12"
+    (tmp_path / "codes.csv").write_text("code\n" + "\n".join(codes) + "\n")
+    for backend in ("pandas", "polars"):
+        assert list(read_table(tmp_path / "codes.csv", backend=backend)["code"][:3]) == ["u0", "0E0", "12"]
+
+
 @pytest.mark.parametrize(("name", "text", "line"), [
     # a skipped malformed line and a blank line before the bad value, gzip-compressed
     ("mixed.csv.gz", "station,power\ns1,10\ns2,1,2\n\ns3,n/a?\ns4,7\n", 5),
