@@ -8,6 +8,7 @@ import decimal
 import math
 import warnings
 
+import numpy as np
 import pandas as pd
 import polars as pl
 import pyarrow as pa
@@ -26,6 +27,7 @@ from gpufeed.gpu_transforms.tabular import (
     Standardize,
     TabularError,
     UnknownFormatError,
+    to_backend,
 )
 
 BACKENDS = ("pandas", "polars")
@@ -368,3 +370,19 @@ def test_a_stored_pandas_index_with_gaps_is_not_read_as_a_column(tmp_path, index
     path = tmp_path / "indexed.parquet"
     pd.DataFrame({"v": [1, 2, 3]}, index=pd.Index(index, name="key")).to_parquet(path)
     assert list(read_table(path, backend="pandas").columns) == ["v"]
+
+
+@pytest.mark.parametrize("orient", ["columns", "split", "table"])
+def test_json_written_by_pandas_to_json_as_one_object_is_read_as_its_rows(tmp_path, orient):
+    # pandas' to_json() writes {column: {row: value}} by default: read as JSON lines it
+    # was one row of dictionaries. Row labels that are data stay, as a column.
+    df = pd.DataFrame({"a": [1.5, 2.0, np.nan], "b": ["x", None, "z"], "i": [1, 2, 3]})
+    df.to_json(tmp_path / "plain.json", orient=orient)
+    df.set_axis(["r1", "r2", "r3"]).to_json(tmp_path / "labelled.json", orient=orient)
+    for backend in BACKENDS:
+        plain = to_backend(read_table(tmp_path / "plain.json", backend=backend), "pandas")
+        assert list(plain.columns) == ["a", "b", "i"] and plain["i"].tolist() == [1, 2, 3]
+        assert plain["a"].isna().tolist() == [False, False, True] and plain["b"].isna().sum() == 1
+        labelled = to_backend(read_table(tmp_path / "labelled.json", backend=backend), "pandas")
+        assert list(labelled.columns) == ["index", "a", "b", "i"]
+        assert labelled["index"].tolist() == ["r1", "r2", "r3"]

@@ -38,24 +38,59 @@ def _lines(path: Path) -> bool:
     return path.suffix.lower() in (".jsonl", ".ndjson") or _looks_like_json_lines(path)
 
 
+#: The start of a file that is one JSON object whose first value is an object or array.
+_ONE_OBJECT = re.compile(r'\s*\{\s*"(?P<key>(?:[^"\\]|\\.)*)"\s*:\s*(?P<open>[\[{])')
+
+
+def pandas_orient(path: Path) -> str | None:
+    """The layout of a JSON file that is one object holding the whole table, as pandas'
+    ``to_json`` writes it: ``"columns"`` (its default, ``{column: {row: value}}``),
+    ``"split"`` or ``"table"``; None for records and JSON lines.
+
+    Read as JSON lines, such a file was one row of dictionaries, silently. One line of
+    JSON lines whose first field is itself an object would look alike: a file holding a
+    further line that starts a record is JSON lines.
+    """
+    if path.suffix.lower() in (".jsonl", ".ndjson"):
+        return None
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        head = fh.read(1 << 16)
+        fh.seek(max(size - (1 << 16), 0))
+        tail = fh.read()
+    match = _ONE_OBJECT.match(head.decode("utf-8", errors="replace"))
+    if match is None or any(re.search(rb"\n\s*\{", part.strip()) for part in (head, tail)):
+        return None
+    if match["key"] == "schema":
+        return "table"
+    if match["key"] in ("columns", "index", "data") and match["open"] == "[":
+        return "split"
+    return "columns" if match["open"] == "{" else None
+
+
 def _read_json_cudf(path: Path, options: ReadOptions, report: ReadReport) -> Frame:
     import cudf
 
+    if pandas_orient(path) is not None:  # one object: cuDF's JSON reader reads records and lines
+        return cudf.from_pandas(_read_json_records(path, options))
     return cudf.read_json(path, lines=_lines(path))
 
 
 def _read_json_records(path: Path, options: ReadOptions) -> pd.DataFrame:
     """The JSON file through pandas' parser, checked for columns mixing numbers and text,
     ISO datetimes parsed (see the module docstring)."""
-    lines = _lines(path)
+    orient = pandas_orient(path)
+    lines = orient is None and _lines(path)
     try:
         # precise_float: the default parser can change a float64 in its last bit, so a
         # write/read round trip would not be exact. dtype=False: no guessing of types
         # (pandas would otherwise turn columns named like dates into datetimes).
-        frame = pd.read_json(path, lines=lines, orient=None if lines else "records", dtype=False,
+        frame = pd.read_json(path, lines=lines, orient=None if lines else orient or "records", dtype=False,
                              precise_float=True)
     except ValueError as exc:
         raise TabularError(f"{path}: not valid JSON{_json_error_location(path, lines)} ({exc})") from exc
+    if orient is not None:
+        frame = _row_labels_as_column(frame)
     if options.mixed_types is MixedTypes.RAISE:
         for name in frame.columns:
             col = frame[name]
@@ -67,6 +102,17 @@ def _read_json_records(path: Path, options: ReadOptions) -> pd.DataFrame:
                         f"{path}: column {name!r} mixes numbers and text; e.g. {col.iloc[idx]!r} in record {idx + 1}"
                     )
     return _parse_iso_datetimes(frame)
+
+
+def _row_labels_as_column(frame: pd.DataFrame) -> pd.DataFrame:
+    """A one-object JSON table's row labels: dropped when they are the default 0, 1, ...,
+    else kept as a column (named as ``reset_index`` names it), the same on every backend
+    (polars and cuDF have no index)."""
+    n = len(frame)
+    labels = frame.index
+    if labels.equals(pd.RangeIndex(n)) or labels.astype(str).equals(pd.RangeIndex(n).astype(str)):
+        return frame.reset_index(drop=True)
+    return frame.reset_index()
 
 
 def _whole_with_gaps(frame: pd.DataFrame, *, beyond: float = 0.0) -> list[str]:
@@ -92,7 +138,7 @@ def _exact_integers(path: Path, names: list[str]) -> dict[str, Any]:
     """
     import polars as pl
 
-    if not names:
+    if not names or pandas_orient(path) is not None:  # one object: pandas' reading stands
         return {}
     try:
         # infer_schema_length=None: types from every record, not only the first hundred.
