@@ -60,6 +60,12 @@ def _matrix(df: Frame, columns: Sequence[str], dtype: torch.dtype, device: torch
         array = df.select(list(columns)).to_numpy()
     elif backend == "pandas":
         array = df[list(columns)].to_numpy()
+        if array.dtype == object:
+            import pandas as pd
+
+            # pandas' nullable columns (booleans, Int64 with gaps) hold pd.NA, which no
+            # float can: as NaN, a gap is named a missing value below, not "not a number".
+            array = np.where(pd.isna(array), np.nan, array)
     else:
         raise BackendError(f"to_tensors needs a pandas, polars or cuDF frame, got {backend}; "
                            "compute() a Dask partition first")
@@ -118,6 +124,10 @@ def to_tensors(
         raise TypeError(f"features is a list of column names, got the string {features!r} (write [{features!r}])")
     if not features:
         raise ValueError("to_tensors needs at least one feature column")
+    twice = sorted({str(f) for f in features if list(features).count(f) > 1})
+    if twice:  # polars cannot select a column twice; pandas could: one answer on every backend
+        raise ValueError(f"to_tensors: feature column(s) {', '.join(map(repr, twice))} listed more than once; "
+                         "list each column once (to feed a column twice, copy it under a new name)")
     require_columns(wrap(df), [*features, *([label] if label else [])], "to_tensors")
     _check_numeric(df, [*features, *([label] if label else [])])
     dev = resolve_device(device)

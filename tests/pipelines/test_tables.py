@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import polars as pl
 import pytest
 import torch
 
@@ -90,3 +91,17 @@ def test_numeric_object_columns_convert_and_text_in_them_is_named():
 def test_a_torch_device_is_accepted(table):
     x, y = to_tensors(table, FEATURES, "label", device=torch.device("cpu"))
     assert x.device == torch.device("cpu") and y.device == torch.device("cpu")
+
+
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_a_feature_listed_twice_and_nullable_gaps_get_one_answer_on_every_backend(backend):
+    df = pd.DataFrame({"x": [1.0, 2.0], "b": pd.array([True, None], dtype="boolean"),
+                       "i": pd.array([1, 2], dtype="Int64")})
+    frame = df if backend == "pandas" else pl.from_pandas(df)
+    with pytest.raises(ValueError, match=r"feature column\(s\) 'x' listed more than once"):
+        to_tensors(frame, ["x", "i", "x"], device="cpu")
+    # a boolean with a gap is a missing value to fill, not text to encode
+    with pytest.raises(ValueError, match=r"missing values in column\(s\) \['b'\]: fill them"):
+        to_tensors(frame, ["x", "b"], device="cpu")
+    x, _ = to_tensors(frame, ["x", "i"], device="cpu")
+    assert x.tolist() == [[1.0, 1.0], [2.0, 2.0]]
