@@ -12,7 +12,7 @@ import hashlib
 import os
 import warnings
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -289,6 +289,8 @@ _SIGNATURES = (
     (b"BM", "bmp"),
     (b"II*\x00", "tiff"),
     (b"MM\x00*", "tiff"),
+    (b"II+\x00", "tiff"),  # BigTIFF
+    (b"MM\x00+", "tiff"),
 )
 
 
@@ -297,6 +299,8 @@ def image_format(data: bytes | memoryview) -> str | None:
     head = bytes(data[:12])
     if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
         return "webp"
+    if len(head) > 2 and head[0:1] == b"P" and head[1] in b"123456" and head[2] in b" \t\r\n":
+        return "pnm"  # Netpbm: .pbm, .pgm, .ppm (ImageFolder loads .pgm and .ppm)
     return next((fmt for sig, fmt in _SIGNATURES if head.startswith(sig)), None)
 
 
@@ -316,9 +320,38 @@ def undecodable_reason(data: bytes | memoryview) -> str | None:
         if head in (b"GIF87a", b"GIF89a"):  # an image, but not one DALI decodes
             return "unsupported image format (GIF)"
         return "not an image (unknown file signature)"
-    if fmt == "jpeg" and bytes(data[-1024:]).rfind(b"\xff\xd9") < 0:
+    if fmt == "jpeg" and bytes(data[-1024:]).rfind(b"\xff\xd9") < 0 and not _jpeg_ends(memoryview(data).cast("B")):
         return "truncated JPEG (no end-of-image marker)"
     return None
+
+
+def _jpeg_markers(mv: memoryview) -> Iterator[tuple[int, int]]:
+    """``(marker, position)`` of a JPEG's header segments, in order, up to its first scan
+    (0xDA, start of scan) or the first bytes that do not chain as segments."""
+    pos, end = 2, len(mv) - 3
+    while pos < end:
+        if mv[pos] != 0xFF:
+            return  # stray bytes between segments (some cameras write them)
+        marker = mv[pos + 1]
+        if marker == 0xFF:  # fill byte
+            pos += 1
+            continue
+        yield marker, pos
+        if marker == 0xDA:
+            return
+        if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7:  # markers without a length
+            pos += 2
+            continue
+        pos += 2 + int.from_bytes(mv[pos + 2: pos + 4], "big")
+
+
+def _jpeg_ends(mv: memoryview) -> bool:
+    """Whether a JPEG's image data ends with an end-of-image marker somewhere after its
+    first scan: phones append a video ("motion photos") or padding after it, which every
+    decoder ignores. Searched from the scan on, so an EXIF thumbnail's own marker (in the
+    header) does not count; a header that does not chain is searched whole."""
+    start = next((pos for marker, pos in _jpeg_markers(mv) if marker == 0xDA), 2)
+    return bytes(mv[start:]).find(b"\xff\xd9") >= 0
 
 
 #: JPEG start-of-frame markers (baseline, progressive, lossless, arithmetic): they hold
@@ -339,20 +372,10 @@ def image_size(data: np.ndarray) -> tuple[int, int] | None:
     if fmt == "png" and len(mv) >= 24:
         return int.from_bytes(mv[20:24], "big"), int.from_bytes(mv[16:20], "big")
     if fmt == "jpeg":
-        pos, end = 2, len(mv) - 9
-        while pos < end:
-            if mv[pos] != 0xFF:
-                break  # stray bytes between segments (some cameras write them): PIL scans on
-            marker = mv[pos + 1]
-            if marker == 0xFF:  # fill byte
-                pos += 1
-                continue
-            if marker in _JPEG_SOF:
+        # Stray bytes between segments end the walk: PIL scans on.
+        for marker, pos in _jpeg_markers(mv):
+            if marker in _JPEG_SOF and pos + 9 <= len(mv):
                 return int.from_bytes(mv[pos + 5: pos + 7], "big"), int.from_bytes(mv[pos + 7: pos + 9], "big")
-            if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7:  # markers without a length
-                pos += 2
-                continue
-            pos += 2 + int.from_bytes(mv[pos + 2: pos + 4], "big")
     import io
 
     from PIL import Image

@@ -49,20 +49,40 @@ warnings.filterwarnings("ignore", message="The image decoding and encoding capab
 def decode_rgb(data: np.ndarray) -> torch.Tensor:
     """Decode image bytes to uint8 ``(H, W, 3)`` pixels (grayscale and CMYK become RGB).
 
-    torchvision.io decodes JPEG, PNG and WebP; BMP and TIFF go through PIL. Deeper
-    images (16-bit PNG) are scaled to 8 bits, as DALI and PIL do.
+    torchvision.io decodes JPEG, PNG and WebP; BMP, TIFF, Netpbm (.pgm, .ppm) and
+    animated WebP go through PIL. Deeper images (16-bit PNG and TIFF) are scaled to 8
+    bits, as DALI does.
     """
-    if image_format(data) in ("bmp", "tiff"):
-        with Image.open(io.BytesIO(data.tobytes())) as img:
-            # np.array, not asarray: PIL's buffer is read-only, which torch warns about.
-            return torch.from_numpy(np.array(img.convert("RGB")))
-    # torchvision returns CHW as a view of HWC memory: the channels-last layout we want.
-    image = tvio.decode_image(torch.from_numpy(data), mode=tvio.ImageReadMode.RGB)
+    if image_format(data) in ("bmp", "tiff", "pnm"):
+        return _pil_rgb(data)
+    try:
+        # torchvision returns CHW as a view of HWC memory: the channels-last layout we want.
+        image = tvio.decode_image(torch.from_numpy(data), mode=tvio.ImageReadMode.RGB)
+    except RuntimeError as exc:
+        if "nimated" not in str(exc):  # torchvision refuses animated WebP; its first frame, as PIL and DALI
+            raise
+        return _pil_rgb(data)
     if image.dtype != torch.uint8:
         # A 16-bit PNG decodes to uint16, which torch's resize kernels refuse (and which
         # would overflow a uint8 batch): keep the top 8 bits, like PIL (DALI rounds instead).
         image = TF.to_dtype(image, torch.uint8, scale=True)
     return image.permute(1, 2, 0)
+
+
+def _pil_rgb(data: np.ndarray) -> torch.Tensor:
+    """PIL's decode (first frame) as uint8 RGB; 16-bit and float grayscale (microscopy,
+    medical TIFFs) scaled to 8 bits as DALI scales them: PIL's ``convert("RGB")`` clipped
+    16-bit values to white and floats to black."""
+    with Image.open(io.BytesIO(data.tobytes())) as img:
+        if img.mode.startswith("I;16") or img.mode in ("I", "F"):
+            values = np.array(img)
+            if img.mode == "F":  # floats in [0, 1], as DALI reads them
+                gray = np.rint(np.clip(values, 0.0, 1.0) * 255.0).astype(np.uint8)
+            else:  # the top 8 of 16 bits, as for 16-bit PNG
+                gray = (np.clip(values, 0, 65535).astype(np.uint32) >> 8).astype(np.uint8)
+            return torch.from_numpy(np.repeat(gray[:, :, None], 3, axis=2))
+        # np.array, not asarray: PIL's buffer is read-only, which torch warns about.
+        return torch.from_numpy(np.array(img.convert("RGB")))
 
 
 #: What :func:`decode_rgb` raises on bytes it cannot decode.
@@ -72,7 +92,7 @@ DECODE_ERRORS = (RuntimeError, OSError, ValueError)
 def decode_failure(exc: Exception) -> str:
     """The loaders' reason for a decoder's exception: ``"could not decode: <its words>"``
     (torchvision prefixes the C++ source location, which is dropped)."""
-    words = re.sub(r"^[\w ]+, \S+:\d+, ", "", (str(exc).splitlines() or [type(exc).__name__])[0])
+    words = re.sub(r"^[\w ()]+, \S+:\d+, ", "", (str(exc).splitlines() or [type(exc).__name__])[0])
     return f"could not decode: {words}"
 
 

@@ -23,7 +23,7 @@ from gpufeed.datasets.shards.base import ShardSource
 from gpufeed.datasets.storage import LOCAL, Storage
 
 #: Member extensions (lower case) that hold a sample's image, as WebDataset names them.
-IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp", "bmp", "tif", "tiff", "ppm")
+IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp", "bmp", "tif", "tiff", "ppm", "pgm")
 #: The member extension that holds a sample's label unless told (``label_key``).
 LABEL_EXTENSION = "cls"
 #: ``label_key`` prefix naming an integer field of the sample's ``.json`` member.
