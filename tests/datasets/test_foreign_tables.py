@@ -386,3 +386,30 @@ def test_json_written_by_pandas_to_json_as_one_object_is_read_as_its_rows(tmp_pa
         labelled = to_backend(read_table(tmp_path / "labelled.json", backend=backend), "pandas")
         assert list(labelled.columns) == ["index", "a", "b", "i"]
         assert labelled["index"].tolist() == ["r1", "r2", "r3"]
+
+
+def test_pickles_and_hdf5_files_written_by_hand_are_read_or_named(tmp_path):
+    pytest.importorskip("tables", reason="HDF5 needs PyTables")
+    pd.Series([1.0, 2.0], name="x").to_pickle(tmp_path / "series.pkl")
+    assert read_table(tmp_path / "series.pkl", backend="polars")["x"].to_list() == [1.0, 2.0]
+    pd.to_pickle({"a": 1}, tmp_path / "dict.pkl")
+    with pytest.raises(TabularError, match=r"dict.pkl: the pickle holds a builtins.dict"):
+        read_table(tmp_path / "dict.pkl", backend="pandas")
+    # pd.read_hdf reads a file's only table whatever its key: so does read_table
+    pd.DataFrame({"v": [1.0, 2.0]}).to_hdf(tmp_path / "one.h5", key="df")
+    assert read_table(tmp_path / "one.h5", backend="pandas")["v"].tolist() == [1.0, 2.0]
+    pd.DataFrame({"v": [3.0]}).to_hdf(tmp_path / "one.h5", key="other")
+    with pytest.raises(TabularError, match=r"one.h5: .*2 other tables \(keys: 'df', 'other'\)"):
+        read_table(tmp_path / "one.h5", backend="pandas")
+
+
+def test_writers_name_the_file_and_keep_booleans_with_gaps(tmp_path):
+    with pytest.raises(TabularError, match=r"twice.parquet: column name\(s\) 'a' appear more than once"):
+        write_table(pd.DataFrame([[1, 2]], columns=["a", "a"]), tmp_path / "twice.parquet")
+    mixed = pd.DataFrame({"code": pd.Series([1, "A"], dtype=object)})
+    with pytest.raises(TabularError, match=r"mixed.parquet: cannot write .*column code"):
+        write_table(mixed, tmp_path / "mixed.parquet")
+    # polars' booleans with a gap: pandas' nullable boolean through pickle, not objects
+    write_table(pl.DataFrame({"b": [True, None, False]}), tmp_path / "b.pkl")
+    assert read_table(tmp_path / "b.pkl", backend="polars").schema["b"] == pl.Boolean
+    assert str(read_table(tmp_path / "b.pkl", backend="pandas")["b"].dtype) == "boolean"

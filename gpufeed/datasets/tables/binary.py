@@ -171,7 +171,14 @@ FEATHER = TableFormat(
 
 
 def _read_pickle(path: Path, options: ReadOptions, report: ReadReport) -> Frame:
-    return pd.read_pickle(path)
+    """A pickled pandas frame; a pickled Series is a one-column table."""
+    held = pd.read_pickle(path)
+    if isinstance(held, pd.Series):
+        return held.to_frame(name=held.name if held.name is not None else "value")
+    if not isinstance(held, pd.DataFrame):
+        raise TabularError(f"{path}: the pickle holds a {type(held).__module__}.{type(held).__name__}, "
+                           "not a pandas DataFrame or Series")
+    return held
 
 
 def _write_pickle(df: Frame, path: Path, options: WriteOptions) -> None:
@@ -186,7 +193,18 @@ PICKLE = TableFormat(
 
 
 def _read_hdf5(path: Path, options: ReadOptions, report: ReadReport) -> Frame:
-    return pd.read_hdf(path, key=_HDF_KEY)
+    """The table under the key ``"table"`` (what :func:`write_table` writes), or the
+    file's only table (``to_hdf(path, key="df")``, as ``pd.read_hdf`` reads it)."""
+    with pd.HDFStore(path, mode="r") as store:
+        keys = [k.lstrip("/") for k in store]
+        if _HDF_KEY in keys:
+            return store.select(_HDF_KEY)
+        if len(keys) == 1:
+            return store.select(keys[0])
+    held = ", ".join(map(repr, keys[:10])) + (" ..." if len(keys) > 10 else "") if keys else "none"
+    raise TabularError(f"{path}: HDF5 file without a {_HDF_KEY!r} table and with {len(keys)} other tables "
+                       f"(keys: {held}); read_table reads one table per file: read the one you want with "
+                       "pd.read_hdf(path, key) and pass the frame on")
 
 
 def _write_hdf5(df: Frame, path: Path, options: WriteOptions) -> None:

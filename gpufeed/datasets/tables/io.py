@@ -164,7 +164,9 @@ def write_table(
         ``path`` as a :class:`~pathlib.Path`.
 
     Raises:
-        TabularError: HDF5 asked to store a column it cannot (named, with its dtype).
+        TabularError: HDF5 asked to store a column it cannot (named, with its dtype);
+            duplicate column names; any failure of the format's writer (a column mixing
+            text and numbers for Parquet), naming the file.
 
     Example:
         >>> write_table(df, tmp_path / "readings.parquet")  # doctest: +SKIP
@@ -177,9 +179,19 @@ def write_table(
     elif sep is not None:
         raise ValueError(f"{out}: sep= applies to CSV files only, not {fmt.name}")
     backend = backend_of(df)
+    names = [str(c) for c in df.columns]
+    twice = sorted({c for c in names if names.count(c) > 1})
+    if twice:  # pandas allows them; no format reads them back as one table on every backend
+        raise TabularError(f"{out}: column name(s) {', '.join(map(repr, twice))} appear more than once: "
+                           "rename them before writing")
     out.parent.mkdir(parents=True, exist_ok=True)
     takes, writer = fmt.writer(backend)
-    writer(df if takes == backend else _to_pandas(df), out, WriteOptions(sep))
+    try:
+        writer(df if takes == backend else _to_pandas(df), out, WriteOptions(sep))
+    except (OSError, MemoryError, TabularError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - the library's words (which name the column), with the file
+        raise TabularError(f"{out}: cannot write the frame as {fmt.name}: {exc}") from exc
     return out
 
 
@@ -226,20 +238,23 @@ def _decimal_mark(path: Path, decimal: str | None, sep: str) -> str:
 
 def _to_pandas(df: Frame) -> Frame:
     """A polars or cuDF frame as pandas for a pandas-only writer (pickle, HDF5), integer
-    columns with missing values kept as pandas' nullable integers.
+    and boolean columns with missing values kept as pandas' nullable integers and booleans.
 
-    ``to_pandas()`` turns them into float64: a pickle written from polars read back as
-    Float64, and integers beyond 2**53 (ids) came back rounded.
+    ``to_pandas()`` turns such integers into float64 (a pickle written from polars read
+    back as Float64, and integers beyond 2**53, ids, came back rounded) and such booleans
+    into Python objects (which HDF5 stored without a word).
     """
     import narwhals as nw
+    import pandas as pd
 
     frame = nw.from_native(df)
     pdf = df.to_pandas()
     for name, dtype in frame.collect_schema().items():
         column = frame.get_column(name)
-        if dtype.is_integer() and column.null_count():
+        if (dtype.is_integer() or dtype == nw.Boolean) and column.null_count():
             values = nw.to_native(column).to_arrow()
-            pdf[name] = values.to_pandas(types_mapper=_nullable_int).set_axis(pdf.index)
+            mapper = _nullable_int if dtype.is_integer() else lambda _: pd.BooleanDtype()
+            pdf[name] = values.to_pandas(types_mapper=mapper).set_axis(pdf.index)
     return pdf
 
 
