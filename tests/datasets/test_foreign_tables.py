@@ -413,3 +413,9 @@ def test_writers_name_the_file_and_keep_booleans_with_gaps(tmp_path):
     write_table(pl.DataFrame({"b": [True, None, False]}), tmp_path / "b.pkl")
     assert read_table(tmp_path / "b.pkl", backend="polars").schema["b"] == pl.Boolean
     assert str(read_table(tmp_path / "b.pkl", backend="pandas")["b"].dtype) == "boolean"
+
+
+def test_an_unnamed_csv_column_has_one_name_on_every_backend(tmp_path):
+    pd.DataFrame({"x": [1.0, 2.0]}, index=["r1", "r2"]).to_csv(tmp_path / "indexed.csv")  # header ",x"
+    for backend in BACKENDS:
+        assert list(read_table(tmp_path / "indexed.csv", backend=backend).columns) == ["Unnamed: 0", "x"]

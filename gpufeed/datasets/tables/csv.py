@@ -340,6 +340,11 @@ def _check_mixed_types(
 
 
 def _from_arrow(table: Any, backend: str, path: Path) -> Frame:
+    # An empty header (the index column pandas' to_csv writes) is named as pandas names it,
+    # on every backend: polars renamed it "column_0", so a recipe found it on one backend only.
+    names = table.column_names
+    if "" in names:
+        table = table.rename_columns([n or f"Unnamed: {i}" for i, n in enumerate(names)])
     if backend == "polars":
         import polars as pl
 
