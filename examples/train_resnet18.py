@@ -30,7 +30,7 @@ def batches(loader, dali_iterator=None) -> Iterator[tuple[torch.Tensor, torch.Te
     while True:
         if dali_iterator is not None:  # the code a script written against DALI already has
             for data in dali_iterator:
-                yield data[0]["data"], data[0]["label"].view(-1).long()
+                yield data[0]["data"], data[0]["label"].squeeze(-1).long()
         else:
             yield from loader
 

@@ -65,6 +65,14 @@ class _PlannedIterator(DALIClassificationIterator):
         return self.planned_batches
 
     @property
+    def size(self) -> int:
+        """Samples in this shard per epoch, as a reader-driven iterator's ``size`` says
+        (DALI's own ``_size`` stays -1: set, DALI would cut the feed's batches itself)."""
+        return self.planned_samples
+
+    planned_samples = 0
+
+    @property
     def state_dict(self) -> NoReturn:
         """Not available: raises :class:`NoDaliCheckpointError`, which says what to use.
 
@@ -243,7 +251,8 @@ class DaliLoader(ClassificationLoader):
         is the iterator of other sources (image folders, raw and RAM caches).
 
         It yields ``[{"data": images, "label": labels}]`` like any DALI classification
-        iterator (labels int32, as DALI gives them), with ``len()``, and with the whole
+        iterator (labels int32 ``(N, 1)``, as DALI gives them), with ``len()`` and
+        ``size`` (samples per epoch; DALI's private ``_size`` is -1), and with the whole
         pipeline in DALI (decode, resize, normalise) on this
         loader's device, follows this loader's plan (shuffle, shard, last-batch policy)
         with its own epoch count, and skips files that fail the byte checks. Those are
@@ -259,11 +268,18 @@ class DaliLoader(ClassificationLoader):
             checkpoint: shard sources only: an ``it.state_dict()`` to resume from.
 
         Raises:
-            ValueError: the plan has no batch for this shard (``last_batch="drop"`` with
+            ValueError: a loader with ``gpu_augment`` (the stage runs in the loader, not in
+                DALI's iterator); the plan has no batch for this shard (``last_batch="drop"`` with
                 fewer samples in the shard than ``batch_size``); DALI would fail with
                 "no data in the pipeline". A ``checkpoint`` for a source DALI's readers
                 do not read, or one taken on another pipeline.
         """
+        if self.gpu_augment is not None:
+            # DALI's iterator hands over its pipeline's outputs; the stage runs in the loader.
+            raise ValueError(
+                "dali_iterator() yields DALI's own outputs, which gpu_augment does not reach: iterate "
+                "the loader itself (for images, labels in loader: the stage applied), or build the loader "
+                "without gpu_augment and call the stage on each batch's data yourself")
         if len(self.plan) == 0:
             raise ValueError(
                 f"dali_iterator(): shard {self.plan.shard_id} of {self.plan.num_shards} has "
@@ -285,6 +301,7 @@ class DaliLoader(ClassificationLoader):
         # The feed already applied the last-batch policy, which PARTIAL passes through.
         iterator = _PlannedIterator([pipe], last_batch_policy=LastBatchPolicy.PARTIAL, auto_reset=auto_reset)
         iterator.planned_batches = len(self.plan)
+        iterator.planned_samples = self.plan.shard_size
         iterator.gpufeed_feed = feed
         iterator.gpufeed_skipped = log
         iterator.gpufeed_fed_because = _why_fed(self.samples)

@@ -69,7 +69,8 @@ def classification_outputs(encoded: DataNode, labels: DataNode, options: LoaderO
     Args:
         encoded: DALI node of encoded image files (1-D uint8 per sample), or of decoded
             ``(H, W, 3)`` uint8 pixels with ``pixels``.
-        labels: DALI node of labels, returned as they are.
+        labels: DALI node of labels, returned with shape ``(1,)`` per sample: ``(N, 1)``
+            batches, as DALI's readers give them to training scripts written for DALI.
         options: the loader settings (train or val, size, dtype, layout, mean/std,
             and for DALI-drawn crops ``scale`` and ``ratio``).
         device_id: CUDA device for GPU decoding, or None for DALI's CPU-only mode.
@@ -91,6 +92,9 @@ def classification_outputs(encoded: DataNode, labels: DataNode, options: LoaderO
         ValueError: ``pixels`` for training without a ``window``.
     """
     o = options
+    # (N, 1), as DALI's own readers give labels: scripts written for DALI index or squeeze
+    # the last axis (label.squeeze(-1) made a 1-sample last batch's labels 0-d).
+    labels = fn.reshape(labels, shape=[1])
     decoder = "cpu" if device_id is None else "mixed"
     # GPU decoding: preallocate (sizes from DALI's ResNet-50 example) so the first epochs
     # do not stall on buffer growth. EXIF orientation is not applied, as in the torch

@@ -197,7 +197,7 @@ def _reader(shards: ShardFiles, options: LoaderOptions, pad_last_batch: bool) ->
     }
     out = fn.readers.tfrecord(path=list(shards.files), index_path=list(shards.index_files), features=features,
                               **common)
-    return out[image], fn.cast(fn.squeeze(out[label], axes=[0]), dtype=types.INT32)
+    return out[image], fn.cast(out[label], dtype=types.INT32)
 
 
 def build_reader_pipeline(shards: ShardFiles, options: LoaderOptions, device_id: int | None, *,

@@ -267,7 +267,7 @@ def test_dali_iterator_reads_the_same_keys(wds_dir, tf_dir, where, pattern, keys
     _, loader = _loader_labels(spec, "dali", True, **keys)
     it = loader.dali_iterator(auto_reset=False)
     assert isinstance(it, ReaderIterator) == reader
-    got = Counter(label for batch in it for label in batch[0]["label"].tolist())
+    got = Counter(label for batch in it for label in batch[0]["label"].view(-1).tolist())
     assert got == Counter(LABELS)
 
 
@@ -296,7 +296,7 @@ def test_tfrecord_index_files_are_written_beside_or_into_the_cache(tf_dir, tmp_p
         got, loader = _loader_labels([str(f) for f in source.files], "dali", False)
         assert got == Counter(LABELS)
         it = loader.dali_iterator(auto_reset=False)
-        assert Counter(lbl for b in it for lbl in b[0]["label"].tolist()) == Counter(LABELS)
+        assert Counter(lbl for b in it for lbl in b[0]["label"].view(-1).tolist()) == Counter(LABELS)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

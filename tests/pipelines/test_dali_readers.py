@@ -169,12 +169,12 @@ def _loader(source, **kw):
 
 def _epoch(it) -> list[tuple[np.ndarray, np.ndarray]]:
     """One epoch's batches as ``(labels, images)`` numpy arrays, after checking the labels
-    come as from the feed-based iterator: ``(B,)`` int32."""
+    come as from DALI's own iterators (and the feed-based one): ``(B, 1)`` int32."""
     out = []
     for batch in it:
         labels, images = batch[0]["label"], batch[0]["data"]
-        assert labels.dtype == torch.int32 and labels.shape == (len(images),)
-        out.append((labels.numpy().copy(), images.numpy().copy()))
+        assert labels.dtype == torch.int32 and labels.shape == (len(images), 1)
+        out.append((labels.numpy().ravel().copy(), images.numpy().copy()))
     return out
 
 

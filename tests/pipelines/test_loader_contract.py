@@ -140,12 +140,24 @@ def test_dali_backend_gives_a_real_dali_classification_iterator(image_folder):
     loader = load(image_folder, "dali", train=True, batch_size=16, size=32)
     it = loader.dali_iterator()
     assert isinstance(it, DALIClassificationIterator)
-    assert len(it) == 3  # 40 samples, batch 16, partial
+    assert len(it) == 3 and it.size == 40  # 40 samples, batch 16, partial (scripts use size)
     for _ in range(2):  # auto_reset: a second epoch too
         out = [d[0] for d in it]
         assert sum(d["data"].shape[0] for d in out) == 40
         assert out[0]["data"].shape[1:] == (3, 32, 32)
+        # (N, 1) as from DALI's readers: label.squeeze(-1) keeps a 1-sample batch 1-D
+        assert all(d["label"].shape == (d["data"].shape[0], 1) for d in out)
         assert set(torch.cat([d["label"].view(-1) for d in out]).tolist()) == {0, 1, 2}
+
+
+@pytest.mark.skipif(not dali_installed(), reason="DALI not installed")
+def test_dali_iterator_refuses_a_gpu_augment_stage_it_would_not_apply(image_folder):
+    from gpufeed.gpu_transforms.augment import GpuAugment, RandomHorizontalFlip
+
+    loader = load(image_folder, "dali", train=True, batch_size=16, size=32, dtype=torch.uint8,
+                  gpu_augment=GpuAugment([RandomHorizontalFlip()]))
+    with pytest.raises(ValueError, match="gpu_augment does not reach.*iterate the loader itself"):
+        loader.dali_iterator()
 
 
 @pytest.mark.parametrize(
