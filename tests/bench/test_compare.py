@@ -109,3 +109,36 @@ def test_runs_with_other_settings_are_compared_with_a_note(tmp_path, capsys):
     same = _write(tmp_path / "same", "images-train-c.json", {**old_doc, "metadata": {"timestamp": "2026-01-03T00:00:00+00:00"}})
     assert main(["bench", "compare", str(old), str(same)]) == 0
     assert "different settings" not in capsys.readouterr().out
+
+
+def test_a_pipeline_that_failed_or_nothing_in_common_fails_the_comparison(tmp_path, capsys):
+    old = _write(tmp_path / "old", "images-train-a.json", _images_doc(2.6, 1.8, "2026-01-01T00:00:00+00:00"))
+    crashed = _images_doc(2.6, 1.8, "2026-01-02T00:00:00+00:00")
+    crashed["rows"][1] = {"name": "dali-cpu", "error": "died"}  # a contender that crashed: no ratio
+    new = _write(tmp_path / "new", "images-train-b.json", crashed)
+    assert main(["bench", "compare", str(old), str(new)]) == 1
+    assert "1 pipeline(s) of the old run have no ratio in the new one (failed or not run): images-train dali-cpu" \
+        in capsys.readouterr().out
+    other = _write(tmp_path / "other", "formats-a.json", {
+        "suite": "formats", "metadata": {"timestamp": "2026-01-03T00:00:00+00:00"},
+        "ratios": [{"format": "parquet", "read_x": 5.0, "write_x": 16.0}]})
+    assert main(["bench", "compare", str(old), str(other)]) == 1
+    assert "Nothing to compare" in capsys.readouterr().out
+
+
+def test_settings_kept_in_config_or_at_the_top_are_named_and_references_not_gated(tmp_path, capsys):
+    def formats(rows: int, when: str, read: float) -> dict:
+        return {"suite": "formats", "metadata": {"timestamp": when}, "config": {"rows": rows, "out": when},
+                "ratios": [{"format": "parquet", "read_x": read, "write_x": 16.0}]}
+
+    old = _write(tmp_path / "old", "formats-a.json", formats(250_000, "2026-01-01T00:00:00+00:00", 5.0))
+    new = _write(tmp_path / "new", "formats-b.json", formats(50_000, "2026-01-02T00:00:00+00:00", 5.1))
+    assert main(["bench", "compare", str(old), str(new)]) == 0
+    assert "formats: rows 250000 → 50000" in capsys.readouterr().out
+    # the decode-only ceiling is context, not a pipeline: its drop does not fail a run
+    ceiling_old = _images_doc(2.6, 1.8, "2026-01-01T00:00:00+00:00")
+    ceiling_old["rows"].append({"name": "decode-only", "rate": 5000.0, "ratio": 10.0})
+    ceiling_new = _images_doc(2.6, 1.8, "2026-01-02T00:00:00+00:00")
+    ceiling_new["rows"].append({"name": "decode-only", "rate": 2500.0, "ratio": 5.0})
+    rows = compare_results({"images-train": ceiling_old}, {"images-train": ceiling_new})
+    assert "decode-only" not in {r["pipeline"] for r in rows}
