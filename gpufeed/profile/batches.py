@@ -13,44 +13,56 @@ from typing import Any
 import torch
 
 
-def _first_tensor(batch: Any) -> Any:
-    """The first array-like leaf of ``batch`` (a tensor, or anything with ``shape``).
-
-    Raises:
-        ValueError: ``batch`` holds no tensor.
-    """
-    node = batch
-    while True:
-        if hasattr(node, "shape"):
-            return node
-        if isinstance(node, Mapping) and node:
-            node = next(iter(node.values()))
-        elif isinstance(node, (tuple, list)) and node:
-            node = node[0]
-        else:
-            raise ValueError(
-                f"cannot count the samples of a {type(batch).__name__} batch (no tensor in it): "
-                "pass batch_size_of=, a function that returns a batch's sample count"
-            )
+def _count(node: Any) -> int | None:
+    """Samples in ``node`` from its first array-like leaf, depth first; None if it holds none."""
+    if hasattr(node, "shape"):
+        if len(node.shape) == 0:
+            raise ValueError("the batch's first tensor is a scalar: pass batch_size_of= to count its samples")
+        return int(node.shape[0])
+    if isinstance(node, Mapping):
+        children = list(node.values())
+    elif isinstance(node, (tuple, list)):
+        children = list(node)
+    else:
+        return None
+    for child in children:
+        found = _count(child)
+        if found is not None:
+            return found
+    return None
 
 
 def samples_in(batch: Any) -> int:
-    """Samples in ``batch``: the length of its first tensor's first dimension.
+    """Samples in ``batch``: the first dimension of its first tensor, searched depth first
+    (entries without one, such as a list of file names, are passed over).
+
+    A list of one tensor per sample (detection's images of different sizes) cannot be
+    told from a list of batched inputs (``[images, metadata]``) by shape: pass
+    ``batch_size_of=lambda b: len(b[0])`` to the meter for such batches.
 
     Args:
-        batch: a tensor, or a tuple/list/dict of them (nested).
+        batch: a tensor, or a tuple/list/dict of them (nested): ``(images, labels)``,
+            ``{"path": [...], "image": ...}``, DALI's ``[{"data": ..., "label": ...}]``.
 
     Returns:
-        ``len`` of the first tensor, depth first.
+        The sample count.
+
+    Raises:
+        ValueError: no tensor in the batch, or its first tensor is a scalar.
 
     Example:
         >>> samples_in((torch.zeros(8, 3, 32, 32), torch.zeros(8)))
         8
+        >>> samples_in({"path": ["a.jpg", "b.jpg"], "image": torch.zeros(2, 3, 8, 8)})
+        2
     """
-    leaf = _first_tensor(batch)
-    if len(leaf.shape) == 0:
-        raise ValueError("the batch's first tensor is a scalar: pass batch_size_of= to count its samples")
-    return int(leaf.shape[0])
+    found = _count(batch)
+    if found is None:
+        raise ValueError(
+            f"cannot count the samples of a {type(batch).__name__} batch (no tensor in it): "
+            "pass batch_size_of=, a function that returns a batch's sample count"
+        )
+    return found
 
 
 def to_device(batch: Any, device: torch.device, *, copy: bool = False) -> Any:

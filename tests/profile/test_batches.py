@@ -11,6 +11,9 @@ def test_samples_in_reads_the_first_tensor_depth_first():
     assert samples_in(torch.zeros(3, 2)) == 3
     assert samples_in(([torch.zeros(5)], torch.zeros(2))) == 5
     assert samples_in({"data": torch.zeros(7, 1)}) == 7
+    # entries without a tensor (file names, empty targets) are passed over, not the end
+    assert samples_in({"path": ["a"] * 4, "image": torch.zeros(4, 3)}) == 4
+    assert samples_in(([], {"ids": ["x"]}, [torch.zeros(6)])) == 6
     with pytest.raises(ValueError, match="batch_size_of"):
         samples_in(("a", "b"))
     with pytest.raises(ValueError, match="scalar"):
