@@ -91,12 +91,19 @@ class ClassificationLoader:
         ``gpu_augment`` stage built without a seed of its own, which the loader reseeds
         every batch; a stage given ``seed=`` keeps its own stream across epochs, so its
         draws repeat only in a run started from epoch 0.
+
+        After :meth:`load_state_dict`, ``set_epoch`` of the epoch the state resumes keeps
+        its position (the rest of that epoch comes next); any other epoch starts afresh.
         """
         if isinstance(epoch, bool) or not isinstance(epoch, numbers.Integral):
             raise TypeError(f"epoch must be an int, got {epoch!r}")
         if epoch < 0:
             raise ValueError(f"epoch must be >= 0, got {epoch}")
         epoch = int(epoch)
+        if self._start_at and self._pending and epoch == self.epoch + 1:
+            # The epoch a loaded state resumes mid-way: a loop that calls set_epoch every
+            # epoch (as with DistributedSampler) keeps the cut instead of replaying it.
+            return
         self.epoch = epoch - 1
         self._start_at = 0
         self._pending = True

@@ -176,8 +176,19 @@ def test_a_state_taken_right_after_a_resume_is_the_state_loaded(folder, mid_epoc
     assert (loader.state_dict()["epoch"], loader.state_dict()["batch"]) == (0, 0)  # never iterated
     loader.load_state_dict(mid_epoch_state)
     assert loader.state_dict() == mid_epoch_state  # a checkpoint before the first step
+    # a loop that calls set_epoch every epoch keeps the resumed cut of that epoch
+    loader.set_epoch(mid_epoch_state["epoch"])
+    assert loader.state_dict() == mid_epoch_state
     loader.set_epoch(3)
     assert (loader.state_dict()["epoch"], loader.state_dict()["batch"]) == (3, 0)
+
+
+def test_set_epoch_of_the_resumed_epoch_yields_the_rest_of_it(folder, mid_epoch_state):
+    whole = [y.tolist() for _, y in torch_loader(folder)]
+    loader = torch_loader(folder)
+    loader.load_state_dict(mid_epoch_state)
+    loader.set_epoch(mid_epoch_state["epoch"])
+    assert [y.tolist() for _, y in loader] == whole[mid_epoch_state["batch"]:]
 
 
 def test_a_dataset_copied_elsewhere_accepts_the_state(folder, mid_epoch_state, tmp_path):
