@@ -37,6 +37,19 @@ def _converts(values: np.ndarray) -> bool:
     return True
 
 
+def _check_features(features: Sequence[str], where: str) -> None:
+    """Refuse a bare string, no feature, or a feature listed twice, naming them."""
+    if isinstance(features, str):
+        raise TypeError(f"{where}: features is a list of column names, got the string {features!r} "
+                        f"(write [{features!r}])")
+    if not features:
+        raise ValueError(f"{where} needs at least one feature column")
+    twice = sorted({str(f) for f in features if list(features).count(f) > 1})
+    if twice:  # polars cannot select a column twice; pandas could: one answer on every backend
+        raise ValueError(f"{where}: feature column(s) {', '.join(map(repr, twice))} listed more than once; "
+                         "list each column once (to feed a column twice, copy it under a new name)")
+
+
 def _check_numeric(df: Frame, columns: Sequence[str]) -> None:
     """Name the columns a tensor cannot hold (text, categories, dates) before converting."""
     schema = wrap(df).collect_schema()
@@ -86,8 +99,9 @@ def _matrix(df: Frame, columns: Sequence[str], dtype: torch.dtype, device: torch
             bad = [c for c, hit in zip(columns, np.isinf(values).any(axis=0), strict=True) if hit]
             raise ValueError(f"inf values in column(s) {bad}: clip them (Clip) before the hand-off")
     if is_label and array.dtype.kind not in "iu":
-        raise ValueError(f"label column {columns[0]!r} has dtype {array.dtype}, not integers; "
-                         "Categorify it first")
+        raise ValueError(f"label column {columns[0]!r} has dtype {array.dtype}, not integers: a label here "
+                         "is a class index (int64); encode text classes with Categorify first, and pass a "
+                         "regression target as a feature column instead")
     array = np.ascontiguousarray(array, dtype=np.int64 if is_label else np.float32)
     if not array.flags.writeable:
         # A read-only view of the frame's own buffer (pandas copy-on-write, Arrow memory):
@@ -120,14 +134,7 @@ def to_tensors(
         >>> x.dtype, y.dtype  # doctest: +SKIP
         (torch.float32, torch.int64)
     """
-    if isinstance(features, str):
-        raise TypeError(f"features is a list of column names, got the string {features!r} (write [{features!r}])")
-    if not features:
-        raise ValueError("to_tensors needs at least one feature column")
-    twice = sorted({str(f) for f in features if list(features).count(f) > 1})
-    if twice:  # polars cannot select a column twice; pandas could: one answer on every backend
-        raise ValueError(f"to_tensors: feature column(s) {', '.join(map(repr, twice))} listed more than once; "
-                         "list each column once (to feed a column twice, copy it under a new name)")
+    _check_features(features, "to_tensors")
     require_columns(wrap(df), [*features, *([label] if label else [])], "to_tensors")
     _check_numeric(df, [*features, *([label] if label else [])])
     dev = resolve_device(device)
@@ -138,7 +145,8 @@ def to_tensors(
 
 def iter_batches(
     df: Frame, features: Sequence[str], label: str | None = None, *, batch_size: int = 65_536,
-    device: str | torch.device = "auto", shuffle: bool = False, seed: int = 0, drop_last: bool = False,
+    device: str | torch.device = "auto", shuffle: bool = False, seed: int = 0, epoch: int = 0,
+    drop_last: bool = False,
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor | None]]:
     """Yield ``(x, y)`` batches of ``batch_size`` rows; only one batch is converted at a time.
 
@@ -150,6 +158,8 @@ def iter_batches(
             contiguous, which keeps slicing zero-copy; shuffle the table once beforehand
             for row-level shuffling).
         seed: seed of the batch order.
+        epoch: the training epoch: with ``shuffle``, each epoch visits the batches in
+            another order (the same one again for the same ``seed`` and ``epoch``).
         drop_last: drop a final batch smaller than ``batch_size``.
 
     Returns:
@@ -161,6 +171,7 @@ def iter_batches(
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    _check_features(features, "iter_batches")
     frame = wrap(df)
     require_columns(frame, [*features, *([label] if label else [])], "iter_batches")
     n = len(frame)
@@ -168,6 +179,6 @@ def iter_batches(
     if drop_last and starts and n - starts[-1] < batch_size:
         starts.pop()
     if shuffle:
-        starts = [starts[i] for i in np.random.default_rng(seed).permutation(len(starts))]
+        starts = [starts[i] for i in np.random.default_rng((seed, epoch)).permutation(len(starts))]
     for start in starts:
         yield to_tensors(nw.to_native(frame[start:start + batch_size]), features, label, device=device)

@@ -105,3 +105,15 @@ def test_a_feature_listed_twice_and_nullable_gaps_get_one_answer_on_every_backen
         to_tensors(frame, ["x", "b"], device="cpu")
     x, _ = to_tensors(frame, ["x", "i"], device="cpu")
     assert x.tolist() == [[1.0, 1.0], [2.0, 2.0]]
+
+
+def test_iter_batches_reshuffles_per_epoch_and_checks_features_like_to_tensors(table):
+    def order(epoch: int) -> list[float]:
+        return [float(x[0, 0]) for x, _ in iter_batches(table, FEATURES, "label", batch_size=100, device="cpu",
+                                                        shuffle=True, seed=3, epoch=epoch)]
+
+    assert order(0) == order(0) and order(0) != order(1) and sorted(order(0)) == sorted(order(1))
+    with pytest.raises(TypeError, match=r"iter_batches: .*write \['a'\]"):
+        next(iter_batches(table, "a", device="cpu"))
+    with pytest.raises(ValueError, match="regression target as a feature"):
+        to_tensors(table.fillna(0), ["a"], "a", device="cpu")
