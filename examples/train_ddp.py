@@ -103,9 +103,9 @@ def main(argv: list[str] | None = None) -> int:
         args.data, train=True, batch_size=args.batch_size, size=args.size, backend=args.backend,
         device=str(device), num_workers=args.workers, seed=args.seed, last_batch=args.last_batch,
     )
+    torch.manual_seed(args.seed)  # before the model: the same --seed, the same first weights
     net = tiny_net(len(loader.classes)) if args.model == "tiny" else torchvision.models.resnet18(
-        num_classes=len(loader.classes))
-    torch.manual_seed(args.seed)  # DDP copies rank 0's weights to the others anyway
+        num_classes=len(loader.classes))  # DDP copies rank 0's weights to the other ranks
     model = DistributedDataParallel(net.to(device), device_ids=[device.index] if device.type == "cuda" else None)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
 

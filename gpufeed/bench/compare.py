@@ -39,7 +39,7 @@ def compare_results(old: dict[str, dict[str, Any]], new: dict[str, dict[str, Any
         'slower'
     """
     if not threshold > 0:
-        raise ValueError(f"--threshold must be > 0 (percent), got {threshold}")
+        raise ValueError(f"threshold (--threshold) must be > 0 (percent), got {threshold}")
     rows = []
     for suite in sorted(old.keys() & new.keys()):
         before, after = suite_ratios(old[suite]), suite_ratios(new[suite])

@@ -12,7 +12,6 @@ it once, not once per sample.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 import time
@@ -152,8 +151,11 @@ class Storage:
         self._pid = os.getpid()
 
     def __del__(self) -> None:
-        with contextlib.suppress(Exception):  # at interpreter shutdown there is nothing to close
+        # try/except, not contextlib.suppress: at interpreter shutdown the module may be gone
+        try:  # noqa: SIM105 - see above
             self.close()
+        except Exception:  # noqa: BLE001, S110 - nothing to close, or nothing left to close it with
+            pass
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"

@@ -50,16 +50,20 @@ def run(args: argparse.Namespace) -> int:
     from gpufeed.backends import resolve_device
     from gpufeed.bench.harness import run_isolated, write_results
     from gpufeed.datasets.images import default_image_dataset
+    from gpufeed.datasets.shards import is_shard_spec
     from gpufeed.machine import usable_cpus
     from gpufeed.profile.loaders import build_loader, comparable_loaders
     from gpufeed.profile.models import TrainStep, build_model
     from gpufeed.profile.whatif import what_if
 
     out = _check(args)
-    device = resolve_device(args.device)
+    try:
+        device = resolve_device(args.device)
+    except ValueError as exc:
+        raise ValueError(f"--device: {exc}") from None
     root = Path(args.data) if args.data else default_image_dataset()
-    if not root.is_dir():
-        raise FileNotFoundError(f"--data {root}: no such folder")
+    if not (root.is_dir() or is_shard_spec(str(root))):  # a folder, or shards as the loader reads them
+        raise FileNotFoundError(f"--data {root}: no such folder, and no shard file or pattern")
     workers = usable_cpus() if args.workers is None else args.workers
     compare = comparable_loaders() if args.compare is None else [n for n in args.compare if n != "none"]
     measure = {"batch_size": args.batch_size, "size": args.size, "device": str(device), "workers": workers,

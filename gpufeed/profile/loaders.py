@@ -40,13 +40,13 @@ def comparable_loaders() -> list[str]:
 
 def build_loader(name: str, root: str | os.PathLike[str], *, batch_size: int, size: int,
                  device: torch.device, workers: int, train: bool = True) -> BuiltLoader:
-    """Build loader ``name`` over the ImageFolder tree ``root``, float32 normalised NCHW.
+    """Build loader ``name`` over ``root``, float32 normalised NCHW.
 
     Args:
         name: ``"torch"``, ``"dali"``, ``"auto"`` (:func:`gpufeed.pipelines.classification_loader`
             with that backend; batches on ``device``) or ``"pil"`` (the benchmark's baseline,
             :func:`gpufeed.bench.images.baseline_loader`; batches on the CPU, pinned for CUDA).
-        root: ImageFolder tree.
+        root: an ImageFolder tree; for the kit's loaders also shards or a raw cache.
         batch_size: samples per batch.
         size: output height and width.
         device: the training device.
@@ -65,6 +65,9 @@ def build_loader(name: str, root: str | os.PathLike[str], *, batch_size: int, si
     if name == "pil":
         from gpufeed.bench.images import baseline_dataset, baseline_loader
 
+        if not os.path.isdir(root):
+            raise ValueError(f"the pil loader (torchvision ImageFolder) reads a folder of class folders, not "
+                             f"{root}: use the torch, dali or auto loader for shards")
         loader = baseline_loader(baseline_dataset(root, train=train, size=size), train=train,
                                  batch_size=batch_size, num_workers=workers,
                                  pin_memory=torch.device(device).type == "cuda")

@@ -34,3 +34,7 @@ def test_stall_refuses_bad_arguments_in_one_line(tmp_path, capsys):
     package = gpufeed.__file__.rsplit("/", 1)[0]
     assert main(["stall", "--out", f"{package}/results"]) == 2
     assert "inside the gpufeed package" in capsys.readouterr().err
+    assert main(["stall", "--device", "gpu", "--out", str(tmp_path)]) == 2
+    assert "--device: device must be" in capsys.readouterr().err
+    assert main(["stall", "--data", str(tmp_path / "nowhere"), "--out", str(tmp_path)]) == 2
+    assert "--data" in capsys.readouterr().err
