@@ -49,6 +49,13 @@ class LastBatch(StrOption):
     DROP = "drop"
     FILL = "fill"
 
+    @classmethod
+    def _missing_(cls, value: object) -> LastBatch | None:
+        # DALI's own LastBatchPolicy.DROP (an enum whose name is one of ours), so a script
+        # written for DALI can pass what it has.
+        name = getattr(value, "name", None)
+        return cls.__members__.get(name) if isinstance(name, str) else None
+
 
 class Cache(StrOption):
     """Where a loader keeps the dataset between epochs (``cache=``)."""

@@ -151,6 +151,14 @@ def test_dali_backend_gives_a_real_dali_classification_iterator(image_folder):
 
 
 @pytest.mark.skipif(not dali_installed(), reason="DALI not installed")
+def test_dali_s_own_last_batch_policy_is_taken(image_folder):
+    from nvidia.dali.plugin.base_iterator import LastBatchPolicy
+
+    loader = load(image_folder, "torch", train=False, batch_size=16, size=32, last_batch=LastBatchPolicy.DROP)
+    assert loader.options.last_batch.value == "drop" and len(loader) == 2  # 40 samples
+
+
+@pytest.mark.skipif(not dali_installed(), reason="DALI not installed")
 def test_dali_iterator_refuses_a_gpu_augment_stage_it_would_not_apply(image_folder):
     from gpufeed.gpu_transforms.augment import GpuAugment, RandomHorizontalFlip
 
