@@ -81,6 +81,18 @@ class ClassificationLoader:
     def skipped(self) -> list[Skipped]:
         return self.log.skipped
 
+    @property
+    def batch_size(self) -> int:
+        """Samples per batch, as a ``DataLoader``'s ``batch_size`` (what Lightning and
+        Accelerate read)."""
+        return self.options.batch_size
+
+    @property
+    def dataset(self) -> SampleSource:
+        """The samples of all shards (``len(loader.dataset)``, as with a ``DataLoader``;
+        this rank's share is ``len(loader) * batch_size`` at most)."""
+        return self.samples
+
     def set_epoch(self, epoch: int) -> None:
         """Make the next ``iter()`` run epoch ``epoch``, e.g. when resuming training from
         a checkpoint.

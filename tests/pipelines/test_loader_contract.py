@@ -150,6 +150,12 @@ def test_dali_backend_gives_a_real_dali_classification_iterator(image_folder):
         assert set(torch.cat([d["label"].view(-1) for d in out]).tolist()) == {0, 1, 2}
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_dataloader_attributes_training_frameworks_read(image_folder, backend):
+    loader = load(image_folder, backend, train=True, batch_size=16, size=32)
+    assert loader.batch_size == 16 and len(loader.dataset) == 40
+
+
 @pytest.mark.skipif(not dali_installed(), reason="DALI not installed")
 def test_dali_s_own_last_batch_policy_is_taken(image_folder):
     from nvidia.dali.plugin.base_iterator import LastBatchPolicy
