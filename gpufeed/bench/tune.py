@@ -390,8 +390,10 @@ def run(args: argparse.Namespace) -> int:
                               "vs_start": _ratio(best_rate, start_rate), "check": best.label()}, *kit],
                             [("loader", "loader"), ("rate", "images/s"), ("vs_best", "× best DataLoader"),
                              ("vs_start", "× start"), ("check", "check")])
+    images = next((r["images"] for r in sweep if r.get("images")), None)
+    counted = f"{images:,} images" if images else f"at most {args.max_images:,} images"
     summary = (
-        f"{args.mode}, {root} (at most {args.max_images} images), {args.size}px, float32 normalised NCHW on "
+        f"{args.mode}, {root} ({counted}), {args.size}px, float32 normalised NCHW on "
         f"{device}, {cores} cores. Start: {start.normalised().label()}; one knob at a time, then every knob's "
         f"best together; each configuration in its own process, a warm-up epoch then whole epochs for "
         f"{args.time_per_config:g} s.\n\n## Sweep\n\n{sweep_md}\n\n## Gain of each knob (its best value vs the "
