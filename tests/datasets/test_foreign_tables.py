@@ -419,3 +419,21 @@ def test_an_unnamed_csv_column_has_one_name_on_every_backend(tmp_path):
     pd.DataFrame({"x": [1.0, 2.0]}, index=["r1", "r2"]).to_csv(tmp_path / "indexed.csv")  # header ",x"
     for backend in BACKENDS:
         assert list(read_table(tmp_path / "indexed.csv", backend=backend).columns) == ["Unnamed: 0", "x"]
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".feather"])
+def test_a_stored_pandas_index_is_no_column_on_any_backend(tmp_path, suffix):
+    # A filtered frame's to_parquet() stores the rows it kept as __index_level_0__; pandas
+    # reads it back as the index, so polars leaves it out too: the same columns everywhere.
+    kept = pd.DataFrame({"x": [1.0, 2.0, 3.0]})[lambda d: d.x > 1]
+    named = pd.DataFrame({"x": [1.0, 2.0]}, index=pd.Index(["a", "b"], name="car"))
+    path, labelled = tmp_path / f"kept{suffix}", tmp_path / f"named{suffix}"
+    write = {".parquet": lambda df, p: df.to_parquet(p),
+             ".feather": lambda df, p: pf.write_feather(pa.Table.from_pandas(df), p)}[suffix]
+    write(kept, path)
+    write(named, labelled)
+    for backend in BACKENDS:
+        assert list(read_table(path, backend=backend).columns) == ["x"]
+    assert list(read_table(labelled, backend="pandas").index) == ["a", "b"]
+    with pytest.warns(UserWarning, match=r"\['car'\] hold the pandas index"):
+        assert list(read_table(labelled, backend="polars").columns) == ["x"]

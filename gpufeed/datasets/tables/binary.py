@@ -78,12 +78,35 @@ def _read_parquet_pandas(path: Path, options: ReadOptions, report: ReadReport) -
     return arrow_to_pandas(_read_parquet_arrow(path), path)
 
 
+def _without_pandas_index(frame: Any, schema: Any, path: Path) -> Any:
+    """A polars frame without the columns pandas stored as its index (the rows a filtered
+    frame kept, ``__index_level_0__``, or a named index): on pandas they are the frame's
+    index, as ``pd.read_parquet`` gives them, so on every backend they are no column and a
+    recipe finds the same columns. A named index is announced in one warning line."""
+    meta = schema.pandas_metadata or {}
+    stored = [c for c in meta.get("index_columns", []) if isinstance(c, str) and c in frame.columns]
+    if not stored:
+        return frame
+    named = [c for c in stored if not (c.startswith("__index_level_") and c.endswith("__"))]
+    if named:
+        import warnings
+
+        warnings.warn(f"gpufeed: {path}: column(s) {named} hold the pandas index stored in the file: not read as "
+                      "columns, on any backend (pandas reads them as the frame's index); reset_index() before "
+                      "writing keeps them as data", stacklevel=5)
+    return frame.drop(stored)
+
+
 def _read_parquet_polars(path: Path, options: ReadOptions, report: ReadReport) -> Frame:
     import polars as pl
+    import pyarrow.parquet as pq
 
     # A directory goes through Arrow's dataset reader, as on pandas, so that both backends
     # get the same columns, partition column types and schema union.
-    return pl.from_arrow(read_parquet_dataset(path)) if path.is_dir() else pl.read_parquet(path)
+    if path.is_dir():
+        table = read_parquet_dataset(path)
+        return _without_pandas_index(pl.from_arrow(table), table.schema, path)
+    return _without_pandas_index(pl.read_parquet(path), pq.read_schema(path), path)
 
 
 def _read_parquet_cudf(path: Path, options: ReadOptions, report: ReadReport) -> Frame:
@@ -142,7 +165,8 @@ def _read_feather_pandas(path: Path, options: ReadOptions, report: ReadReport) -
 def _read_feather_polars(path: Path, options: ReadOptions, report: ReadReport) -> Frame:
     import polars as pl
 
-    return pl.from_arrow(_read_arrow_ipc(path))
+    table = _read_arrow_ipc(path)
+    return _without_pandas_index(pl.from_arrow(table), table.schema, path)
 
 
 def _write_feather_pandas(df: Frame, path: Path, options: WriteOptions) -> None:
