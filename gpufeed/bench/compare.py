@@ -79,8 +79,9 @@ def _settings(doc: dict[str, Any]) -> dict[str, Any]:
     storage), ``config`` (the command's arguments: formats, tabular) or the top level
     (augment)."""
     plain = (int, float, str, bool)
-    top = {k: v for k, v in doc.items() if isinstance(v, plain)}
-    return {**top, **(doc.get("config") or {}), **(doc.get("setup") or {})}
+    if doc.get("setup") or doc.get("config"):  # the top then holds results (tune's rates, its code)
+        return {**(doc.get("config") or {}), **(doc.get("setup") or {})}
+    return {k: v for k, v in doc.items() if isinstance(v, plain)}
 
 
 def setup_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:

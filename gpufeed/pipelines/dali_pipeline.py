@@ -56,6 +56,20 @@ TRAIN_INPUTS = (("encoded", types.UINT8, 1), ("label", types.INT32, 0), ("start"
 PIXEL_TRAIN_INPUTS = (("encoded", types.UINT8, 3), ("label", types.INT32, 0), ("flip", types.INT32, 0))
 
 
+def _peek_args() -> dict[str, bool]:
+    """``peek_image_shape``'s arguments: the stored (unrotated) shape, as the decoders give
+    it. DALI 2.x applied EXIF orientation by default (a portrait phone photo's validation
+    resize was computed rotated and squashed it); DALI 1.x has no such argument and
+    applies none."""
+    from nvidia.dali import backend
+
+    has = backend.GetSchema("PeekImageShape").HasArgument("adjust_orientation")
+    return {"adjust_orientation": False} if has else {}
+
+
+_PEEK_ARGS = _peek_args()
+
+
 def classification_outputs(encoded: DataNode, labels: DataNode, options: LoaderOptions, device_id: int | None, *,
                            window: tuple[DataNode | None, DataNode | None, DataNode] | None = None,
                            decode_only: bool = False,
@@ -127,7 +141,7 @@ def classification_outputs(encoded: DataNode, labels: DataNode, options: LoaderO
         images = decoded if pixels else fn.decoders.image(encoded, **decode_args)
         if decode_only:
             return images, labels
-        shape = fn.shapes(encoded) if pixels else fn.peek_image_shape(encoded, adjust_orientation=False)
+        shape = fn.shapes(encoded) if pixels else fn.peek_image_shape(encoded, **_PEEK_ARGS)
         images = _resize_and_centre_crop(shape, images, o.resize_shorter, o.size)
         mirror = 0
     images = fn.crop_mirror_normalize(

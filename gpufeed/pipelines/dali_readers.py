@@ -174,7 +174,8 @@ def decimal_label(text: DataNode) -> DataNode:
 
 
 def _reader(shards: ShardFiles, options: LoaderOptions, pad_last_batch: bool) -> tuple[DataNode, DataNode]:
-    """DALI's reader for ``shards``: ``(encoded, labels)`` nodes, labels int32 scalars."""
+    """DALI's reader for ``shards``: ``(encoded, labels)`` nodes, labels int32 (one per
+    sample; the graph gives them as ``(1,)``)."""
     o = options
     common = dict(
         name=READER_NAME, shard_id=o.shard_id, num_shards=o.num_shards, random_shuffle=o.shuffles,

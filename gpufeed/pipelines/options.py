@@ -54,7 +54,8 @@ class LastBatch(StrOption):
         # DALI's own LastBatchPolicy.DROP (an enum whose name is one of ours), so a script
         # written for DALI can pass what it has.
         name = getattr(value, "name", None)
-        return cls.__members__.get(name) if isinstance(name, str) else None
+        member = cls.__members__.get(name) if isinstance(name, str) else None
+        return member if member is not None else super()._missing_(value)  # its error lists ours
 
 
 class Cache(StrOption):

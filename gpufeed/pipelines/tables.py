@@ -12,6 +12,7 @@ stack (narwhals, polars).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator, Sequence
 
 import narwhals as nw
@@ -44,7 +45,7 @@ def _check_features(features: Sequence[str], where: str) -> None:
                         f"(write [{features!r}])")
     if not features:
         raise ValueError(f"{where} needs at least one feature column")
-    twice = sorted({str(f) for f in features if list(features).count(f) > 1})
+    twice = sorted(str(f) for f, n in Counter(features).items() if n > 1)
     if twice:  # polars cannot select a column twice; pandas could: one answer on every backend
         raise ValueError(f"{where}: feature column(s) {', '.join(map(repr, twice))} listed more than once; "
                          "list each column once (to feed a column twice, copy it under a new name)")
@@ -179,6 +180,7 @@ def iter_batches(
     if drop_last and starts and n - starts[-1] < batch_size:
         starts.pop()
     if shuffle:
-        starts = [starts[i] for i in np.random.default_rng((seed, epoch)).permutation(len(starts))]
+        rng = np.random.default_rng(seed if epoch == 0 else (seed, epoch))  # epoch 0: the order of before
+        starts = [starts[i] for i in rng.permutation(len(starts))]
     for start in starts:
         yield to_tensors(nw.to_native(frame[start:start + batch_size]), features, label, device=device)

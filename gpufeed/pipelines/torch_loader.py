@@ -77,7 +77,7 @@ def _pil_rgb(data: np.ndarray) -> torch.Tensor:
         if img.mode.startswith("I;16") or img.mode in ("I", "F"):
             values = np.array(img)
             if img.mode == "F":  # floats in [0, 1], as DALI reads them
-                gray = np.rint(np.clip(values, 0.0, 1.0) * 255.0).astype(np.uint8)
+                gray = np.rint(np.clip(np.nan_to_num(values), 0.0, 1.0) * 255.0).astype(np.uint8)
             else:  # the top 8 of 16 bits, as for 16-bit PNG
                 gray = (np.clip(values, 0, 65535).astype(np.uint32) >> 8).astype(np.uint8)
             return torch.from_numpy(np.repeat(gray[:, :, None], 3, axis=2))

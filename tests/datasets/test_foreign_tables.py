@@ -386,6 +386,14 @@ def test_json_written_by_pandas_to_json_as_one_object_is_read_as_its_rows(tmp_pa
         labelled = to_backend(read_table(tmp_path / "labelled.json", backend=backend), "pandas")
         assert list(labelled.columns) == ["index", "a", "b", "i"]
         assert labelled["index"].tolist() == ["r1", "r2", "r3"]
+    # pretty-printed, it is still one object
+    df.to_json(tmp_path / "indented.json", orient=orient, indent=2)
+    assert read_table(tmp_path / "indented.json", backend="polars")["i"].to_list() == [1, 2, 3]
+
+
+def test_a_one_line_json_lines_file_whose_first_field_is_an_object_stays_one_record(tmp_path):
+    (tmp_path / "one.json").write_text('{"meta": {"k": 1, "j": 2}, "x": 2}\n')
+    assert read_table(tmp_path / "one.json", backend="pandas")["x"].tolist() == [2]
 
 
 def test_pickles_and_hdf5_files_written_by_hand_are_read_or_named(tmp_path):
@@ -393,11 +401,13 @@ def test_pickles_and_hdf5_files_written_by_hand_are_read_or_named(tmp_path):
     pd.Series([1.0, 2.0], name="x").to_pickle(tmp_path / "series.pkl")
     assert read_table(tmp_path / "series.pkl", backend="polars")["x"].to_list() == [1.0, 2.0]
     pd.to_pickle({"a": 1}, tmp_path / "dict.pkl")
-    with pytest.raises(TabularError, match=r"dict.pkl: the pickle holds a builtins.dict"):
+    with pytest.raises(TabularError, match=r"dict.pkl: the file holds a builtins.dict, not a pandas DataFrame or Series"):
         read_table(tmp_path / "dict.pkl", backend="pandas")
     # pd.read_hdf reads a file's only table whatever its key: so does read_table
     pd.DataFrame({"v": [1.0, 2.0]}).to_hdf(tmp_path / "one.h5", key="df")
     assert read_table(tmp_path / "one.h5", backend="pandas")["v"].tolist() == [1.0, 2.0]
+    pd.Series([1, 2], name="s").to_hdf(tmp_path / "series.h5", key="s")
+    assert read_table(tmp_path / "series.h5", backend="polars")["s"].to_list() == [1, 2]
     pd.DataFrame({"v": [3.0]}).to_hdf(tmp_path / "one.h5", key="other")
     with pytest.raises(TabularError, match=r"one.h5: .*2 other tables \(keys: 'df', 'other'\)"):
         read_table(tmp_path / "one.h5", backend="pandas")

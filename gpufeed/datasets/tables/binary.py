@@ -196,11 +196,15 @@ FEATHER = TableFormat(
 
 def _read_pickle(path: Path, options: ReadOptions, report: ReadReport) -> Frame:
     """A pickled pandas frame; a pickled Series is a one-column table."""
-    held = pd.read_pickle(path)
+    return _as_frame(pd.read_pickle(path), path)
+
+
+def _as_frame(held: Any, path: Path) -> pd.DataFrame:
+    """A stored pandas object as a table: a DataFrame as it is, a Series as one column."""
     if isinstance(held, pd.Series):
         return held.to_frame(name=held.name if held.name is not None else "value")
     if not isinstance(held, pd.DataFrame):
-        raise TabularError(f"{path}: the pickle holds a {type(held).__module__}.{type(held).__name__}, "
+        raise TabularError(f"{path}: the file holds a {type(held).__module__}.{type(held).__name__}, "
                            "not a pandas DataFrame or Series")
     return held
 
@@ -221,10 +225,9 @@ def _read_hdf5(path: Path, options: ReadOptions, report: ReadReport) -> Frame:
     file's only table (``to_hdf(path, key="df")``, as ``pd.read_hdf`` reads it)."""
     with pd.HDFStore(path, mode="r") as store:
         keys = [k.lstrip("/") for k in store]
-        if _HDF_KEY in keys:
-            return store.select(_HDF_KEY)
-        if len(keys) == 1:
-            return store.select(keys[0])
+        if _HDF_KEY in keys or len(keys) == 1:
+            held = store.select(_HDF_KEY if _HDF_KEY in keys else keys[0])
+            return _as_frame(held, path)
     held = ", ".join(map(repr, keys[:10])) + (" ..." if len(keys) > 10 else "") if keys else "none"
     raise TabularError(f"{path}: HDF5 file without a {_HDF_KEY!r} table and with {len(keys)} other tables "
                        f"(keys: {held}); read_table reads one table per file: read the one you want with "

@@ -265,8 +265,7 @@ def _distinct(column: Any) -> tuple[Any, np.ndarray]:
 
     head = column.slice(0, 10_000)
     if len(head) and len(pc.unique(head)) > len(head) // 2:
-        values = column.combine_chunks() if hasattr(column, "combine_chunks") else column
-        return values, np.ones(len(values), dtype=np.int64)
+        return column, np.ones(len(column), dtype=np.int64)
     counted = pc.value_counts(column)
     return counted.field("values"), counted.field("counts").to_numpy(zero_copy_only=False)
 

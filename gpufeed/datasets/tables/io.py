@@ -188,7 +188,7 @@ def write_table(
     takes, writer = fmt.writer(backend)
     try:
         writer(df if takes == backend else _to_pandas(df), out, WriteOptions(sep))
-    except (OSError, MemoryError, TabularError):
+    except (OSError, MemoryError, ImportError, TabularError):
         raise
     except Exception as exc:  # noqa: BLE001 - the library's words (which name the column), with the file
         raise TabularError(f"{out}: cannot write the frame as {fmt.name}: {exc}") from exc

@@ -38,18 +38,15 @@ def _lines(path: Path) -> bool:
     return path.suffix.lower() in (".jsonl", ".ndjson") or _looks_like_json_lines(path)
 
 
-#: The start of a file that is one JSON object whose first value is an object or array.
-_ONE_OBJECT = re.compile(r'\s*\{\s*"(?P<key>(?:[^"\\]|\\.)*)"\s*:\s*(?P<open>[\[{])')
-
-
 def pandas_orient(path: Path) -> str | None:
     """The layout of a JSON file that is one object holding the whole table, as pandas'
     ``to_json`` writes it: ``"columns"`` (its default, ``{column: {row: value}}``),
-    ``"split"`` or ``"table"``; None for records and JSON lines.
+    ``"split"`` or ``"table"``; None for records, JSON lines and anything else.
 
-    Read as JSON lines, such a file was one row of dictionaries, silently. One line of
-    JSON lines whose first field is itself an object would look alike: a file holding a
-    further line that starts a record is JSON lines.
+    Read as JSON lines, such a file was one row of dictionaries, silently. The layout is
+    told by the object's structure (every value an object; ``columns`` and ``data``;
+    ``schema`` and ``data``), parsed once the file is known to hold one value: a record
+    that ends where the next begins, at a line start, makes it JSON lines.
     """
     if path.suffix.lower() in (".jsonl", ".ndjson"):
         return None
@@ -58,14 +55,23 @@ def pandas_orient(path: Path) -> str | None:
         head = fh.read(1 << 16)
         fh.seek(max(size - (1 << 16), 0))
         tail = fh.read()
-    match = _ONE_OBJECT.match(head.decode("utf-8", errors="replace"))
-    if match is None or any(re.search(rb"\n\s*\{", part.strip()) for part in (head, tail)):
+    if not head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"{"):
         return None
-    if match["key"] == "schema":
+    if any(re.search(rb"\}[ \t\r]*\n\{", part) for part in (head, tail)):
+        return None  # JSON lines
+    try:
+        with open(path, encoding="utf-8-sig") as fh:
+            doc = json.load(fh)
+    except (ValueError, UnicodeDecodeError):
+        return None  # not one JSON value: pandas' reading names the fault
+    if not isinstance(doc, dict) or not doc:
+        return None
+    keys = set(doc)
+    if {"schema", "data"} <= keys and isinstance(doc["schema"], dict) and "fields" in doc["schema"]:
         return "table"
-    if match["key"] in ("columns", "index", "data") and match["open"] == "[":
+    if {"columns", "data"} <= keys <= {"columns", "index", "data", "name"}:
         return "split"
-    return "columns" if match["open"] == "{" else None
+    return "columns" if all(isinstance(v, dict) for v in doc.values()) else None
 
 
 def _read_json_cudf(path: Path, options: ReadOptions, report: ReadReport) -> Frame:
