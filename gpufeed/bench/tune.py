@@ -386,6 +386,11 @@ def run(args: argparse.Namespace) -> int:
     if best != fastest:
         noise_md += (f" The fastest configuration ({fastest.label()}, {rate[fastest]:,.0f} images/s) was within it: "
                      "the start is recommended.")
+    together = next((r for r in sweep if r["knob"] == "combined" and r.get("rate")), None)
+    if together is not None and together["rate"] < best_rate:
+        noise_md += (f" Every knob's best together ({together['config']}) measured {together['rate']:,.0f} images/s, "
+                     f"below the recommended configuration: the gains did not add up on this machine, so the "
+                     "fastest configuration measured is recommended.")
     kit_md = markdown_table([{"loader": "best DataLoader", "rate": best_rate, "vs_best": 1.0,
                               "vs_start": _ratio(best_rate, start_rate), "check": best.label()}, *kit],
                             [("loader", "loader"), ("rate", "images/s"), ("vs_best", "× best DataLoader"),
