@@ -88,7 +88,10 @@ class _PlannedIterator(DALIClassificationIterator):
             name="state_dict", obj=self)
 
     def __next__(self):
-        batch = super().__next__()
+        try:
+            batch = super().__next__()
+        except RuntimeError as exc:
+            raise _named_decode_error(self.gpufeed_feed, exc) from exc
         feed = self.gpufeed_feed
         if feed is not None and feed.in_flight:
             # DALI returns batches in the order the feed handed them over: this one's epoch
@@ -299,13 +302,33 @@ class DaliLoader(ClassificationLoader):
         log.feed = feed
         pipe = build_pipeline(feed, self.options, self.device_id, pixels=self.samples.kind == "pixels")
         # The feed already applied the last-batch policy, which PARTIAL passes through.
-        iterator = _PlannedIterator([pipe], last_batch_policy=LastBatchPolicy.PARTIAL, auto_reset=auto_reset)
+        try:  # DALI runs the first batches while the iterator is built
+            iterator = _PlannedIterator([pipe], last_batch_policy=LastBatchPolicy.PARTIAL, auto_reset=auto_reset)
+        except RuntimeError as exc:
+            raise _named_decode_error(feed, exc) from exc
         iterator.planned_batches = len(self.plan)
         iterator.planned_samples = self.plan.shard_size
         iterator.gpufeed_feed = feed
         iterator.gpufeed_skipped = log
         iterator.gpufeed_fed_because = _why_fed(self.samples)
         return iterator
+
+
+def _named_decode_error(feed: FileFeed | None, exc: RuntimeError) -> RuntimeError:
+    """DALI's decoder error of a fed iterator, with the file at fault named: DALI names its
+    codec's error code only. The failing batch is the oldest handed over and not taken
+    out (DALI returns batches in order); PIL says which of its files does not decode."""
+    if feed is None or not feed.in_flight:
+        return exc
+    epoch, number, indices = feed.in_flight[0]
+    bad = [(feed.samples.name(i), pil_reason(feed.samples.read(i))) for i in indices]
+    bad = [(path, why) for path, why in bad if why] or [(feed.samples.name(i), None) for i in indices]
+    shown = "; ".join(f"{path}" + (f" (PIL: {why})" if why else "") for path, why in bad[:3])
+    return RuntimeError(
+        f"dali_iterator(): DALI's decoder failed in epoch {epoch}, batch {number}, on "
+        f"{'one of ' if len(bad) > 1 else ''}{shown}{' ...' if len(bad) > 3 else ''}. The iterator ends "
+        "the epoch there, as DALI does; the loader itself (for images, labels in loader) skips such files "
+        f"and lists them in loader.skipped. DALI's words: {str(exc).splitlines()[0] if str(exc) else exc!r}")
 
 
 def _why_fed(samples: SampleSource) -> str:

@@ -387,6 +387,19 @@ def test_dali_iterator_reports_skipped_files_per_epoch(tmp_path):
     assert any(in_epoch) and not all(in_epoch)
 
 
+@pytest.mark.skipif(not dali_installed(), reason="DALI not installed")
+def test_dali_iterator_names_a_file_only_the_decoder_rejects(tmp_path):
+    # A PNG cut short passes the byte checks; DALI's decoder names only its error code.
+    files = indexed_file_list(tmp_path, 3)
+    Image.new("RGB", (64, 48), "red").save(tmp_path / "cut.png")
+    data = (tmp_path / "cut.png").read_bytes()
+    (tmp_path / "cut.png").write_bytes(data[: len(data) // 2])
+    files.insert(1, (str(tmp_path / "cut.png"), 3))
+    loader = load(None, "dali", file_list=files, train=False, batch_size=4, size=32, shuffle=False)
+    with pytest.raises(RuntimeError, match=r"dali_iterator\(\): DALI's decoder failed in epoch 0, batch 0, on .*cut.png"):
+        list(loader.dali_iterator())
+
+
 def test_pipeline_seeds_of_different_streams_differ():
     from gpufeed.pipelines.seeds import dali_seed
 
