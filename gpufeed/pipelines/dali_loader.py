@@ -261,8 +261,8 @@ class DaliLoader(ClassificationLoader):
         with its own epoch count, and skips files that fail the byte checks. Those are
         listed per epoch, like ``loader.skipped``, in ``it.gpufeed_skipped.skipped`` (an
         :class:`IteratorSkips`: the files left out of the epoch of the last batch
-        returned). Decoder failures beyond those end the epoch with DALI's error, as in
-        DALI; the loader itself recovers from them. Its random crops and flips come from
+        returned). Decoder failures beyond those end the epoch with DALI's error (the file
+        named), as in DALI; the loader itself recovers from them. Its random crops and flips come from
         one stream across epochs (as in any DALI pipeline), so unlike the loader's they
         do not repeat on a resumed run.
 
