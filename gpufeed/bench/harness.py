@@ -297,7 +297,8 @@ def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, 
 
 
 def write_results(
-    suite: str, payload: dict[str, Any], summary_md: str, out_dir: str | os.PathLike[str],
+    suite: str, payload: dict[str, Any], summary_md: str, out_dir: str | os.PathLike[str], *,
+    command: str = "gpufeed bench",
 ) -> tuple[Path, Path]:
     """Write ``<suite>-<host-kind>-<UTC time>.json``, ``.md`` and PNG figures under ``out_dir``.
 
@@ -305,6 +306,8 @@ def write_results(
     followed by the key metadata, so a reader of either file knows where it came from.
     The figures (:func:`gpufeed.bench.plots.draw_figures`) are drawn from the JSON
     document and linked from the Markdown; a failure to draw warns and writes no figure.
+
+    ``command`` heads the Markdown (``gpufeed stall`` for the stall report).
 
     Returns:
         The JSON and Markdown paths.
@@ -322,7 +325,7 @@ def write_results(
     gpu = meta["gpu"]
     gpu_line = f"{gpu['name']} (driver {gpu.get('driver')}, CUDA {gpu['cuda_runtime']})" if gpu else "none"
     md = (
-        f"# gpufeed bench {suite}\n\n{summary_md}\n\n"
+        f"# {command} {suite}\n\n{summary_md}\n\n"
         f"- commit: `{meta['git_commit']}`\n- when: {meta['timestamp']}\n"
         f"- CPU: {meta['cpu_model']} × {meta['cpu_count']}\n- GPU: {gpu_line}\n"
         f"- packages: {', '.join(f'{k} {v}' for k, v in meta['packages'].items())}\n"

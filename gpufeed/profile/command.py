@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     suite = f"stall-{args.model}-{built.name}"
     json_path, md_path = write_results(
         suite, {"setup": setup, "report": result.actual.as_dict(), "what_if": result.as_dict()},
-        f"```\n{text}\n```\n\nTimeline: the PNG of the same name.", out,
+        f"```\n{text}\n```\n\nTimeline: the PNG of the same name.", out, command="gpufeed stall:",
     )
     png = result.actual.plot(json_path.with_suffix(".png"),
                              title=f"{args.model} on {device}, {built.name} loader: stall "
