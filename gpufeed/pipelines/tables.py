@@ -12,7 +12,6 @@ stack (narwhals, polars).
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterator, Sequence
 
 import narwhals as nw
@@ -22,7 +21,7 @@ import torch
 from gpufeed.backends import resolve_device
 from gpufeed.gpu_transforms.arrays import cudf_to_torch
 from gpufeed.gpu_transforms.tabular.errors import BackendError
-from gpufeed.gpu_transforms.tabular.frames import Frame, backend_of, require_columns, wrap
+from gpufeed.gpu_transforms.tabular.frames import Frame, backend_of, repeated, require_columns, wrap
 
 
 def _missing_error(columns: Sequence[str], where: np.ndarray) -> ValueError:
@@ -45,7 +44,7 @@ def _check_features(features: Sequence[str], where: str) -> None:
                         f"(write [{features!r}])")
     if not features:
         raise ValueError(f"{where} needs at least one feature column")
-    twice = sorted(str(f) for f, n in Counter(features).items() if n > 1)
+    twice = repeated(features)
     if twice:  # polars cannot select a column twice; pandas could: one answer on every backend
         raise ValueError(f"{where}: feature column(s) {', '.join(map(repr, twice))} listed more than once; "
                          "list each column once (to feed a column twice, copy it under a new name)")

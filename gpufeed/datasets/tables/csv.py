@@ -29,7 +29,7 @@ from gpufeed.datasets.tables.base import (
     arrow_to_pandas,
 )
 from gpufeed.gpu_transforms.tabular.errors import EmptyTableError, MalformedCSVError, MixedTypeError
-from gpufeed.gpu_transforms.tabular.frames import Frame
+from gpufeed.gpu_transforms.tabular.frames import Frame, repeated
 from gpufeed.policies import MixedTypes, OnError
 
 
@@ -178,8 +178,7 @@ def _read_csv_arrow(
             f"{path}: column(s) {binary} are not valid {encoding}{where}; pass the file's encoding=, "
             "e.g. encoding='latin-1' or 'cp1252'"
         )
-    names = table.column_names
-    duplicated = sorted({n for n in names if names.count(n) > 1})
+    duplicated = repeated(table.column_names)
     if duplicated:
         # pandas would rename them (a, a.1) and polars refuse: one clear error on every backend.
         raise MalformedCSVError(f"{path}: the header names column(s) {duplicated} more than once; "

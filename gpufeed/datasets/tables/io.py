@@ -24,7 +24,7 @@ from gpufeed.datasets.tables.base import (
 )
 from gpufeed.datasets.tables.formats import table_format
 from gpufeed.gpu_transforms.tabular.errors import TabularError
-from gpufeed.gpu_transforms.tabular.frames import Frame, backend_of, to_backend
+from gpufeed.gpu_transforms.tabular.frames import Frame, backend_of, repeated, to_backend
 from gpufeed.policies import MixedTypes, OnError
 
 
@@ -179,8 +179,7 @@ def write_table(
     elif sep is not None:
         raise ValueError(f"{out}: sep= applies to CSV files only, not {fmt.name}")
     backend = backend_of(df)
-    names = [str(c) for c in df.columns]
-    twice = sorted({c for c in names if names.count(c) > 1})
+    twice = repeated(str(c) for c in df.columns)
     if twice:  # pandas allows them; no format reads them back as one table on every backend
         raise TabularError(f"{out}: column name(s) {', '.join(map(repr, twice))} appear more than once: "
                            "rename them before writing")

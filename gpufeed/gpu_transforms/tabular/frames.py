@@ -16,6 +16,7 @@ cudf is already imported), so a CPU-only workflow never imports them.
 from __future__ import annotations
 
 import warnings
+from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
@@ -156,6 +157,12 @@ def require_columns(frame: NwFrame, columns: Iterable[str], where: str) -> None:
             f"{where} needs column(s) {missing}, which the table does not have "
             f"(it has: {sorted(present)[:20]}{' ...' if len(present) > 20 else ''})"
         )
+
+
+def repeated(names: Iterable[Any]) -> list[str]:
+    """The names that occur more than once in ``names``, as text, sorted, each once: the
+    duplicate columns a CSV header, a frame to write or a feature list is refused for."""
+    return sorted(str(n) for n, count in Counter(names).items() if count > 1)
 
 
 def row_count(df: Frame | NwFrame) -> int:
