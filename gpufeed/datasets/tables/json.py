@@ -77,15 +77,16 @@ def pandas_orient(path: Path) -> str | None:
 def _read_json_cudf(path: Path, options: ReadOptions, report: ReadReport) -> Frame:
     import cudf
 
-    if pandas_orient(path) is not None:  # one object: cuDF's JSON reader reads records and lines
-        return cudf.from_pandas(_read_json_records(path, options))
+    orient = pandas_orient(path)
+    if orient is not None:  # one object: cuDF's JSON reader reads records and lines
+        return cudf.from_pandas(_read_json_records(path, options, orient))
     return cudf.read_json(path, lines=_lines(path))
 
 
-def _read_json_records(path: Path, options: ReadOptions) -> pd.DataFrame:
+def _read_json_records(path: Path, options: ReadOptions, orient: str | None) -> pd.DataFrame:
     """The JSON file through pandas' parser, checked for columns mixing numbers and text,
-    ISO datetimes parsed (see the module docstring)."""
-    orient = pandas_orient(path)
+    ISO datetimes parsed (see the module docstring); ``orient``: the file's
+    :func:`pandas_orient`, worked out once by the caller (it parses a one-object file)."""
     lines = orient is None and _lines(path)
     try:
         # precise_float: the default parser can change a float64 in its last bit, so a
@@ -114,9 +115,8 @@ def _row_labels_as_column(frame: pd.DataFrame) -> pd.DataFrame:
     """A one-object JSON table's row labels: dropped when they are the default 0, 1, ...,
     else kept as a column (named as ``reset_index`` names it), the same on every backend
     (polars and cuDF have no index)."""
-    n = len(frame)
-    labels = frame.index
-    if labels.equals(pd.RangeIndex(n)) or labels.astype(str).equals(pd.RangeIndex(n).astype(str)):
+    # As text: pandas reads the default labels as numbers or as "0", "1", ... by layout.
+    if frame.index.astype(str).equals(pd.RangeIndex(len(frame)).astype(str)):
         return frame.reset_index(drop=True)
     return frame.reset_index()
 
@@ -144,7 +144,7 @@ def _exact_integers(path: Path, names: list[str]) -> dict[str, Any]:
     """
     import polars as pl
 
-    if not names or pandas_orient(path) is not None:  # one object: pandas' reading stands
+    if not names:
         return {}
     try:
         # infer_schema_length=None: types from every record, not only the first hundred.
@@ -169,8 +169,11 @@ def _read_json_pandas(path: Path, options: ReadOptions, report: ReadReport) -> F
     """The JSON file on pandas. Integer columns with gaps are float64, as pandas reads
     them, except those holding values beyond 2**53 (ids): those are read exactly, as
     pandas' nullable integers, as from Parquet and CSV."""
-    frame = _read_json_records(path, options)
-    for name, series in _exact_integers(path, _whole_with_gaps(frame, beyond=2.0**53)).items():
+    orient = pandas_orient(path)
+    frame = _read_json_records(path, options, orient)
+    # A one-object file: pandas' reading stands (polars' parser reads records and lines).
+    suspects = _whole_with_gaps(frame, beyond=2.0**53) if orient is None else []
+    for name, series in _exact_integers(path, suspects).items():
         dtype = NULLABLE_INTS.get(str(series.dtype).lower())
         if dtype is not None:  # an Int128 column, beyond uint64, stays float64 on pandas
             frame[name] = pd.array(series.to_list(), dtype=dtype)  # a few id columns: a list is fine
@@ -181,8 +184,9 @@ def _read_json_polars(path: Path, options: ReadOptions, report: ReadReport) -> F
     """The JSON file on polars: pandas' reading (type checks, ISO datetimes), with integer
     columns that have missing values taken from polars' own parser (:func:`_exact_integers`),
     as every other format gives polars an Int64 column."""
-    pdf = _read_json_records(path, options)
-    integers = _exact_integers(path, _whole_with_gaps(pdf))
+    orient = pandas_orient(path)
+    pdf = _read_json_records(path, options, orient)
+    integers = _exact_integers(path, _whole_with_gaps(pdf) if orient is None else [])  # as on pandas
     frame = to_backend(pdf, "polars")
     return frame.with_columns(list(integers.values())) if integers else frame
 
