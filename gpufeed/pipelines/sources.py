@@ -206,9 +206,8 @@ def _shard_hint(root: Path, loose: list[str]) -> str:
     found = [n for n in loose if shards.format_of_name(n) is not None]
     if not found:
         return ""
-    suffixes = {Path(n).suffix for n in found}
-    pattern = root / f"*{suffixes.pop()}" if len(suffixes) == 1 else None
-    how = f"pass a glob, e.g. {str(pattern)!r}" if pattern else "pass the shard files as a list"
+    pattern = shards.shard_glob(str(root), found, [n for n in loose if n not in found])
+    how = f"pass a glob, e.g. {pattern!r}" if pattern else "pass the shard files as a list"
     return (f"; it also holds {len(found)} shard file(s) ({', '.join(found[:3])}"
             f"{' ...' if len(found) > 3 else ''}) that a folder with subfolders is not read as: "
             f"to read the shards, {how}")

@@ -208,7 +208,7 @@ def is_shard_folder(folder: object) -> bool:
     return split is not None and bool(split[0])
 
 
-def _glob_for(folder: str, shards: list[str], others: list[str]) -> str | None:
+def shard_glob(folder: str, shards: list[str], others: list[str]) -> str | None:
     """A glob in ``folder`` that matches exactly ``shards`` among its files, or None."""
     names = [os.path.basename(p) for p in shards]
     suffixes = {Path(n).suffix for n in names}
@@ -245,7 +245,7 @@ def shard_folder_files(folder: str | os.PathLike[str]) -> list[str]:
     shards, others = split
     if others:
         shown = ", ".join(os.path.basename(p) for p in others[:5]) + (" ..." if len(others) > 5 else "")
-        pattern = _glob_for(text, shards, others)
+        pattern = shard_glob(text, shards, others)
         hint = (f"pass a glob that names the shards alone, e.g. {pattern!r}" if pattern is not None
                 else "pass the shard files as a list")
         raise ValueError(f"{text} holds {len(shards)} shard file(s) and {len(others)} other file(s) "
