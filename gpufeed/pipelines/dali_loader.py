@@ -56,6 +56,7 @@ class _PlannedIterator(DALIClassificationIterator):
     per-epoch skipped-file report (``gpufeed_skipped``)."""
 
     planned_batches = 0
+    planned_samples = 0
     gpufeed_feed: FileFeed | None = None
     gpufeed_skipped: IteratorSkips | None = None
     #: Why the kit's feed drives this iterator rather than DALI's readers (for errors).
@@ -69,8 +70,6 @@ class _PlannedIterator(DALIClassificationIterator):
         """Samples in this shard per epoch, as a reader-driven iterator's ``size`` says
         (DALI's own ``_size`` stays -1: set, DALI would cut the feed's batches itself)."""
         return self.planned_samples
-
-    planned_samples = 0
 
     @property
     def state_dict(self) -> NoReturn:

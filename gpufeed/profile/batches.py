@@ -20,9 +20,9 @@ def _count(node: Any) -> int | None:
             raise ValueError("the batch's first tensor is a scalar: pass batch_size_of= to count its samples")
         return int(node.shape[0])
     if isinstance(node, Mapping):
-        children = list(node.values())
+        children = node.values()
     elif isinstance(node, (tuple, list)):
-        children = list(node)
+        children = node
     else:
         return None
     for child in children:
