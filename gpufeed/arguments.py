@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Callable
 
 
@@ -29,4 +30,30 @@ def at_least(minimum: int) -> Callable[[str], int]:
         return value
 
     parse.__name__ = f"whole number >= {minimum}"  # argparse's own messages name the type
+    return parse
+
+
+def number_at_least(minimum: float, *, above: bool = False) -> Callable[[str], float]:
+    """An argparse ``type`` for a finite number ``>= minimum`` (``> minimum`` with ``above``),
+    as :func:`at_least` is for whole numbers: ``--min-seconds -1`` or ``--open-latency-ms
+    nan`` is a usage error naming the option before anything runs.
+
+    Example:
+        >>> parser = argparse.ArgumentParser()
+        >>> _ = parser.add_argument("--seconds", type=number_at_least(0, above=True), default=1.0)
+        >>> parser.parse_args(["--seconds", "0.5"]).seconds
+        0.5
+    """
+    bound = f"> {minimum:g}" if above else f">= {minimum:g}"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not math.isfinite(value) or value < minimum or (above and value == minimum):
+            raise argparse.ArgumentTypeError(f"must be a number {bound}, got {text}")
+        return value
+
+    parse.__name__ = f"number {bound}"
     return parse

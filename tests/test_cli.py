@@ -83,6 +83,10 @@ def test_user_errors_are_one_line_not_a_traceback(tmp_path, capsys):
     (["bench", "storage", "--rounds", "two"], "--rounds", "expected a whole number, got 'two'"),
     (["bench", "tabular", "--warmup", "-1"], "--warmup", "must be >= 0, got -1"),
     (["data", "sensor", "t.parquet", "--rows", "0"], "--rows", "must be >= 1, got 0"),
+    (["bench", "tabular", "--min-seconds", "-0.5"], "--min-seconds", "must be a number >= 0, got -0.5"),
+    (["bench", "storage", "--open-latency-ms", "nan"], "--open-latency-ms", "must be a number >= 0, got nan"),
+    (["bench", "tune", "--time-per-config", "0"], "--time-per-config", "must be a number > 0, got 0"),
+    (["bench", "compare", "a", "b", "--threshold", "ten"], "--threshold", "expected a number, got 'ten'"),
 ])
 def test_counts_out_of_range_are_usage_errors_naming_the_option(argv, option, message, capsys):
     # Before anything runs: a zero --repeats used to fail minutes into a benchmark.

@@ -123,25 +123,35 @@ def synchronize() -> None:
         torch.cuda.synchronize()
 
 
-def measure(run: Callable[[], float], *, warmup: int = 1, repeats: int = 5) -> Timing:
-    """Time ``run`` ``repeats`` times after ``warmup`` untimed calls.
+def measure(run: Callable[[], float], *, warmup: int = 1, repeats: int = 5, min_seconds: float = 0.0,
+            max_repeats: int = 1000) -> Timing:
+    """Time ``run`` at least ``repeats`` times after ``warmup`` untimed calls, and on until
+    ``min_seconds`` of timed calls have passed (at most ``max_repeats``).
+
+    ``min_seconds`` is for work of a few milliseconds, whose median of 3 moves by 20 % on a
+    shared machine; work longer than ``min_seconds / repeats`` is timed ``repeats`` times.
 
     Args:
         run: does one unit of work (an epoch, a pass over a table) and returns how many
             items it processed; the GPU is synchronised before the clock stops.
         warmup: untimed calls first (JIT, caches, worker start-up).
-        repeats: timed calls.
+        repeats: timed calls, at least.
+        min_seconds: keep timing until the timed calls add up to this (0: exactly ``repeats``).
+        max_repeats: at most this many timed calls.
 
     Returns:
         A :class:`Timing` whose ``work`` is the item count of the last timed call.
     """
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
+    if min_seconds < 0:
+        raise ValueError(f"min_seconds must be >= 0, got {min_seconds}")
     for _ in range(warmup):
         run()
         synchronize()
-    seconds, work = [], 1.0
-    for _ in range(repeats):
+    seconds: list[float] = []
+    work = 1.0
+    while len(seconds) < repeats or (sum(seconds) < min_seconds and len(seconds) < max_repeats):
         start = time.perf_counter()
         work = run()
         synchronize()
@@ -171,17 +181,7 @@ def measure_for(run: Callable[[], float], seconds: float, *, warmup: int = 1, ma
     """
     if seconds <= 0:
         raise ValueError(f"seconds must be > 0, got {seconds}")
-    for _ in range(warmup):
-        run()
-        synchronize()
-    timings: list[float] = []
-    work = 1.0
-    while not timings or (sum(timings) < seconds and len(timings) < max_repeats):
-        start = time.perf_counter()
-        work = run()
-        synchronize()
-        timings.append(time.perf_counter() - start)
-    return Timing(timings, float(work))
+    return measure(run, warmup=warmup, repeats=1, min_seconds=seconds, max_repeats=max_repeats)
 
 
 def epoch_runner(batches: Callable[[], Iterable], device: str) -> Callable[[], float]:

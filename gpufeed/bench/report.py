@@ -27,7 +27,7 @@ STEPS: dict[str, tuple[str, list[str], list[str]]] = {
     "images-val": ("gpufeed.bench.images", ["--mode", "val"], ["--repeats", "2", "--rounds", "1"]),
     "augment": ("gpufeed.bench.augment", [], ["--batches", "1", "--repeats", "2"]),
     "tabular": ("gpufeed.bench.tabular", [], ["--rows", "100000", "--rule-rows", "100000", "--loop-rows", "5000",
-                                              "--downcast-rows", "100000", "--repeats", "2"]),
+                                              "--downcast-rows", "100000", "--repeats", "2", "--min-seconds", "0.1"]),
     "formats": ("gpufeed.bench.formats", [], ["--rows", "50000", "--repeats", "2"]),
     "tune": ("gpufeed.bench.tune", [], ["--time-per-config", "1.5", "--max-images", "256", "--batch-sizes", "32,64",
                                         "--prefetch-factors", "2,4"]),

@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from gpufeed.arguments import at_least
+from gpufeed.arguments import at_least, number_at_least
 from gpufeed.bench.harness import (
     Timing,
     add_out_argument,
@@ -85,9 +85,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backends", nargs="+", choices=KIT_BACKENDS, default=None, metavar="BACKEND",
                         help=f"the kit's backends to run (default: every one this machine has): "
                              f"{', '.join(KIT_BACKENDS)}")
-    parser.add_argument("--open-latency-ms", type=float, default=20.0,
+    parser.add_argument("--open-latency-ms", type=number_at_least(0), default=20.0,
                         help="remote: wait per file open, ms (default: 20; 5 is a fast object store)")
-    parser.add_argument("--bandwidth-mb-s", type=float, default=200.0,
+    parser.add_argument("--bandwidth-mb-s", type=number_at_least(0), default=200.0,
                         help="remote: MB/s per reading process or thread (default: 200; 0 = unlimited)")
     parser.add_argument("--shard-size", default=DEFAULT_SHARD_SIZE,
                         help=f"target shard size in bytes or with a unit, e.g. 64MB (default: {DEFAULT_SHARD_SIZE}: "

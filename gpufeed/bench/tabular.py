@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gpufeed.arguments import at_least
+from gpufeed.arguments import at_least, number_at_least
 from gpufeed.bench.harness import (
     add_out_argument,
     markdown_table,
@@ -75,8 +75,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "baseline); cudf is skipped without a GPU")
     parser.add_argument("--repeats", type=at_least(1), default=3)
     parser.add_argument("--warmup", type=at_least(0), default=1)
+    parser.add_argument("--min-seconds", type=number_at_least(0), default=0.5,
+                        help="time each variant and op on past --repeats until its repeats add up to this "
+                             "many seconds (a median of 3 millisecond runs moves by 20%% on a shared machine)")
     parser.add_argument("--data-dir", default=None, help="where generated tables are cached")
-    parser.add_argument("--max-ram-gb", type=float, default=None,
+    parser.add_argument("--max-ram-gb", type=number_at_least(0, above=True), default=None,
                         help="skip sizes whose estimated peak exceeds this (default: available RAM less 1 GB)")
     add_out_argument(parser)
 
@@ -154,7 +157,8 @@ def rule_pandas(df: Any, table: str = "sensor") -> Any:
     )
 
 
-def _rule_worker(path: str, table: str, variant: str, rows: int, warmup: int, repeats: int) -> dict[str, Any]:
+def _rule_worker(path: str, table: str, variant: str, rows: int, warmup: int, repeats: int,
+                 min_seconds: float = 0.0) -> dict[str, Any]:
     import numpy as np
 
     from gpufeed.gpu_transforms.tabular.rules import apply_rules
@@ -176,7 +180,7 @@ def _rule_worker(path: str, table: str, variant: str, rows: int, warmup: int, re
             return apply_rules(frame, [rule])["weight"]
         return frame.assign(weight=values_of())["weight"]
 
-    timing, out = timed(compute, len(frame), warmup, repeats)
+    timing, out = timed(compute, len(frame), warmup, repeats, min_seconds)
     values = out.to_numpy() if hasattr(out, "to_numpy") else out
     values = np.asarray(values.get() if hasattr(values, "get") else values, dtype=np.float64)  # cupy -> host
     return {"timing": timing, "rows": len(frame), "checksum": float(values.sum()),
@@ -237,6 +241,12 @@ def _tables(args: argparse.Namespace) -> list[str]:
     return tables
 
 
+def _repeats(args: argparse.Namespace) -> str:
+    """How each figure was timed, for the report."""
+    return (f"median of at least {args.repeats} repeats and at least {args.min_seconds:g} s of them, "
+            f"after {args.warmup} warm-up")
+
+
 def _run_rule_on(table: str, args: argparse.Namespace, data_dir: str | None) -> tuple[dict, str]:
     path = table_file(table, max(args.rule_rows, args.loop_rows), data_dir)
     variants, skipped = _backends("polars,cudf")
@@ -247,7 +257,8 @@ def _run_rule_on(table: str, args: argparse.Namespace, data_dir: str | None) -> 
     for name, rows in plan:
         variant = {"kit-pandas": "kit"}.get(name, name.removeprefix("kit-"))
         stage(f"[tabular] rule on {table}: {name}, {rows:,} rows ...")
-        results[name] = run_isolated(_rule_worker, path, table, variant, rows, args.warmup, args.repeats)
+        results[name] = run_isolated(_rule_worker, path, table, variant, rows, args.warmup, args.repeats,
+                                     args.min_seconds)
     # Correctness after timing: every variant gives the same weights as the vectorised
     # pandas reference on the same rows (loops on their prefix, checked by value counts).
     ref = results.get("pandas-vectorised", {})
@@ -292,11 +303,12 @@ def _run_recipe(args: argparse.Namespace, data_dir: str | None) -> tuple[dict, s
                     per[b] = {"skipped": f"needs ~{need[b]:.1f} GB RAM, {limit:.1f} GB allowed (--max-ram-gb)"}
                     continue
                 stage(f"[tabular] recipe on {table}: {b}, {rows:,} rows ...")
-                per[b] = run_isolated(recipe_worker, path, table, b, args.warmup, args.repeats)
+                per[b] = run_isolated(recipe_worker, path, table, b, args.warmup, args.repeats,
+                                             args.min_seconds)
             results[table][str(rows)] = per
             sections.append(section(f"{table}, {rows:,} rows", per))
-    return results, ("## Recipe op by op (fit + transform each)\n\nEach op timed alone (median of "
-                     f"{args.repeats} after {args.warmup} warm-up) on the output of the ops before it; the whole "
+    return results, ("## Recipe op by op (fit + transform each)\n\nEach op timed alone ("
+                     f"{_repeats(args)}) on the output of the ops before it; the whole "
                      "recipe is the sum of its ops; ratios are the hand-written pandas time over the kit's "
                      "(> 1: faster than pandas by hand).\n\n" + "\n\n".join(sections))
 
@@ -332,8 +344,8 @@ def run(args: argparse.Namespace) -> int:
         print(md + "\n", flush=True)
     summary = ("Tables: sensor (station, region, timestamp, 95 int/float features, label) and "
                "transactions (20 columns: text from 3 to 5,000 values, a ~1M-distinct id, gaps, a timestamp); "
-               "baseline: idiomatic vectorised pandas; each variant in its own process; median of "
-               f"{args.repeats} repeats after {args.warmup} warm-up.\n\n" + "\n\n".join(summaries))
+               "baseline: idiomatic vectorised pandas; each variant in its own process; "
+               f"{_repeats(args)}.\n\n" + "\n\n".join(summaries))
     json_path, md_path = write_results("tabular", payload, summary, args.out)
     print(f"results: {json_path} and {md_path}")
     return 0

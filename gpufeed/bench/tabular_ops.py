@@ -207,8 +207,10 @@ def sums_match(a: dict[str, list[float]], b: dict[str, list[float]]) -> bool:
     return all(math.isclose(a[k][0], b[k][0], rel_tol=1e-6, abs_tol=1e-3) and a[k][1] == b[k][1] for k in a)
 
 
-def timed(compute: Callable[[], Any], work: int, warmup: int, repeats: int) -> tuple[dict[str, Any], Any]:
-    """Time ``compute`` with the harness and keep its last output for the correctness check."""
+def timed(compute: Callable[[], Any], work: int, warmup: int, repeats: int,
+          min_seconds: float = 0.0) -> tuple[dict[str, Any], Any]:
+    """Time ``compute`` with the harness (:func:`~gpufeed.bench.harness.measure`) and keep its
+    last output for the correctness check."""
     box: dict[str, Any] = {}
 
     def run() -> float:
@@ -216,10 +218,11 @@ def timed(compute: Callable[[], Any], work: int, warmup: int, repeats: int) -> t
         box["out"] = compute()
         return work
 
-    return measure(run, warmup=warmup, repeats=repeats).as_dict(), box["out"]
+    return measure(run, warmup=warmup, repeats=repeats, min_seconds=min_seconds).as_dict(), box["out"]
 
 
-def recipe_worker(path: str, table: str, backend: str, warmup: int, repeats: int) -> dict[str, Any]:
+def recipe_worker(path: str, table: str, backend: str, warmup: int, repeats: int,
+                  min_seconds: float = 0.0) -> dict[str, Any]:
     """Time each op of ``table``'s recipe on ``backend`` (``pandas-baseline``: by hand), op after op.
 
     Returns:
@@ -240,7 +243,7 @@ def recipe_worker(path: str, table: str, backend: str, warmup: int, repeats: int
             def run(op: Any = op, frame: Any = frame) -> Any:
                 return Recipe([copy.deepcopy(op)]).fit_transform(frame)  # a fresh, unfitted op per repeat
         frame = None  # the op's input is held by `run` only: dropped with it once the op is timed
-        timing, frame = timed(run, rows, warmup, repeats)
+        timing, frame = timed(run, rows, warmup, repeats, min_seconds)
         del run
         per_op.append({"op": name, "columns": len(op.columns), **timing})
     return {"per_op": per_op, "timing": total_timing(per_op, rows), "checksum": column_checksums(frame),

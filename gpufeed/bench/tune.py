@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from gpufeed.arguments import at_least
+from gpufeed.arguments import at_least, number_at_least
 from gpufeed.bench.harness import (
     add_out_argument,
     epoch_runner,
@@ -173,7 +173,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--knobs", default=",".join(KNOBS), help=f"knobs to sweep (default: {','.join(KNOBS)})")
     parser.add_argument("--kit", default=",".join(KIT_BACKENDS),
                         help="the kit's loader backends timed beside the best (default torch,dali; '' for none)")
-    parser.add_argument("--time-per-config", type=float, default=5.0,
+    parser.add_argument("--time-per-config", type=number_at_least(0, above=True), default=5.0,
                         help="timed seconds per configuration after a warm-up epoch (default 5)")
     parser.add_argument("--start-repeats", type=int, default=2, choices=(1, 2),
                         help="measure the start again after the sweep (default 2): the two runs' spread is "

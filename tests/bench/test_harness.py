@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpufeed.bench.harness import pool_rounds, round_ratios, spread
+from gpufeed.bench import harness
+from gpufeed.bench.harness import measure, measure_for, pool_rounds, round_ratios, spread
 
 
 def _round(*seconds: float, **extra: object) -> dict:
@@ -34,3 +35,34 @@ def test_ratios_pair_the_rounds_measured_together():
     assert spread([0.81, 1.02]) == "0.81–1.02"
     # A row from before rounds (no round_rates) still compares by its rate.
     assert round_ratios({"rate": 6.0}, {"rate": 2.0}) == [3.0]
+
+
+class _Clock:
+    """A fake perf_counter: each call of the timed work advances it by ``step`` seconds."""
+
+    def __init__(self, step: float) -> None:
+        self.now, self.step, self.calls = 0.0, step, 0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def work(self) -> float:
+        self.calls += 1
+        self.now += self.step
+        return 7.0
+
+
+def test_short_work_is_timed_until_min_seconds_and_long_work_the_given_repeats(monkeypatch):
+    fast = _Clock(0.01)
+    monkeypatch.setattr(harness.time, "perf_counter", fast.perf_counter)
+    timing = measure(fast.work, warmup=1, repeats=3, min_seconds=0.25)
+    # 1 warm-up, then 3 repeats would be 0.03 s: timing goes on to 0.25 s (float sums: 25 or 26)
+    assert len(timing.seconds) in (25, 26) and fast.calls == 1 + len(timing.seconds)
+    assert timing.work == 7.0
+    slow = _Clock(1.0)
+    monkeypatch.setattr(harness.time, "perf_counter", slow.perf_counter)
+    assert len(measure(slow.work, warmup=0, repeats=3, min_seconds=0.25).seconds) == 3
+    assert len(measure(fast.work, warmup=0, repeats=2, min_seconds=10.0, max_repeats=4).seconds) == 4
+    assert len(measure_for(slow.work, 2.5, warmup=0).seconds) == 3  # a budget: the last call runs past it
+    with pytest.raises(ValueError, match="min_seconds"):
+        measure(fast.work, min_seconds=-1.0)

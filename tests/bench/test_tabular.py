@@ -54,7 +54,7 @@ def test_every_rule_variant_gives_the_same_weights(name):
 def test_recipe_part_reports_per_op_both_tables_and_skips_what_does_not_fit(tmp_path):
     args = argparse.Namespace(
         parts="recipe", tables="sensor,transactions", rows="2000,100000000", rule_rows=2000, loop_rows=200,
-        downcast_rows=2000, backends="polars", repeats=1, warmup=0, data_dir=str(tmp_path / "data"),
+        downcast_rows=2000, backends="polars", repeats=1, warmup=0, min_seconds=0.0, data_dir=str(tmp_path / "data"),
         max_ram_gb=4.0, out=str(tmp_path / "out"),
     )
     assert tabular.run(args) == 0

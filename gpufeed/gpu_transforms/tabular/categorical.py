@@ -132,7 +132,7 @@ class Categorify(TableOp):
             fitted = polars_fit_codes(frame, self.columns, MISSING_INDEX)
             if fitted is not None:
                 vocabularies, out = fitted
-                self.state = {c: [_json_key(v, c) for v in vocabularies[c]] for c in self.columns}
+                self.state = vocabularies  # text or integers only: JSON keys already
                 return out
         if backend != "pandas":
             return super().fit_transform(frame, backend)

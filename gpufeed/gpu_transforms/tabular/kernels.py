@@ -383,10 +383,12 @@ def polars_fit_codes(frame: NwFrame, columns: Sequence[str], missing: int,
     exprs = []
     for c in columns:
         if c in categories:
-            seen = categories[c].to_series().to_list()  # the distinct values, by id (`cast` keeps them alive)
-            vocab = sorted(seen)
-            where = {v: i for i, v in enumerate(vocab)}
-            table = np.fromiter((where[v] + start for v in seen), dtype=np.int32, count=len(seen))
+            seen = categories[c].to_series()  # the distinct values, by id (`cast` keeps them alive)
+            # Sorted by polars: UTF-8 byte order is code-point order, Python's `sorted`.
+            order = seen.arg_sort().to_numpy()
+            vocab = seen.gather(order).to_list()
+            table = np.empty(len(seen), dtype=np.int32)
+            table[order] = np.arange(start, start + len(seen), dtype=np.int32)  # id -> code
             nulls = cast.get_column(c).null_count() > 0
             exprs.append(_table_codes(table, pl.col(c).to_physical(), nulls, missing).alias(c))
         else:
