@@ -431,6 +431,19 @@ def test_an_unnamed_csv_column_has_one_name_on_every_backend(tmp_path):
         assert list(read_table(tmp_path / "indexed.csv", backend=backend).columns) == ["Unnamed: 0", "x"]
 
 
+@pytest.mark.parametrize("suffix", [".parquet", ".feather", ".arrows", ".json", ".jsonl", ".pkl"])
+def test_a_column_named_empty_keeps_its_name_on_every_backend(tmp_path, suffix):
+    # Arrow and pandas keep a column named ""; polars' from_arrow renamed it column_0 (and
+    # failed outright beside a real column_0), so a Feather file had other columns on polars.
+    frame = pd.DataFrame({"": [1, 2], "column_0": [0.5, None]})
+    path = tmp_path / f"empty{suffix}"
+    write_table(frame, path)
+    for backend in BACKENDS:
+        out = read_table(path, backend=backend)
+        assert list(out.columns) == ["", "column_0"], backend
+        assert list(out[""]) == [1, 2], backend
+
+
 @pytest.mark.parametrize("suffix", [".parquet", ".feather"])
 def test_a_stored_pandas_index_is_no_column_on_any_backend(tmp_path, suffix):
     # A filtered frame's to_parquet() stores the rows it kept as __index_level_0__; pandas

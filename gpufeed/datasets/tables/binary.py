@@ -25,7 +25,7 @@ from gpufeed.datasets.tables.base import (
     arrow_to_pandas,
 )
 from gpufeed.gpu_transforms.tabular.errors import TabularError
-from gpufeed.gpu_transforms.tabular.frames import Frame
+from gpufeed.gpu_transforms.tabular.frames import Frame, polars_from_arrow
 
 _HDF_KEY = "table"
 
@@ -105,7 +105,7 @@ def _read_parquet_polars(path: Path, options: ReadOptions, report: ReadReport) -
     # get the same columns, partition column types and schema union.
     if path.is_dir():
         table = read_parquet_dataset(path)
-        return _without_pandas_index(pl.from_arrow(table), table.schema, path)
+        return _without_pandas_index(polars_from_arrow(table), table.schema, path)
     return _without_pandas_index(pl.read_parquet(path), pq.read_schema(path), path)
 
 
@@ -163,10 +163,9 @@ def _read_feather_pandas(path: Path, options: ReadOptions, report: ReadReport) -
 
 
 def _read_feather_polars(path: Path, options: ReadOptions, report: ReadReport) -> Frame:
-    import polars as pl
 
     table = _read_arrow_ipc(path)
-    return _without_pandas_index(pl.from_arrow(table), table.schema, path)
+    return _without_pandas_index(polars_from_arrow(table), table.schema, path)
 
 
 def _write_feather_pandas(df: Frame, path: Path, options: WriteOptions) -> None:

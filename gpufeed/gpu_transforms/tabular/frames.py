@@ -204,7 +204,7 @@ def to_backend(df: Frame, backend: str) -> Frame:
         import polars as pl
 
         table = df if source == "pandas" else df.to_arrow()
-        out = pl.from_pandas(df, nan_to_null=True) if source == "pandas" else pl.from_arrow(table)
+        out = pl.from_pandas(df, nan_to_null=True) if source == "pandas" else polars_from_arrow(table)
         # polars' Categorical has no category order: an ordered categorical (sizes S < M < L)
         # becomes an Enum of its categories, which keeps the order for sorting and comparing
         # and converts back to an ordered pandas categorical.
@@ -216,6 +216,23 @@ def to_backend(df: Frame, backend: str) -> Frame:
         return cudf.from_pandas(df, nan_as_null=True)
     return cudf.DataFrame.from_arrow(df.to_arrow())
 
+
+
+def polars_from_arrow(table: Any) -> Any:
+    """An Arrow table as a polars frame with the table's own column names.
+
+    ``pl.from_arrow`` names a column called ``""`` ``column_0`` (and fails when the table
+    also has a ``column_0``), where pandas, pyarrow and polars' own Parquet reader keep the
+    empty name: a Feather file read on polars had another column than on pandas.
+    """
+    import polars as pl
+
+    names = table.column_names
+    if "" not in names:
+        return pl.from_arrow(table)
+    frame = pl.from_arrow(table.rename_columns([f"__gpufeed_{i}" for i in range(len(names))]))
+    frame.columns = names
+    return frame
 
 
 def _ordered_text_categories(table: Any) -> dict[str, list[str]]:
