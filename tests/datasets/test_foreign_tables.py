@@ -324,6 +324,20 @@ def test_categorify_of_decimal_columns_gives_the_same_codes_on_both_backends(tmp
     assert codes["pandas"] == codes["polars"] == ([2, 1, 3, 2], [2, 3, 1, 2])
 
 
+def test_categorify_keeps_distinct_wide_decimal_ids_apart_on_both_backends(tmp_path):
+    # DECIMAL(38, 0) ids beyond 2**53 that fit int64: pandas reads them as int64; polars
+    # went through float64 for any precision over 18 and merged three ids into one category.
+    path = tmp_path / "ids.parquet"
+    ids = [2**60 + 1, 2**60 + 2, 2**60 + 3]
+    pq.write_table(pa.table({"id": pa.array([decimal.Decimal(i) for i in ids] + [None], pa.decimal128(38, 0))}), path)
+    for backend in BACKENDS:
+        recipe = Recipe([Categorify(["id"])])
+        out = recipe.fit_transform(read_table(path, backend=backend))
+        assert recipe.ops[0].state["id"] == ids, backend
+        assert _cells(out, "id") == [2, 3, 4, 1], backend
+        assert _cells(recipe.transform(read_table(path, backend=backend)), "id") == [2, 3, 4, 1], backend
+
+
 def test_convert_reads_a_european_csv(tmp_path):
     from gpufeed.datasets.tables import convert
 

@@ -32,21 +32,28 @@ UNSEEN_INDEX = 0
 MISSING_INDEX = 1
 
 
-def _category_exprs(columns: Sequence[str], schema: Any) -> dict[str, nw.Expr]:
+def _category_exprs(columns: Sequence[str], frame: NwFrame) -> dict[str, nw.Expr]:
     """Categorical columns are compared by their text values; decimal columns (polars keeps
     Parquet's decimals) by their numbers, as pandas reads them: int64 for whole-number
-    decimals of up to 18 digits, float64 otherwise (values beyond 2**53 then merge, as
-    on pandas, where reading them warns). JSON cannot store a Decimal, so a vocabulary of
-    them failed on polars where pandas' ran."""
+    decimals whose values fit, float64 otherwise (values beyond 2**53 then merge, as on
+    pandas, where reading them warns). JSON cannot store a Decimal, so a vocabulary of
+    them failed on polars where pandas' ran; a DECIMAL(38, 0) id column (a warehouse's id
+    type) went through float64 whatever its values, and distinct ids became one category."""
+    schema = frame.collect_schema()
+    whole = [c for c in columns if schema[c] == nw.Decimal and getattr(schema[c], "scale", 1) == 0]
+    # Precision over 18 digits may hold values beyond int64: their range decides (one pass).
+    wide = [c for c in whole if (getattr(schema[c], "precision", None) or 39) > 18]
+    span = aggregate(frame, [*[nw.col(c).min().alias(f"lo:{c}") for c in wide],
+                             *[nw.col(c).max().alias(f"hi:{c}") for c in wide]]) if wide else {}
+    fits = {c for c in whole if c not in wide
+            or all(is_missing(span[k]) or -2**63 <= int(span[k]) < 2**63 for k in (f"lo:{c}", f"hi:{c}"))}
+
     def expr(column: str) -> nw.Expr:
         kind = schema[column]
         if kind == nw.Categorical:
             return nw.col(column).cast(nw.String)
         if kind == nw.Decimal:
-            # int64 only where every value fits (scale 0, at most 18 digits): a wider one
-            # could overflow the cast, which polars refuses mid-query
-            whole = getattr(kind, "scale", 1) == 0 and (getattr(kind, "precision", None) or 39) <= 18
-            return nw.col(column).cast(nw.Int64 if whole else nw.Float64)
+            return nw.col(column).cast(nw.Int64 if column in fits else nw.Float64)
         return nw.col(column)
 
     return {c: expr(c) for c in columns}
@@ -114,7 +121,7 @@ class Categorify(TableOp):
             raise ValueError(f"Categorify: min_count must be >= 1, got {self.min_count}")
 
     def fit(self, frame: NwFrame, backend: str) -> None:
-        exprs = _category_exprs(self.columns, frame.collect_schema())
+        exprs = _category_exprs(self.columns, frame)
         try:
             values = category_values(frame, backend, exprs, self.min_count)
         except TypeError as exc:  # unhashable values: pandas' words name no column
@@ -155,7 +162,7 @@ class Categorify(TableOp):
         return len(self.state[column]) + 2
 
     def transform(self, frame: NwFrame, backend: str) -> NwFrame:
-        exprs = _category_exprs(self.columns, frame.collect_schema())
+        exprs = _category_exprs(self.columns, frame)
         vocabularies = {c: self.state[c] for c in self.columns}
         if self.on_unseen is not OnUnseen.RAISE:
             return vocabulary_codes(frame, backend, exprs, vocabularies, UNSEEN_INDEX, MISSING_INDEX)
@@ -217,7 +224,7 @@ class HashBucket(TableOp):
             raise ValueError(f"HashBucket: buckets must be >= 2, got {self.buckets}")
 
     def transform(self, frame: NwFrame, backend: str) -> NwFrame:
-        exprs = _category_exprs(self.columns, frame.collect_schema())
+        exprs = _category_exprs(self.columns, frame)
         out = []
         for c in self.columns:
             # Hash the distinct values in Python (few), then map them vectorised.
