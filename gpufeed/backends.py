@@ -9,10 +9,12 @@ CPU-only workflow never loads a CUDA-only library.
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from gpufeed.machine import cuda_available, installed, library_version
+
+if TYPE_CHECKING:  # torch is imported where a device is resolved: table code never needs it
+    import torch
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,8 @@ def resolve_device(device: str | torch.device) -> torch.device:
         ValueError: unknown device string.
         RuntimeError: CUDA asked for on a machine without it.
     """
+    import torch
+
     if isinstance(device, torch.device):
         device = str(device)  # torch.device("cuda", 1) -> "cuda:1", checked like the string
     if not isinstance(device, str):

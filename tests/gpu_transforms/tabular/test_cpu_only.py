@@ -44,6 +44,27 @@ def test_cpu_workflow_never_imports_gpu_libraries(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+def test_table_preprocessing_never_imports_torch(tmp_path):
+    # Reading, recipes, rules, splits and downcasts need no torch: importing it cost ~2 s
+    # of the ~3 s it took to import the table API (through the backend chooser).
+    script = textwrap.dedent(f"""
+        import sys
+        from gpufeed.datasets.sensor import generate_sensor_table
+        from gpufeed.datasets.tables import read_table, write_table
+        from gpufeed.gpu_transforms.tabular import (Categorify, FillMissing, Recipe, Rule, apply_rules, col,
+            downcast, split_random)
+        path = write_table(generate_sensor_table(300, n_features=6), r"{tmp_path}/t.parquet")
+        for backend in ("auto", "pandas", "polars"):
+            table, _ = downcast(read_table(path, backend=backend))
+            split = split_random(table)
+            recipe = Recipe([FillMissing(["temp_03"]), Categorify(["region"])]).fit(split.train)
+            apply_rules(recipe.transform(split.val), [Rule("w", [(col("region") == 2, 1.0)], default=0.0)])
+        sys.exit(1 if "torch" in sys.modules else 0)
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
 def test_fallback_report_lists_cpu_functions_slowest_first():
     report = FallbackReport.from_stats({
         "DataFrame.groupby": {"gpu": [0.2, 0.1], "cpu": []},
