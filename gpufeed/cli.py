@@ -18,41 +18,52 @@ from collections.abc import Callable, Sequence
 
 from gpufeed.arguments import at_least
 
-#: Benchmark suites: name -> module with ``add_arguments(parser)`` and ``run(args) -> int``.
-#: Modules are imported only when their suite runs, so one suite's heavy imports
-#: (DALI, cuDF, ...) never load for another.
+#: Benchmark suites: name -> (module with ``add_arguments(parser)`` and ``run(args) -> int``,
+#: its one-line help: the module docstring's first line). Only the suite named on the
+#: command line is imported, so `gpufeed doctor` or one suite never loads another's heavy
+#: imports (DALI, pandas, matplotlib ...).
 BENCH_SUITES = {
-    "images": "gpufeed.bench.images",
-    "augment": "gpufeed.bench.augment",
-    "tabular": "gpufeed.bench.tabular",
-    "formats": "gpufeed.bench.formats",
-    "tune": "gpufeed.bench.tune",
-    "storage": "gpufeed.bench.storage",
-    "all": "gpufeed.bench.report",
-    "compare": "gpufeed.bench.compare",
+    "images": ("gpufeed.bench.images", "Image loaders: the kit's DALI (CPU, GPU) and torch backends against "
+                                       "DataLoader + PIL + transforms.v2."),
+    "augment": ("gpufeed.bench.augment", "Batch augmentation: the kit's stage against kornia eager and "
+                                         "torchvision.transforms.v2."),
+    "tabular": ("gpufeed.bench.tabular", "Tabular preprocessing: row rules, the recipe op by op, and downcast "
+                                         "memory, per backend."),
+    "formats": ("gpufeed.bench.formats", "Storage formats: write time, read time, size on disk and memory in "
+                                         "RAM, as ratios to CSV."),
+    "tune": ("gpufeed.bench.tune", "DataLoader tuning sweep: the settings that feed this machine fastest, "
+                                   "beside the kit's loaders."),
+    "storage": ("gpufeed.bench.storage", "Storage formats under warm, cold and simulated-remote storage: "
+                                         "folder, WebDataset and TFRecord shards, raw cache, RAM cache."),
+    "all": ("gpufeed.bench.report", "Every suite into one results folder, with a summary and figures."),
+    "compare": ("gpufeed.bench.compare", "Compare two benchmark runs: how each pipeline's ratio to its "
+                                         "baseline changed."),
 }
+
+
+def _add_suite(parser: argparse.ArgumentParser, module: str) -> None:
+    """Give ``parser`` the options and the run of the suite in ``module`` (imported here)."""
+    mod = importlib.import_module(module)
+    mod.add_arguments(parser)
+    parser.set_defaults(_run=mod.run)
 
 
 #: ``--seed`` of the table generators.
 _TABLE_SEED_HELP = "seed of the values (default: 0); the same seed writes the same table"
 
 
-def _build_parser() -> argparse.ArgumentParser:
+def _build_parser(chosen: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """The command line's parser; ``chosen``: the command and suite named (``["bench",
+    "tabular"]``, ``["tune"]``), the only suite whose module is imported for its options."""
     parser = argparse.ArgumentParser(prog="gpufeed", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     bench = sub.add_parser("bench", help="run a benchmark suite (default: images)")
     suites = bench.add_subparsers(dest="suite")
-    for name, module in BENCH_SUITES.items():
-        try:
-            mod = importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if exc.name != module:
-                raise
-            continue  # suite not built yet
-        p = suites.add_parser(name, help=(mod.__doc__ or name).strip().splitlines()[0])
-        mod.add_arguments(p)
-        p.set_defaults(_run=mod.run)
+    for name, (module, text) in BENCH_SUITES.items():
+        p = suites.add_parser(name, help=text, description=text)
+        if list(chosen[:2]) == ["bench", name]:
+            _add_suite(p, module)
 
     doctor = sub.add_parser("doctor", help="GPU, driver, library versions and backend choices")
     doctor.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -119,11 +130,10 @@ def _build_parser() -> argparse.ArgumentParser:
     convert.add_argument("--raw-size", type=at_least(1), default=256, help="raw cache image side (default: 256)")
     convert.add_argument("--workers", type=at_least(0), default=None, help="decoding processes (default: all cores)")
 
-    tune_module = importlib.import_module(BENCH_SUITES["tune"])  # also a command of its own
     tune = sub.add_parser("tune", help="sweep DataLoader settings (workers, pinning, prefetch, batch) here",
-                          description=tune_module.__doc__.strip().splitlines()[0])
-    tune_module.add_arguments(tune)
-    tune.set_defaults(_run=tune_module.run)
+                          description=BENCH_SUITES["tune"][1])  # also a command of its own
+    if list(chosen[:1]) == ["tune"]:
+        _add_suite(tune, BENCH_SUITES["tune"][0])
     return parser
 
 
@@ -132,7 +142,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["bench"] and (len(argv) == 1 or argv[1].startswith("-") and argv[1] not in ("-h", "--help")):
         argv.insert(1, "images")  # `gpufeed bench` alone is the main job
-    parser = _build_parser()
+    parser = _build_parser(argv[:2])
     args = parser.parse_args(argv)
     formatted = warnings.formatwarning
     warnings.formatwarning = _plain_warning(formatted)

@@ -47,13 +47,31 @@ def test_bench_images_writes_results_with_metadata(image_folder, tmp_path):
     assert "× per round" in result.with_suffix(".md").read_text()
 
 
-def test_cpu_only_workflow_never_imports_gpu_libraries():
+def test_suite_help_is_each_modules_first_line_and_only_the_named_suite_is_imported():
+    import importlib
+
+    from gpufeed.cli import BENCH_SUITES
+
+    for name, (module, text) in BENCH_SUITES.items():
+        assert text == importlib.import_module(module).__doc__.strip().splitlines()[0], name
+    code = ("import sys\nfrom gpufeed.cli import _build_parser\n"
+            "_build_parser(['bench', 'compare']).parse_args(['bench', 'compare', 'a', 'b'])\n"
+            "_build_parser(['doctor'])\n"
+            "print(sorted(m for m in sys.modules if m.startswith('gpufeed.bench.') or m in ('pandas', 'torch')))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "gpufeed.bench.compare" in out.stdout
+    for other in ("gpufeed.bench.images", "gpufeed.bench.tabular", "gpufeed.bench.formats", "'pandas'", "'torch'"):
+        assert other not in out.stdout, out.stdout
+
+
+def test_cpu_only_workflow_never_imports_gpu_libraries(tmp_path):
     code = (
         "import sys, torch\n"
         "from gpufeed.pipelines import classification_loader\n"
         "from gpufeed.datasets.images import generate_image_folder\n"
-        "import tempfile, gpufeed.doctor\n"
-        "root = generate_image_folder(tempfile.mkdtemp(), num_images=4, num_classes=2, min_side=40, max_side=50)\n"
+        "import gpufeed.doctor\n"
+        f"root = generate_image_folder(r'{tmp_path}', num_images=4, num_classes=2, min_side=40, max_side=50)\n"
         "for x, y in classification_loader(root, train=True, batch_size=2, size=32, backend='torch', device='cpu', num_workers=0): pass\n"
         "gpufeed.doctor.report()\n"
         "bad = [m for m in sys.modules if m.split('.')[0] in ('cudf', 'cupy', 'dask_cudf') or m.startswith('nvidia.dali')]\n"
