@@ -35,6 +35,7 @@ from gpufeed.bench.harness import (
     write_results,
 )
 from gpufeed.bench.progress import stage
+from gpufeed.machine import usable_cpus
 
 BASELINE = "torchvision-per-sample"
 KORNIA = "kornia-eager"
@@ -176,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
     device = str(resolve_device(args.device))
     batch_size = args.batch_size or (256 if device.startswith("cuda") else 64)
     input_size = args.input_size or args.size
-    threads = args.threads or os.cpu_count() or 1
+    threads = args.threads or usable_cpus()
     # The threaded loop tunes the per-sample baseline for CPU cores; on a GPU it only adds
     # host threads racing for one device, so it runs there only when asked for.
     default = [n for n in CONTENDERS if n != THREADED or not device.startswith("cuda")]

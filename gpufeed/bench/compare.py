@@ -100,7 +100,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``gpufeed bench compare``."""
     parser.add_argument("old", help="result JSON file or folder of them (the reference)")
     parser.add_argument("new", help="result JSON file or folder of them (the run to judge)")
-    parser.add_argument("--threshold", type=number_at_least(0), default=DEFAULT_THRESHOLD,
+    parser.add_argument("--threshold", type=number_at_least(0, above=True), default=DEFAULT_THRESHOLD,
                         help=f"percent change that counts (default {DEFAULT_THRESHOLD:g}: the run-to-run "
                              "spread recorded on 2-core machines)")
 

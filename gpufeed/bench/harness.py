@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufeed.arguments import at_least
+from gpufeed.bench.results import machine_kind
 from gpufeed.machine import (
     PACKAGES,
     cpu_model,
@@ -315,9 +316,8 @@ def write_results(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     meta = machine_metadata()
-    kind = "gpu" if meta["gpu"] else "cpu"
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    base = out / f"{suite}-{kind}{meta['cpu_count']}-{stamp}"
+    base = out / f"{suite}-{machine_kind({'metadata': meta})}-{stamp}"
     doc = json.loads(json.dumps({"suite": suite, "metadata": meta, **payload}, default=str))
     doc["figures"] = [p.name for p in _draw_figures(doc, base)]
     json_path = base.with_suffix(".json")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -63,7 +64,9 @@ def load_results(paths: Iterable[str | os.PathLike[str]], *,
     for file in files:
         try:
             doc = json.loads(file.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError):
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            # A run cut off while writing: say so, or its pipelines drop out of a comparison unseen.
+            warnings.warn(f"gpufeed: {file}: not a readable JSON file, left out ({exc})", stacklevel=2)
             continue
         if isinstance(doc, dict) and "suite" in doc:
             doc["_path"] = str(file)

@@ -23,7 +23,6 @@ reported instead of swapping.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -48,7 +47,7 @@ from gpufeed.bench.tabular_ops import (
     table_file,
     timed,
 )
-from gpufeed.machine import cuda_available, installed
+from gpufeed.machine import cuda_available, installed, usable_cpus
 
 #: Peak RSS per row of one recipe process (the table, the reader's buffers while loading,
 #: the output and the temporaries), measured at 10M rows plus ~7%: the 99-column sensor
@@ -335,7 +334,7 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"unknown --parts {sorted(unknown)}; choose from rule, recipe, downcast")
     data_dir = args.data_dir
     _tables(args)  # a bad name fails before anything runs
-    payload: dict[str, Any] = {"config": vars(args) | {"_run": None}, "cpu_threads": os.cpu_count()}
+    payload: dict[str, Any] = {"config": vars(args) | {"_run": None}, "cpu_threads": usable_cpus()}
     summaries = []
     for part in parts:
         result, md = {"rule": _run_rule, "recipe": _run_recipe, "downcast": _run_downcast}[part](args, data_dir)

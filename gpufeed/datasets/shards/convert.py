@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from gpufeed.datasets.shards import MANIFEST
+from gpufeed.machine import usable_cpus
 from gpufeed.pipelines.sources import (
     SampleList,
     image_format,
@@ -181,7 +182,7 @@ def convert(
     else:
         settings["shard_size"] = int(shard_size)
     record = _Progress.open(dst, settings)
-    workers = (os.cpu_count() or 1) if workers is None else max(0, int(workers))
+    workers = usable_cpus() if workers is None else max(0, int(workers))
     if format == "raw":
         _convert_raw(source, order, dst, record, raw_size, workers, progress)
     else:

@@ -18,7 +18,7 @@ from typing import Any
 from gpufeed.backends import choose_dataframe_backend
 from gpufeed.gpu_transforms.tabular.errors import UnknownFormatError
 from gpufeed.gpu_transforms.tabular.frames import Frame, backend_of
-from gpufeed.machine import cuda_available, installed
+from gpufeed.machine import cuda_available, installed, usable_cpus
 
 
 def to_dask(df: Frame, npartitions: int = 4) -> Any:
@@ -98,7 +98,7 @@ def local_cluster(n_workers: int | None = None, threads_per_worker: int = 1) -> 
 
         cluster = LocalCUDACluster(n_workers=n_workers)
     else:
-        cluster = LocalCluster(n_workers=n_workers or os.cpu_count() or 1, threads_per_worker=threads_per_worker,
+        cluster = LocalCluster(n_workers=n_workers or usable_cpus(), threads_per_worker=threads_per_worker,
                                processes=True, dashboard_address=None)
     client = Client(cluster)
     try:

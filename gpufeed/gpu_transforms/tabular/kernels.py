@@ -49,7 +49,6 @@ in :mod:`.pandas_kernels`. Measurements behind these choices: ``docs/tabular.md`
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -74,6 +73,7 @@ from gpufeed.gpu_transforms.tabular.stats import (
     no_values,
     number,
 )
+from gpufeed.machine import usable_cpus
 
 #: Temporary column holding each row's group code in ``Standardize(by=)``.
 GROUP_CODE = "__gpufeed_group_code"
@@ -111,7 +111,7 @@ def _numpy_quantiles_threaded(frame: nw.DataFrame, columns: Sequence[str],
                               qs: tuple[float, float]) -> dict[str, list[float]]:
     if len(columns) == 1:  # nothing to overlap: a pool would only add its start-up
         return {columns[0]: _numpy_quantiles(frame, columns[0], qs)}
-    with ThreadPoolExecutor(max_workers=os.cpu_count()) as pool:
+    with ThreadPoolExecutor(max_workers=usable_cpus()) as pool:
         bounds = list(pool.map(lambda c: _numpy_quantiles(frame, c, qs), columns))
     return dict(zip(columns, bounds, strict=True))
 
