@@ -10,9 +10,9 @@ import os
 import platform
 import statistics
 import subprocess
-import sys
 import time
 import traceback
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -344,5 +344,5 @@ def _draw_figures(doc: dict[str, Any], base: Path) -> list[Path]:
 
         return draw_figures(doc, base)
     except Exception as exc:  # noqa: BLE001 - a figure is never worth losing the results
-        print(f"gpufeed: warning: no figure for {doc['suite']}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        warnings.warn(f"gpufeed: no figure for {doc['suite']}: {type(exc).__name__}: {exc}", stacklevel=3)
         return []

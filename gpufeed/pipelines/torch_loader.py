@@ -42,7 +42,9 @@ from gpufeed.pipelines.threads import SamplePool, prefetched
 
 # torchvision 0.29 deprecates its image codecs in favour of TorchCodec, warning on every
 # call; they remain the fastest decoder a DataLoader user has today, so the kit keeps
-# them (with PIL beside them) and silences that one message.
+# them (with PIL beside them) and silences that one message. A filter for that message
+# alone, set once: a `catch_warnings` around each decode is not thread-safe, and the
+# decodes run on threads.
 warnings.filterwarnings("ignore", message="The image decoding and encoding capabilities of TorchVision")
 
 
