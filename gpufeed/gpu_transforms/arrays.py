@@ -97,7 +97,8 @@ def _cudf_to_cupy(obj: Any, dtype: str | None = None) -> Any:
     if hasattr(obj, "columns"):  # DataFrame: one 2-D array, which needs one dtype
         return obj.to_cupy(dtype=dtype)
     if obj.null_count:
-        raise ValueError("a cuDF column with nulls has no zero-copy array view; fill the nulls first")
+        raise ValueError(f"cuDF column {obj.name!r} has {int(obj.null_count)} missing value(s), and a column with "
+                         "missing values has no zero-copy array view; fill them first")
     return obj.to_cupy(dtype=dtype)
 
 

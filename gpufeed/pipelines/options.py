@@ -71,7 +71,11 @@ def default_shard() -> tuple[int, int]:
         return torch.distributed.get_rank(), torch.distributed.get_world_size()
     rank, world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
     if rank is not None and world is not None:
-        return int(rank), int(world)
+        try:
+            return int(rank), int(world)
+        except ValueError:
+            raise ValueError(f"RANK={rank!r} and WORLD_SIZE={world!r} from the environment must be whole "
+                             "numbers (torchrun sets both)") from None
     return 0, 1
 
 

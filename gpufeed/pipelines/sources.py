@@ -260,8 +260,10 @@ def read_file_list(
     _check_files_exist([p for p, _ in pairs], where)
     if not pairs:
         raise ValueError(f"file list {file_list!r} has no samples")
-    if min(lbl for _, lbl in pairs) < 0:
-        raise ValueError(f"file list {file_list!r} has a negative label")
+    negative = [f"{w} ({lbl})" for w, (_, lbl) in zip(where, pairs, strict=True) if lbl < 0]
+    if negative:
+        raise ValueError(f"labels must be >= 0; {len(negative)} negative: {', '.join(negative[:5])}"
+                         + (" ..." if len(negative) > 5 else ""))
     classes = tuple(str(i) for i in range(max(lbl for _, lbl in pairs) + 1))
     return SampleList(tuple(p for p, _ in pairs), tuple(lbl for _, lbl in pairs), classes, storage)
 

@@ -147,6 +147,23 @@ def test_malformed_file_list_line_is_named(tmp_path):
         classification_loader(tmp_path, file_list=listing, train=True, batch_size=4, backend="torch")
 
 
+def test_negative_labels_in_a_file_list_are_named_by_line(image_folder, tmp_path):
+    first, second = sorted(str(p) for p in Path(image_folder).rglob("*.jpg"))[:2]
+    listing = tmp_path / "list.txt"
+    listing.write_text(f"{first} 0\n{second} -3\n")
+    with pytest.raises(ValueError, match=r"labels must be >= 0; 1 negative: .*list.txt:2 \(-3\)"):
+        classification_loader(None, file_list=listing, train=True, batch_size=4, backend="torch")
+    with pytest.raises(ValueError, match=r"file_list\[1\] \(-1\)"):
+        classification_loader(None, file_list=[(first, 0), (second, -1)], train=True, batch_size=4, backend="torch")
+
+
+def test_a_bad_rank_from_the_environment_is_named(image_folder, monkeypatch):
+    monkeypatch.setenv("RANK", "worker-1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ValueError, match=r"RANK='worker-1' and WORLD_SIZE='2' from the environment"):
+        classification_loader(image_folder, train=True, batch_size=4, backend="torch")
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_16_bit_png_is_scaled_to_8_bits(tmp_path, backend):
     pixels = np.random.default_rng(0).integers(0, 65536, (40, 40, 3)).astype(np.uint16)

@@ -64,6 +64,8 @@ def read_dask(paths: str | os.PathLike[str] | Sequence[str], *, backend: str = "
 
     name = choose_dataframe_backend(backend).name
     target = "cudf" if name == "cudf" else "pandas"
+    if isinstance(paths, list | tuple) and not paths:
+        raise ValueError("paths is an empty list: give a file, a glob or a list of files")
     first = os.fspath(paths[0] if isinstance(paths, list | tuple) else paths)
     with dask.config.set({"dataframe.backend": target}):
         if first.lower().endswith((".parquet", ".pq")) or os.path.isdir(first):

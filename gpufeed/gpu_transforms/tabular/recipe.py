@@ -180,7 +180,9 @@ class Recipe:
             the ops' errors.
         """
         if not self.fitted:
-            raise RuntimeError("the recipe is not fitted: call fit(train) or load a fitted recipe")
+            unfitted = [f"{i} ({op.kind}, columns {op.columns})" for i, op in enumerate(self.ops) if not op.fitted]
+            raise RuntimeError(f"the recipe is not fitted (op(s) {', '.join(unfitted)} hold no statistics): "
+                               "call fit(train) or load a fitted recipe")
         frame = wrap(df)
         backend = backend_of(frame)
         for i, op in enumerate(self.ops):

@@ -45,3 +45,5 @@ def test_to_dask_and_unknown_files(tmp_path):
         read_dask(str(tmp_path / "x.xlsx"))
     with pytest.raises(ValueError, match="npartitions"):
         to_dask(pd.DataFrame({"a": [1]}), npartitions=0)
+    with pytest.raises(ValueError, match="paths is an empty list"):
+        read_dask([])

@@ -297,6 +297,9 @@ def test_polars_quantile_bounds_of_a_column_with_nan_or_no_values():
 def test_unfitted_recipe_and_bad_arguments_are_rejected(table):
     with pytest.raises(RuntimeError, match="not fitted"):
         Recipe([MinMax(["volt"])]).transform(table)
+    half = Recipe([Log(["volt"]), MinMax(["volt"])])  # Log needs no fit: MinMax is the one named
+    with pytest.raises(RuntimeError, match=r"op\(s\) 1 \(minmax, columns \['volt'\]\) hold no statistics"):
+        half.transform(table)
     with pytest.raises(ValueError, match="non-empty list"):
         MinMax("volt")
     with pytest.raises(ValueError, match="quantiles"):
