@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from gpufeed import pipelines
 from gpufeed.backends import dali_installed
 from gpufeed.gpu_transforms.augment import (
     IMAGENET_MEAN,
@@ -20,8 +21,6 @@ from gpufeed.gpu_transforms.augment import (
     RandomHorizontalFlip,
     RandomResizedCrop,
 )
-
-pipelines = pytest.importorskip("gpufeed.pipelines", reason="the loader (gpufeed.pipelines) is not in the tree yet")
 
 BACKENDS = [
     "torch",

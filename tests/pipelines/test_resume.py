@@ -195,7 +195,10 @@ def test_a_dataset_copied_elsewhere_accepts_the_state(folder, mid_epoch_state, t
     import shutil
 
     copy = shutil.copytree(folder, tmp_path / "elsewhere" / "train")
-    torch_loader(copy).load_state_dict(mid_epoch_state)  # another mount point, same files
+    whole = [y.tolist() for _, y in torch_loader(folder)]
+    loader = torch_loader(copy)
+    loader.load_state_dict(mid_epoch_state)  # another mount point, same files: the rest of the epoch
+    assert [y.tolist() for _, y in loader] == whole[mid_epoch_state["batch"]:]
 
 
 @pytest.mark.parametrize(("change", "named"), [
