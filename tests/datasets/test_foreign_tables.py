@@ -433,6 +433,9 @@ def test_writers_name_the_file_and_keep_booleans_with_gaps(tmp_path):
     mixed = pd.DataFrame({"code": pd.Series([1, "A"], dtype=object)})
     with pytest.raises(TabularError, match=r"mixed.parquet: cannot write .*column code"):
         write_table(mixed, tmp_path / "mixed.parquet")
+    # JSON stores such a column, through pandas' writer: its 15-digit floats are announced
+    with pytest.warns(UserWarning, match=r"mixed.jsonl: column\(s\) \['code'\] mix types .* float column\(s\) \['x'\]"):
+        write_table(mixed.assign(x=[1 / 3, 0.5]), tmp_path / "mixed.jsonl")
     # polars' booleans with a gap: pandas' nullable boolean through pickle, not objects
     write_table(pl.DataFrame({"b": [True, None, False]}), tmp_path / "b.pkl")
     assert read_table(tmp_path / "b.pkl", backend="polars").schema["b"] == pl.Boolean

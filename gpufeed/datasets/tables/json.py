@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -250,11 +251,23 @@ def _write_json_lines(pdf: pd.DataFrame, out: Path, options: WriteOptions) -> No
     import polars as pl
     from pyarrow import ArrowException
 
+    errors = (ArrowException, TypeError, ValueError)
     try:
         frame = pl.from_pandas(pdf.reset_index(drop=True))
-    except (ArrowException, TypeError, ValueError):
+    except errors:
         # Columns polars cannot type (e.g. Python objects mixing numbers and text): pandas'
-        # writer still writes them, at its best float precision.
+        # writer still writes them, at its best float precision, which is said.
+        floats = [str(c) for c in pdf.columns if pd.api.types.is_float_dtype(pdf[c].dtype)]
+        if floats:
+            untyped = []
+            for c in pdf.columns:
+                try:
+                    pl.from_pandas(pdf[[c]].reset_index(drop=True))
+                except errors:
+                    untyped.append(str(c))
+            warnings.warn(f"gpufeed: {out}: column(s) {untyped} mix types polars cannot write, so pandas' JSON "
+                          f"writer wrote the file, with 15 significant digits: float column(s) {floats} may "
+                          "not read back exactly", stacklevel=4)
         pdf.to_json(out, orient="records", lines=True, date_format="iso", date_unit="ns", double_precision=15)
         return
     frame.write_ndjson(out)
