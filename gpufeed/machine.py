@@ -136,3 +136,15 @@ def gpu_metadata() -> dict[str, Any] | None:
     except (OSError, subprocess.SubprocessError, IndexError, ValueError):
         info["driver"] = None
     return info
+
+
+def worker_start_method() -> str:
+    """How to start worker processes here: ``"fork"`` (workers start at once, without
+    importing torch again) unless DALI is loaded in this process, whose threads a forked
+    worker has crashed beside; then ``"forkserver"`` (``"spawn"`` where there is none)."""
+    import multiprocessing
+
+    methods = multiprocessing.get_all_start_methods()
+    if "fork" in methods and "nvidia.dali" not in sys.modules:
+        return "fork"
+    return "forkserver" if "forkserver" in methods else "spawn"

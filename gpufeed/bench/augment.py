@@ -34,8 +34,8 @@ from gpufeed.bench.harness import (
     run_isolated,
     write_results,
 )
-from gpufeed.bench.progress import stage
 from gpufeed.machine import usable_cpus
+from gpufeed.progress import stage
 
 BASELINE = "torchvision-per-sample"
 KORNIA = "kornia-eager"

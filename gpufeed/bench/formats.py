@@ -28,7 +28,7 @@ from gpufeed.bench.harness import (
     run_isolated,
     write_results,
 )
-from gpufeed.bench.progress import stage
+from gpufeed.progress import stage
 
 _EXT = {"csv": ".csv", "parquet": ".parquet", "feather": ".feather", "pickle": ".pkl", "hdf5": ".h5",
         "json": ".jsonl", "csv-pandas": ".csv"}

@@ -30,7 +30,7 @@ from gpufeed.bench.harness import (
     spread,
     write_results,
 )
-from gpufeed.bench.progress import stage
+from gpufeed.progress import stage
 
 BASELINE = "torch-pil"
 #: Every pipeline the suite knows, and what it is (printed under the table).

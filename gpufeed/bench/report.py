@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufeed.bench.harness import add_out_argument, markdown_table
-from gpufeed.bench.progress import stage
+from gpufeed.progress import stage
 
 #: The steps of the report: name -> (suite module, arguments always given, arguments with --quick).
 STEPS: dict[str, tuple[str, list[str], list[str]]] = {

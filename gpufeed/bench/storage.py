@@ -49,8 +49,8 @@ from gpufeed.bench.harness import (
     write_results,
 )
 from gpufeed.bench.images import _checked_epoch, _verify, baseline_dataset, baseline_loader
-from gpufeed.bench.progress import stage
 from gpufeed.datasets.storage import SimulatedRemote, Storage, drop_page_cache
+from gpufeed.progress import stage
 
 BASELINE = "torch-pil/folder"
 CONDITIONS = ("warm", "cold", "remote")

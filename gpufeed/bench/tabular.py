@@ -35,7 +35,6 @@ from gpufeed.bench.harness import (
     run_isolated,
     write_results,
 )
-from gpufeed.bench.progress import stage
 from gpufeed.bench.tabular_ops import (
     BASELINE,
     TABLES,
@@ -48,6 +47,7 @@ from gpufeed.bench.tabular_ops import (
     timed,
 )
 from gpufeed.machine import cuda_available, installed, usable_cpus
+from gpufeed.progress import stage
 
 #: Peak RSS per row of one recipe process (the table, the reader's buffers while loading,
 #: the output and the temporaries), measured at 10M rows plus ~7%: the 99-column sensor

@@ -31,7 +31,7 @@ from gpufeed.bench.harness import (
     run_isolated,
     write_results,
 )
-from gpufeed.bench.progress import stage
+from gpufeed.progress import stage
 
 #: The knobs swept, in sweep order.
 KNOBS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor", "batch_size")

@@ -94,7 +94,7 @@ def generate_image_folder(
     rng = np.random.default_rng(seed)
     indices = range(num_images)
     if progress:
-        from gpufeed.bench.progress import progress as report
+        from gpufeed.progress import progress as report
 
         indices = report(indices, desc=f"generating {root}", unit="img")
     for i in indices:

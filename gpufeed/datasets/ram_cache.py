@@ -101,7 +101,7 @@ class RamCache(SampleSource):
         source, array, end = self.source, self._array, 0
         indices = range(len(source))
         if len(source) >= PROGRESS_FROM:
-            from gpufeed.bench.progress import progress
+            from gpufeed.progress import progress
 
             indices = progress(indices, desc=f"caching {len(source)} samples in RAM "
                                f"({capacity / _GB:.2f} GB)", unit="sample")

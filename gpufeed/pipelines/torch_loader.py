@@ -11,7 +11,6 @@ import io
 import multiprocessing
 import os
 import re
-import sys
 import warnings
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -25,6 +24,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from torchvision.transforms.v2 import functional as TF
 
 from gpufeed.backends import BackendChoice
+from gpufeed.machine import worker_start_method
 from gpufeed.pipelines import geometry
 from gpufeed.pipelines.base import (
     Augment,
@@ -234,9 +234,7 @@ class TorchLoader(ClassificationLoader):
         self._files, self._made = _Files(self.samples, o), made
         self._pool = SamplePool(self._threads, "gpufeed-pixels")
         self._sampler = _PlanSampler(self.plan)
-        # Workers forked from a process holding DALI pipelines have crashed: fork only
-        # when DALI is not loaded here.
-        context = None if processes == 0 or "nvidia.dali" not in sys.modules else "forkserver"
+        context = None if processes == 0 else worker_start_method()
         if context == "forkserver":
             _preload_forkserver()
         self._loader = None if self._threads else DataLoader(

@@ -62,3 +62,16 @@ def test_the_forkserver_preloads_torch_and_keeps_the_users_modules(monkeypatch):
     assert preload[:2] == ["__main__", "my_app.models"] and {"torch", "gpufeed.pipelines.torch_loader"} <= set(preload)
     _preload_forkserver()  # a second loader adds nothing twice
     assert forkserver._forkserver._preload_modules == preload
+
+
+def test_workers_fork_unless_dali_is_loaded(monkeypatch):
+    # Workers forked beside DALI's threads have crashed; the torch loader and convert
+    # both ask here how to start theirs.
+    import sys
+
+    from gpufeed.machine import worker_start_method
+
+    monkeypatch.delitem(sys.modules, "nvidia.dali", raising=False)
+    assert worker_start_method() == "fork"
+    monkeypatch.setitem(sys.modules, "nvidia.dali", object())
+    assert worker_start_method() == "forkserver"

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from gpufeed.datasets.shards import MANIFEST
-from gpufeed.machine import usable_cpus
+from gpufeed.machine import usable_cpus, worker_start_method
 from gpufeed.pipelines.sources import (
     SampleList,
     image_format,
@@ -314,22 +314,15 @@ def _map_ordered(fn: Callable, tasks: list, workers: int) -> Iterator:
     if workers <= 1 or len(tasks) < 2:
         yield from map(fn, tasks)
         return
-    # fork: the workers start at once (spawn would import torch again in each); they only
-    # decode with torch's single-threaded codecs. Next to DALI's threads forking has
-    # crashed (see the torch loader), so then forkserver.
-    methods = multiprocessing.get_all_start_methods()
-    if "fork" in methods and "nvidia.dali" not in sys.modules:
-        method = "fork"
-    else:
-        method = "forkserver" if "forkserver" in methods else "spawn"
-    with multiprocessing.get_context(method).Pool(workers, initializer=_worker_init) as pool:
+    # The workers only decode, with torch's single-threaded codecs.
+    with multiprocessing.get_context(worker_start_method()).Pool(workers, initializer=_worker_init) as pool:
         yield from pool.imap(fn, tasks, chunksize=max(1, min(16, len(tasks) // (workers * 8))))
 
 
 def _progress(items: Iterator, total: int, desc: str, show: bool) -> Iterator:
     if not show:
         return items
-    from gpufeed.bench.progress import progress
+    from gpufeed.progress import progress
 
     return progress(items, desc=desc, total=total, unit="img")
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import io
 
-from gpufeed.bench.progress import is_interactive, progress, stage
 from gpufeed.datasets.images import generate_image_folder
+from gpufeed.progress import is_interactive, progress, stage
 
 
 class _Terminal(io.StringIO):
