@@ -10,6 +10,10 @@ import numpy as np
 
 from gpufeed.datasets.storage import Storage
 
+#: The extensions torchvision's ``ImageFolder`` loads (compared lower-case), so a folder
+#: source counts the samples it would; WebDataset shards name image members by the same.
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+
 
 class SampleSource(ABC):
     """The samples of a classification dataset, readable by index from any process.

@@ -50,6 +50,10 @@ from nvidia.dali.plugin.pytorch import DALIClassificationIterator, LastBatchPoli
 
 from gpufeed.datasets.samples import SampleSource
 from gpufeed.datasets.shards import format_of_name
+from gpufeed.datasets.shards.tfrecord import (  # TensorFlow's ImageNet feature names
+    IMAGE_KEY,
+    LABEL_KEY,
+)
 from gpufeed.datasets.shards.webdataset import IMAGE_EXTENSIONS, JSON_LABEL, LABEL_EXTENSION
 from gpufeed.pipelines.dali_pipeline import classification_outputs
 from gpufeed.pipelines.options import LastBatch, LoaderOptions
@@ -64,9 +68,6 @@ READER_NAME = "shards"
 #: member, in file order, of one of these extensions) and the label. The same as
 #: :class:`~gpufeed.datasets.shards.webdataset.WebDatasetShards` reads.
 WEBDATASET_EXT = [";".join(IMAGE_EXTENSIONS), LABEL_EXTENSION]
-#: The TFRecord features read unless the source names others (the names of TensorFlow's
-#: ImageNet conversion).
-TFRECORD_IMAGE, TFRECORD_LABEL = "image/encoded", "image/class/label"
 
 #: Settings that must match for a checkpoint to mean the same pipeline: the reader's
 #: (shard, shuffling, padding), the graph's random operators and their seeds, and the
@@ -145,7 +146,7 @@ def shard_files(samples: SampleSource) -> ShardFiles:
         image = WEBDATASET_EXT[0] if image_key is None else ";".join(image_key)
         label = getattr(samples, "label_key", None) or WEBDATASET_EXT[1]
     else:
-        image, label = image_key or TFRECORD_IMAGE, getattr(samples, "label_key", None) or TFRECORD_LABEL
+        image, label = image_key or IMAGE_KEY, getattr(samples, "label_key", None) or LABEL_KEY
     return ShardFiles(fmt, files, index, image, label)
 
 
@@ -191,7 +192,7 @@ def _reader(shards: ShardFiles, options: LoaderOptions, pad_last_batch: bool) ->
             missing_component_behavior="error", **common,
         )
         return encoded, decimal_label(text)
-    image, label = shards.image_key or TFRECORD_IMAGE, shards.label_key or TFRECORD_LABEL
+    image, label = shards.image_key or IMAGE_KEY, shards.label_key or LABEL_KEY
     features = {
         image: tfrec.FixedLenFeature((), tfrec.string, ""),
         label: tfrec.FixedLenFeature([1], tfrec.int64, -1),

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gpufeed.datasets.samples import SampleSource
+from gpufeed.datasets.samples import IMAGE_EXTENSIONS, SampleSource
 from gpufeed.datasets.storage import LOCAL, Storage
 from gpufeed.policies import OnError
 
@@ -128,10 +128,6 @@ def open_source(source: str | os.PathLike[str] | Sequence | SampleSource | None,
         return shards.open_converted(source, storage, **keys)
     return scan_image_folder(source, storage)
 
-
-#: The extensions torchvision's ``ImageFolder`` loads (compared lower-case), so a folder
-#: source counts the samples it would.
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 
 
 def scan_image_folder(root: str | os.PathLike[str], storage: Storage = LOCAL) -> SampleList:

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gpufeed.datasets.samples import SampleSource
+from gpufeed.datasets.shards.base import GZIP_MAGIC
 from gpufeed.datasets.storage import LOCAL, Storage
 
 #: Shard file suffixes and the format they hold.
@@ -99,8 +100,6 @@ def is_compressed_name(path: str | os.PathLike[str]) -> bool:
     return os.fspath(path).lower().endswith(COMPRESSED_SUFFIXES)
 
 
-#: gzip's magic number; TFRecordWriter's GZIP option writes a gzip stream too.
-_GZIP_MAGIC = b"\x1f\x8b"
 
 
 def compressed_shard_error(path: str, what: str) -> ValueError:
@@ -145,7 +144,7 @@ def _format_of_head(head: bytes) -> str | None:
     from gpufeed.datasets.shards.tfrecord import looks_like_tfrecord
     from gpufeed.datasets.shards.webdataset import looks_like_tar
 
-    if head.startswith(_GZIP_MAGIC):
+    if head.startswith(GZIP_MAGIC):
         return "gzip"
     if looks_like_tar(head):
         return "webdataset"

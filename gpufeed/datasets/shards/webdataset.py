@@ -19,11 +19,12 @@ from pathlib import Path
 
 import numpy as np
 
-from gpufeed.datasets.shards.base import ShardSource
+from gpufeed.datasets.samples import IMAGE_EXTENSIONS as IMAGE_SUFFIXES
+from gpufeed.datasets.shards.base import GZIP_MAGIC, ShardSource
 from gpufeed.datasets.storage import LOCAL, Storage
 
-#: Member extensions (lower case) that hold a sample's image, as WebDataset names them.
-IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp", "bmp", "tif", "tiff", "ppm", "pgm")
+#: Member extensions (lower case, no dot) that hold a sample's image, as WebDataset names them.
+IMAGE_EXTENSIONS = tuple(e.lstrip(".") for e in IMAGE_SUFFIXES)
 #: The member extension that holds a sample's label unless told (``label_key``).
 LABEL_EXTENSION = "cls"
 #: ``label_key`` prefix naming an integer field of the sample's ``.json`` member.
@@ -213,7 +214,7 @@ def scan_tar(path: str, storage: Storage = LOCAL) -> list[Member]:
         header = storage.read_at(path, pos, _BLOCK).tobytes()
         if header == b"\0" * _BLOCK:
             break  # end-of-archive marker
-        if pos == 0 and header.startswith(b"\x1f\x8b"):
+        if pos == 0 and header.startswith(GZIP_MAGIC):
             from gpufeed.datasets.shards import compressed_shard_error
 
             raise compressed_shard_error(path, "a gzip-compressed tar")
