@@ -20,13 +20,13 @@ import torch
 
 from gpufeed.backends import resolve_device
 from gpufeed.gpu_transforms.arrays import cudf_to_torch
-from gpufeed.gpu_transforms.tabular.errors import BackendError
+from gpufeed.gpu_transforms.tabular.errors import BackendError, ColumnTypeError, NonFiniteError
 from gpufeed.gpu_transforms.tabular.frames import Frame, backend_of, repeated, require_columns, wrap
 
 
-def _missing_error(columns: Sequence[str], where: np.ndarray) -> ValueError:
+def _missing_error(columns: Sequence[str], where: np.ndarray) -> NonFiniteError:
     bad = [c for c, hit in zip(columns, where, strict=True) if hit]
-    return ValueError(f"missing values in column(s) {bad}: fill them (FillMissing) before the hand-off")
+    return NonFiniteError(f"missing values in column(s) {bad}: fill them (FillMissing) before the hand-off")
 
 
 def _converts(values: np.ndarray) -> bool:
@@ -51,12 +51,16 @@ def _check_features(features: Sequence[str], where: str) -> None:
 
 
 def _check_numeric(df: Frame, columns: Sequence[str]) -> None:
-    """Name the columns a tensor cannot hold (text, categories, dates) before converting."""
+    """Name the columns a tensor cannot hold (text, categories, dates) before converting.
+
+    Bad data in the hand-off raises the table ops' errors (:class:`ColumnTypeError`,
+    :class:`NonFiniteError`: ``TypeError``/``ValueError`` subclasses), so one ``except
+    TabularError`` covers a whole preprocessing script."""
     schema = wrap(df).collect_schema()
     # pandas object columns may hold numbers: they are tried (and named if they fail) below.
     bad = {c: str(schema[c]) for c in columns if not (schema[c].is_numeric() or schema[c] in (nw.Boolean, nw.Object))}
     if bad:
-        raise TypeError(f"to_tensors needs numeric columns; {bad} are not: encode them first "
+        raise ColumnTypeError(f"to_tensors needs numeric columns; {bad} are not: encode them first "
                         "(Categorify or HashBucket for categories)")
 
 
@@ -87,7 +91,7 @@ def _matrix(df: Frame, columns: Sequence[str], dtype: torch.dtype, device: torch
             values = array.astype(np.float64, copy=False)
         except (TypeError, ValueError) as exc:  # an object column holding text
             bad = [c for i, c in enumerate(columns) if not _converts(array[:, i])]
-            raise TypeError(f"to_tensors needs numeric columns; {bad} hold values that are not numbers "
+            raise ColumnTypeError(f"to_tensors needs numeric columns; {bad} hold values that are not numbers "
                             f"({exc}): encode them first (Categorify or HashBucket)") from exc
         # One pass in the common case (every value finite); which columns hold NaN or inf
         # is only worked out when some do.
@@ -97,11 +101,11 @@ def _matrix(df: Frame, columns: Sequence[str], dtype: torch.dtype, device: torch
                 raise _missing_error(columns, nulls)
             # an inf feature turns the loss into inf/NaN at the first step
             bad = [c for c, hit in zip(columns, np.isinf(values).any(axis=0), strict=True) if hit]
-            raise ValueError(f"inf values in column(s) {bad}: clip them (Clip) before the hand-off")
+            raise NonFiniteError(f"inf values in column(s) {bad}: clip them (Clip) before the hand-off")
     if is_label and array.dtype.kind not in "iu":
-        raise ValueError(f"label column {columns[0]!r} has dtype {array.dtype}, not integers: a label here "
-                         "is a class index (int64); encode text classes with Categorify first, and pass a "
-                         "regression target as a feature column instead")
+        raise ColumnTypeError(f"label column {columns[0]!r} has dtype {array.dtype}, not integers: a label here "
+                              "is a class index (int64); encode text classes with Categorify first, and pass a "
+                              "regression target as a feature column instead")
     array = np.ascontiguousarray(array, dtype=np.int64 if is_label else np.float32)
     if not array.flags.writeable:
         # A read-only view of the frame's own buffer (pandas copy-on-write, Arrow memory):

@@ -8,7 +8,12 @@ import polars as pl
 import pytest
 import torch
 
-from gpufeed.gpu_transforms.tabular import MissingColumnError, to_backend
+from gpufeed.gpu_transforms.tabular import (
+    ColumnTypeError,
+    MissingColumnError,
+    NonFiniteError,
+    to_backend,
+)
 from gpufeed.pipelines.tables import iter_batches, to_tensors
 
 FEATURES = ["a", "b", "c"]
@@ -51,9 +56,9 @@ def test_batches_cover_every_row_once(table, backend):
 
 def test_missing_values_and_non_integer_labels_are_rejected(table):
     table.loc[5, "a"] = np.nan
-    with pytest.raises(ValueError, match=r"missing values in column\(s\) \['a'\]"):
+    with pytest.raises(NonFiniteError, match=r"missing values in column\(s\) \['a'\]"):
         to_tensors(table, FEATURES, device="cpu")
-    with pytest.raises(ValueError, match="label column 'c' .* not integers"):
+    with pytest.raises(ColumnTypeError, match="label column 'c' .* not integers"):
         to_tensors(table.fillna(0), ["a"], "c", device="cpu")
     with pytest.raises(MissingColumnError, match="'target'"):
         to_tensors(table, FEATURES, "target", device="cpu")
@@ -73,9 +78,10 @@ def test_cudf_hand_off_is_zero_copy_on_the_gpu(table):
 
 def test_text_columns_inf_and_a_bare_string_are_refused_by_name():
     df = pd.DataFrame({"a": [1.0, 2.0], "name": ["x", "y"], "big": [1.0, np.inf], "label": [0, 1]})
-    with pytest.raises(TypeError, match=r"\{'name': 'String'\}"):
+    # The table ops' errors, so `except TabularError` covers the hand-off too
+    with pytest.raises(ColumnTypeError, match=r"\{'name': 'String'\}"):
         to_tensors(df, ["a", "name"], "label", device="cpu")
-    with pytest.raises(ValueError, match=r"inf values in column\(s\) \['big'\]"):
+    with pytest.raises(NonFiniteError, match=r"inf values in column\(s\) \['big'\]"):
         to_tensors(df, ["a", "big"], "label", device="cpu")
     with pytest.raises(TypeError, match=r"write \['a'\]"):
         to_tensors(df, "a", "label", device="cpu")
