@@ -148,11 +148,6 @@ class RamCache(SampleSource):
     def files(self) -> list[str]:
         return self.source.files
 
-    @property
-    def shared_storage(self) -> torch.UntypedStorage:
-        """The shared-memory block every process reads."""
-        return self._buffer.untyped_storage()
-
     def __getstate__(self) -> dict:
         # The buffer travels as a tensor: multiprocessing's pickler (DataLoader workers)
         # sends a handle to the shared block, not its bytes. The numpy view is remade.

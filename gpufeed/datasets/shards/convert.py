@@ -157,7 +157,6 @@ def convert(
         ValueError: an unknown format, a bad size, or ``dst`` holding other files or a
             conversion with other settings.
         FileNotFoundError: ``src`` does not exist.
-        ModuleNotFoundError: ``format="raw"`` without the raw cache module.
 
     Example:
         >>> report = convert("data/train", "data/train-wds", format="webdataset")  # doctest: +SKIP
@@ -192,7 +191,6 @@ def convert(
                 "skipped": len(record.skipped), "source": os.path.abspath(src)}
     if format == "raw":
         manifest.update(record.data.get("raw_manifest", {}))
-        manifest["skipped"] = len(record.skipped)
     else:
         manifest["shard_size"] = int(shard_size)
     _write_json(dst / MANIFEST, manifest)
@@ -478,8 +476,7 @@ def _convert_raw(source: SampleList, order: np.ndarray, dst: Path, record: _Prog
         record.save()
     good = record.data["good"]
     writer = RawWriter(dst, len(good), size)
-    done = getattr(writer, "done", lambda k: False)  # a writer that resumes says what it holds
-    todo = [k for k in range(len(good)) if not done(k)]
+    todo = [k for k in range(len(good)) if not writer.done(k)]  # a resumed cache holds the others
     results = _map_ordered(_decode_fitted, [(source.paths[good[k]], size) for k in todo], workers)
     import torch
 

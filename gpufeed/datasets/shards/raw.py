@@ -162,11 +162,6 @@ class RawWriter:
         """Whether sample ``index`` was added (in this run or one before it)."""
         return bool(self._done[self._check_index(index)])
 
-    @property
-    def remaining(self) -> int:
-        """Samples not added yet."""
-        return int(self.count - self._done.sum())
-
     def add(self, index: int, pixels: torch.Tensor | np.ndarray, label: int) -> None:
         """Resize sample ``index`` (:func:`fit_image`) and store it with its label.
 
