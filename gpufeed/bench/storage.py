@@ -276,7 +276,7 @@ def page_cache_check(paths: Sequence[str], *, sample: int = 200) -> dict[str, An
 def conversion_folder(root: Path) -> Path:
     """Where converted copies of ``root`` are cached: beside a generated dataset, else in
     the cache folder under a digest of the path (a user's data folder may be read-only)."""
-    from gpufeed.datasets.images import cache_dir
+    from gpufeed.datasets.cache import cache_dir
 
     root = root.resolve()
     cache = cache_dir().resolve()

@@ -9,6 +9,8 @@ from typing import Any
 
 import pandas as pd
 
+from gpufeed.datasets.cache import cache_dir as default_cache_dir
+
 
 def iter_block_chunks(n_rows: int, chunk_rows: int, block_rows: int,
                       block: Callable[[int], dict[str, Any]]) -> Iterator[pd.DataFrame]:
@@ -64,9 +66,10 @@ def write_chunks(path: str | os.PathLike[str], chunks: Iterable[pd.DataFrame]) -
 
 
 def cached_file(name: str, cache_dir: str | os.PathLike[str] | None, write: Callable[[Path], object]) -> Path:
-    """``cache_dir / name`` (default ``$GPUFEED_DATA`` or ``~/.cache/gpufeed/tables``),
-    written by ``write(path)`` the first time and reused after."""
-    root = Path(cache_dir or os.environ.get("GPUFEED_DATA") or Path.home() / ".cache" / "gpufeed" / "tables")
+    """``cache_dir / name`` (default: the kit's cache folder's ``tables``,
+    :func:`gpufeed.datasets.cache.cache_dir`), written by ``write(path)`` the first time and
+    reused after."""
+    root = Path(cache_dir) if cache_dir else default_cache_dir("tables")
     path = root / name
     if not path.exists():
         write(path)

@@ -16,6 +16,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw
 
+from gpufeed.datasets.cache import cache_dir
+
 #: Bump when the generator's output changes, so cached default datasets are rebuilt.
 GENERATOR_VERSION = 1
 
@@ -104,11 +106,6 @@ def generate_image_folder(
         img = synth_image(rng, label, num_classes, min_side, max_side)
         img.save(folder / f"img_{i:06d}.jpg", format="JPEG", quality=quality)
     return root
-
-
-def cache_dir() -> Path:
-    """Where generated default datasets are cached (``$GPUFEED_CACHE`` or ~/.cache/gpufeed)."""
-    return Path(os.environ.get("GPUFEED_CACHE", Path.home() / ".cache" / "gpufeed"))
 
 
 def default_image_dataset(num_images: int = 1024, num_classes: int = 10, *, progress: bool = True) -> Path:

@@ -173,8 +173,8 @@ def cached_sensor_file(n_rows: int, cache_dir: str | os.PathLike[str] | None = N
 
     Args:
         n_rows: rows.
-        cache_dir: folder for generated tables (default ``$GPUFEED_DATA`` or
-            ``~/.cache/gpufeed/tables``).
+        cache_dir: folder for generated tables (default ``$GPUFEED_CACHE/tables``,
+            ``~/.cache/gpufeed/tables`` without it).
         seed, n_features: as in :func:`iter_sensor_chunks`.
 
     Returns:

@@ -286,10 +286,10 @@ def test_tfrecord_index_files_are_written_beside_or_into_the_cache(tf_dir, tmp_p
     for f in beside:
         os.remove(f)
         os.mkdir(f)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("GPUFEED_CACHE", str(tmp_path / "cache"))
     source = open_shards([str(f) for f in sorted(folder.glob("train-*-of-00002"))])
     cached = source.dali_index_files()
-    assert all(Path(p).parent == tmp_path / "cache" / "gpufeed" / "tfrecord-index" for p in cached)
+    assert all(Path(p).parent == tmp_path / "cache" / "tfrecord-index" for p in cached)
     assert [Path(p).read_text() for p in cached] == [Path(p).read_text() for p in
                                                      open_shards(str(tf_dir / "train-*")).dali_index_files()]
     if dali_installed():

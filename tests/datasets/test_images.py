@@ -56,3 +56,12 @@ def test_cli_reports_the_classes_it_wrote_and_warns_about_old_files(tmp_path, ca
     assert main(["data", "images", str(out), "--images", "2", "--classes", "2"]) == 0
     captured = capsys.readouterr()
     assert "already holds 4 files" in captured.err and "wrote 2 images in 2 classes" in captured.out
+
+
+def test_one_cache_folder_holds_generated_tables_too(tmp_path, monkeypatch):
+    # $GPUFEED_CACHE moves every cached thing (a container's volume): tables went to
+    # ~/.cache/gpufeed/tables (or $GPUFEED_DATA) whatever it said.
+    from gpufeed.datasets.transactions import cached_transaction_file
+
+    monkeypatch.setenv("GPUFEED_CACHE", str(tmp_path))
+    assert cached_transaction_file(50).parent == tmp_path / "tables"

@@ -8,11 +8,11 @@ import hashlib
 import os
 from abc import abstractmethod
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
 
+from gpufeed.datasets.cache import cache_dir
 from gpufeed.datasets.samples import SampleSource
 from gpufeed.datasets.storage import Storage
 
@@ -152,8 +152,9 @@ def _classes(files: list[str], max_label: int) -> tuple[str, ...]:
 def index_file_for(shard: str, valid: bool, write: Callable[[str], None], kind: str) -> str:
     """The DALI index of ``shard``: ``SHARD.idx`` when it exists and was found ``valid``;
     otherwise one written by ``write(path)``, beside the shard or, where its folder is not
-    writable, into ``$XDG_CACHE_HOME/gpufeed/<kind>-index`` (named by a hash of the
-    shard's path, size and modification time, so a changed shard gets a new index).
+    writable, into the kit's cache folder (:func:`~gpufeed.datasets.cache.cache_dir`),
+    ``<kind>-index/`` (named by a hash of the shard's path, size and modification time, so
+    a changed shard gets a new index).
 
     Args:
         shard: the shard file.
@@ -174,7 +175,7 @@ def index_file_for(shard: str, valid: bool, write: Callable[[str], None], kind: 
         pass  # a read-only dataset folder: the cache holds the index instead
     stat = os.stat(shard)
     tag = hashlib.sha1(f"{os.path.abspath(shard)}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:16]
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpufeed" / f"{kind}-index"
+    cache = cache_dir(f"{kind}-index")
     cache.mkdir(parents=True, exist_ok=True)
     path = str(cache / f"{tag}-{os.path.basename(shard)}.idx")
     if not os.path.isfile(path):
