@@ -30,14 +30,8 @@ def _loader_alone(name: str, root: str, batch_size: int, size: int, device: str,
 
 
 def _check(args: argparse.Namespace) -> Path:
-    """Refuse bad arguments with a clear ValueError; returns the output folder."""
-    for flag in ("steps", "batch_size", "size"):
-        if getattr(args, flag) < 1:
-            raise ValueError(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
-    if args.warmup < 0:
-        raise ValueError(f"--warmup must be >= 0, got {args.warmup}")
-    if args.workers is not None and args.workers < 0:
-        raise ValueError(f"--workers must be >= 0, got {args.workers}")
+    """Refuse an output folder inside the package (the counts are checked by the parser);
+    returns the output folder."""
     out = Path(args.out).resolve()
     package = Path(gpufeed.__file__).resolve().parent
     if out == package or package in out.parents:

@@ -4,6 +4,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 import gpufeed
 from gpufeed.cli import main
 
@@ -28,9 +30,10 @@ def test_stall_runs_end_to_end(image_folder, tmp_path):
 
 
 def test_stall_refuses_bad_arguments_in_one_line(tmp_path, capsys):
-    assert main(["stall", "--steps", "0", "--out", str(tmp_path)]) == 2
+    with pytest.raises(SystemExit) as exc:  # a usage error, before anything runs
+        main(["stall", "--steps", "0", "--out", str(tmp_path)])
     err = capsys.readouterr().err
-    assert err.startswith("gpufeed: error: --steps must be >= 1") and "Traceback" not in err
+    assert exc.value.code == 2 and "argument --steps: must be >= 1, got 0" in err and "Traceback" not in err
     package = gpufeed.__file__.rsplit("/", 1)[0]
     assert main(["stall", "--out", f"{package}/results"]) == 2
     assert "inside the gpufeed package" in capsys.readouterr().err
