@@ -14,7 +14,6 @@ difference between ``rotate`` and ``affine``), so parameters can be checked agai
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import torch
@@ -22,7 +21,7 @@ import torch.nn.functional as F
 from kornia.geometry.transform import get_perspective_transform, warp_perspective
 
 from gpufeed.gpu_transforms.augment.checks import check_probability, check_range, check_size
-from gpufeed.gpu_transforms.augment.params import Op, randint, uniform
+from gpufeed.gpu_transforms.augment.params import Op, first_fitting_sides, randint, uniform
 
 
 class GeometricOp(Op):
@@ -84,15 +83,8 @@ class RandomResizedCrop(GeometricOp):
     def sample(self, u: torch.Tensor, size: tuple[int, int]) -> dict[str, torch.Tensor]:
         h, w = size
         t = self.tries
-        area = h * w * uniform(u[:, :t], *self.scale)
-        log_r = uniform(u[:, t:2 * t], math.log(self.ratio[0]), math.log(self.ratio[1]))
-        aspect = torch.exp(log_r)
-        cw = torch.round(torch.sqrt(area * aspect))
-        ch = torch.round(torch.sqrt(area / aspect))
-        ok = (cw > 0) & (cw <= w) & (ch > 0) & (ch <= h)
-        first = torch.argmax(ok.to(torch.int8), dim=1, keepdim=True)
-        found = ok.any(dim=1)
-        cw, ch = cw.gather(1, first).squeeze(1), ch.gather(1, first).squeeze(1)
+        cw, ch, found = first_fitting_sides(u, size, self.scale, self.ratio, t,
+                                            lambda cw, ch: (cw > 0) & (cw <= w) & (ch > 0) & (ch <= h))
         # torchvision's fallback: the largest centred crop within the ratio range.
         in_ratio = w / h
         if in_ratio < self.ratio[0]:

@@ -10,6 +10,7 @@ of uniforms broadcast to all samples.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -118,6 +119,23 @@ def draw_uniforms(
 def uniform(u: torch.Tensor, lo: float, hi: float) -> torch.Tensor:
     """Map uniforms in [0, 1) to [lo, hi)."""
     return lo + u * (hi - lo)
+
+
+def first_fitting_sides(u: torch.Tensor, size: tuple[int, int], scale: Sequence[float], ratio: Sequence[float],
+                        tries: int, fits: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """torchvision's box search (``RandomResizedCrop``, ``RandomErasing``) for a whole batch:
+    ``tries`` draws of an area (a ``scale`` share of the image's) and a log-uniform aspect in
+    ``ratio`` from ``u[:, :2 * tries]``; the sides ``round(sqrt(area * aspect))`` and
+    ``round(sqrt(area / aspect))`` of each sample's first draw that ``fits``, and whether
+    one did (B,)."""
+    h, w = size
+    area = h * w * uniform(u[:, :tries], *scale)
+    aspect = torch.exp(uniform(u[:, tries:2 * tries], math.log(ratio[0]), math.log(ratio[1])))
+    a, b = torch.round(torch.sqrt(area * aspect)), torch.round(torch.sqrt(area / aspect))
+    ok = fits(a, b)
+    first = torch.argmax(ok.to(torch.int8), dim=1, keepdim=True)
+    return a.gather(1, first).squeeze(1), b.gather(1, first).squeeze(1), ok.any(dim=1)
 
 
 def randint(u: torch.Tensor, lo: torch.Tensor | int, hi: torch.Tensor | int) -> torch.Tensor:

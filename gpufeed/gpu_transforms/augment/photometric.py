@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from gpufeed.gpu_transforms.augment.checks import check_probability, check_range
-from gpufeed.gpu_transforms.augment.params import Op, randint, uniform
+from gpufeed.gpu_transforms.augment.params import Op, first_fitting_sides, randint, uniform
 
 # ITU-R 601-2 luma, as torchvision's rgb_to_grayscale.
 _LUMA = (0.2989, 0.587, 0.114)
@@ -276,14 +276,10 @@ class RandomErasing(Op):
     def sample(self, u: torch.Tensor, size: tuple[int, int]) -> dict[str, torch.Tensor]:
         h, w = size
         t = self.tries
-        area = h * w * uniform(u[:, :t], *self.scale)
-        aspect = torch.exp(uniform(u[:, t:2 * t], math.log(self.ratio[0]), math.log(self.ratio[1])))
-        eh, ew = torch.round(torch.sqrt(area * aspect)), torch.round(torch.sqrt(area / aspect))
-        ok = (eh < h) & (ew < w)
-        first = torch.argmax(ok.to(torch.int8), dim=1, keepdim=True)
-        eh, ew = eh.gather(1, first).squeeze(1), ew.gather(1, first).squeeze(1)
+        # torchvision's RandomErasing: the first side is the height, and the box must be smaller.
+        eh, ew, found = first_fitting_sides(u, size, self.scale, self.ratio, t, lambda eh, ew: (eh < h) & (ew < w))
         top, left = randint(u[:, 2 * t], 0, h - eh + 1), randint(u[:, 2 * t + 1], 0, w - ew + 1)
-        on = (u[:, 2 * t + 2] < self.p) & ok.any(dim=1)
+        on = (u[:, 2 * t + 2] < self.p) & found
         zero = torch.zeros_like(eh)
         return {"box": torch.stack([left, top, torch.where(on, ew, zero), torch.where(on, eh, zero)], 1)}
 
