@@ -46,6 +46,7 @@ JITTER = (0.4, 0.4, 0.4, 0.1)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``gpufeed bench augment``."""
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda")
     parser.add_argument("--batch-size", type=at_least(1), default=None, help="default: 64 on CPU, 256 on CUDA")
     parser.add_argument("--size", type=at_least(1), default=224, help="output height and width")
@@ -172,6 +173,7 @@ def _contender(name: str, batch_size: int, size: int, input_size: int, batches: 
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the suite, print the Markdown summary and write JSON + Markdown results."""
     from gpufeed.backends import resolve_device
 
     device = str(resolve_device(args.device))

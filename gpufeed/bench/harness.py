@@ -50,6 +50,7 @@ class Timing:
 
     @property
     def median(self) -> float:
+        """The median seconds of the timed calls."""
         return statistics.median(self.seconds)
 
     @property
@@ -59,13 +60,16 @@ class Timing:
 
     @property
     def rate_min(self) -> float:
+        """Items per second of the slowest call."""
         return self.work / max(self.seconds)
 
     @property
     def rate_max(self) -> float:
+        """Items per second of the fastest call."""
         return self.work / min(self.seconds)
 
     def as_dict(self) -> dict[str, Any]:
+        """The timing as a JSON-ready dict (seconds, median, rates, extras)."""
         return {
             "seconds": self.seconds, "median_s": self.median, "work": self.work,
             "rate": self.rate, "rate_min": self.rate_min, "rate_max": self.rate_max, **self.extra,

@@ -45,6 +45,7 @@ PIPELINES = {
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``gpufeed bench images``."""
     parser.add_argument("--data", help="ImageFolder tree (default: a generated, cached ImageNet-like set)")
     parser.add_argument("--images", type=at_least(1), default=1024, help="size of the generated default set")
     parser.add_argument("--mode", choices=("train", "val"), default="train", help="default: train")

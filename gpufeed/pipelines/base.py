@@ -75,10 +75,12 @@ class ClassificationLoader:
 
     @property
     def classes(self) -> tuple[str, ...]:
+        """Class names, in label order (index ``i`` is label ``i``)."""
         return self.samples.classes
 
     @property
     def skipped(self) -> list[Skipped]:
+        """The files left out so far (``on_error="skip"``), each with its path and reason."""
         return self.log.skipped
 
     @property

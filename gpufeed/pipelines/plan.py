@@ -75,6 +75,7 @@ class EpochPlan:
 
     @property
     def shard_size(self) -> int:
+        """Samples of this shard per epoch (the shards differ by at most one)."""
         n, s, i = self.num_samples, self.num_shards, self.shard_id
         return n * (i + 1) // s - n * i // s
 

@@ -147,6 +147,7 @@ class WhatIf:
 
     @property
     def verdict(self) -> str:
+        """The what-if in one sentence: input- or compute-bound, by how much, and why."""
         unit, m, lr = self.actual.unit, self.model_rate, self.loader_rate
         if self.bound == "input":
             return (f"input-bound by {self.predicted_stall_pct:.0f}%: the loader alone delivers {lr:,.1f} "

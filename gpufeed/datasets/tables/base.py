@@ -31,6 +31,7 @@ class ReadReport:
 
     @property
     def rows_skipped(self) -> int:
+        """Lines left out (``on_bad_lines="skip"``)."""
         return len(self.bad_lines)
 
 

@@ -83,6 +83,7 @@ class FallbackReport:
         return gpu / total if total else 1.0
 
     def to_markdown(self) -> str:
+        """The report as a Markdown paragraph and a table of the functions that fell back."""
         rows = [f"| {f.name} | {f.cpu_calls} | {f.cpu_seconds:.3f} | {f.gpu_calls} |" for f in self.fallbacks]
         head = (f"{len(self.fallbacks)} of {len(self.functions)} pandas functions fell back to the CPU; "
                 f"{self.gpu_time_share:.0%} of the profiled time ran on the GPU.")

@@ -55,6 +55,7 @@ class DowncastReport:
 
     @property
     def bytes_before(self) -> int:
+        """Bytes of the downcast columns before."""
         return sum(c.bytes_before for c in self.columns)
 
     @property

@@ -78,6 +78,7 @@ class TableOp:
 
     @property
     def fitted(self) -> bool:
+        """True once the op holds its statistics (always for a stateless op)."""
         return self.stateless or bool(self.state)
 
     def needs(self) -> list[str]:
@@ -92,6 +93,7 @@ class TableOp:
         """Compute ``state`` from the training table."""
 
     def transform(self, frame: NwFrame, backend: str) -> NwFrame:
+        """Apply the fitted ``state`` to ``frame``: a frame with the op's columns replaced."""
         raise NotImplementedError
 
     def fit_transform(self, frame: NwFrame, backend: str) -> NwFrame:
@@ -104,6 +106,7 @@ class TableOp:
         return {}
 
     def to_dict(self) -> dict[str, Any]:
+        """The op and its fitted state as a JSON-ready dict (the recipe's file format)."""
         return {"op": self.kind, "columns": self.columns, **self.params(), "state": self.state}
 
     @classmethod

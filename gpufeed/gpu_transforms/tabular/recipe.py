@@ -145,6 +145,7 @@ class Recipe:
 
     @property
     def fitted(self) -> bool:
+        """True when every op holds its statistics (after :meth:`fit` or :meth:`load`)."""
         return all(op.fitted for op in self.ops)
 
     def fit(self, df: Frame) -> Recipe:

@@ -50,6 +50,7 @@ class Cond:
     """A boolean condition over a row; combine with ``&``, ``|`` and ``~``."""
 
     def to_expr(self) -> nw.Expr:
+        """The condition as a narwhals boolean expression (null where an operand is missing)."""
         raise NotImplementedError
 
     def evaluate_row(self, row: Mapping[str, Any]) -> bool:
@@ -278,6 +279,7 @@ class Rule:
         return self.default
 
     def to_dict(self) -> dict[str, Any]:
+        """The rule as a JSON-ready dict (read back by :meth:`from_dict`)."""
         return {"output": self.output, "default": self.default,
                 "cases": [{"when": c.to_dict(), "then": v} for c, v in self.cases]}
 

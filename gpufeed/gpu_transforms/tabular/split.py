@@ -46,6 +46,7 @@ class Split:
     how: str
 
     def report(self) -> str:
+        """One line: how the table was split and the rows (and share) of each part."""
         total = sum(self.rows.values())
         return f"{self.how} split of {total} rows: " + ", ".join(
             f"{k} {v} ({v / total:.1%})" if total else f"{k} 0" for k, v in self.rows.items())
