@@ -143,7 +143,8 @@ def _contender(name: str, root: str, mode: str, batch_size: int, size: int, work
     if name == "decode-only":
         import torchvision.io as tvio
 
-        from gpufeed.pipelines.sources import read_bytes, scan_image_folder
+        from gpufeed.datasets.image_bytes import read_bytes
+        from gpufeed.pipelines.sources import scan_image_folder
 
         paths = scan_image_folder(root).paths
         pool = ThreadPoolExecutor(workers)  # decode_image releases the GIL

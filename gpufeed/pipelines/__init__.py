@@ -7,7 +7,8 @@ from gpufeed.datasets.samples import SampleSource
 from gpufeed.pipelines.base import ClassificationLoader
 from gpufeed.pipelines.loader import classification_loader
 from gpufeed.pipelines.options import LastBatch, LoaderOptions, OnError
-from gpufeed.pipelines.sources import BadImageError, Skipped, open_source
+from gpufeed.pipelines.skips import BadImageError, Skipped
+from gpufeed.pipelines.sources import open_source
 
 __all__ = [
     "BadImageError", "ClassificationLoader", "LastBatch", "LoaderOptions", "OnError", "SampleSource",

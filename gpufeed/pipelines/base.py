@@ -15,10 +15,11 @@ import numpy as np
 import torch
 
 from gpufeed.backends import BackendChoice
+from gpufeed.datasets.samples import SampleSource
 from gpufeed.pipelines.options import LoaderOptions
 from gpufeed.pipelines.plan import EpochPlan
 from gpufeed.pipelines.seeds import augment_seed
-from gpufeed.pipelines.sources import SampleSource, SkipLog, Skipped
+from gpufeed.pipelines.skips import SkipLog, Skipped
 from gpufeed.pipelines.states import differences, settings_of
 
 Batch = tuple[torch.Tensor, torch.Tensor]

@@ -25,6 +25,8 @@ import torch
 from nvidia.dali.plugin.pytorch import DALIClassificationIterator, LastBatchPolicy, feed_ndarray
 
 from gpufeed.backends import BackendChoice
+from gpufeed.datasets.image_bytes import pil_reason, undecodable_reason
+from gpufeed.datasets.samples import SampleSource
 from gpufeed.datasets.shards.webdataset import JSON_LABEL
 from gpufeed.pipelines import geometry
 from gpufeed.pipelines.base import (
@@ -38,7 +40,6 @@ from gpufeed.pipelines.dali_pipeline import build_pipeline
 from gpufeed.pipelines.dali_readers import reader_iterator, shard_format
 from gpufeed.pipelines.feeds import FileFeed, IteratorSkips, crop_inputs, pixel_input
 from gpufeed.pipelines.options import LoaderOptions
-from gpufeed.pipelines.sources import SampleSource, pil_reason, undecodable_reason
 from gpufeed.pipelines.threads import SamplePool
 
 _TORCH_DTYPE = {"FLOAT": torch.float32, "FLOAT16": torch.float16, "UINT8": torch.uint8}

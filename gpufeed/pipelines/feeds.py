@@ -13,17 +13,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from gpufeed.datasets.image_bytes import image_size, undecodable_reason
+from gpufeed.datasets.samples import SampleSource
 from gpufeed.pipelines.geometry import train_window
 from gpufeed.pipelines.options import LoaderOptions
 from gpufeed.pipelines.plan import EpochPlan
 from gpufeed.pipelines.seeds import sample_rng
-from gpufeed.pipelines.sources import (
-    BadFileMemory,
-    SampleSource,
-    Skipped,
-    image_size,
-    undecodable_reason,
-)
+from gpufeed.pipelines.skips import BadFileMemory, Skipped
 from gpufeed.policies import OnError
 
 

@@ -24,6 +24,8 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from torchvision.transforms.v2 import functional as TF
 
 from gpufeed.backends import BackendChoice
+from gpufeed.datasets.image_bytes import image_format, undecodable_reason
+from gpufeed.datasets.samples import SampleSource
 from gpufeed.machine import worker_start_method
 from gpufeed.pipelines import geometry
 from gpufeed.pipelines.base import (
@@ -37,7 +39,6 @@ from gpufeed.pipelines.base import (
 from gpufeed.pipelines.options import LoaderOptions
 from gpufeed.pipelines.plan import EpochPlan
 from gpufeed.pipelines.seeds import sample_rng
-from gpufeed.pipelines.sources import SampleSource, image_format, undecodable_reason
 from gpufeed.pipelines.threads import SamplePool, prefetched
 
 # torchvision 0.29 deprecates its image codecs in favour of TorchCodec, warning on every

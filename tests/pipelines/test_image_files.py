@@ -11,7 +11,7 @@ import torch
 from PIL import Image, ImageDraw
 
 from gpufeed.backends import dali_installed
-from gpufeed.pipelines.sources import undecodable_reason
+from gpufeed.datasets.image_bytes import undecodable_reason
 from tests.pipelines.test_loader_contract import BACKENDS, load
 
 SIZE = 48

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from gpufeed.pipelines.sources import image_size
+from gpufeed.datasets.image_bytes import image_size
 
 
 def encoded(fmt: str, mode: str = "RGB", **save) -> bytes:

@@ -29,15 +29,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from gpufeed.datasets.image_bytes import image_format, undecodable_reason
 from gpufeed.datasets.shards import MANIFEST
 from gpufeed.machine import usable_cpus, worker_start_method
-from gpufeed.pipelines.sources import (
-    SampleList,
-    image_format,
-    read_file_list,
-    scan_image_folder,
-    undecodable_reason,
-)
+from gpufeed.pipelines.sources import SampleList, read_file_list, scan_image_folder
 
 if TYPE_CHECKING:  # torch is imported in the worker processes that decode, not at import
     import torch
