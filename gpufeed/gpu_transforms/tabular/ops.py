@@ -44,6 +44,7 @@ from gpufeed.gpu_transforms.tabular.stats import (
     aggregate_finite,
     check_finite,
     f64,
+    narrow_float,
     no_values,
     number,
     scale,
@@ -240,6 +241,10 @@ class FillMissing(TableOp):
                 exprs.append(nw.col(c).cast(nw.Float64).fill_null(value))
             elif schema[c].is_integer() and isinstance(value, float):
                 exprs.append(nw.col(c).fill_null(int(value)))
+            elif narrow_float(c, schema):
+                # A float32 column stays float32 with its fill rounded to float32, as polars
+                # does it; pandas made the column float64 around the float64 statistic.
+                exprs.append(nw.col(c).fill_null(nw.lit(value, schema[c])))
             else:
                 exprs.append(nw.col(c).fill_null(value))
         return frame.with_columns(*exprs)

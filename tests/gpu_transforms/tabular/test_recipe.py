@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 
 import numpy as np
@@ -501,6 +502,18 @@ def test_infinite_fixed_clip_bounds_mean_no_bound_and_the_json_stays_strict():
     odd = Recipe([FillMissing(["x"], strategy="constant", value=math.nan)]).fit(df)
     with pytest.raises(ValueError, match=r"recipe op 0 \(fill_missing, columns \['x'\]\)"):
         odd.to_json()
+
+
+@pytest.mark.parametrize("op", [FillMissing(["v"]), FillMissing(["v"], strategy="median"),
+                                FillMissing(["v"], strategy="constant", value=0.1)])
+def test_fill_missing_keeps_float32_columns_float32_and_equal_on_every_backend(op):
+    # downcast() makes float32 columns: pandas filled them into float64 around the float64
+    # statistic while polars kept float32, so the backends differed by ~2e-7.
+    df = pd.DataFrame({"v": np.array([1.1, np.nan, 2.3, 3.7, np.nan], dtype=np.float32)})
+    on_pandas = Recipe([copy.deepcopy(op)]).fit_transform(df)
+    on_polars = Recipe([copy.deepcopy(op)]).fit_transform(to_backend(df, "polars"))
+    assert on_pandas["v"].dtype == np.float32 and on_polars["v"].dtype == pl.Float32
+    np.testing.assert_array_equal(on_pandas["v"].to_numpy(), on_polars["v"].to_numpy())
 
 
 def test_clip_keeps_float32_columns_float32_on_every_backend():
