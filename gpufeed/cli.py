@@ -129,6 +129,9 @@ def _build_parser(chosen: Sequence[str] = ()) -> argparse.ArgumentParser:
     convert.add_argument("--seed", type=at_least(0), default=0, help="seed of the pre-shuffle (default: 0)")
     convert.add_argument("--no-shuffle", action="store_true", help="keep the source order")
     convert.add_argument("--raw-size", type=at_least(1), default=256, help="raw cache image side (default: 256)")
+    convert.add_argument("--raw-mode", choices=("crop", "pad"), default="crop",
+                         help="raw cache: crop (shorter side to --raw-size, centre square) or pad (longer side "
+                              "to --raw-size, nothing cut; each image's true size kept) (default: crop)")
     convert.add_argument("--workers", type=at_least(0), default=None, help="decoding processes (default: all cores)")
 
     tune = sub.add_parser("tune", help="sweep DataLoader settings (workers, pinning, prefetch, batch) here",
@@ -185,7 +188,7 @@ def _run(args: argparse.Namespace) -> int:
         from gpufeed.datasets.shards.convert import convert
 
         report = convert(args.src, args.dst, format=args.format, shard_size=args.shard_size, seed=args.seed,
-                         shuffle=not args.no_shuffle, raw_size=args.raw_size, workers=args.workers)
+                         shuffle=not args.no_shuffle, raw_size=args.raw_size, raw_mode=args.raw_mode, workers=args.workers)
         print(report.summary())
         return 0
     if args.kind == "images":

@@ -14,7 +14,7 @@ from torchvision.transforms.v2 import functional as TF
 
 from gpufeed.backends import dali_installed
 from gpufeed.datasets.shards import MANIFEST, open_converted
-from gpufeed.datasets.shards.raw import DONE, IMAGES, RawCache, RawWriter, fit_image
+from gpufeed.datasets.shards.raw import DONE, EXTENTS, IMAGES, RawCache, RawWriter, fit_image
 from gpufeed.datasets.storage import SimulatedRemote
 from gpufeed.pipelines import classification_loader
 from gpufeed.pipelines.sources import scan_image_folder
@@ -168,6 +168,21 @@ def test_a_cut_short_cache_is_refused_naming_the_file(raw_crop, tmp_path):
     (tmp_path / "labels.npy").unlink()
     with pytest.raises(FileNotFoundError, match="labels.npy does not exist"):
         RawCache(tmp_path)
+
+
+def test_convert_writes_a_padded_raw_cache(image_folder, raw_pad, tmp_path):
+    # The pad mode was reachable from RawWriter alone; gpufeed convert --raw-mode pad now.
+    from gpufeed.datasets.shards.convert import convert
+
+    out = tmp_path / "pad"
+    convert(image_folder, out, format="raw", raw_size=64, raw_mode="pad", shuffle=False, workers=0, progress=False)
+    assert json.loads((out / MANIFEST).read_text())["mode"] == "pad"
+    assert (out / IMAGES).read_bytes() == (raw_pad / IMAGES).read_bytes()  # the same pixels, the same margins
+    assert np.array_equal(np.load(out / EXTENTS), np.load(raw_pad / EXTENTS))
+    with pytest.raises(ValueError, match="raw_mode"):  # another mode is another conversion
+        convert(image_folder, out, format="raw", raw_size=64, shuffle=False, workers=0, progress=False)
+    with pytest.raises(ValueError, match="raw_mode must be 'crop' or 'pad'"):
+        convert(image_folder, tmp_path / "x", format="raw", raw_mode="letterbox", progress=False)
 
 
 def test_an_unfinished_conversion_is_refused(tmp_path):

@@ -121,6 +121,7 @@ def convert(
     seed: int = 0,
     shuffle: bool = True,
     raw_size: int = 256,
+    raw_mode: str = "crop",
     workers: int | None = None,
     progress: bool = True,
     on_shard: Callable[[int, str], None] | None = None,
@@ -140,6 +141,9 @@ def convert(
         seed: the seed of the pre-shuffle.
         shuffle: shuffle samples across shards (off: source order).
         raw_size: the raw cache's image side.
+        raw_mode: ``"crop"`` (the shorter side resized to ``raw_size``, the centre square
+            kept) or ``"pad"`` (the longer side to ``raw_size``, nothing cut, each image's
+            true size kept beside it): see :func:`~gpufeed.datasets.shards.raw.fit_image`.
         workers: decoding processes (default: all cores; 0 or 1: in this process).
         progress: show a progress bar (a tqdm bar in a terminal, lines in a log).
         on_shard: shard formats: called ``on_shard(k, path)`` after shard ``k`` is complete and recorded
@@ -164,6 +168,8 @@ def convert(
         raise ValueError(f"shard_size must be > 0, got {shard_size}")
     if raw_size < 1:
         raise ValueError(f"raw_size must be > 0, got {raw_size}")
+    if raw_mode not in ("crop", "pad"):
+        raise ValueError(f"raw_mode must be 'crop' or 'pad', got {raw_mode!r}")
     start = time.perf_counter()
     source = open_input(src)
     n = len(source)
@@ -173,12 +179,14 @@ def convert(
                 "source": source.fingerprint()["digest"], "samples": n}
     if format == "raw":
         settings["raw_size"] = int(raw_size)
+        if raw_mode != "crop":  # a crop cache's settings stay as they were recorded before the option
+            settings["raw_mode"] = raw_mode
     else:
         settings["shard_size"] = int(shard_size)
     record = _Progress.open(dst, settings)
     workers = usable_cpus() if workers is None else max(0, int(workers))
     if format == "raw":
-        _convert_raw(source, order, dst, record, raw_size, workers, progress)
+        _convert_raw(source, order, dst, record, raw_size, raw_mode, workers, progress)
     else:
         _convert_shards(source, order, dst, record, format, shard_size, workers, progress, on_shard)
     manifest = {"format": format, "samples": record.written, "classes": list(source.classes),
@@ -279,21 +287,21 @@ def _load_and_check(path: str) -> tuple[str | None, bytes | None]:
     return (reason, None) if reason is not None else (None, data.tobytes())
 
 
-def _decode_fitted(task: tuple[str, int]) -> tuple[str | None, np.ndarray | None]:
+def _decode_fitted(task: tuple[str, int, str]) -> tuple[str | None, np.ndarray | None]:
     """Worker task for the raw cache: the image decoded and fitted to ``size`` (so only
     the small square crosses the process boundary)."""
     import torch
 
     from gpufeed.datasets.shards.raw import fit_image
 
-    path, size = task
+    path, size, mode = task
     reason, data = _read(path)
     if reason is None:
         reason, image = decode_checked(data)
     if reason is not None:
         return reason, None
     with torch.no_grad():
-        return None, fit_image(image, size).contiguous().numpy()
+        return None, fit_image(image, size, mode).contiguous().numpy()
 
 
 def _worker_init() -> None:
@@ -449,7 +457,7 @@ def _extension(path: str) -> str:
 
 # -- raw --------------------------------------------------------------------------------
 
-def _convert_raw(source: SampleList, order: np.ndarray, dst: Path, record: _Progress, size: int,
+def _convert_raw(source: SampleList, order: np.ndarray, dst: Path, record: _Progress, size: int, mode: str,
                  workers: int, show: bool) -> None:
     """Two passes: check every image (the raw cache's sample count is fixed when it is
     created, so the bad ones must be known first), then decode and store the good ones
@@ -470,9 +478,9 @@ def _convert_raw(source: SampleList, order: np.ndarray, dst: Path, record: _Prog
         record.data.update(good=good, skipped=skipped)
         record.save()
     good = record.data["good"]
-    writer = RawWriter(dst, len(good), size)
+    writer = RawWriter(dst, len(good), size, mode)
     todo = [k for k in range(len(good)) if not writer.done(k)]  # a resumed cache holds the others
-    results = _map_ordered(_decode_fitted, [(source.paths[good[k]], size) for k in todo], workers)
+    results = _map_ordered(_decode_fitted, [(source.paths[good[k]], size, mode) for k in todo], workers)
     import torch
 
     for k, (reason, pixels) in zip(todo, _progress(results, len(todo), f"writing raw cache {dst}", show),
