@@ -50,6 +50,9 @@ from gpufeed.gpu_transforms.tabular.stats import (
     scale,
 )
 
+#: Every op by its ``kind``, the name a recipe's JSON stores (filled as ops are defined).
+OPS: dict[str, type[TableOp]] = {}
+
 
 @dataclass
 class TableOp:
@@ -71,6 +74,16 @@ class TableOp:
     #: floats) or ``"numbers or booleans"`` (read as 0/1, for ops that give float64 on
     #: every backend alike).
     takes: ClassVar[str] = "any"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Register every op with a ``kind`` under it, so that a recipe saved with a
+        user's own op (a ``TableOp`` subclass of theirs) loads again by that name."""
+        super().__init_subclass__(**kwargs)
+        if cls.kind:
+            known = OPS.get(cls.kind)
+            if known is not None and known.__qualname__ != cls.__qualname__:
+                raise ValueError(f"TableOp kind {cls.kind!r} is taken by {known.__module__}.{known.__qualname__}")
+            OPS[cls.kind] = cls
 
     def __post_init__(self) -> None:
         if isinstance(self.columns, str) or not self.columns:

@@ -30,7 +30,7 @@ from typing import Any
 import narwhals as nw
 import numpy as np
 
-from gpufeed.gpu_transforms.tabular.categorical import Categorify, HashBucket
+import gpufeed.gpu_transforms.tabular.categorical  # noqa: F401 - registers Categorify and HashBucket in OPS
 from gpufeed.gpu_transforms.tabular.frames import (
     Frame,
     NwFrame,
@@ -42,11 +42,7 @@ from gpufeed.gpu_transforms.tabular.frames import (
     write_back,
 )
 from gpufeed.gpu_transforms.tabular.ops import (
-    Clip,
-    FillMissing,
-    Log,
-    MinMax,
-    Standardize,
+    OPS,
     TableOp,
     all_missing_as_float,
     require_numbers,
@@ -116,8 +112,6 @@ def _json_safe(doc: dict[str, Any]) -> bool:
     return True
 
 
-#: Op name in JSON -> class.
-OPS: dict[str, type[TableOp]] = {cls.kind: cls for cls in (FillMissing, Clip, Log, Standardize, MinMax, Categorify, HashBucket)}
 
 
 class Recipe:

@@ -761,3 +761,31 @@ def test_categorify_of_a_column_mixing_text_and_numbers_names_it(fit):
     df = pd.DataFrame({"code": pd.Series([1, "A", 2.5, None], dtype=object)})
     with pytest.raises(ColumnTypeError, match=r"column 'code' mixes .*str.*cast the column to text"):
         getattr(Recipe([Categorify(["code"])]), fit)(df)
+
+
+def test_a_users_own_op_saves_and_loads_by_its_kind(tmp_path):
+    # A TableOp subclass registers under its kind: a recipe holding it loads again (the
+    # recipe knew only the kit's ops by name), and a kind already taken is refused.
+    from dataclasses import dataclass
+    from typing import ClassVar
+
+    import narwhals as nw
+
+    from gpufeed.gpu_transforms.tabular import TableOp
+
+    @dataclass
+    class Double(TableOp):
+        kind: ClassVar[str] = "test_double"
+        stateless: ClassVar[bool] = True
+
+        def transform(self, frame, backend):
+            return frame.with_columns(*[(nw.col(c) * 2).alias(c) for c in self.columns])
+
+    path = Recipe([Double(["a"]), MinMax(["a"])]).fit(pd.DataFrame({"a": [1.0, 3.0]})).save(tmp_path / "r.json")
+    loaded = Recipe.load(path)
+    assert isinstance(loaded.ops[0], Double)
+    assert loaded.transform(pd.DataFrame({"a": [2.0]}))["a"].tolist() == [0.5]  # 4 on the fitted 2..6 range
+    with pytest.raises(ValueError, match="TableOp kind 'minmax' is taken by .*MinMax"):
+        @dataclass
+        class Other(TableOp):
+            kind: ClassVar[str] = "minmax"
