@@ -14,7 +14,14 @@ from typing import Any, ClassVar, NoReturn
 import narwhals as nw
 
 from gpufeed.gpu_transforms.tabular.errors import ColumnTypeError, UnseenCategoryError
-from gpufeed.gpu_transforms.tabular.frames import NwFrame, collect_small, is_lazy, is_missing, wrap
+from gpufeed.gpu_transforms.tabular.frames import (
+    NwFrame,
+    collect_small,
+    first_value,
+    is_lazy,
+    is_missing,
+    wrap,
+)
 from gpufeed.gpu_transforms.tabular.kernels import (
     category_values,
     pandas_codes,
@@ -90,7 +97,7 @@ def _name_unhashable(frame: NwFrame, columns: Sequence[str], exc: TypeError) -> 
     is no category (a list, a dict, an array: nested Parquet columns on pandas, where
     hashing them failed as "unhashable type: 'numpy.ndarray'"); else ``exc`` itself."""
     for c in columns:
-        first = collect_small(frame.select(nw.col(c)).drop_nulls().head(1)).get_column(c)
+        first = first_value(frame, c)
         if len(first):
             try:
                 _json_key(first.item(0), c)

@@ -81,6 +81,12 @@ def first_row(frame: NwFrame) -> dict[str, Any]:
     return small_rows(frame)[0]
 
 
+def first_value(frame: NwFrame, column: str) -> nw.Series:
+    """The first non-missing value of ``column`` as a series of length 1, or 0 when every
+    value is missing: enough to tell what an untyped column holds without reading it all."""
+    return collect_small(frame.select(nw.col(column)).drop_nulls().head(1)).get_column(column)
+
+
 def is_missing(value: Any) -> bool:
     """True for a missing scalar as the backends hand them out: None, NaN, NaT or ``pandas.NA``.
 

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import narwhals as nw
 
 from gpufeed.gpu_transforms.tabular.errors import ColumnTypeError, NonFiniteError
-from gpufeed.gpu_transforms.tabular.frames import NwFrame, collect_small, is_missing
+from gpufeed.gpu_transforms.tabular.frames import NwFrame, first_value, is_missing
 from gpufeed.gpu_transforms.tabular.kernels import (
     GROUP_CODE,
     group_stats_f64,
@@ -181,7 +181,7 @@ _NO_VALUES = "no values (every row missing)"
 def _held(frame: NwFrame, column: str) -> str | None:
     """What an untyped column holds when it is not numbers (for :func:`require_numbers`):
     :data:`_NO_VALUES`, ``"Object: list"``...; None for numbers. Reads up to its first value."""
-    first = collect_small(frame.select(nw.col(column)).drop_nulls().head(1)).get_column(column)
+    first = first_value(frame, column)
     if len(first) == 0:
         return _NO_VALUES
     value = first.item(0)
