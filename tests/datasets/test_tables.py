@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bz2
 import gzip
+import json
 import math
 
 import numpy as np
@@ -28,6 +29,7 @@ from gpufeed.gpu_transforms.tabular import (
     TabularError,
     UnknownFormatError,
 )
+from gpufeed.gpu_transforms.tabular.frames import to_backend
 
 SUFFIX = {"csv": "csv", "parquet": "parquet", "feather": "feather", "pickle": "pkl", "hdf5": "h5", "json": "jsonl"}
 
@@ -149,11 +151,38 @@ def test_mixed_type_error_names_the_file_line(tmp_path, name, text, line):
         read_table(path, backend="pandas", on_bad_lines="skip", format="csv")
 
 
-def test_mixed_types_in_json_are_named(tmp_path):
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_mixed_types_in_json_are_named(tmp_path, backend):
     path = tmp_path / "mixed.jsonl"
     path.write_text('{"a": 1}\n{"a": "x"}\n')
     with pytest.raises(MixedTypeError, match="column 'a'.*record 2"):
-        read_table(path, backend="pandas")
+        read_table(path, backend=backend)
+
+
+def test_json_on_polars_reads_with_polars_parser_as_pandas_reads(tmp_path, monkeypatch):
+    # polars' parser reads the file (pandas' is several times slower) and the table is the
+    # one the pandas backend reads: text, codes, ISO datetimes with and without a zone,
+    # hashes beyond int64, gaps. Text holding numbers (mixed in the file, or quoted) and a
+    # key the first record lacks go through pandas' reading, which tells them apart.
+    plain = [
+        {"id": 2**53 + 1, "hash": 2**64 - 1, "code": "01234", "t": "2024-01-01T10:00:00.5",
+         "z": "2024-01-01T10:00:00+02:00", "x": 0.1, "ok": True},
+        {"id": None, "hash": 3, "code": "A-7", "t": "2024-01-02 11:00:00", "z": None, "x": None, "ok": None},
+    ]
+    tricky = [{**plain[0], "qty": "12"}, {**plain[1], "qty": "x", "late": "b"}]
+    read_json = pd.read_json
+    for rows, parser in ((plain, "polars"), (tricky, "pandas")):
+        for name, text in {"r.jsonl": "\n".join(json.dumps(r) for r in rows) + "\n", "r.json": json.dumps(rows)}.items():
+            path = tmp_path / name
+            path.write_text(text)
+            expected = to_backend(read_table(path, backend="pandas"), "polars")
+            if parser == "polars":
+                monkeypatch.setattr(pd, "read_json", lambda *a, **k: pytest.fail("pandas' JSON parser was used"))
+            back = read_table(path, backend="polars")
+            monkeypatch.setattr(pd, "read_json", read_json)
+            assert back.schema == expected.schema and back.equals(expected)
+            assert back.schema["id"] == pl.Int64 and back["hash"].to_list() == [2**64 - 1, 3]
+            assert back.schema["z"].time_zone == "UTC" and back.schema["code"] == pl.String
 
 
 def test_empty_and_header_only_csv(tmp_path):
