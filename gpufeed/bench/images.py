@@ -82,11 +82,11 @@ def baseline_dataset(root: str | os.PathLike[str], *, train: bool, size: int) ->
     from torchvision import datasets
     from torchvision.transforms import v2
 
-    from gpufeed.pipelines.options import IMAGENET_MEAN, IMAGENET_STD
+    from gpufeed.pipelines.options import IMAGENET_MEAN, IMAGENET_STD, default_val_resize
 
     geometric = (
         [v2.RandomResizedCrop(size, antialias=True), v2.RandomHorizontalFlip()] if train
-        else [v2.Resize(round(size / 0.875), antialias=True), v2.CenterCrop(size)]
+        else [v2.Resize(default_val_resize(size), antialias=True), v2.CenterCrop(size)]
     )
     tf = v2.Compose([*geometric, v2.PILToTensor(), v2.ToDtype(torch.float32, scale=True),
                      v2.Normalize(IMAGENET_MEAN, IMAGENET_STD)])

@@ -16,6 +16,13 @@ from gpufeed.policies import OnError, StrOption
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
+
+def default_val_resize(size: int) -> int:
+    """The shorter side before a validation centre crop to ``size``: ``size / 0.875``, the
+    ImageNet convention (256 for 224) that torchvision's reference scripts follow."""
+    return round(size / 0.875)
+
+
 _DTYPES = (torch.float32, torch.float16, torch.uint8)
 
 #: Samples mixed together when shuffling a sharded source (WebDataset's usual buffer).
@@ -192,7 +199,7 @@ class LoaderOptions:
     @property
     def resize_shorter(self) -> int:
         """Validation: the shorter side before the centre crop (256 for 224, as in ImageNet)."""
-        return self.val_resize or round(self.size / 0.875)
+        return self.val_resize or default_val_resize(self.size)
 
     @property
     def workers(self) -> int:
