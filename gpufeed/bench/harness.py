@@ -76,6 +76,20 @@ class Timing:
         }
 
 
+def add_loader_arguments(parser: argparse.ArgumentParser, contender: str) -> None:
+    """The options of the suites that time image loaders side by side: batch, output size,
+    workers, timed epochs, ``--rounds``, device and ``--out``; ``contender``: what each one
+    timed is called in the help (a pipeline, a storage)."""
+    parser.add_argument("--batch-size", type=at_least(1), default=64, help="default: 64")
+    parser.add_argument("--size", type=at_least(1), default=224, help="output size (default: 224)")
+    parser.add_argument("--workers", type=at_least(1), default=None, help="workers/threads each (default: all cores)")
+    parser.add_argument("--repeats", type=at_least(1), default=3,
+                        help=f"timed epochs per {contender} and round (default: 3)")
+    add_rounds_argument(parser)
+    parser.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
+    add_out_argument(parser)
+
+
 def add_rounds_argument(parser: argparse.ArgumentParser, default: int = 2) -> None:
     """The ``--rounds`` option of the suites that compare contenders in separate processes."""
     parser.add_argument("--rounds", type=at_least(1), default=default,

@@ -18,8 +18,7 @@ from typing import Any
 
 from gpufeed.arguments import at_least
 from gpufeed.bench.harness import (
-    add_out_argument,
-    add_rounds_argument,
+    add_loader_arguments,
     epoch_runner,
     markdown_table,
     measure,
@@ -49,15 +48,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", help="ImageFolder tree (default: a generated, cached ImageNet-like set)")
     parser.add_argument("--images", type=at_least(1), default=1024, help="size of the generated default set")
     parser.add_argument("--mode", choices=("train", "val"), default="train", help="default: train")
-    parser.add_argument("--batch-size", type=at_least(1), default=64, help="default: 64")
-    parser.add_argument("--size", type=at_least(1), default=224, help="output size (default: 224)")
-    parser.add_argument("--workers", type=at_least(1), default=None, help="workers/threads each (default: all cores)")
-    parser.add_argument("--repeats", type=at_least(1), default=3, help="timed epochs per pipeline and round (default: 3)")
-    add_rounds_argument(parser)
-    parser.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
+    add_loader_arguments(parser, "pipeline")
     parser.add_argument("--only", nargs="*", choices=sorted(PIPELINES), metavar="PIPELINE",
                         help=f"run only these pipelines (the baseline always runs): {', '.join(PIPELINES)}")
-    add_out_argument(parser)
 
 
 def baseline_dataset(root: str | os.PathLike[str], *, train: bool, size: int) -> Any:

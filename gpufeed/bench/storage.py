@@ -37,8 +37,7 @@ from typing import Any
 from gpufeed.arguments import at_least, number_at_least
 from gpufeed.bench.harness import (
     Timing,
-    add_out_argument,
-    add_rounds_argument,
+    add_loader_arguments,
     markdown_table,
     pool_rounds,
     round_ratios,
@@ -93,13 +92,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"target shard size in bytes or with a unit, e.g. 64MB (default: {DEFAULT_SHARD_SIZE}: "
                              f"several shards even for the default 1024 images, so workers read different ones)")
     parser.add_argument("--raw-size", type=at_least(1), default=256, help="raw cache short side (default: 256)")
-    parser.add_argument("--batch-size", type=at_least(1), default=64, help="default: 64")
-    parser.add_argument("--size", type=at_least(1), default=224, help="output size (default: 224)")
-    parser.add_argument("--workers", type=at_least(1), default=None, help="workers/threads each (default: all cores)")
-    parser.add_argument("--repeats", type=at_least(1), default=3, help="timed epochs per contender and round (default: 3)")
-    add_rounds_argument(parser)
-    parser.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
-    add_out_argument(parser)
+    add_loader_arguments(parser, "contender")
 
 
 # -- reading through a storage, counted across processes ------------------------------------
