@@ -55,7 +55,7 @@ _TABLE_SEED_HELP = "seed of the values (default: 0); the same seed writes the sa
 def _build_parser(chosen: Sequence[str] = ()) -> argparse.ArgumentParser:
     """The command line's parser; ``chosen``: the command and suite named (``["bench",
     "tabular"]``, ``["tune"]``), the only suite whose module is imported for its options."""
-    parser = argparse.ArgumentParser(prog="gpufeed", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="gpufeed", description=__doc__.splitlines()[0].replace("``", ""))
     sub = parser.add_subparsers(dest="command", required=True)
 
     bench = sub.add_parser("bench", help="run a benchmark suite (default: images)")
@@ -124,7 +124,8 @@ def _build_parser(chosen: Sequence[str] = ()) -> argparse.ArgumentParser:
     )
     convert.add_argument("src", help="ImageFolder tree (SRC/<class>/<image>) or a 'path label' file list")
     convert.add_argument("dst", help="output folder (new or empty, or an interrupted conversion to resume)")
-    convert.add_argument("--format", required=True, choices=("webdataset", "tfrecord", "raw"))
+    convert.add_argument("--format", required=True, choices=("webdataset", "tfrecord", "raw"),
+                         help="tar shards (KEY.jpg + KEY.cls), tf.train.Example records, or decoded pixels")
     convert.add_argument("--shard-size", default="256MiB", help="target shard size, e.g. 256MB, 1GiB (default: 256MiB)")
     convert.add_argument("--seed", type=at_least(0), default=0, help="seed of the pre-shuffle (default: 0)")
     convert.add_argument("--no-shuffle", action="store_true", help="keep the source order")

@@ -47,9 +47,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--formats", default=None,
                         help="comma list of csv, parquet, feather, pickle, hdf5, json, csv-pandas "
                              "(default: all; csv-pandas only with --backend pandas)")
-    parser.add_argument("--backend", default="pandas", help="pandas | polars | cudf | auto")
-    parser.add_argument("--repeats", type=at_least(1), default=3)
-    parser.add_argument("--warmup", type=at_least(0), default=1)
+    parser.add_argument("--backend", default="pandas", help="pandas | polars | cudf | auto (default: pandas)")
+    parser.add_argument("--repeats", type=at_least(1), default=3, help="timed reads and writes per format (default: 3)")
+    parser.add_argument("--warmup", type=at_least(0), default=1, help="untimed runs first (default: 1)")
     parser.add_argument("--data-dir", default=None, help="where the generated table is cached")
     parser.add_argument("--work-dir", default=None, help="where the files are written (default: a temp folder)")
     add_out_argument(parser)

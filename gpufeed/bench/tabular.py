@@ -72,8 +72,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backends", default=f"{BASELINE},pandas,polars,cudf",
                         help=f"recipe variants ({BASELINE}: the ops written by hand, always run as the "
                              "baseline); cudf is skipped without a GPU")
-    parser.add_argument("--repeats", type=at_least(1), default=3)
-    parser.add_argument("--warmup", type=at_least(0), default=1)
+    parser.add_argument("--repeats", type=at_least(1), default=3, help="timed runs per variant (default: 3)")
+    parser.add_argument("--warmup", type=at_least(0), default=1, help="untimed runs first (default: 1)")
     parser.add_argument("--min-seconds", type=number_at_least(0), default=0.5,
                         help="time each variant and op on past --repeats until its repeats add up to this "
                              "many seconds (a median of 3 millisecond runs moves by 20%% on a shared machine)")
