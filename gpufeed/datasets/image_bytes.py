@@ -8,6 +8,7 @@ bad the same way whichever one reads it, before any decoder sees it.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Iterator
 
 import numpy as np
@@ -51,7 +52,34 @@ def undecodable_reason(data: bytes | memoryview) -> str | None:
         return "not an image (unknown file signature)"
     if fmt == "jpeg" and bytes(data[-1024:]).rfind(b"\xff\xd9") < 0 and not _jpeg_ends(memoryview(data).cast("B")):
         return "truncated JPEG (no end-of-image marker)"
+    if fmt == "png":
+        return _png_fault(memoryview(data).cast("B"))
     return None
+
+
+def _png_fault(mv: memoryview) -> str | None:
+    """Why a PNG's chunks are not intact, or None: a chunk cut short, no end chunk, or a
+    critical chunk (header, palette, image data) whose CRC does not match its bytes.
+
+    Every chunk carries a CRC-32, so corrupt bytes are found for a tenth of a millisecond
+    per megabyte, before any decoder sees them: libpng, under torchvision's PNG decoder,
+    crashed the process on them ("IDAT: CRC error"). Ancillary chunks (text, colour
+    profile) with a bad CRC are ignored, as libpng ignores them.
+    """
+    pos = 8
+    while pos + 12 <= len(mv):
+        length = int.from_bytes(mv[pos: pos + 4], "big")
+        kind = bytes(mv[pos + 4: pos + 8])
+        end = pos + 8 + length
+        if end + 4 > len(mv):
+            return f"truncated PNG (its {kind.decode('latin-1')} chunk is cut short)"
+        critical = kind[:1].isupper()
+        if critical and zlib.crc32(mv[pos + 4: end]) != int.from_bytes(mv[end: end + 4], "big"):
+            return f"corrupt PNG (CRC error in its {kind.decode('latin-1')} chunk)"
+        if kind == b"IEND":
+            return None
+        pos = end + 4
+    return "truncated PNG (no IEND chunk)"
 
 
 def _jpeg_markers(mv: memoryview) -> Iterator[tuple[int, int]]:

@@ -9,10 +9,12 @@ import importlib.util
 import io
 import json
 import os
+import signal
 import struct
 import subprocess
 import sys
 import tarfile
+import threading
 from collections import Counter
 from pathlib import Path
 
@@ -361,6 +363,52 @@ def test_bad_inputs_are_skipped_and_reported(tmp_path):
         assert len(open_converted(tmp_path / fmt)) == 9
         assert json.loads((tmp_path / fmt / MANIFEST).read_text())["skipped"] == 4
         assert "4 skipped" in report.summary()
+
+
+def test_corrupt_pngs_are_skipped_by_a_pool_of_decoders(tmp_path):
+    from PIL import Image
+
+    from tests.pipelines.test_bad_input import _with_png_crcs
+
+    root = generate_image_folder(tmp_path / "src", num_images=6, num_classes=2, seed=5, min_side=48, max_side=64)
+    png = io.BytesIO()
+    with Image.open(sorted(root.rglob("*.jpg"))[0]) as img:
+        img.save(png, format="PNG")
+    data = bytearray(png.getvalue())
+    data[len(data) // 2: len(data) // 2 + 32] = bytes(range(100, 132))
+    (root / "class_000" / "crc.png").write_bytes(bytes(data))
+    # intact CRCs: libpng's error under torchvision's decoder crashed the worker, and the pool hung
+    (root / "class_000" / "scrambled.png").write_bytes(_with_png_crcs(data))
+    report = convert(root, tmp_path / "out", format="webdataset", workers=2, progress=False)
+    reasons = {os.path.basename(p): r for p, r in report.skipped}
+    assert report.samples_in == 8 and report.written == 6
+    assert reasons["crc.png"] == "corrupt PNG (CRC error in its IDAT chunk)"
+    assert reasons["scrambled.png"].startswith("could not decode")
+
+
+def _crash_on_three(i: int) -> int:
+    if i == 3:
+        os.kill(os.getpid(), signal.SIGKILL)  # what a segfaulting decoder does to its process
+    return i
+
+
+def test_a_decoding_process_that_dies_stops_the_conversion_with_an_error():
+    from gpufeed.datasets.shards.convert import _map_ordered
+
+    outcome: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            list(_map_ordered(_crash_on_three, list(range(40)), 2))
+        except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
+            outcome.append(exc)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(timeout=120)
+    assert not worker.is_alive(), "the conversion hung on a dead decoding process"
+    assert len(outcome) == 1 and isinstance(outcome[0], RuntimeError)
+    assert "decoding process died" in str(outcome[0]) and "re-run the same command" in str(outcome[0])
 
 
 def test_decoding_in_a_process_pool_writes_the_same_shards(src, tmp_path):

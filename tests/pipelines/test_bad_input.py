@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import warnings
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +25,8 @@ BAD = {  # file name -> words the reason must contain
     "readme.txt": "not an image",
     "broken_header.jpg": "decode",
     "animation.gif": "unsupported image format (GIF)",
+    "corrupt.png": "corrupt PNG (CRC error in its IDAT chunk)",
+    "scrambled.png": "decode",  # CRCs intact: only a decoder finds it (libpng crashed torchvision's)
 }
 DECODABLE = ("picture.png", "gray.jpg", "cmyk.jpg")
 #: Files a folder source leaves out (no image extension: ImageFolder would not load them).
@@ -53,9 +56,25 @@ def messy_folder(tmp_path_factory) -> Path:
         img.save(root / "class_001" / "picture.png")
         img.convert("L").save(root / "class_001" / "gray.jpg")
         img.convert("CMYK").save(root / "class_001" / "cmyk.jpg")
+    with Image.open(good) as img:
+        img.save(bad / "corrupt.png")
+    png = bytearray((bad / "corrupt.png").read_bytes())
+    png[len(png) // 2: len(png) // 2 + 64] = np.random.default_rng(0).integers(0, 256, 64, dtype=np.uint8).tobytes()
+    (bad / "corrupt.png").write_bytes(bytes(png))
+    (bad / "scrambled.png").write_bytes(_with_png_crcs(png))
     (bad / ".DS_Store").write_bytes(b"\0\0\0\1Bud1")
     (root / "class_002").mkdir()
     return root
+
+
+def _with_png_crcs(png: bytes | bytearray) -> bytes:
+    """The PNG with every chunk's CRC recomputed: corrupt bytes a CRC check cannot see."""
+    out, pos = bytearray(png), 8
+    while pos + 12 <= len(out):
+        end = pos + 8 + int.from_bytes(out[pos: pos + 4], "big")
+        out[end: end + 4] = zlib.crc32(bytes(out[pos + 4: end])).to_bytes(4, "big")
+        pos = end + 4
+    return bytes(out)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

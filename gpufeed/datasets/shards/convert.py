@@ -23,6 +23,8 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -315,9 +317,19 @@ def _map_ordered(fn: Callable, tasks: list, workers: int) -> Iterator:
     if workers <= 1 or len(tasks) < 2:
         yield from map(fn, tasks)
         return
-    # The workers only decode, with torch's single-threaded codecs.
-    with multiprocessing.get_context(worker_start_method()).Pool(workers, initializer=_worker_init) as pool:
-        yield from pool.imap(fn, tasks, chunksize=max(1, min(16, len(tasks) // (workers * 8))))
+    # The workers only decode, with torch's single-threaded codecs. An executor, not a
+    # multiprocessing.Pool: a worker that dies (a decoder crash, the OOM killer) breaks the
+    # executor, which raises, where a Pool waits forever for the lost results.
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(worker_start_method()),
+                               initializer=_worker_init)
+    try:
+        yield from pool.map(fn, tasks, chunksize=max(1, min(16, len(tasks) // (workers * 8))))
+    except BrokenProcessPool as exc:
+        raise RuntimeError(
+            "convert: a decoding process died (a file crashed its decoder, or memory ran out); the "
+            "complete shards are kept: re-run the same command to go on") from exc
+    finally:
+        pool.shutdown(cancel_futures=True)  # a stopped conversion does not decode the rest first
 
 
 def _progress(items: Iterator, total: int, desc: str, show: bool) -> Iterator:
