@@ -6,12 +6,15 @@ categorical columns are compared by their text values.
 
 from __future__ import annotations
 
+import datetime
+import numbers
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, NoReturn
 
 import narwhals as nw
+import numpy as np
 
 from gpufeed.gpu_transforms.tabular.errors import ColumnTypeError, UnseenCategoryError
 from gpufeed.gpu_transforms.tabular.frames import (
@@ -204,13 +207,35 @@ def stable_hash(value: Any, buckets: int) -> int:
     """The bucket of ``value`` in ``1 .. buckets-1`` (CRC32 of its text; 0 is for missing).
 
     CRC32 of the text is the same on every machine, process and backend, unlike Python's
-    salted ``hash`` or each library's own hash function.
+    salted ``hash`` or each library's own hash function. The text is canonical, so one
+    value hashes alike whatever type a backend gave it: a whole float as its integer
+    (pandas reads an integer column with missing values as floats, polars keeps integers),
+    a datetime at midnight without a zone as its date (pandas has no date type).
 
     Example:
         >>> stable_hash("north", 1000)
         964
+        >>> stable_hash(130.0, 1000) == stable_hash(130, 1000)
+        True
     """
-    return 1 + zlib.crc32(str(value).encode()) % (buckets - 1)
+    return 1 + zlib.crc32(_hash_text(value).encode()) % (buckets - 1)
+
+
+def _hash_text(value: Any) -> str:
+    """The text :func:`stable_hash` hashes (see there)."""
+    if isinstance(value, bool | np.bool_ | str):
+        return str(value)
+    if isinstance(value, numbers.Integral):
+        return str(int(value))
+    if isinstance(value, numbers.Real):
+        value = float(value)
+        return str(int(value)) if value.is_integer() else repr(value)
+    if isinstance(value, datetime.datetime):
+        midnight = value.tzinfo is None and value.time() == datetime.time() and not getattr(value, "nanosecond", 0)
+        return value.date().isoformat() if midnight else value.isoformat()
+    if isinstance(value, datetime.date):
+        return value.isoformat()
+    return str(value)
 
 
 @dataclass

@@ -120,7 +120,15 @@ def nan_as_null(frame: NwFrame, columns: Iterable[str], *, backend: str | None =
     if not is_lazy(frame):
         found = first_row(frame.select(*[nw.col(c).is_nan().any().alias(c) for c in floats]))
         floats = [c for c in floats if found[c]]
-    return frame.with_columns(*[nw.col(c).fill_nan(None) for c in floats]) if floats else frame
+    if not floats:
+        return frame
+    if (backend or backend_of(frame)) == "cudf":
+        # narwhals' fill_nan is not implemented for cuDF; cuDF's own nans_to_nulls is.
+        native = nw.to_native(frame).copy(deep=False)
+        for c in floats:
+            native[c] = native[c].nans_to_nulls()
+        return nw.from_native(native)
+    return frame.with_columns(*[nw.col(c).fill_nan(None) for c in floats])
 
 
 def write_back(frame: nw.DataFrame, out: nw.DataFrame) -> nw.DataFrame:
@@ -209,7 +217,8 @@ def to_backend(df: Frame, backend: str) -> Frame:
     if target == "polars":
         import polars as pl
 
-        table = df if source == "pandas" else df.to_arrow()
+        # cuDF's to_arrow keeps a non-default index as a column: no backend but pandas has one.
+        table = df if source == "pandas" else df.to_arrow(preserve_index=False)
         out = pl.from_pandas(df, nan_to_null=True) if source == "pandas" else polars_from_arrow(table)
         # polars' Categorical has no category order: an ordered categorical (sizes S < M < L)
         # becomes an Enum of its categories, which keeps the order for sorting and comparing
@@ -220,7 +229,8 @@ def to_backend(df: Frame, backend: str) -> Frame:
 
     if source == "pandas":
         return cudf.from_pandas(df, nan_as_null=True)
-    return cudf.DataFrame.from_arrow(df.to_arrow())
+    # polars keeps NaN apart from null; cuDF from pandas above turns NaN into null: the same here.
+    return cudf.DataFrame.from_arrow(df.fill_nan(None).to_arrow())
 
 
 

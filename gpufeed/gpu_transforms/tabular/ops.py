@@ -23,6 +23,7 @@ from gpufeed.gpu_transforms.tabular.errors import ColumnTypeError, NonFiniteErro
 from gpufeed.gpu_transforms.tabular.frames import NwFrame, first_value, is_missing
 from gpufeed.gpu_transforms.tabular.kernels import (
     GROUP_CODE,
+    cudf_log,
     group_stats_f64,
     pooled_stats,
     quantile_bounds,
@@ -369,6 +370,8 @@ class Log(TableOp):
         native = numpy_columns(frame, self.columns) if backend == "pandas" else None
         if native is not None:
             return log_columns(native, self.columns, self.offset)
+        if backend == "cudf":
+            return cudf_log(frame, self.columns, self.offset)
         return frame.with_columns(*[(nw.col(c).cast(nw.Float64) + self.offset).log() for c in self.columns])
 
     def params(self) -> dict[str, Any]:

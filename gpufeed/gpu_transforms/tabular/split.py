@@ -20,11 +20,10 @@ from typing import Any
 import narwhals as nw
 import numpy as np
 
-from gpufeed.gpu_transforms.tabular.errors import BackendError, EmptyTableError
+from gpufeed.gpu_transforms.tabular.errors import BackendError, ColumnTypeError, EmptyTableError
 from gpufeed.gpu_transforms.tabular.frames import (
     Frame,
     NwFrame,
-    backend_of,
     collect_small,
     is_lazy,
     is_missing,
@@ -174,9 +173,14 @@ def split_by_time(df: Frame, column: str, fractions: Sequence[float] = (0.8, 0.1
     _check_fractions(fractions)
     frame = wrap(df)
     require_columns(frame, [column], "split_by_time")
+    dtype = frame.collect_schema()[column]
+    if dtype in (nw.String, nw.Categorical, nw.Enum, nw.Object):
+        # Text sorts alphabetically: "1/10/2024" before "1/2/2024", a split in no time order.
+        raise ColumnTypeError(f"split_by_time: column {column!r} holds text ({dtype}), which sorts "
+                              "alphabetically, not in time: parse it to datetimes first "
+                              "(read_table parses ISO dates in JSON; pd.to_datetime / str.to_datetime)")
+    frame = nan_as_null(frame, [column])  # a NaN time is missing (as on pandas): train, not the latest rows
     t = nw.col(column)
-    if frame.collect_schema()[column].is_float() and backend_of(frame) in ("polars", "cudf"):
-        t = t.fill_nan(None)  # a NaN time is missing (as on pandas): train, not the latest rows
     computed = cutoffs is None
     if cutoffs is None:
         if is_lazy(frame):

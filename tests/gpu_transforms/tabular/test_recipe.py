@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import datetime
 import math
 
 import numpy as np
@@ -362,6 +363,41 @@ def test_recipe_rules_and_downcast_on_cudf_match_pandas(table, tmp_path):
     assert report.saved_fraction > 0.3 and small["count"].to_pandas().tolist() == table["count"].tolist()
     back = read_table(write_table(gdf, tmp_path / "t.parquet"), backend="cudf")
     assert isinstance(back, cudf.DataFrame) and len(back) == len(table)
+
+
+@pytest.mark.gpu
+def test_nan_and_missing_values_on_cudf_behave_as_on_pandas():
+    cudf = pytest.importorskip("cudf", reason="cuDF is not installed")
+
+    df = pd.DataFrame({"x": [1.0, np.nan, 3.0, None, 9.0], "t": [1.0, 2.0, np.nan, 4.0, 5.0]})
+    native = cudf.DataFrame({"x": cudf.Series([1.0, np.nan, 3.0, None, 9.0], nan_as_null=False),
+                             "t": cudf.Series([1.0, 2.0, np.nan, 4.0, 5.0], nan_as_null=False)})
+    for ops in ([FillMissing(["x"])], [Log(["x"])], [Standardize(["x"])]):
+        _assert_same(Recipe(ops).fit_transform(df), Recipe(ops).fit_transform(native).to_pandas())
+    assert split_by_time(native, "t", cutoffs=(3, 5)).rows == split_by_time(df, "t", cutoffs=(3, 5)).rows
+
+
+def test_hash_buckets_agree_whatever_type_a_backend_gave_the_value():
+    # pandas reads an integer id column with gaps as floats, polars keeps integers; pandas
+    # has no date type, polars does.
+    assert stable_hash(130.0, 64) == stable_hash(130, 64) == stable_hash(np.int32(130), 64)
+    assert stable_hash(pd.Timestamp("2024-03-01"), 64) == stable_hash(datetime.date(2024, 3, 1), 64)
+    assert stable_hash(pd.Timestamp("2024-03-01 10:00"), 64) != stable_hash(pd.Timestamp("2024-03-01"), 64)
+    assert stable_hash(0.5, 64) != stable_hash(5, 64)
+    ids = pd.DataFrame({"id": [130, None, 7, 130], "day": pd.to_datetime(["2024-03-01", "2024-03-02", None, "2024-03-01"])})
+    on_pandas = Recipe([HashBucket(["id", "day"], buckets=64)]).fit_transform(ids)  # id: float64 here
+    native = pl.select(id=pl.Series([130, None, 7, 130], dtype=pl.Int64),
+                       day=pl.Series(["2024-03-01", "2024-03-02", None, "2024-03-01"]).str.to_date())
+    on_polars = Recipe([HashBucket(["id", "day"], buckets=64)]).fit_transform(native)
+    assert on_pandas["id"].tolist() == on_polars["id"].to_list()
+    assert on_pandas["day"].tolist() == on_polars["day"].to_list()
+
+
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_split_by_time_refuses_a_text_column(backend):
+    df = to_backend(pd.DataFrame({"when": ["1/2/2024", "1/10/2024", "1/3/2024"]}), backend)
+    with pytest.raises(ColumnTypeError, match="'when' holds text"):
+        split_by_time(df, "when", cutoffs=("1/3/2024", None))
 
 
 # Missing values: pandas hands out NaN (not None) for a missing text key, and polars keeps
