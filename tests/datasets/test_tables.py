@@ -60,6 +60,34 @@ def test_every_format_round_trips_values(table, tmp_path, fmt, backend):
     _numeric_equal(table, back.to_pandas() if backend == "polars" else back)
 
 
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_an_index_that_holds_data_is_written_as_a_column(tmp_path, fmt):
+    hourly = pd.DataFrame({"temp": [1.5, 2.5, 3.5]},
+                          index=pd.date_range("2024-01-01", periods=3, freq="h", name="when"))
+    path = write_table(hourly, tmp_path / f"t.{SUFFIX[fmt]}")
+    for backend in ("pandas", "polars"):
+        back = read_table(path, backend=backend)
+        back = back.to_pandas() if backend == "polars" else back
+        assert list(back.columns) == ["when", "temp"], (backend, list(back.columns))
+        assert (pd.to_datetime(back["when"]) == hourly.index).all() and back["temp"].tolist() == [1.5, 2.5, 3.5]
+    # a filtered frame's row numbers are not data: not written
+    kept = pd.DataFrame({"x": [1, 2, 3, 4]}).query("x > 2")
+    assert list(read_table(write_table(kept, tmp_path / f"k.{SUFFIX[fmt]}"), backend="pandas").columns) == ["x"]
+
+
+def test_an_index_named_as_a_column_is_refused_by_name(tmp_path):
+    clash = pd.DataFrame({"id": [1, 2]}, index=pd.Index(["a", "b"], name="id"))
+    with pytest.raises(TabularError, match="index is named 'id'"):
+        write_table(clash, tmp_path / "t.parquet")
+
+
+def test_a_pickled_frames_index_read_on_polars_is_announced(tmp_path):
+    pd.DataFrame({"v": [1.0, 2.0]}, index=pd.Index(["a", "b"], name="station")).to_pickle(tmp_path / "t.pkl")
+    with pytest.warns(UserWarning, match=r"index stored in the file \(station\) is not read as a column on polars"):
+        back = read_table(tmp_path / "t.pkl", backend="polars")
+    assert back.columns == ["v"]
+
+
 def test_polars_frames_are_written_by_polars_writers(table, tmp_path):
     path = write_table(pl.from_pandas(table), tmp_path / "t.parquet")
     _numeric_equal(table, read_table(path, backend="pandas"))

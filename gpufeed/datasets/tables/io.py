@@ -73,7 +73,13 @@ def read_table_with_report(
         decimal = _decimal_mark(src, decimal, sep)
     options = ReadOptions(target, bad_lines, mixed, sep, encoding, decimal or ".", sep_given)
     frame = fmt.reader(target)(src, options, report)
-    frame = to_backend(frame, target) if backend_of(frame) != target else frame
+    if backend_of(frame) != target:
+        if backend_of(frame) == "pandas" and _index_holds_data(frame.index):
+            # As for a Parquet file's stored pandas index (see binary.py): the same columns on every backend.
+            warnings.warn(f"gpufeed: {src}: the pandas index stored in the file ({', '.join(map(str, frame.index.names))})"
+                          f" is not read as a column on {target}, as on pandas, where it is the frame's index; "
+                          "reset_index() before writing keeps it as data", stacklevel=3)
+        frame = to_backend(frame, target)
     report.rows = len(frame)
     return frame, report
 
@@ -151,7 +157,9 @@ def write_table(
     the key ``"table"`` (and pandas' ``"table"`` layout when a column is categorical, which
     the default fixed layout cannot store) and refuses, naming them, columns pandas'
     HDFStore cannot store (integers or booleans with missing values: use Parquet or
-    Feather); CSV has no index column. A polars or cuDF frame written through pandas
+    Feather). A pandas or cuDF index that holds data (named, several levels, or labels
+    that are not integers, e.g. timestamps) is written as the first column(s); an unnamed
+    integer index (row numbers) is not written. A polars or cuDF frame written through pandas
     (pickle, HDF5) keeps its integer columns with missing values integer.
 
     Args:
@@ -179,6 +187,8 @@ def write_table(
     elif sep is not None:
         raise ValueError(f"{out}: sep= applies to CSV files only, not {fmt.name}")
     backend = backend_of(df)
+    if backend in ("pandas", "cudf"):
+        df = _index_as_columns(df, out)
     twice = repeated(str(c) for c in df.columns)
     if twice:  # pandas allows them; no format reads them back as one table on every backend
         raise TabularError(f"{out}: column name(s) {', '.join(map(repr, twice))} appear more than once: "
@@ -222,6 +232,27 @@ def convert(
     frame, report = read_table_with_report(src, format=src_format, backend=backend, on_bad_lines=on_bad_lines,
                                            mixed_types=mixed_types, sep=sep, encoding=encoding, decimal=decimal)
     return write_table(frame, dst, format=dst_format), report
+
+
+def _index_as_columns(df: Frame, out: Path) -> Frame:
+    """A pandas or cuDF frame whose index holds data (a named index, several levels, or
+    labels that are not integers: timestamps, ids) with that index as its first column(s),
+    named as ``reset_index`` names them, so every format keeps it and every backend reads
+    it as a column (polars has no index). An unnamed integer index (the row numbers a
+    filter or a concatenation leaves) is not written, as with ``index=False``."""
+    if not _index_holds_data(df.index):
+        return df
+    clash = [n for n in df.index.names if n is not None and n in df.columns]
+    if clash:
+        raise TabularError(f"{out}: the frame's index is named {clash[0]!r}, as one of its columns: rename "
+                           "one, or reset_index(drop=True) to leave the index out")
+    return df.reset_index()
+
+
+def _index_holds_data(index: object) -> bool:
+    """Whether a pandas or cuDF index is data, not row numbers: named, several levels, or
+    labels that are not integers."""
+    return not (index.nlevels == 1 and index.name is None and index.dtype.kind in "iu")
 
 
 def _decimal_mark(path: Path, decimal: str | None, sep: str) -> str:
