@@ -30,3 +30,13 @@ def png16_bytes(pixels: np.ndarray) -> bytes:
     header = struct.pack(">IIBBBBB", w, h, 16, 2, 0, 0, 0)  # 16 bits, colour type 2 (RGB)
     return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw))
             + chunk(b"IEND", b""))
+
+
+def with_png_crcs(png: bytes | bytearray) -> bytes:
+    """The PNG with every chunk's CRC recomputed: corrupt bytes a CRC check cannot see."""
+    out, pos = bytearray(png), 8
+    while pos + 12 <= len(out):
+        end = pos + 8 + int.from_bytes(out[pos: pos + 4], "big")
+        out[end: end + 4] = zlib.crc32(bytes(out[pos + 4: end])).to_bytes(4, "big")
+        pos = end + 4
+    return bytes(out)

@@ -96,6 +96,29 @@ def test_user_errors_are_one_line_not_a_traceback(tmp_path, capsys):
     assert err.startswith("gpufeed: error:") and "missing" in err and "Traceback" not in err
 
 
+def test_bench_images_refuses_a_tree_with_bad_files_by_name(tmp_path, capsys):
+    from gpufeed.datasets.images import generate_image_folder
+
+    root = generate_image_folder(tmp_path / "d", num_images=4, num_classes=2, seed=1, min_side=40, max_side=48)
+    (root / "class_001" / "empty.jpg").write_bytes(b"")
+    assert main(["bench", "images", "--data", str(root), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "1 of 5 image file(s) cannot be decoded" in err and "empty.jpg (empty file (0 bytes))" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_baseline_names_a_file_pil_cannot_decode(tmp_path):
+    from gpufeed.bench.images import baseline_dataset
+    from gpufeed.datasets.images import generate_image_folder
+
+    root = generate_image_folder(tmp_path / "d", num_images=2, num_classes=1, seed=1, min_side=40, max_side=48)
+    (root / "class_000" / "notes.jpg").write_text("not a picture")
+    dataset = baseline_dataset(root, train=False, size=32)
+    bad = [i for i, (p, _) in enumerate(dataset.samples) if p.endswith("notes.jpg")][0]
+    with pytest.raises(OSError, match="notes.jpg: cannot identify image file"):
+        dataset[bad]
+
+
 @pytest.mark.parametrize("argv, option, message", [
     (["bench", "images", "--repeats", "0"], "--repeats", "must be >= 1, got 0"),
     (["bench", "storage", "--rounds", "two"], "--rounds", "expected a whole number, got 'two'"),

@@ -34,7 +34,7 @@ from gpufeed.progress import stage
 BASELINE = "torch-pil"
 #: Every pipeline the suite knows, and what it is (printed under the table).
 PIPELINES = {
-    "decode-only": "ceiling: full-image decode alone (torchvision.io, same threads), no crop/resize/normalise",
+    "decode-only": "ceiling: full-image decode alone (the torch backend's decoder, same threads), no crop/resize/normalise",
     "torch-pil": "baseline: torchvision ImageFolder (PIL) + transforms.v2 + DataLoader, as users have it",
     "torch-cpu": "the kit's torch backend (DataLoader workers, torchvision.io decode, torch uint8 geometry)",
     "dali-cpu": "the kit's DALI backend in CPU-only mode (DALI ROI decode + torch resize)",
@@ -83,7 +83,45 @@ def baseline_dataset(root: str | os.PathLike[str], *, train: bool, size: int) ->
     )
     tf = v2.Compose([*geometric, v2.PILToTensor(), v2.ToDtype(torch.float32, scale=True),
                      v2.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
-    return datasets.ImageFolder(os.fspath(root), transform=tf)
+    return datasets.ImageFolder(os.fspath(root), transform=tf, loader=_pil_loader_naming_the_file)
+
+
+def _pil_loader_naming_the_file(path: str) -> Any:
+    """torchvision's PIL loader; a file it cannot decode is named (PIL's words do not)."""
+    from torchvision.datasets.folder import pil_loader
+
+    try:
+        return pil_loader(path)
+    except Exception as exc:  # noqa: BLE001 - any failure, with the file that caused it
+        raise OSError(f"{path}: {exc}") from exc
+
+
+def clean_image_tree(root: str | os.PathLike[str]) -> Any:
+    """The samples of the ImageFolder tree ``root``, refused when a file fails the loaders'
+    byte checks (empty, truncated, not an image): the suites time every pipeline on the
+    same images, and the baseline (a plain ImageFolder) stops at the first bad file.
+
+    Raises:
+        ValueError: naming the bad files and why.
+    """
+    from gpufeed.datasets.image_bytes import read_bytes, undecodable_reason
+    from gpufeed.pipelines.sources import scan_image_folder
+
+    samples = scan_image_folder(root)
+    bad = []
+    for path in samples.paths:
+        try:
+            reason = undecodable_reason(read_bytes(path))
+        except OSError as exc:
+            reason = f"could not read: {exc.strerror or exc}"
+        if reason is not None:
+            bad.append(f"{path} ({reason})")
+    if bad:
+        raise ValueError(f"{root}: {len(bad)} of {len(samples)} image file(s) cannot be decoded: "
+                         f"{'; '.join(bad[:5])}{' ...' if len(bad) > 5 else ''}. The benchmark times every "
+                         "pipeline on the same images and its baseline (ImageFolder) stops at a bad file: "
+                         "remove them, or benchmark a clean copy (gpufeed convert leaves them out)")
+    return samples
 
 
 def baseline_loader(dataset: Any, *, train: bool, batch_size: int, num_workers: int, pin_memory: bool,
@@ -134,16 +172,15 @@ def _contender(name: str, root: str, mode: str, batch_size: int, size: int, work
     train = mode == "train"
     check: dict[str, Any] = {}
     if name == "decode-only":
-        import torchvision.io as tvio
-
         from gpufeed.datasets.image_bytes import read_bytes
         from gpufeed.pipelines.sources import scan_image_folder
+        from gpufeed.pipelines.torch_loader import decode_rgb
 
         paths = scan_image_folder(root).paths
-        pool = ThreadPoolExecutor(workers)  # decode_image releases the GIL
+        pool = ThreadPoolExecutor(workers)  # the decoders release the GIL
 
-        def decode(p: str) -> int:
-            return tvio.decode_image(torch.from_numpy(read_bytes(p)), mode=tvio.ImageReadMode.RGB).shape[0]
+        def decode(p: str) -> int:  # the torch backend's decoder: JPEG, PNG, BMP, TIFF, WebP
+            return decode_rgb(read_bytes(p)).shape[0]
 
         def run() -> float:
             list(pool.map(decode, paths, chunksize=16))
@@ -192,10 +229,9 @@ def run(args: argparse.Namespace) -> int:
     from gpufeed.backends import dali_installed, resolve_device
     from gpufeed.datasets.images import default_image_dataset
     from gpufeed.machine import cuda_available, usable_cpus
-    from gpufeed.pipelines.sources import scan_image_folder
 
     root = Path(args.data) if args.data else default_image_dataset(args.images)
-    samples = scan_image_folder(root)
+    samples = clean_image_tree(root)
     files = len(samples)
     sizes = [os.path.getsize(p) for p in samples.paths]
     device = str(resolve_device(args.device))
@@ -250,7 +286,7 @@ def run(args: argparse.Namespace) -> int:
                     f"num_workers={workers}, persistent_workers, prefetch_factor=4, pin_memory on CUDA)",
     }
     summary = (
-        f"{args.mode}, {files} JPEGs ({setup['mean_file_kib']:.0f} KiB mean), batch {args.batch_size}, "
+        f"{args.mode}, {files} images ({setup['mean_file_kib']:.0f} KiB mean), batch {args.batch_size}, "
         f"{args.size}px, {workers} workers/threads each, float32 normalised NCHW on {device}; "
         f"{rounds_text(args.rounds, args.repeats)}.\n\n{table}"
     )

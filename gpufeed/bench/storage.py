@@ -47,7 +47,13 @@ from gpufeed.bench.harness import (
     synchronize,
     write_results,
 )
-from gpufeed.bench.images import _checked_epoch, _verify, baseline_dataset, baseline_loader
+from gpufeed.bench.images import (
+    _checked_epoch,
+    _verify,
+    baseline_dataset,
+    baseline_loader,
+    clean_image_tree,
+)
 from gpufeed.datasets.storage import SimulatedRemote, Storage, drop_page_cache
 from gpufeed.progress import stage
 
@@ -473,10 +479,9 @@ def run(args: argparse.Namespace) -> int:
     from gpufeed.backends import dali_installed, resolve_device
     from gpufeed.datasets.images import default_image_dataset
     from gpufeed.machine import cuda_available, usable_cpus
-    from gpufeed.pipelines.sources import scan_image_folder
 
     root = Path(args.data) if args.data else default_image_dataset(args.images)
-    samples = scan_image_folder(root)
+    samples = clean_image_tree(root)
     files, classes = len(samples), len(samples.classes)
     nbytes = sum(os.path.getsize(p) for p in samples.paths)
     device = str(resolve_device(args.device))
@@ -612,7 +617,7 @@ def _markdown(rows: Sequence[dict], targets: Sequence[dict], conversions: dict[s
     remote = setup["remote"]
     bw = f"{remote['bandwidth_mb_s']:g} MB/s per reader" if remote["bandwidth_mb_s"] else "no bandwidth cap"
     parts = [
-        f"train, {setup['files']} JPEGs ({setup['mean_file_kib']:.0f} KiB mean) in {setup['classes']} classes, "
+        f"train, {setup['files']} images ({setup['mean_file_kib']:.0f} KiB mean) in {setup['classes']} classes, "
         f"batch {setup['batch_size']}, {setup['size']}px, {setup['workers']} workers/threads each, float32 "
         f"normalised NCHW on {setup['device']}; {rounds_text(setup.get('rounds', 1), setup['repeats'])} (the "
         f"untimed one checked); IQR of the per-epoch rates. Ratios are to `{BASELINE}` under the same condition.",

@@ -44,6 +44,13 @@ class SampleSource(ABC):
     def read(self, index: int) -> np.ndarray:
         """Sample ``index``'s encoded bytes (1-D uint8) or pixels (``(H, W, 3)`` uint8)."""
 
+    def read_or_reason(self, index: int) -> np.ndarray | str:
+        """Sample ``index`` as :meth:`read` gives it, or why it cannot be read, which the
+        loaders report and skip like a file that does not decode. Here every read error
+        raises; a source of one file per sample says why instead (see :class:`SampleList
+        <gpufeed.pipelines.sources.SampleList>`)."""
+        return self.read(index)
+
     @abstractmethod
     def name(self, index: int) -> str:
         """How reports name sample ``index`` (a path, or ``shard.tar:key``)."""

@@ -206,9 +206,9 @@ class DaliLoader(ClassificationLoader):
 
     def _probe_sample(self, index: int) -> str | None:
         """Decode one sample through the same pipeline, alone: the reason it fails, or None."""
-        data = self.samples.read(index)
+        data = self.samples.read_or_reason(index)
         pixels = self.samples.kind == "pixels"
-        reason = None if pixels else undecodable_reason(data)
+        reason = data if isinstance(data, str) else None if pixels else undecodable_reason(data)
         if reason is not None:
             return reason
         if self._probe is None:

@@ -85,14 +85,14 @@ class FileFeed:
         self.in_flight: deque[tuple[int, int, list[int]]] = deque()
         self._readers: ThreadPoolExecutor | None = None
 
-    def _read_all(self, indices: list[int]) -> list[np.ndarray]:
+    def _read_all(self, indices: list[int]) -> list[np.ndarray | str]:
         threads = self.options.workers
         if threads <= 1 or len(indices) <= 1:
-            return [self.samples.read(i) for i in indices]
+            return [self.samples.read_or_reason(i) for i in indices]
         if self._readers is None:
             self._readers = ThreadPoolExecutor(threads, thread_name_prefix="gpufeed-read")
             weakref.finalize(self, self._readers.shutdown, wait=False)
-        return list(self._readers.map(self.samples.read, indices))
+        return list(self._readers.map(self.samples.read_or_reason, indices))
 
     def __iter__(self) -> FileFeed:
         if self._resume is None:
@@ -124,7 +124,7 @@ class FileFeed:
                 data = crop = None
                 if reason is None:
                     data = read[i]
-                    reason = None if pixels else undecodable_reason(data)
+                    reason = data if isinstance(data, str) else None if pixels else undecodable_reason(data)
                 if reason is None and train:
                     crop = crop_inputs(data, self.options, self.epoch, i, pixels)
                     reason = crop if isinstance(crop, str) else None

@@ -33,6 +33,15 @@ class SampleList(SampleSource):
     def read(self, index: int) -> np.ndarray:
         return self.storage.read_file(self.paths[index])
 
+    def read_or_reason(self, index: int) -> np.ndarray | str:
+        """The file's bytes, or why it cannot be read: a file deleted since the list was
+        made, a dangling link, no permission. One file is one sample, so it is that
+        sample's fault (a shard's read error is the dataset's, and raises)."""
+        try:
+            return self.read(index)
+        except OSError as exc:
+            return f"could not read: {exc.strerror or exc}"
+
     def name(self, index: int) -> str:
         return self.paths[index]
 
@@ -45,7 +54,7 @@ class SampleList(SampleSource):
         except ValueError:  # absolute and relative paths mixed (a file list): as given
             names = list(self.paths)
         digest = hashlib.sha1("\n".join(f"{p}\t{lbl}" for p, lbl in zip(names, self.labels, strict=True))
-                              .encode()).hexdigest()
+                              .encode("utf-8", "surrogateescape")).hexdigest()
         return {"kind": "files", "samples": len(self.paths), "classes": len(self.classes), "digest": digest}
 
     def nbytes(self) -> int:

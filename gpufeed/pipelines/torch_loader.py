@@ -122,14 +122,17 @@ class _Files(Dataset):
     def __getitems__(self, keys: list[tuple[int, int, int]]) -> list[tuple[int, int, torch.Tensor | None, str | None]]:
         if self._reader is None or self._reader[0] != os.getpid():  # a forked worker has no thread
             self._reader = (os.getpid(), ThreadPoolExecutor(1, thread_name_prefix="gpufeed-read"))
-        reads = self._reader[1].map(self.source.read, [i for _, _, i in keys])  # all queued now
+        reads = self._reader[1].map(self.source.read_or_reason, [i for _, _, i in keys])  # all queued now
         return [self._sample(key, data) for key, data in zip(keys, reads, strict=True)]
 
     def __getitem__(self, key: tuple[int, int, int]) -> tuple[int, int, torch.Tensor | None, str | None]:
-        return self._sample(key, self.source.read(key[2]))
+        return self._sample(key, self.source.read_or_reason(key[2]))
 
-    def _sample(self, key: tuple[int, int, int], data: np.ndarray) -> tuple[int, int, torch.Tensor | None, str | None]:
+    def _sample(self, key: tuple[int, int, int], data: np.ndarray | str,
+                ) -> tuple[int, int, torch.Tensor | None, str | None]:
         epoch, number, i = key
+        if isinstance(data, str):  # could not be read
+            return number, i, None, data
         if self.source.kind == "pixels":  # decoded ahead of time (a raw cache)
             image = geometry.hwc_view(torch.from_numpy(data))
         else:
@@ -276,7 +279,9 @@ class TorchLoader(ClassificationLoader):
         try:
             yield from self._loader
         except RuntimeError as err:
-            if self._loader.multiprocessing_context is None or "exited unexpectedly" not in str(err):
+            # The DataLoader holds the context it made of the start method's name (None without workers).
+            context = self._loader.multiprocessing_context
+            if context is None or context.get_start_method() == "fork" or "exited unexpectedly" not in str(err):
                 raise
             raise RuntimeError(
                 f"{err}. DALI is loaded in this process, so the torch backend starts its workers "

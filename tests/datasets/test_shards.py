@@ -368,7 +368,7 @@ def test_bad_inputs_are_skipped_and_reported(tmp_path):
 def test_corrupt_pngs_are_skipped_by_a_pool_of_decoders(tmp_path):
     from PIL import Image
 
-    from tests.pipelines.test_bad_input import _with_png_crcs
+    from tests.helpers import with_png_crcs
 
     root = generate_image_folder(tmp_path / "src", num_images=6, num_classes=2, seed=5, min_side=48, max_side=64)
     png = io.BytesIO()
@@ -378,7 +378,7 @@ def test_corrupt_pngs_are_skipped_by_a_pool_of_decoders(tmp_path):
     data[len(data) // 2: len(data) // 2 + 32] = bytes(range(100, 132))
     (root / "class_000" / "crc.png").write_bytes(bytes(data))
     # intact CRCs: libpng's error under torchvision's decoder crashed the worker, and the pool hung
-    (root / "class_000" / "scrambled.png").write_bytes(_with_png_crcs(data))
+    (root / "class_000" / "scrambled.png").write_bytes(with_png_crcs(data))
     report = convert(root, tmp_path / "out", format="webdataset", workers=2, progress=False)
     reasons = {os.path.basename(p): r for p, r in report.skipped}
     assert report.samples_in == 8 and report.written == 6

@@ -284,6 +284,52 @@ def test_empty_and_quoted_empty_csv_text_is_missing_as_in_pandas(tmp_path):
     assert read_table(path, backend="pandas")["a"].isna().tolist() == pd.read_csv(path)["a"].isna().tolist()
 
 
+def test_every_na_spelling_pandas_reads_as_missing_is_missing_on_every_backend(tmp_path):
+    from gpufeed.datasets.tables.csv import PANDAS_NA_VALUES
+
+    path = tmp_path / "na.csv"
+    spellings = [v for v in PANDAS_NA_VALUES if v]
+    path.write_text("word,number\n" + "".join(f"{v},{v}\nx,1.5\n" for v in spellings))
+    expected = pd.read_csv(path)
+    assert expected.isna().sum().tolist() == [len(spellings)] * 2  # pandas' own list, checked against pandas
+    for backend in ("pandas", "polars"):
+        got = read_table(path, backend=backend)
+        got = got.to_pandas() if backend == "polars" else got
+        assert got["word"].isna().tolist() == expected["word"].isna().tolist(), backend
+        assert got["number"].tolist() == pytest.approx(expected["number"].tolist(), nan_ok=True), backend
+
+
+@pytest.mark.parametrize("name", ["years.jsonl", "years.json"])
+def test_json_column_names_stay_the_text_they_are(tmp_path, name):
+    path = tmp_path / name
+    records = [{"2012": 1.5, "1": 3, "1.0": 4, "x": "a"}, {"2012": 2.5, "1": 5, "1.0": 6, "x": "b"}]
+    if name.endswith(".jsonl"):
+        path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    else:  # pandas' to_json layout: {column: {row: value}}, row labels that are numbers
+        pd.DataFrame(records, index=[10, 20]).to_json(path)
+    for backend in ("pandas", "polars"):
+        frame = read_table(path, backend=backend)
+        frame = frame.to_pandas() if backend == "polars" else frame
+        labels = [] if name.endswith(".jsonl") else ["index"]
+        assert list(frame.columns) == [*labels, "2012", "1", "1.0", "x"], backend
+        assert frame["2012"].tolist() == [1.5, 2.5] and frame["1.0"].tolist() == [4, 6]
+        if labels:
+            assert frame["index"].tolist() == [10, 20]
+
+
+def test_a_date_column_round_trips_through_json_as_dates(tmp_path):
+    import datetime
+
+    days = [datetime.date(2024, 1, 1), None, datetime.date(2024, 3, 5)]
+    path = write_table(pl.DataFrame({"day": days, "code": ["2024-13-01", "2024-01-01", None]}), tmp_path / "d.jsonl")
+    on_polars = read_table(path, backend="polars")
+    assert on_polars["day"].dtype == pl.Date and on_polars["day"].to_list() == days
+    assert on_polars["code"].dtype == pl.String  # month 13: not dates after all
+    on_pandas = read_table(path, backend="pandas")  # pandas has no date type: midnight, as from CSV
+    assert on_pandas["day"].tolist()[::2] == [pd.Timestamp("2024-01-01"), pd.Timestamp("2024-03-05")]
+    assert on_pandas["day"].isna().tolist() == [False, True, False]
+
+
 def test_hdf5_stores_categorical_columns(tmp_path):
     df = pd.DataFrame({"region": pd.Categorical(["north", None, "east"]), "x": [1.5, 2.0, np.nan]})
     back = read_table(write_table(df, tmp_path / "x.h5"), backend="pandas")
@@ -346,7 +392,8 @@ def test_json_text_that_is_not_all_datetimes_stays_text(tmp_path):
     path = tmp_path / "s.jsonl"
     path.write_text('{"a": "2024-01-01 10:00:00", "b": "2024-01-01"}\n{"a": "soon", "b": "2024-01-02"}\n')
     back = read_table(path, backend="pandas")
-    assert back["a"].tolist() == ["2024-01-01 10:00:00", "soon"] and back["b"].tolist() == ["2024-01-01", "2024-01-02"]
+    assert back["a"].tolist() == ["2024-01-01 10:00:00", "soon"]
+    assert back["b"].tolist() == [pd.Timestamp("2024-01-01"), pd.Timestamp("2024-01-02")]  # all dates: dates
 
 
 @pytest.mark.parametrize("name", ["e.parquet", "e.feather", "e.pkl", "e.h5", "e.json", "e.jsonl"])

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import warnings
-import zlib
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +14,7 @@ from PIL import Image
 from gpufeed.backends import dali_installed
 from gpufeed.datasets.images import generate_image_folder
 from gpufeed.pipelines import BadImageError, classification_loader
-from tests.helpers import png16_bytes
+from tests.helpers import png16_bytes, with_png_crcs
 from tests.pipelines.test_loader_contract import BACKENDS, load
 
 BAD = {  # file name -> words the reason must contain
@@ -61,20 +60,10 @@ def messy_folder(tmp_path_factory) -> Path:
     png = bytearray((bad / "corrupt.png").read_bytes())
     png[len(png) // 2: len(png) // 2 + 64] = np.random.default_rng(0).integers(0, 256, 64, dtype=np.uint8).tobytes()
     (bad / "corrupt.png").write_bytes(bytes(png))
-    (bad / "scrambled.png").write_bytes(_with_png_crcs(png))
+    (bad / "scrambled.png").write_bytes(with_png_crcs(png))
     (bad / ".DS_Store").write_bytes(b"\0\0\0\1Bud1")
     (root / "class_002").mkdir()
     return root
-
-
-def _with_png_crcs(png: bytes | bytearray) -> bytes:
-    """The PNG with every chunk's CRC recomputed: corrupt bytes a CRC check cannot see."""
-    out, pos = bytearray(png), 8
-    while pos + 12 <= len(out):
-        end = pos + 8 + int.from_bytes(out[pos: pos + 4], "big")
-        out[end: end + 4] = zlib.crc32(bytes(out[pos + 4: end])).to_bytes(4, "big")
-        pos = end + 4
-    return bytes(out)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -220,3 +209,40 @@ def test_file_list_fields_may_be_separated_by_any_whitespace(tmp_path):
     loader = classification_loader(file_list=listing, train=False, batch_size=4, backend="torch",
                                     num_workers=0, device="cpu")
     assert loader.samples.labels == (0, 1)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_file_names_that_are_not_utf8_are_read_resumed_and_converted(tmp_path, backend):
+    from gpufeed.datasets.shards.convert import convert
+
+    root = generate_image_folder(tmp_path / "src", num_images=6, num_classes=2, seed=2, min_side=40, max_side=48)
+    first = sorted((root / "class_000").glob("*.jpg"))[0]
+    try:  # a Latin-1 name copied from an old disk: not valid UTF-8, so Python holds it with surrogates
+        os.rename(bytes(first), os.fsencode(root / "class_000") + b"/caf\xe9.jpg")
+    except OSError:
+        pytest.skip("this file system refuses names that are not UTF-8")
+    loader = load(root, backend, train=False, batch_size=2, size=32)
+    batches = iter(loader)
+    next(batches)
+    state = loader.state_dict()  # the dataset's fingerprint hashes the names
+    rest = sum(len(y) for _, y in batches)
+    resumed = load(root, backend, train=False, batch_size=2, size=32)
+    resumed.load_state_dict(state)
+    assert sum(len(y) for _, y in resumed) == rest == 4 and not loader.skipped
+    report = convert(root, tmp_path / "wds", format="webdataset", workers=0, progress=False)
+    assert report.written == 6 and not report.skipped
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_files_gone_since_the_loader_was_built_are_skipped_and_reported(tmp_path, backend):
+    root = generate_image_folder(tmp_path / "src", num_images=8, num_classes=2, seed=3, min_side=40, max_side=48)
+    (root / "class_001" / "link.jpg").symlink_to(tmp_path / "nowhere.jpg")  # a dangling link
+    with pytest.warns(UserWarning):
+        loader = load(root, backend, train=True, batch_size=3, size=32)
+        gone = sorted((root / "class_000").glob("*.jpg"))[1]
+        gone.unlink()  # deleted after the source was listed (a cleanup job, a re-sync)
+        yielded = sum(len(y) for _, y in loader)
+    reasons = {os.path.basename(s.path): s.reason for s in loader.skipped}
+    assert reasons == {"link.jpg": "could not read: No such file or directory",
+                       gone.name: "could not read: No such file or directory"}
+    assert yielded == 7 and yielded + len(loader.skipped) == len(loader.samples) == 9

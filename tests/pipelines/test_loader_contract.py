@@ -389,11 +389,16 @@ def test_dali_iterator_reports_skipped_files_per_epoch(tmp_path):
 
 @pytest.mark.skipif(not dali_installed(), reason="DALI not installed")
 def test_dali_iterator_names_a_file_only_the_decoder_rejects(tmp_path):
-    # A PNG cut short passes the byte checks; DALI's decoder names only its error code.
+    # A PNG whose image data is scrambled under intact CRCs passes the byte checks; DALI's
+    # decoder names only its error code.
+    from tests.helpers import with_png_crcs
+
     files = indexed_file_list(tmp_path, 3)
-    Image.new("RGB", (64, 48), "red").save(tmp_path / "cut.png")
-    data = (tmp_path / "cut.png").read_bytes()
-    (tmp_path / "cut.png").write_bytes(data[: len(data) // 2])
+    pixels = np.random.default_rng(0).integers(0, 256, (48, 64, 3), dtype=np.uint8)
+    Image.fromarray(pixels).save(tmp_path / "cut.png")
+    data = bytearray((tmp_path / "cut.png").read_bytes())
+    data[len(data) // 2: len(data) // 2 + 64] = bytes(range(64))
+    (tmp_path / "cut.png").write_bytes(with_png_crcs(data))
     files.insert(1, (str(tmp_path / "cut.png"), 3))
     loader = load(None, "dali", file_list=files, train=False, batch_size=4, size=32, shuffle=False)
     with pytest.raises(RuntimeError, match=r"dali_iterator\(\): DALI's decoder failed in epoch 0, batch 0, on .*cut.png"):

@@ -136,6 +136,13 @@ def _delimiter_hint(path: Path, sep: str, encoding: str) -> str:
     return ""
 
 
+#: The field values ``pandas.read_csv`` reads as missing by default (its
+#: ``STR_NA_VALUES``); Arrow's default list lacks ``None`` and ``<NA>``, the words
+#: ``str(None)`` and pandas' own ``to_csv`` of a nullable column write.
+PANDAS_NA_VALUES = ("", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN",
+                    "<NA>", "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null")
+
+
 def _read_csv_arrow(
     path: Path, on_bad_lines: OnError, report: ReadReport, sep: str, encoding: str, decimal: str = "."
 ) -> Any:
@@ -154,7 +161,8 @@ def _read_csv_arrow(
     # strings_can_be_null: an empty field (quoted or not) and the usual NA spellings are
     # missing in text columns too, as pandas.read_csv reads them; by default Arrow keeps
     # them as text there, so a missing value written as an empty field came back as "".
-    convert_options = pacsv.ConvertOptions(strings_can_be_null=True, decimal_point=decimal)
+    convert_options = pacsv.ConvertOptions(strings_can_be_null=True, decimal_point=decimal,
+                                           null_values=list(PANDAS_NA_VALUES))
     try:
         table = pacsv.read_csv(path, read_options=read_options, convert_options=convert_options,
                                parse_options=pacsv.ParseOptions(delimiter=sep, invalid_row_handler=handler))
@@ -221,7 +229,7 @@ def _unsigned_ids(table: Any, path: Path, read_options: Any, convert_options: An
         return table
     options = pacsv.ConvertOptions(
         strings_can_be_null=True, decimal_point=convert_options.decimal_point,
-        column_types=dict.fromkeys(suspects, pa.uint64()), include_columns=suspects,
+        null_values=convert_options.null_values, column_types=dict.fromkeys(suspects, pa.uint64()), include_columns=suspects,
     )
     try:  # the same rows: malformed lines were counted by the first read and are skipped again
         exact = pacsv.read_csv(path, read_options=read_options, convert_options=options,

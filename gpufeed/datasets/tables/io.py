@@ -95,7 +95,8 @@ def read_table(
     ``null``, ``NaN``, ...) are missing values in every column, as ``pandas.read_csv``
     reads them. JSON has no datetime type: a JSON text column whose every value is an ISO
     8601 date and time (``2024-01-01 10:00:00``, ``...T10:00:00.5+01:00``) is read as
-    datetimes, in UTC when the values carry an offset.
+    datetimes, in UTC when the values carry an offset; one whose every value is a bare
+    date (``2024-01-01``) as dates (midnight datetimes on pandas).
 
     Args:
         path: the file; its suffix gives the format unless ``format`` is passed. A directory

@@ -33,6 +33,8 @@ from gpufeed.policies import MixedTypes
 #: Date and time are both required, so plain dates, codes and free text stay text.
 _ISO_DATETIME = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?(?:Z|[+-]\d{2}:?\d{2})?")
 _ISO_OFFSET = r"(?:Z|[+-]\d{2}:?\d{2})$"
+#: A bare ISO date (``2024-01-01``): what polars writes for its Date type.
+_ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 
 def _lines(path: Path) -> bool:
@@ -93,8 +95,10 @@ def _read_json_records(path: Path, options: ReadOptions, orient: str | None) -> 
         # precise_float: the default parser can change a float64 in its last bit, so a
         # write/read round trip would not be exact. dtype=False: no guessing of types
         # (pandas would otherwise turn columns named like dates into datetimes).
+        # convert_axes=False: column names stay the text they are ("2012" was made 2012,
+        # and "1" beside "1.0" made two columns named 1).
         frame = pd.read_json(path, lines=lines, orient=None if lines else orient or "records", dtype=False,
-                             precise_float=True)
+                             precise_float=True, convert_axes=False)
     except ValueError as exc:
         raise TabularError(f"{path}: not valid JSON{_json_error_location(path, lines)} ({exc})") from exc
     if orient is not None:
@@ -119,6 +123,11 @@ def _row_labels_as_column(frame: pd.DataFrame) -> pd.DataFrame:
     # As text: pandas reads the default labels as numbers or as "0", "1", ... by layout.
     if frame.index.astype(str).equals(pd.RangeIndex(len(frame)).astype(str)):
         return frame.reset_index(drop=True)
+    # Read with convert_axes=False (the column names stay text), so labels that are all
+    # numbers are made numbers here, as pandas' default reading made them.
+    numbers = pd.to_numeric(pd.Series(frame.index, dtype=object), errors="coerce")
+    if len(frame) and numbers.notna().all():
+        frame = frame.set_axis(pd.Index(numbers.to_numpy(), name=frame.index.name))
     return frame.reset_index()
 
 
@@ -239,6 +248,12 @@ def _read_json_native_polars(path: Path) -> Any | None:
     for name in text:
         column = frame[name]
         first = column.drop_nulls().head(1)
+        if not first.is_empty() and _ISO_DATE.fullmatch(first[0]):
+            if column.drop_nulls().str.contains(f"^{_ISO_DATE.pattern}$").all():
+                dates = column.str.to_date("%Y-%m-%d", strict=False)
+                if dates.null_count() == column.null_count():  # not 2024-13-01: dates after all
+                    parsed[name] = dates
+            continue
         if first.is_empty() or not _ISO_DATETIME.fullmatch(first[0]):
             continue
         # polars' regex engine rules out a column that is not all datetimes, in parallel;
@@ -297,10 +312,20 @@ def _parse_iso_datetimes(frame: pd.DataFrame) -> pd.DataFrame:
 
 def _iso_datetimes(col: pd.Series) -> pd.Series | None:
     """``col`` as datetimes when its every value is an ISO 8601 date-time, all with a zone
-    (then in UTC) or all without; else None."""
+    (then in UTC) or all without, or every value a bare date (``2024-01-01``, at midnight:
+    pandas has no date type, as for CSV); else None."""
     values = col.dropna()
     # The first value rules most columns out before the whole column is scanned.
-    if values.empty or not isinstance(values.iloc[0], str) or not _ISO_DATETIME.fullmatch(values.iloc[0]):
+    if values.empty or not isinstance(values.iloc[0], str):
+        return None
+    if _ISO_DATE.fullmatch(values.iloc[0]):
+        if not values.astype(str).str.fullmatch(_ISO_DATE.pattern).all():
+            return None
+        try:
+            return pd.to_datetime(col, format="%Y-%m-%d")
+        except (ValueError, OverflowError):
+            return None
+    if not _ISO_DATETIME.fullmatch(values.iloc[0]):
         return None
     text = values.astype(str)
     if not text.str.fullmatch(_ISO_DATETIME.pattern).all():

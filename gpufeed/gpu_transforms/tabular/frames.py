@@ -266,3 +266,31 @@ def _ordered_text_categories(table: Any) -> dict[str, list[str]]:
     return {str(name): [str(c) for c in dtype.categories] for name, dtype in table.dtypes.items()
             if isinstance(dtype, pd.CategoricalDtype) and dtype.ordered
             and pd.api.types.is_string_dtype(dtype.categories.dtype)}
+
+
+def time_value(value: Any, dtype: Any, column: str, what: str) -> Any:
+    """An ISO 8601 text ``value`` meant for a datetime or date column as a datetime (or a
+    date), in the column's time zone; any other value as it is. pandas compares and fills
+    datetimes with text, polars and cuDF refuse to (or made the column text).
+
+    Args:
+        value: the user's value (a cutoff, a fill value, a rule's operand).
+        dtype: the column's narwhals dtype.
+        column: its name, for the error.
+        what: what the value is, for the error (e.g. ``"split_by_time: cutoff"``).
+
+    Raises:
+        ValueError: text that is not an ISO date/time, naming ``what`` and the column.
+    """
+    if not isinstance(value, str) or dtype not in (nw.Datetime, nw.Date):
+        return value
+    import pandas as pd
+
+    try:
+        stamp = pd.Timestamp(value)  # keeps nanoseconds, which datetime.fromisoformat drops
+    except ValueError as exc:
+        raise ValueError(f"{what} {value!r} for the datetime column {column!r} is not an ISO date/time") from exc
+    if dtype == nw.Date:
+        return stamp.date()
+    zone = getattr(dtype, "time_zone", None)
+    return stamp.tz_localize(zone) if zone and stamp.tzinfo is None else stamp

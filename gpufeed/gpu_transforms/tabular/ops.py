@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import narwhals as nw
 
 from gpufeed.gpu_transforms.tabular.errors import ColumnTypeError, NonFiniteError
-from gpufeed.gpu_transforms.tabular.frames import NwFrame, first_value, is_missing
+from gpufeed.gpu_transforms.tabular.frames import NwFrame, first_value, is_missing, time_value
 from gpufeed.gpu_transforms.tabular.kernels import (
     GROUP_CODE,
     cudf_log,
@@ -208,7 +208,7 @@ class FillMissing(TableOp):
     """
 
     strategy: str = "mean"
-    value: float | str | None = None
+    value: float | str | bool | None = None
     kind: ClassVar[str] = "fill_missing"
     takes: ClassVar[str] = "numbers"
 
@@ -225,6 +225,9 @@ class FillMissing(TableOp):
 
     def fit(self, frame: NwFrame, backend: str) -> None:
         if self.strategy == "constant":
+            schema = frame.collect_schema()
+            for c in self.columns:
+                self._check_constant(schema[c], c)
             self.state = {c: self.value for c in self.columns}
             return
         native = float64_columns(frame, self.columns) if backend == "pandas" and self.strategy == "mean" else None
@@ -241,6 +244,26 @@ class FillMissing(TableOp):
             stats = aggregate(frame, exprs)
         self.state = {c: number(stats[c], c, "FillMissing") for c in self.columns}
 
+    def _check_constant(self, dtype: Any, column: str) -> None:
+        """A constant of the column's kind, or an error: pandas made a text column of
+        numbers filled with a word (object), polars one of text (String), silently."""
+        value = self.value
+        if dtype.is_numeric():
+            fits, wanted = isinstance(value, int | float) and not isinstance(value, bool), "a number"
+        elif dtype == nw.Boolean:
+            fits, wanted = isinstance(value, bool), "True or False"
+        elif dtype in (nw.String, nw.Categorical, nw.Enum):
+            fits, wanted = isinstance(value, str), f"text (value={str(value)!r})"
+        elif dtype in (nw.Datetime, nw.Date):
+            fits, wanted = isinstance(value, str), "an ISO date/time text, e.g. '2024-01-01'"
+            if fits:
+                time_value(value, dtype, column, "FillMissing: value")  # refuses text that is no date
+        else:
+            fits, wanted = True, ""
+        if not fits:
+            raise ColumnTypeError(f"FillMissing: constant {value!r} cannot fill column {column!r} ({dtype}): "
+                                  f"it needs {wanted}")
+
     def transform(self, frame: NwFrame, backend: str) -> NwFrame:
         native = float64_columns(frame, self.columns) if backend == "pandas" else None
         if native is not None and all(isinstance(self.state[c], float) for c in self.columns):
@@ -248,7 +271,7 @@ class FillMissing(TableOp):
         schema = frame.collect_schema()
         exprs = []
         for c in self.columns:
-            value = self.state[c]
+            value = time_value(self.state[c], schema[c], c, "FillMissing: value")
             if schema[c].is_integer() and isinstance(value, int | float) and not float(value).is_integer():
                 # A fractional fill makes an integer column float on every backend (pandas
                 # would keep int64 when nothing is missing, polars always promotes).

@@ -107,11 +107,9 @@ def _numpy_floats(frame: NwFrame, columns: Sequence[str]) -> NwFrame:
 def _json_safe(doc: dict[str, Any]) -> bool:
     try:
         json.dumps(doc, allow_nan=False)
-    except ValueError:
+    except (ValueError, TypeError):
         return False
     return True
-
-
 
 
 class Recipe:
@@ -198,7 +196,9 @@ class Recipe:
         try:
             # allow_nan=False: NaN is not JSON, and a serving stack's strict parser would refuse it.
             return json.dumps({"gpufeed_recipe": _FORMAT_VERSION, "ops": ops}, indent=1, allow_nan=False)
-        except ValueError as exc:  # name the op (the error path only serialises again)
+        except (ValueError, TypeError) as exc:  # name the op (the error path only serialises again)
+            # TypeError: a value of a type JSON has no form for, e.g. the Timestamp groups of
+            # Standardize(by=<a datetime column>).
             i, op = next((i, op) for i, (op, d) in enumerate(zip(self.ops, ops, strict=True))
                          if not _json_safe(d))
             raise ValueError(f"recipe op {i} ({op.kind}, columns {op.columns}) holds a value JSON "

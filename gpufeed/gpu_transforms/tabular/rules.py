@@ -23,6 +23,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ from gpufeed.gpu_transforms.tabular.frames import (
     is_missing,
     nan_as_null,
     require_columns,
+    time_value,
     wrap,
     write_back,
 )
@@ -288,6 +290,24 @@ class Rule:
         return cls(d["output"], [(cond_from_dict(c["when"]), c["then"]) for c in d["cases"]], d.get("default"))
 
 
+def _typed_rules(rules: Sequence[Rule], schema: Mapping[str, Any]) -> list[Rule]:
+    """``rules`` with ISO text compared with a datetime or date column made a datetime (or
+    date), as pandas compares them: polars and cuDF refuse to compare text with times."""
+    def typed(cond: Cond) -> Cond:
+        if isinstance(cond, _Compare):
+            what = f"col({cond.column!r}) {cond.op}"
+            return dataclasses.replace(cond, value=time_value(cond.value, schema[cond.column], cond.column, what))
+        if isinstance(cond, _IsIn):
+            what = f"col({cond.column!r}).isin"
+            return dataclasses.replace(cond, values=tuple(time_value(v, schema[cond.column], cond.column, what)
+                                                          for v in cond.values))
+        if isinstance(cond, _Bool):
+            return dataclasses.replace(cond, parts=tuple(typed(p) for p in cond.parts))
+        return cond
+
+    return [dataclasses.replace(r, cases=[(typed(c), v) for c, v in r.cases]) for r in rules]
+
+
 def apply_rules(df: Frame, rules: Sequence[Rule]) -> Frame:
     """Add each rule's output column to ``df``, vectorised, on the frame's own backend.
 
@@ -307,6 +327,7 @@ def apply_rules(df: Frame, rules: Sequence[Rule]) -> Frame:
     frame = wrap(df)
     for rule in rules:
         require_columns(frame, sorted(rule.columns()), f"rule {rule.output!r}")
+    rules = _typed_rules(rules, frame.collect_schema())
     if backend_of(df) == "pandas" and all(_numpy_friendly(r) for r in rules):
         return _apply_rules_numpy(frame, rules)
     if backend_of(df) == "polars" and not is_lazy(frame):
@@ -454,6 +475,7 @@ def apply_rules_rowwise(df: Frame, rules: Sequence[Rule]) -> dict[str, list[Any]
     frame = wrap(df)
     needed = sorted(set().union(*(r.columns() for r in rules)))
     require_columns(frame, needed, "rules")
+    rules = _typed_rules(rules, frame.collect_schema())
     out: dict[str, list[Any]] = {r.output: [] for r in rules}
     for row in frame.select(needed).iter_rows(named=True):
         for rule in rules:

@@ -30,6 +30,7 @@ from gpufeed.gpu_transforms.tabular.frames import (
     nan_as_null,
     require_columns,
     row_count,
+    time_value,
     wrap,
 )
 
@@ -133,23 +134,6 @@ def split_by_group(df: Frame, column: str, fractions: Sequence[float] = (0.8, 0.
     return _finish(frame, masks, f"by-group ({column})", None if is_lazy(frame) else len(frame))
 
 
-def _as_time(cutoff: Any, dtype: Any, column: str) -> Any:
-    """An ISO text cutoff for a datetime column as a datetime (pandas compares text with
-    datetimes, polars and cuDF refuse to), in the column's time zone."""
-    if not isinstance(cutoff, str) or dtype not in (nw.Datetime, nw.Date):
-        return cutoff
-    import pandas as pd
-
-    try:
-        value = pd.Timestamp(cutoff)  # keeps nanoseconds, which datetime.fromisoformat drops
-    except ValueError as exc:
-        raise ValueError(f"split_by_time: cutoff {cutoff!r} for column {column!r} is not an ISO date/time") from exc
-    if dtype == nw.Date:
-        return value.date()
-    zone = getattr(dtype, "time_zone", None)
-    return value.tz_localize(zone) if zone and value.tzinfo is None else value
-
-
 def split_by_time(df: Frame, column: str, fractions: Sequence[float] = (0.8, 0.1, 0.1), *,
                   cutoffs: tuple[Any, Any] | None = None) -> Split:
     """Earliest rows to train, then val, then the latest to test.
@@ -191,7 +175,7 @@ def split_by_time(df: Frame, column: str, fractions: Sequence[float] = (0.8, 0.1
         # A cut past the last row means that part (and what follows it) is empty.
         at = [round(len(times) * fractions[0]), round(len(times) * (fractions[0] + fractions[1]))]
         cutoffs = tuple(times[i] if i < len(times) else None for i in at)
-    start_val, start_test = (_as_time(c, frame.collect_schema()[column], column) for c in cutoffs)
+    start_val, start_test = (time_value(c, dtype, column, "split_by_time: cutoff") for c in cutoffs)
     every = t.is_null() | ~t.is_null()  # a row-wise True (filter refuses a literal)
     if start_val is None:
         masks = [every, ~every, ~every]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import datetime
 import math
+import re
 
 import numpy as np
 import pandas as pd
@@ -375,6 +376,28 @@ def test_nan_and_missing_values_on_cudf_behave_as_on_pandas():
     for ops in ([FillMissing(["x"])], [Log(["x"])], [Standardize(["x"])]):
         _assert_same(Recipe(ops).fit_transform(df), Recipe(ops).fit_transform(native).to_pandas())
     assert split_by_time(native, "t", cutoffs=(3, 5)).rows == split_by_time(df, "t", cutoffs=(3, 5)).rows
+
+
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_a_constant_fill_must_be_of_the_columns_kind(backend):
+    df = to_backend(pd.DataFrame({"n": [1.0, None], "s": ["a", None], "b": pd.array([True, None], dtype="boolean"),
+                                  "d": pd.to_datetime(["2024-01-01", None])}), backend)
+    for column, value, words in [("n", "zero", "needs a number"), ("s", 5, "needs text (value='5')"),
+                                 ("b", 0.0, "needs True or False"), ("d", 5, "needs an ISO date/time")]:
+        with pytest.raises(ColumnTypeError, match=rf"constant {re.escape(repr(value))} cannot fill column .{column}.*{re.escape(words)}"):
+            Recipe([FillMissing([column], strategy="constant", value=value)]).fit(df)
+    out = Recipe([FillMissing(["d"], strategy="constant", value="2024-02-01"),
+                  FillMissing(["b"], strategy="constant", value=False)]).fit_transform(df)
+    out = _as_pandas(out)
+    assert out["d"].tolist() == [pd.Timestamp("2024-01-01"), pd.Timestamp("2024-02-01")]
+    assert out["b"].tolist() == [True, False]
+
+
+def test_a_recipe_holding_values_json_has_no_form_for_names_the_op():
+    df = pd.DataFrame({"day": pd.to_datetime(["2024-01-01", "2024-01-01", "2024-01-02"]), "x": [1.0, 2.0, 3.0]})
+    recipe = Recipe([Log(["x"]), Standardize(["x"], by="day")]).fit(df)
+    with pytest.raises(ValueError, match=r"recipe op 1 \(standardize, columns \['x'\]\).*Timestamp"):
+        recipe.to_json()
 
 
 def test_hash_buckets_agree_whatever_type_a_backend_gave_the_value():

@@ -170,3 +170,21 @@ def test_integer_rule_outputs_are_int64_on_every_backend():
         got = got.collect() if isinstance(got, pl.LazyFrame) else got
         assert got.schema["w"] == pl.Int64 and got["w"].to_list() == want
     assert apply_rules(to_dask(df, npartitions=2), [rule]).compute()["w"].tolist() == want
+
+
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_iso_text_compares_with_datetime_and_date_columns_on_every_backend(backend):
+    df = pd.DataFrame({"t": pd.to_datetime(["2024-01-01 08:00", "2024-03-01 00:00", None]),
+                       "z": pd.to_datetime(["2024-01-01", "2024-03-01", "2024-05-01"]).tz_localize("UTC")})
+    frame = to_backend(df, backend)
+    if backend == "polars":  # a date column too, which pandas does not have
+        frame = frame.with_columns(day=pl.col("t").dt.date())
+    rule = Rule("late", [(col("t") >= "2024-02-01", 1), (col("t").isin(["2024-01-01 08:00"]), 2)], default=0)
+    zoned = Rule("spring", [(col("z").between("2024-02-01", "2024-04-01"), 1)], default=0)
+    out = apply_rules(frame, [rule, zoned])
+    assert list(out["late"]) == [2, 1, 0] and list(out["spring"]) == [0, 1, 0]
+    assert apply_rules_rowwise(frame, [rule])["late"] == [2, 1, 0]
+    if backend == "polars":
+        assert list(apply_rules(frame, [Rule("d", [(col("day") < "2024-02-01", 1)], default=0)])["d"]) == [1, 0, 0]
+    with pytest.raises(ValueError, match=r"col\('t'\) >= 'soon' for the datetime column 't' is not an ISO"):
+        apply_rules(frame, [Rule("x", [(col("t") >= "soon", 1)], default=0)])
