@@ -33,6 +33,8 @@ def dali_installed() -> bool:
 def resolve_device(device: str | torch.device) -> torch.device:
     """Turn ``"auto" | "cuda" | "cpu"`` (or ``"cuda:N"``, or a ``torch.device``) into a torch device.
 
+    ``"cuda"`` and ``"auto"`` on a GPU give the current GPU with its index (``cuda:N``).
+
     Raises:
         ValueError: unknown device string.
         RuntimeError: CUDA asked for on a machine without it.
@@ -43,14 +45,17 @@ def resolve_device(device: str | torch.device) -> torch.device:
         device = str(device)  # torch.device("cuda", 1) -> "cuda:1", checked like the string
     if not isinstance(device, str):
         raise ValueError(f"device must be 'auto', 'cpu', 'cuda', 'cuda:N' or a torch.device, got {device!r}")
-    if device == "auto":
-        return torch.device("cuda") if cuda_available() else torch.device("cpu")
-    if device == "cpu":
+    if device == "auto" and not cuda_available() or device == "cpu":
         return torch.device("cpu")
-    if device == "cuda" or device.startswith("cuda:"):
+    if device in ("auto", "cuda") or device.startswith("cuda:"):
         if not cuda_available():
             raise RuntimeError(f"device={device!r} was asked for, but torch sees no CUDA GPU here")
-        return torch.device(device)
+        if device.startswith("cuda:"):
+            return torch.device(device)
+        # The current GPU, by number (what torch.cuda.set_device(local_rank) chose under
+        # torchrun): DALI and cupy take a device number, and a bare "cuda" read as GPU 0
+        # put every rank's decoding on the first GPU.
+        return torch.device("cuda", torch.cuda.current_device())
     raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}")
 
 

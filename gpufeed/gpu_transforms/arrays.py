@@ -19,6 +19,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 from types import ModuleType
 from typing import Any
 
@@ -26,6 +27,28 @@ import numpy as np
 import torch
 
 from gpufeed.backends import choose_array_module
+
+
+def constant(values: tuple, device: torch.device | str, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """A small constant tensor (mean, weights, corner points) on ``device``, made once per
+    ``(values, device, dtype)`` and reused; never change it in place.
+
+    Why: ``torch.tensor(values, device="cuda")`` (or ``x.new_tensor``, ``t.to("cuda")``)
+    copies from pageable host memory and waits for the GPU's queue to drain, so a batch
+    that made its constants again synchronised with the host several times, and the
+    host could not queue the next batch's work ahead of the GPU.
+
+    Args:
+        values: the numbers, as a (nested) tuple, so they can key the cache.
+        device: where the tensor lives.
+        dtype: its dtype.
+    """
+    return _constant(values, str(torch.device(device)), dtype)
+
+
+@functools.lru_cache(maxsize=512)
+def _constant(values: tuple, device: str, dtype: torch.dtype) -> torch.Tensor:
+    return torch.tensor(values, dtype=dtype, device=device)
 
 
 def _family(obj: Any) -> str:
@@ -138,10 +161,20 @@ def to_torch(obj: Any, *, device: torch.device | str | None = None, allow_copy: 
         t = torch.from_dlpack(obj)
     else:
         raise TypeError(f"to_torch takes torch, numpy, cupy, cuDF or DLPack data, got {type(obj).__name__}")
-    if device is not None and torch.device(device) != t.device:
+    if device is not None and not _same_device(torch.device(device), t.device):
         _cross(f"moving a tensor from {t.device} to {device}", allow_copy)
         t = t.to(device)
     return t
+
+
+def _same_device(wanted: torch.device, have: torch.device) -> bool:
+    """Whether data on ``have`` is on ``wanted``; ``"cuda"`` without an index means the
+    current GPU (``torch.device("cuda") != torch.device("cuda:0")`` in torch)."""
+    if wanted.type != have.type:
+        return False
+    if wanted.type == "cuda" and wanted.index is None:
+        return have.index == torch.cuda.current_device()
+    return wanted.index is None or wanted.index == have.index
 
 
 def to_numpy(obj: Any, *, allow_copy: bool = False) -> np.ndarray:

@@ -16,6 +16,7 @@ import torch
 
 from gpufeed.backends import BackendChoice
 from gpufeed.datasets.samples import SampleSource
+from gpufeed.gpu_transforms.arrays import constant
 from gpufeed.pipelines.options import LoaderOptions
 from gpufeed.pipelines.plan import EpochPlan
 from gpufeed.pipelines.seeds import augment_seed
@@ -345,10 +346,15 @@ class Normalizer:
             np.add(scaled, self._bias_np, out=out, casting="same_kind")
         elif self.options.dtype == torch.float32:
             # One pass, uint8 in, float32 out (no float copy of the batch to multiply-add)
-            torch.addcmul(self.bias.to(view.device), images, self.scale.to(view.device), out=view)
+            torch.addcmul(self._on(view.device, self.bias), images, self._on(view.device, self.scale), out=view)
         else:  # compute in float32, store in half
-            view.copy_(torch.addcmul(self.bias.to(view.device), images.to(torch.float32),
-                                     self.scale.to(view.device)))
+            view.copy_(torch.addcmul(self._on(view.device, self.bias), images.to(torch.float32),
+                                     self._on(view.device, self.scale)))
+
+    @staticmethod
+    def _on(device: torch.device, values: torch.Tensor) -> torch.Tensor:
+        """``values`` (1, 3, 1, 1) on ``device``, copied there once, not per batch."""
+        return constant(tuple(values.flatten().tolist()), device).view(1, 3, 1, 1)
 
     def __call__(self, images: torch.Tensor) -> torch.Tensor:
         if not self.options.normalizes and self.options.layout == "NCHW" and images.is_contiguous():

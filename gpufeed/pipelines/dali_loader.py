@@ -108,7 +108,8 @@ class DaliLoader(ClassificationLoader):
     def __init__(self, samples: SampleSource, options: LoaderOptions, device: torch.device,
                  choice: BackendChoice, gpu_augment: Augment | None = None) -> None:
         super().__init__(samples, options, device, choice, gpu_augment)
-        self.device_id = None if self.device.type == "cpu" else (self.device.index or 0)
+        # resolve_device gives a GPU its index: the current one (set per rank under torchrun).
+        self.device_id = None if self.device.type == "cpu" else self.device.index
         self._on_cpu = self.device_id is None
         self._finish = Normalizer(self.options, ReusedBuffers().empty)
         self._feed = FileFeed(self.samples, self.plan, self.log, self.options)

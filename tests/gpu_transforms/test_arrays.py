@@ -95,6 +95,20 @@ def test_cupy_and_torch_share_cuda_memory():
     assert device_of(c) == t.device
     with pytest.raises(ValueError, match="allow_copy"):
         to_numpy(c)
+    assert to_torch(t, device="cuda").data_ptr() == t.data_ptr()  # "cuda" is the current GPU: no copy, no refusal
+
+
+def test_cuda_and_auto_name_the_current_gpu_by_its_number(monkeypatch):
+    # Under torchrun each rank calls torch.cuda.set_device(local_rank); a bare "cuda" read
+    # as GPU 0 put every rank's DALI decoding on the first GPU.
+    from gpufeed import backends
+
+    monkeypatch.setattr(backends, "cuda_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)
+    assert backends.resolve_device("cuda") == torch.device("cuda", 3)
+    assert backends.resolve_device("auto") == torch.device("cuda", 3)
+    assert backends.resolve_device("cuda:1") == torch.device("cuda", 1)
+    assert backends.resolve_device("cpu") == torch.device("cpu")
 
 
 @pytest.mark.gpu
@@ -110,3 +124,13 @@ def test_cudf_columns_come_over_without_copy():
     assert back.name == "x" and back.to_numpy().tolist() == [0, 2, 4, 6, 8]
     with pytest.raises(ValueError, match="nulls"):
         to_torch(cudf.Series([1.0, None]))
+
+
+def test_device_constants_are_made_once_and_reused():
+    from gpufeed.gpu_transforms.arrays import constant
+
+    a = constant((0.5, 1.5), "cpu")
+    assert a is constant((0.5, 1.5), torch.device("cpu"))  # no new tensor (on a GPU: no copy, no sync)
+    assert a.tolist() == [0.5, 1.5] and a.dtype == torch.float32
+    assert constant((0.5, 1.5), "cpu", torch.float64).dtype == torch.float64
+    assert constant(((0, 1), (2, 3)), "cpu", torch.int64).shape == (2, 2)

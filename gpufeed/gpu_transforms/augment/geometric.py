@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from kornia.geometry.transform import get_perspective_transform, warp_perspective
 
+from gpufeed.gpu_transforms.arrays import constant
 from gpufeed.gpu_transforms.augment.checks import check_probability, check_range, check_size
 from gpufeed.gpu_transforms.augment.params import Op, first_fitting_sides, randint, uniform
 
@@ -269,7 +270,7 @@ class RandomPerspective(GeometricOp):
         end = params["end"]
         h, w = size
         # torchvision's start points are pixel indices, used as continuous coordinates.
-        start = end.new_tensor([[0, 0], [w - 1, 0], [w - 1, h - 1], [0, h - 1]]).expand_as(end)
+        start = constant(((0, 0), (w - 1, 0), (w - 1, h - 1), (0, h - 1)), end.device, end.dtype).expand_as(end)
         return _select(params["on"], get_perspective_transform(start, end))
 
 
@@ -287,8 +288,8 @@ def compose(ops: Sequence[GeometricOp], params: Sequence[dict[str, torch.Tensor]
 
 
 # Continuous coordinates -> the pixel-index coordinates kornia's warp uses.
-_TO_INDEX = torch.tensor([[1.0, 0.0, -0.5], [0.0, 1.0, -0.5], [0.0, 0.0, 1.0]])
-_FROM_INDEX = torch.tensor([[1.0, 0.0, 0.5], [0.0, 1.0, 0.5], [0.0, 0.0, 1.0]])
+_TO_INDEX = ((1.0, 0.0, -0.5), (0.0, 1.0, -0.5), (0.0, 0.0, 1.0))
+_FROM_INDEX = ((1.0, 0.0, 0.5), (0.0, 1.0, 0.5), (0.0, 0.0, 1.0))
 
 
 def affine_grid(matrix: torch.Tensor, in_size: tuple[int, int], out_size: tuple[int, int]) -> torch.Tensor:
@@ -347,7 +348,7 @@ def warp(x: torch.Tensor, matrix: torch.Tensor, out_size: tuple[int, int], *, mo
         grid = affine_grid(matrix.to(x.dtype), tuple(x.shape[-2:]), out_size)
         out = F.grid_sample(src, grid, mode=mode, padding_mode=padding, align_corners=False)
     else:
-        m = _TO_INDEX.to(matrix) @ matrix @ _FROM_INDEX.to(matrix)
+        m = constant(_TO_INDEX, matrix.device, matrix.dtype) @ matrix @ constant(_FROM_INDEX, matrix.device, matrix.dtype)
         out = warp_perspective(src, m, out_size, mode=mode, padding_mode=padding, align_corners=True)
     return out + shift if shift else out
 

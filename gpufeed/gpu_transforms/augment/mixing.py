@@ -17,6 +17,7 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
+from gpufeed.gpu_transforms.arrays import constant
 from gpufeed.gpu_transforms.augment.checks import check_probability
 from gpufeed.gpu_transforms.augment.params import BETA_UNIFORMS, Op, beta, permutation, randint
 from gpufeed.gpu_transforms.augment.photometric import box_mask
@@ -115,7 +116,7 @@ def draw_mix(mixers: Sequence[MixOp], drawn: Sequence[dict[str, torch.Tensor]], 
     choice = randint(u_choice, 0, len(order)).long()
     lam = torch.stack([drawn[i]["lam"] for i in order], 1).gather(1, choice[:, None]).squeeze(1)
     boxes = torch.stack([drawn[i]["box"] for i in order], 1)  # (B, ops, 4)
-    use_box = torch.tensor([mixers[i].pastes_box for i in order], device=u_choice.device)[choice]
+    use_box = constant(tuple(mixers[i].pastes_box for i in order), u_choice.device, torch.bool)[choice]
     box = boxes.gather(1, choice.view(-1, 1, 1).expand(-1, 1, 4)).squeeze(1)
     return {
         "perm": permutation(u_perm, same_on_batch),

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
+from gpufeed.gpu_transforms.arrays import constant
 from gpufeed.gpu_transforms.augment.checks import check_probability, check_range
 from gpufeed.gpu_transforms.augment.params import Op, first_fitting_sides, randint, uniform
 
@@ -22,7 +23,7 @@ _LUMA = (0.2989, 0.587, 0.114)
 
 
 def _luma_weights(x: torch.Tensor) -> torch.Tensor:
-    return x.new_tensor(_LUMA)
+    return constant(_LUMA, x.device, x.dtype)
 
 
 def grayscale(x: torch.Tensor) -> torch.Tensor:
@@ -79,8 +80,9 @@ def adjust_hue(x: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
     h6 = torch.where(is_r, g - b, torch.where(is_g, torch.add(b - r, c, alpha=2.0), torch.add(r - g, c, alpha=4.0)))
     h6 = h6.div_(torch.where(c > 0, c, 1.0)).add_((6.0 * shift).view(-1, 1, 1, 1).to(x.dtype))
     h6 = torch.remainder(h6, 6.0)
-    t = (h6 - x.new_tensor([3.0, 2.0, 4.0]).view(1, 3, 1, 1)).abs_()
-    t = torch.addcmul(x.new_tensor([-1.0, 2.0, 2.0]).view(1, 3, 1, 1), t, x.new_tensor([1.0, -1.0, -1.0]).view(1, 3, 1, 1))
+    t = (h6 - constant((3.0, 2.0, 4.0), x.device, x.dtype).view(1, 3, 1, 1)).abs_()
+    t = torch.addcmul(constant((-1.0, 2.0, 2.0), x.device, x.dtype).view(1, 3, 1, 1), t,
+                      constant((1.0, -1.0, -1.0), x.device, x.dtype).view(1, 3, 1, 1))
     return t.clamp_(0.0, 1.0).mul_(c).add_(minc)
 
 
@@ -315,7 +317,8 @@ class Normalize(Op):
         self.channels = len(self.mean)
 
     def apply(self, x: torch.Tensor, params: dict[str, torch.Tensor]) -> torch.Tensor:
-        scale = 1.0 / x.new_tensor(self.std, dtype=torch.float64)
-        bias = -x.new_tensor(self.mean, dtype=torch.float64) * scale
-        # x * (1/std) - mean/std in one fused pass.
-        return torch.addcmul(bias.to(x.dtype).view(1, -1, 1, 1), x, scale.to(x.dtype).view(1, -1, 1, 1))
+        # x * (1/std) - mean/std in one fused pass; the constants computed in float64 (Python's floats).
+        scale = tuple(1.0 / s for s in self.std)
+        bias = tuple(-m * k for m, k in zip(self.mean, scale, strict=True))
+        return torch.addcmul(constant(bias, x.device, x.dtype).view(1, -1, 1, 1), x,
+                             constant(scale, x.device, x.dtype).view(1, -1, 1, 1))
