@@ -2,7 +2,7 @@
 
 From cuDF the columns go to a cupy matrix on the GPU and into torch through DLPack
 (:func:`gpufeed.gpu_transforms.arrays.cudf_to_torch`), so the data never leaves the device
-(zero-copy: the tensor shares cupy's memory). From pandas and polars they go through one
+(cuDF's matrix is column-major: one copy on the GPU makes it row-major, as from numpy). From pandas and polars they go through one
 numpy float32 matrix (``torch.from_numpy`` shares it), then ``.to(device)``. Tables larger
 than one batch are cut into row slices first, so only one batch is ever converted at a time.
 
@@ -27,6 +27,22 @@ from gpufeed.gpu_transforms.tabular.frames import Frame, backend_of, repeated, r
 def _missing_error(columns: Sequence[str], where: np.ndarray) -> NonFiniteError:
     bad = [c for c, hit in zip(columns, where, strict=True) if hit]
     return NonFiniteError(f"missing values in column(s) {bad}: fill them (FillMissing) before the hand-off")
+
+
+def _raise_non_finite(columns: Sequence[str], values: np.ndarray) -> None:
+    """Name the columns of ``values`` (rows x columns) holding NaN (missing) or inf."""
+    nulls = np.isnan(values).any(axis=0)
+    if nulls.any():
+        raise _missing_error(columns, nulls)
+    # an inf feature turns the loss into inf/NaN at the first step
+    bad = [c for c, hit in zip(columns, np.isinf(values).any(axis=0), strict=True) if hit]
+    raise NonFiniteError(f"inf values in column(s) {bad}: clip them (Clip) before the hand-off")
+
+
+def _label_error(column: str, dtype: object) -> ColumnTypeError:
+    return ColumnTypeError(f"label column {column!r} has dtype {dtype}, not integers: a label here is a class "
+                           "index (int64); encode text classes with Categorify first, and pass a regression "
+                           "target as a feature column instead")
 
 
 def _converts(values: np.ndarray) -> bool:
@@ -68,10 +84,17 @@ def _matrix(df: Frame, columns: Sequence[str], dtype: torch.dtype, device: torch
     backend = backend_of(df)
     is_label = dtype == torch.int64
     if backend == "cudf":
-        nulls = df[list(columns)].isna().any().to_numpy()
+        picked = df[list(columns)]
+        nulls = picked.isna().any().to_numpy()
         if nulls.any():
             raise _missing_error(columns, nulls)
-        tensor = cudf_to_torch(df[list(columns)], "int64" if is_label else "float32")  # no host round trip
+        if is_label and np.dtype(picked.dtypes.iloc[0]).kind not in "iu":
+            raise _label_error(columns[0], picked.dtypes.iloc[0])
+        # No host round trip. cuDF's matrix is column-major: made row-major, as from numpy
+        # (a row of a batch then is contiguous for the model's first layer).
+        tensor = cudf_to_torch(picked, "int64" if is_label else "float32").contiguous()
+        if not is_label and not bool(torch.isfinite(tensor).all()):  # one sync per hand-off
+            _raise_non_finite(columns, tensor.cpu().numpy())
         return tensor if tensor.device == device else tensor.to(device)
     if backend == "polars":
         array = df.select(list(columns)).to_numpy()
@@ -96,16 +119,9 @@ def _matrix(df: Frame, columns: Sequence[str], dtype: torch.dtype, device: torch
         # One pass in the common case (every value finite); which columns hold NaN or inf
         # is only worked out when some do.
         if not np.isfinite(values).all():
-            nulls = np.isnan(values).any(axis=0)
-            if nulls.any():
-                raise _missing_error(columns, nulls)
-            # an inf feature turns the loss into inf/NaN at the first step
-            bad = [c for c, hit in zip(columns, np.isinf(values).any(axis=0), strict=True) if hit]
-            raise NonFiniteError(f"inf values in column(s) {bad}: clip them (Clip) before the hand-off")
+            _raise_non_finite(columns, values)
     if is_label and array.dtype.kind not in "iu":
-        raise ColumnTypeError(f"label column {columns[0]!r} has dtype {array.dtype}, not integers: a label here "
-                              "is a class index (int64); encode text classes with Categorify first, and pass a "
-                              "regression target as a feature column instead")
+        raise _label_error(columns[0], array.dtype)
     array = np.ascontiguousarray(array, dtype=np.int64 if is_label else np.float32)
     if not array.flags.writeable:
         # A read-only view of the frame's own buffer (pandas copy-on-write, Arrow memory):
@@ -127,11 +143,12 @@ def to_tensors(
         device: ``"auto" | "cpu" | "cuda" | "cuda:N"``.
 
     Returns:
-        ``(x, y)``; ``y`` is None without a label. From cuDF both share GPU memory with the
-        frame's cupy copy (zero host copies).
+        ``(x, y)``; ``y`` is None without a label. From cuDF they are made on the GPU
+        (no host copy).
 
     Raises:
-        MissingColumnError: a feature or the label is absent. ValueError: non-integer labels.
+        MissingColumnError: a feature or the label is absent. ColumnTypeError: text
+            features, labels that are not integers. NonFiniteError: missing or infinite values.
 
     Example:
         >>> x, y = to_tensors(prepared, features, "label", device="cpu")  # doctest: +SKIP

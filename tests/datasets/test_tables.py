@@ -330,6 +330,33 @@ def test_a_date_column_round_trips_through_json_as_dates(tmp_path):
     assert on_pandas["day"].isna().tolist() == [False, True, False]
 
 
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_a_csv_gz_is_written_compressed_by_every_backend(tmp_path, backend):
+    frame = to_backend(pd.DataFrame({"x": [0.1, 1 / 3, 2.5e-300], "s": ["a", "b", None]}), backend)
+    path = write_table(frame, tmp_path / "t.csv.gz")
+    with gzip.open(path, "rt") as fh:
+        assert fh.readline().strip() == "x,s"
+    back = pd.read_csv(path)
+    assert back["x"].tolist() == [0.1, 1 / 3, 2.5e-300] and back["s"].isna().tolist() == [False, False, True]
+
+
+@pytest.mark.gpu
+def test_cudf_writes_and_reads_csv_and_json_as_the_other_backends_do(tmp_path):
+    cudf = pytest.importorskip("cudf", reason="cuDF is not installed")
+
+    df = pd.DataFrame({"x": [0.1, 1 / 3, np.nan], "when": pd.to_datetime(["2024-01-01 10:00:00.5", None, "2024-03-01"]),
+                       "n": pd.array([1, None, 2**40], dtype="Int64")})
+    for name in ("t.csv.gz", "t.jsonl"):
+        path = write_table(cudf.from_pandas(df), tmp_path / name)
+        expected = read_table(write_table(df, tmp_path / f"ref-{name}"), backend="pandas")
+        back = read_table(path, backend="cudf")
+        assert isinstance(back, cudf.DataFrame)
+        pd.testing.assert_frame_equal(back.to_pandas(), expected, check_dtype=False)
+    (tmp_path / "mixed.jsonl").write_text('{"a": 1}\n{"a": "one"}\n')
+    with pytest.raises(MixedTypeError, match="'a' mixes numbers and text"):
+        read_table(tmp_path / "mixed.jsonl", backend="cudf")
+
+
 def test_hdf5_stores_categorical_columns(tmp_path):
     df = pd.DataFrame({"region": pd.Categorical(["north", None, "east"]), "x": [1.5, 2.0, np.nan]})
     back = read_table(write_table(df, tmp_path / "x.h5"), backend="pandas")

@@ -74,6 +74,12 @@ def test_cudf_hand_off_is_zero_copy_on_the_gpu(table):
     np.testing.assert_allclose(x.cpu().numpy(), table[FEATURES].to_numpy(np.float32))
     batches = list(iter_batches(gdf, FEATURES, "label", batch_size=256, device="cuda"))
     assert sum(len(b[0]) for b in batches) == len(table)
+    assert x.is_contiguous()  # row-major, as from numpy (cuDF's matrix is column-major)
+    bad = cudf.from_pandas(pd.DataFrame({"a": [1.0, np.inf], "f": [0.0, 1.0], "label": [True, False]}))
+    with pytest.raises(NonFiniteError, match=r"inf values in column\(s\) \['a'\]"):
+        to_tensors(bad, ["a"], device="cuda")
+    with pytest.raises(ColumnTypeError, match="label column 'label' has dtype bool"):
+        to_tensors(bad, ["f"], "label", device="cuda")
 
 
 def test_text_columns_inf_and_a_bare_string_are_refused_by_name():

@@ -29,7 +29,7 @@ from gpufeed.datasets.tables.base import (
     arrow_to_pandas,
 )
 from gpufeed.gpu_transforms.tabular.errors import EmptyTableError, MalformedCSVError, MixedTypeError
-from gpufeed.gpu_transforms.tabular.frames import Frame, repeated
+from gpufeed.gpu_transforms.tabular.frames import Frame, repeated, to_backend
 from gpufeed.policies import MixedTypes, OnError
 
 
@@ -380,18 +380,30 @@ def read_csv(path: Path, options: ReadOptions, report: ReadReport) -> Frame:
 
 
 def _write_csv(df: Frame, path: Path, options: WriteOptions) -> None:
-    """pandas and cuDF write alike; no index column."""
+    """No index column (write_table made an index that holds data a column)."""
     df.to_csv(path, index=False, sep=options.sep)
 
 
 def _write_csv_polars(df: Frame, path: Path, options: WriteOptions) -> None:
+    if path.name.lower().endswith(".gz"):  # polars refuses a .gz name for plain text
+        import gzip
+
+        with gzip.open(path, "wb") as fh:
+            df.write_csv(fh, separator=options.sep)
+        return
     df.write_csv(path, separator=options.sep)
+
+
+def _write_csv_cudf(df: Frame, path: Path, options: WriteOptions) -> None:
+    """Through polars' writer: cuDF's writes floats with about 10 significant digits (a
+    float64 did not read back equal) and writes a ``.csv.gz`` uncompressed."""
+    _write_csv_polars(to_backend(df, "polars"), path, options)
 
 
 CSV = TableFormat(
     "csv", (".csv", ".csv.gz"),
     readers=dict.fromkeys(("pandas", "polars", "cudf"), read_csv),
-    writers={"pandas": _write_csv, "polars": _write_csv_polars, "cudf": _write_csv},
+    writers={"pandas": _write_csv, "polars": _write_csv_polars, "cudf": _write_csv_cudf},
     text_options=csv_options,
     names_errors=True,
 )

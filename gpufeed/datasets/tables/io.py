@@ -2,8 +2,9 @@
 
 The format comes from ``format=`` or the file suffix (:mod:`.formats`); the backend is
 chosen once (``"auto"`` prefers cuDF on a GPU, then polars). Each format reads and writes
-with a backend's own functions where it has them (cuDF's GPU readers and writers for
-Parquet and JSON, polars' for Parquet, Feather and JSON) and through pandas otherwise.
+with a backend's own functions where they give what pandas gives (cuDF's GPU reader and
+writer for Parquet, polars' for Parquet, Feather, CSV and JSON; cuDF writes CSV and reads
+and writes JSON through polars) and through pandas otherwise.
 
 Pickle runs code while loading: read only pickles you wrote yourself.
 """

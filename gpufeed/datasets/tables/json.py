@@ -2,9 +2,10 @@
 
 JSON lines (one record per line) is the layout GPU and streaming readers expect. JSON has
 no datetime type: a text column whose every value is an ISO 8601 date and time is read
-back as datetimes (in UTC when the values carry an offset). cuDF reads JSON on the GPU;
-pandas through its parser, which tells columns mixing numbers and text; polars through its
-own (several times faster), falling back on pandas' reading wherever the two could differ.
+back as datetimes (in UTC when the values carry an offset). pandas reads through its
+parser, which tells columns mixing numbers and text; polars through its own (several times
+faster), falling back on pandas' reading wherever the two could differ; cuDF as polars
+reads, then moved to the GPU (cuDF's own reader has neither check).
 """
 
 from __future__ import annotations
@@ -78,12 +79,10 @@ def pandas_orient(path: Path) -> str | None:
 
 
 def _read_json_cudf(path: Path, options: ReadOptions, report: ReadReport) -> Frame:
-    import cudf
-
-    orient = pandas_orient(path)
-    if orient is not None:  # one object: cuDF's JSON reader reads records and lines
-        return cudf.from_pandas(_read_json_records(path, options, orient))
-    return cudf.read_json(path, lines=_lines(path))
+    """polars' reading, moved to the GPU: cuDF's JSON reader neither tells columns mixing
+    numbers and text nor parses ISO datetimes, so the same file gave other columns and
+    types on cuDF than on pandas and polars."""
+    return to_backend(_read_json_polars(path, options, report), "cudf")
 
 
 def _read_json_records(path: Path, options: ReadOptions, orient: str | None) -> pd.DataFrame:
@@ -386,7 +385,9 @@ def _write_json_polars(df: Frame, path: Path, options: WriteOptions) -> None:
 
 
 def _write_json_cudf(df: Frame, path: Path, options: WriteOptions) -> None:
-    df.to_json(path, orient="records", lines=True)
+    """Through polars' writer, as a polars frame is written: cuDF's ``to_json`` goes
+    through pandas (15 significant digits) and writes datetimes as epoch milliseconds."""
+    _write_json_polars(to_backend(df, "polars"), path, options)
 
 
 JSON = TableFormat(

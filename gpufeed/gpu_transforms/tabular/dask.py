@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from gpufeed.backends import choose_dataframe_backend
-from gpufeed.gpu_transforms.tabular.errors import UnknownFormatError
+from gpufeed.gpu_transforms.tabular.errors import BackendError, UnknownFormatError
 from gpufeed.gpu_transforms.tabular.frames import Frame, backend_of
 from gpufeed.machine import cuda_available, installed, usable_cpus
 
@@ -43,8 +43,17 @@ def to_dask(df: Frame, npartitions: int = 4) -> Any:
         df = df.to_pandas()
     elif backend == "dask":
         return df.repartition(npartitions=npartitions)
-    # With dask-cudf installed, from_pandas dispatches a cuDF frame to cuDF partitions.
+    if backend == "cudf":
+        _require_dask_cudf()  # from_pandas dispatches a cuDF frame to cuDF partitions through it
     return dd.from_pandas(df, npartitions=npartitions)
+
+
+def _require_dask_cudf() -> None:
+    """Refuse cuDF partitions without dask-cudf, which Dask needs for them (it is not in
+    the cuda13/cuda12 extras: most cuDF users never partition)."""
+    if not installed("dask_cudf"):
+        raise BackendError("Dask with cuDF partitions needs dask-cudf: pip install dask-cudf-cu13 (dask-cudf-cu12 "
+                           "for the CUDA 12 stack), or use pandas partitions (backend='pandas', or a pandas frame)")
 
 
 def read_dask(paths: str | os.PathLike[str] | Sequence[str], *, backend: str = "auto",
@@ -64,6 +73,8 @@ def read_dask(paths: str | os.PathLike[str] | Sequence[str], *, backend: str = "
 
     name = choose_dataframe_backend(backend).name
     target = "cudf" if name == "cudf" else "pandas"
+    if target == "cudf":
+        _require_dask_cudf()
     if isinstance(paths, list | tuple) and not paths:
         raise ValueError("paths is an empty list: give a file, a glob or a list of files")
     first = os.fspath(paths[0] if isinstance(paths, list | tuple) else paths)

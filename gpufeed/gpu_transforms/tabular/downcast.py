@@ -181,6 +181,10 @@ def downcast(
     unknown = {k: v for k, v in forced.items() if v not in _NAMES}
     if unknown:
         raise ValueError(f"unknown dtype(s) {unknown}; known: {sorted(_NAMES)}")
+    half = [c for c, v in forced.items() if v == "float16"]
+    if backend_of(df) == "cudf" and (float16 or half):
+        raise ValueError(f"downcast: cuDF has no float16 columns ({'float16=True' if float16 else f'dtypes {half}'}): "
+                         "use float32, or downcast on pandas or polars")
 
     ints = [c for c in names if schema[c].is_integer() and c not in forced]
     floats = [c for c in names if schema[c].is_float() and c not in forced]

@@ -47,3 +47,14 @@ def test_to_dask_and_unknown_files(tmp_path):
         to_dask(pd.DataFrame({"a": [1]}), npartitions=0)
     with pytest.raises(ValueError, match="paths is an empty list"):
         read_dask([])
+
+
+def test_cudf_partitions_without_dask_cudf_are_refused_with_the_package_to_install(monkeypatch, tmp_path):
+    from types import SimpleNamespace
+
+    from gpufeed.gpu_transforms.tabular import dask as dask_module
+
+    monkeypatch.setattr(dask_module, "installed", lambda name: name != "dask_cudf")
+    monkeypatch.setattr(dask_module, "choose_dataframe_backend", lambda _: SimpleNamespace(name="cudf"))
+    with pytest.raises(ValueError, match="needs dask-cudf: pip install dask-cudf-cu13"):
+        read_dask(tmp_path / "t.parquet", backend="cudf")

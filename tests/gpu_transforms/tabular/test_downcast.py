@@ -128,3 +128,14 @@ def test_polars_text_columns_are_counted_by_their_views():
     assert state.bytes_after < state.bytes_before and report.saved_fraction > 0
     name = next(c for c in report.columns if c.column == "name")  # kept: one value per row
     assert name.after == "String" and name.bytes_before == 16 * n + sum(len(v) for v in df["name"])
+
+
+@pytest.mark.gpu
+def test_float16_on_cudf_is_refused_by_argument():
+    cudf = pytest.importorskip("cudf", reason="cuDF is not installed")
+
+    gdf = cudf.DataFrame({"x": [0.5, 1.5]})
+    with pytest.raises(ValueError, match="cuDF has no float16 columns \\(float16=True\\)"):
+        downcast(gdf, float16=True)
+    with pytest.raises(ValueError, match=r"dtypes \['x'\]"):
+        downcast(gdf, dtypes={"x": "float16"})
