@@ -94,8 +94,10 @@ def split_random(df: Frame, fractions: Sequence[float] = (0.8, 0.1, 0.1), *, see
     n_train, n_val = round(n * f_train), round(n * f_val)
     part[order[:n_train]], part[order[n_train:n_train + n_val]], part[order[n_train + n_val:]] = 0, 1, 2
     ns = nw.get_native_namespace(frame)
-    masks = [nw.new_series("mask", (part == k).tolist() if ns.__name__ == "cudf" else part == k,
-                           nw.Boolean, backend=ns) for k in range(3)]
+    if ns.__name__ == "cudf":  # narwhals makes a cuDF series from Python lists only: one copy to the GPU instead
+        masks = [nw.from_native(ns.Series(part == k, name="mask"), series_only=True) for k in range(3)]
+    else:
+        masks = [nw.new_series("mask", part == k, nw.Boolean, backend=ns) for k in range(3)]
     return _finish(frame, masks, "random", n)
 
 
