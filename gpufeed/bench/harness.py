@@ -10,6 +10,7 @@ import os
 import platform
 import statistics
 import subprocess
+import sys
 import time
 import traceback
 import warnings
@@ -135,8 +136,12 @@ def spread(values: Sequence[float]) -> str:
 
 
 def synchronize() -> None:
-    """Wait for queued GPU work, so a timed region never ends at an asynchronous launch."""
-    if cuda_available():
+    """Wait for queued GPU work, so a timed region never ends at an asynchronous launch.
+
+    Work that never imported torch queued none: asking CUDA would import torch (seconds)
+    inside the first timed call of a table benchmark run with ``--warmup 0``.
+    """
+    if "torch" in sys.modules and cuda_available():
         import torch
 
         torch.cuda.synchronize()

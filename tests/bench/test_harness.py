@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from gpufeed.bench import harness
@@ -66,3 +69,11 @@ def test_short_work_is_timed_until_min_seconds_and_long_work_the_given_repeats(m
     assert len(measure_for(slow.work, 2.5, warmup=0).seconds) == 3  # a budget: the last call runs past it
     with pytest.raises(ValueError, match="min_seconds"):
         measure(fast.work, min_seconds=-1.0)
+
+
+def test_timing_work_that_never_imported_torch_does_not_import_it():
+    # A table benchmark with --warmup 0: its first timed call used to import torch (seconds).
+    code = ("import sys\nfrom gpufeed.bench.harness import measure\n"
+            "measure(lambda: 1.0, warmup=0, repeats=2)\nprint('torch' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "False", out.stdout + out.stderr
