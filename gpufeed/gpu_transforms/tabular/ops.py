@@ -445,7 +445,8 @@ class Standardize(TableOp):
     def transform(self, frame: NwFrame, backend: str) -> NwFrame:
         if not self.by:
             schema = frame.collect_schema()
-            return frame.with_columns(*[((f64(c, schema) - m) / sd).alias(c)
+            # Times the reciprocal on every backend (see pandas_kernels.scale_columns).
+            return frame.with_columns(*[((f64(c, schema) - m) * (1.0 / sd)).alias(c)
                                         for c, (m, sd) in self.state["global"].items()])
         # Look each row's group up once (text keys hash slowly) as a small integer code;
         # code k (after the k known groups) stands for unseen or missing groups and picks
@@ -498,5 +499,5 @@ class MinMax(TableOp):
         exprs = []
         for c in self.columns:
             low, high = self.state[c]
-            exprs.append(((f64(c, schema) - low) / ((high - low) or 1.0)).alias(c))
+            exprs.append(((f64(c, schema) - low) * (1.0 / ((high - low) or 1.0))).alias(c))
         return frame.with_columns(*exprs)

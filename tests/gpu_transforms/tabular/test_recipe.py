@@ -400,6 +400,14 @@ def test_a_recipe_holding_values_json_has_no_form_for_names_the_op():
         recipe.to_json()
 
 
+def test_scaling_ops_give_the_same_bits_on_pandas_and_polars():
+    df = pd.DataFrame({"x": np.random.default_rng(0).normal(3, 7, 20_000)})
+    for op in (MinMax, Standardize):
+        on_pandas = Recipe([op(["x"])]).fit_transform(df)["x"].to_numpy()
+        on_polars = Recipe([op(["x"])]).fit_transform(pl.from_pandas(df))["x"].to_numpy()
+        np.testing.assert_array_equal(on_pandas, on_polars, err_msg=op.__name__)  # x/c differed from x*(1/c)
+
+
 def test_hash_buckets_agree_whatever_type_a_backend_gave_the_value():
     # pandas reads an integer id column with gaps as floats, polars keeps integers; pandas
     # has no date type, polars does.
