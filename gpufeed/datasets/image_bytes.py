@@ -8,6 +8,7 @@ bad the same way whichever one reads it, before any decoder sees it.
 
 from __future__ import annotations
 
+import re
 import zlib
 from collections.abc import Iterator
 
@@ -158,8 +159,15 @@ def pil_reason(data: np.ndarray) -> str | None:
         with Image.open(io.BytesIO(data.tobytes())) as img:
             img.load()
     except Exception as exc:  # noqa: BLE001 - any failure is the diagnosis we want
-        return (str(exc).splitlines() or [type(exc).__name__])[0]
+        return without_addresses((str(exc).splitlines() or [type(exc).__name__])[0])
     return None
+
+
+def without_addresses(words: str) -> str:
+    """A decoder's message without the memory addresses PIL puts in it ("cannot identify
+    image file <_io.BytesIO object at 0x7f...>"): they differ per run, and so did the
+    reason a file was skipped for."""
+    return re.sub(r" <[^<>]* at 0x[0-9a-fA-F]+>", "", words)
 
 
 def read_bytes(path: str) -> np.ndarray:

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from gpufeed.datasets.image_bytes import image_size, undecodable_reason
+from gpufeed.datasets.image_bytes import image_size, pil_reason, undecodable_reason
 from gpufeed.datasets.samples import SampleSource
 from gpufeed.pipelines.geometry import train_window
 from gpufeed.pipelines.options import LoaderOptions
@@ -31,7 +31,9 @@ def crop_inputs(data: np.ndarray, options: LoaderOptions, epoch: int, index: int
     (or of ``(H, W, 3)`` pixels); or the reason the header gives no size."""
     size = data.shape[:2] if pixels else image_size(data)
     if size is None or min(size) < 1:
-        return "unreadable image header (no width and height)"
+        # In the torch backend's words for the same file (it fails there in PIL's decoder).
+        pil = None if pixels else pil_reason(data)
+        return f"could not decode: {pil or 'no width and height in its header'}"
     rng = sample_rng(options.seed, epoch, index)
     top, left, h, w, flip = train_window(rng, size[0], size[1], options.scale, options.ratio)
     return (np.array([top, left], np.int32), np.array([h, w], np.int32), np.array(flip, np.int32))

@@ -23,7 +23,7 @@ from PIL import Image
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from gpufeed.backends import BackendChoice
-from gpufeed.datasets.image_bytes import image_format, undecodable_reason
+from gpufeed.datasets.image_bytes import image_format, undecodable_reason, without_addresses
 from gpufeed.datasets.samples import SampleSource
 from gpufeed.machine import worker_start_method
 from gpufeed.pipelines import geometry
@@ -93,7 +93,7 @@ def decode_failure(exc: Exception) -> str:
     """The loaders' reason for a decoder's exception: ``"could not decode: <its words>"``
     (torchvision prefixes the C++ source location, which is dropped)."""
     words = re.sub(r"^[\w ()]+, \S+:\d+, ", "", (str(exc).splitlines() or [type(exc).__name__])[0])
-    return f"could not decode: {words}"
+    return f"could not decode: {without_addresses(words)}"
 
 
 class _Files(Dataset):
