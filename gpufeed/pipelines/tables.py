@@ -41,8 +41,8 @@ def _raise_non_finite(columns: Sequence[str], values: np.ndarray) -> None:
 
 def _label_error(column: str, dtype: object) -> ColumnTypeError:
     return ColumnTypeError(f"label column {column!r} has dtype {dtype}, not integers: a label here is a class "
-                           "index (int64); encode text classes with Categorify first, and pass a regression "
-                           "target as a feature column instead")
+                           "index (int64); cast whole-number floats or booleans to int64 first, encode text "
+                           "classes with Categorify, and pass a regression target as a feature column instead")
 
 
 def _converts(values: np.ndarray) -> bool:

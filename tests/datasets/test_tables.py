@@ -357,6 +357,23 @@ def test_cudf_writes_and_reads_csv_and_json_as_the_other_backends_do(tmp_path):
         read_table(tmp_path / "mixed.jsonl", backend="cudf")
 
 
+def test_a_header_short_of_a_name_is_named_as_the_fault(tmp_path):
+    path = tmp_path / "short.csv"
+    path.write_text("a,b\n1,2,3\n4,5,6\n")  # pandas reads the first field as the index, silently
+    with pytest.raises(MalformedCSVError, match=r"Every data line is: the header names 2 column\(s\) \(a, b\)"):
+        read_table(path, backend="polars")
+
+
+@pytest.mark.parametrize("orient", ["columns", "index", "split", "table"])
+def test_every_one_object_json_layout_pandas_writes_reads_as_the_table(tmp_path, orient):
+    df = pd.DataFrame({"a": [1, 2, 3], "b": ["x", "y", "z"]})
+    df.to_json(tmp_path / "t.json", orient=orient)
+    for backend in ("pandas", "polars"):
+        back = read_table(tmp_path / "t.json", backend=backend)
+        back = back.to_pandas() if backend == "polars" else back
+        assert back["a"].tolist() == [1, 2, 3] and back["b"].tolist() == ["x", "y", "z"], (orient, backend)
+
+
 def test_hdf5_stores_categorical_columns(tmp_path):
     df = pd.DataFrame({"region": pd.Categorical(["north", None, "east"]), "x": [1.5, 2.0, np.nan]})
     back = read_table(write_table(df, tmp_path / "x.h5"), backend="pandas")

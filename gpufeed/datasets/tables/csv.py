@@ -197,8 +197,13 @@ def _read_csv_arrow(
         shown = "; ".join(f"line {n}: {t[:80]!r}" for n, t in bad[:MAX_LINES_IN_MESSAGE])
         more = f" (and {len(bad) - MAX_LINES_IN_MESSAGE} more)" if len(bad) > MAX_LINES_IN_MESSAGE else ""
         if on_bad_lines is OnError.RAISE:
+            # Every data line off: the header is what is wrong (pandas reads the extra leading
+            # fields of such a file as its index, without a word).
+            header = (f" Every data line is: the header names {table.num_columns} column(s) "
+                      f"({', '.join(table.column_names[:6])}{' ...' if table.num_columns > 6 else ''}): is it "
+                      "missing a name?") if table.num_rows == 0 else ""
             raise MalformedCSVError(
-                f"{path}: {len(bad)} malformed line(s) with the wrong number of fields: {shown}{more}. "
+                f"{path}: {len(bad)} malformed line(s) with the wrong number of fields: {shown}{more}.{header} "
                 f"Pass on_bad_lines='skip' to skip them and get them in the read report."
                 f"{_delimiter_hint(path, sep, encoding)}",
                 lines=bad,

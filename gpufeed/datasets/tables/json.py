@@ -45,7 +45,8 @@ def _lines(path: Path) -> bool:
 def pandas_orient(path: Path) -> str | None:
     """The layout of a JSON file that is one object holding the whole table, as pandas'
     ``to_json`` writes it: ``"columns"`` (its default, ``{column: {row: value}}``),
-    ``"split"`` or ``"table"``; None for records, JSON lines and anything else.
+    ``"index"`` (``{row: {column: value}}``), ``"split"`` or ``"table"``; None for records,
+    JSON lines and anything else.
 
     Read as JSON lines, such a file was one row of dictionaries, silently. The layout is
     told by the object's structure (every value an object; ``columns`` and ``data``;
@@ -75,7 +76,17 @@ def pandas_orient(path: Path) -> str | None:
         return "table"
     if {"columns", "data"} <= keys <= {"columns", "index", "data", "name"}:
         return "split"
-    return "columns" if all(isinstance(v, dict) for v in doc.values()) else None
+    if not all(isinstance(v, dict) for v in doc.values()):
+        return None
+    # {row: {column: value}} (orient="index") has the same shape: told by which level holds
+    # the row numbers 0, 1, ... (read the other way, every row was a column mixing types).
+    rows = next(iter(doc.values()))
+    return "index" if _row_numbers(list(doc)) and rows and not _row_numbers(list(rows)) else "columns"
+
+
+def _row_numbers(keys: list[str]) -> bool:
+    """Whether ``keys`` are the default row labels ``"0", "1", ...``."""
+    return keys == [str(i) for i in range(len(keys))]
 
 
 def _read_json_cudf(path: Path, options: ReadOptions, report: ReadReport) -> Frame:
