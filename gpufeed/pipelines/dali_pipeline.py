@@ -143,7 +143,7 @@ def classification_outputs(encoded: DataNode, labels: DataNode, options: LoaderO
         images = decoded if pixels else fn.decoders.image(encoded, **decode_args)
         if decode_only:
             return images, labels
-        shape = fn.shapes(encoded) if pixels else fn.peek_image_shape(encoded, **_PEEK_ARGS)
+        shape = encoded.shape() if pixels else fn.peek_image_shape(encoded, **_PEEK_ARGS)
         images = _resize_and_centre_crop(shape, images, o.resize_shorter, o.size)
         mirror = 0
     images = fn.crop_mirror_normalize(
