@@ -262,10 +262,12 @@ class ReaderIterator(DALIClassificationIterator):
         }
 
 
-def _identity(samples: SampleSource, options: LoaderOptions) -> dict[str, Any]:
-    """What a state of this pipeline records, and a restoring one must match."""
+def _identity(samples: SampleSource, options: LoaderOptions, device_id: int | None) -> dict[str, Any]:
+    """What a state of this pipeline records, and a restoring one must match: the decoder
+    too (the GPU graph's operators are not the CPU graph's, so neither's checkpoint fits
+    the other)."""
     return {"format": STATE_FORMAT, "dali": nvidia.dali.__version__, "dataset": samples.fingerprint(),
-            "settings": settings_of(options, _STATE_SETTINGS)}
+            "settings": settings_of(options, _STATE_SETTINGS), "decoder": "cpu" if device_id is None else "mixed"}
 
 
 def _checkpoint_of(state: dict[str, Any], identity: dict[str, Any]) -> bytes:
@@ -284,6 +286,9 @@ def _checkpoint_of(state: dict[str, Any], identity: dict[str, Any]) -> bytes:
     if state.get("dali") != identity["dali"]:
         problems.append(f"DALI version: saved {state.get('dali')!r}, installed {identity['dali']!r} "
                         "(DALI reads only its own version's checkpoints)")
+    if "decoder" in state and state["decoder"] != identity["decoder"]:  # states before it was recorded: unchecked
+        problems.append(f"decoder: saved on {state['decoder']!r}, this pipeline decodes on {identity['decoder']!r} "
+                        "(a GPU pipeline's checkpoint does not fit a CPU one, nor the other way)")
     for group in ("dataset", "settings"):
         problems += differences(group, state.get(group, {}), identity[group])
     if problems:
@@ -312,7 +317,7 @@ def reader_iterator(samples: SampleSource, options: LoaderOptions, device_id: in
         ValueError: see :func:`shard_files`, and a ``checkpoint`` of another pipeline.
     """
     shards = shard_files(samples)
-    identity = _identity(samples, options)
+    identity = _identity(samples, options, device_id)
     saved = None if checkpoint is None else _checkpoint_of(checkpoint, identity)
     pipe = build_reader_pipeline(shards, options, device_id, checkpoint=saved)
     _, policy = _LAST_BATCH[options.last_batch]

@@ -258,6 +258,9 @@ def test_a_checkpoint_is_refused_by_another_pipeline(shards, image_folder):
         _loader(shards).dali_iterator(checkpoint=_loader(shards).state_dict())
     with pytest.raises(ValueError, match="load_state_dict"):
         _loader(image_folder).dali_iterator(checkpoint=state)
+    assert state["decoder"] == "cpu"
+    with pytest.raises(ValueError, match="decoder: saved on 'mixed', this pipeline decodes on 'cpu'"):
+        _loader(shards).dali_iterator(checkpoint={**state, "decoder": "mixed"})  # a GPU run's state
 
 
 def test_tfrecord_shards_need_their_dali_index(tmp_path):
