@@ -13,7 +13,7 @@ still takes the narwhals form in the same function, so results stay identical:
     different bounds; reading the tails is also faster than a full copy to numpy.
   - pandas: numpy's partial sort, one thread per column (numpy releases the GIL); faster
     than pandas' (and narwhals') quantile.
-  - cuDF: narwhals' linear quantile, exact on the GPU.
+  - cuDF: narwhals' linear quantile, on the GPU (the same order statistics; the interpolation may round differently in the last bit).
 
 - :func:`group_stats_f64` (``Standardize(by=)``): one narwhals group-by, except that on
   eager pandas and cuDF float32 columns are cast to float64 a chunk at a time, so the

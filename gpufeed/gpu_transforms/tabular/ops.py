@@ -294,7 +294,7 @@ class FillMissing(TableOp):
 class Clip(TableOp):
     """Clip to fixed ``lower``/``upper`` bounds, or to training ``quantiles=(low, high)``.
 
-    Quantiles are exact (linear interpolation) on pandas, polars and cuDF, approximate on Dask.
+    Quantiles interpolate linearly: bit-identical on pandas and polars, to the last bit or so on cuDF; approximate on Dask.
     """
 
     lower: float | None = None
