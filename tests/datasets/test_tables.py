@@ -374,6 +374,18 @@ def test_every_one_object_json_layout_pandas_writes_reads_as_the_table(tmp_path,
         assert back["a"].tolist() == [1, 2, 3] and back["b"].tolist() == ["x", "y", "z"], (orient, backend)
 
 
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_csv_integers_beyond_64_bits_stay_exact_as_text(tmp_path, backend):
+    path = tmp_path / "ids.csv"
+    path.write_text("id,big,x\n1180591620717411303424,1e30,1\n,5,2\n-99999999999999999999999,7,3\n")
+    with pytest.warns(UserWarning, match=r"column\(s\) \['id'\] hold integers beyond 64 bits"):
+        frame = read_table(path, backend=backend)
+    frame = frame.to_pandas() if backend == "polars" else frame
+    assert frame["id"].tolist()[::2] == ["1180591620717411303424", "-99999999999999999999999"]
+    assert frame["id"].isna().tolist() == [False, True, False]
+    assert frame["big"].tolist() == [1e30, 5.0, 7.0]  # a float written as one stays a float
+
+
 def test_hdf5_stores_categorical_columns(tmp_path):
     df = pd.DataFrame({"region": pd.Categorical(["north", None, "east"]), "x": [1.5, 2.0, np.nan]})
     back = read_table(write_table(df, tmp_path / "x.h5"), backend="pandas")

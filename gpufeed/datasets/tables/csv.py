@@ -213,36 +213,55 @@ def _read_csv_arrow(
 
 
 def _unsigned_ids(table: Any, path: Path, read_options: Any, convert_options: Any, sep: str) -> Any:
-    """``table`` with its whole-number columns beyond int64 (64-bit hashes, unsigned ids up
-    to 2**64 - 1) read again as uint64.
+    """``table`` with its whole-number columns beyond int64 read again exactly: up to
+    2**64 - 1 (64-bit hashes, unsigned ids) as uint64, beyond that as their text.
 
-    Arrow's CSV type inference knows no uint64: such a column came back float64, every
-    value rounded to 53 bits, silently. Only columns whose largest value is at least 2**63
-    are read again, so other files pay one ``max`` per float column.
+    Arrow's CSV type inference knows no uint64 and no wider integer: such a column came
+    back float64, every value rounded to 53 bits, silently (pandas keeps the wider ones as
+    Python ints, object). Only columns whose largest magnitude is at least 2**63 are read
+    again, so other files pay one ``min_max`` per float column.
     """
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.csv as pacsv
 
-    suspects = []
+    unsigned, wide = [], []
     for name, column in zip(table.column_names, table.columns, strict=True):
         if pa.types.is_floating(column.type) and len(column) > column.null_count:
-            low, high = pc.min_max(column).values()
-            if low.as_py() >= 0 and 2.0**63 <= high.as_py() <= 2.0**64:  # 2**64 - 1 rounds up to 2**64
-                suspects.append(name)
-    if not suspects:
-        return table
-    options = pacsv.ConvertOptions(
-        strings_can_be_null=True, decimal_point=convert_options.decimal_point,
-        null_values=convert_options.null_values, column_types=dict.fromkeys(suspects, pa.uint64()), include_columns=suspects,
-    )
-    try:  # the same rows: malformed lines were counted by the first read and are skipped again
-        exact = pacsv.read_csv(path, read_options=read_options, convert_options=options,
-                               parse_options=pacsv.ParseOptions(delimiter=sep, invalid_row_handler=lambda _: "skip"))
-    except pa.ArrowInvalid:
-        return table  # fractions or other values beside the big ones: floats they are
-    for name in suspects:
-        table = table.set_column(table.column_names.index(name), name, exact.column(name))
+            low, high = (v.as_py() for v in pc.min_max(column).values())
+            if low >= 0 and 2.0**63 <= high <= 2.0**64:  # 2**64 - 1 rounds up to 2**64
+                unsigned.append(name)
+            elif max(abs(low), abs(high)) >= 2.0**63:  # beyond any integer type, if integers
+                wide.append(name)
+
+    def read_again(names: list[str], kind: Any) -> Any:
+        options = pacsv.ConvertOptions(
+            strings_can_be_null=True, decimal_point=convert_options.decimal_point,
+            null_values=convert_options.null_values, column_types=dict.fromkeys(names, kind), include_columns=names,
+        )
+        try:  # the same rows: malformed lines were counted by the first read and are skipped again
+            return pacsv.read_csv(path, read_options=read_options, convert_options=options,
+                                  parse_options=pacsv.ParseOptions(delimiter=sep, invalid_row_handler=lambda _: "skip"))
+        except pa.ArrowInvalid:
+            return None  # fractions or other values beside the big ones: floats they are
+
+    exact = {}
+    if unsigned and (found := read_again(unsigned, pa.uint64())) is not None:
+        exact.update((name, found.column(name)) for name in unsigned)
+    if wide:
+        found = read_again(wide, pa.string())
+        # Only all-integer text is kept as text; 1e30 or 2.5 beside them leaves floats.
+        exact.update((name, found.column(name)) for name in wide
+                     if pc.all(pc.match_substring_regex(found.column(name), r"^\s*[-+]?\d+\s*$")).as_py())
+    for name, column in exact.items():
+        table = table.set_column(table.column_names.index(name), name, column)
+    kept_as_text = [name for name in wide if name in exact]
+    if kept_as_text:
+        import warnings
+
+        warnings.warn(f"gpufeed: {path}: column(s) {kept_as_text} hold integers beyond 64 bits (ids?): read as text "
+                      "to keep them exact (as floats they were rounded); HashBucket or Categorify take them",
+                      stacklevel=6)
     return table
 
 
