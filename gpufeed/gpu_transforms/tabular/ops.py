@@ -227,7 +227,7 @@ class FillMissing(TableOp):
         if self.strategy == "constant":
             schema = frame.collect_schema()
             for c in self.columns:
-                self._check_constant(schema[c], c)
+                self._check_constant(frame, schema[c], c)
             self.state = {c: self.value for c in self.columns}
             return
         native = float64_columns(frame, self.columns) if backend == "pandas" and self.strategy == "mean" else None
@@ -244,9 +244,10 @@ class FillMissing(TableOp):
             stats = aggregate(frame, exprs)
         self.state = {c: number(stats[c], c, "FillMissing") for c in self.columns}
 
-    def _check_constant(self, dtype: Any, column: str) -> None:
+    def _check_constant(self, frame: NwFrame, dtype: Any, column: str) -> None:
         """A constant of the column's kind, or an error: pandas made a text column of
-        numbers filled with a word (object), polars one of text (String), silently."""
+        numbers filled with a word (object), polars one of text (String), silently. A
+        column with no value at all has no kind yet (pandas types it text): any fits."""
         value = self.value
         if dtype.is_numeric():
             fits, wanted = isinstance(value, int | float) and not isinstance(value, bool), "a number"
@@ -260,7 +261,7 @@ class FillMissing(TableOp):
                 time_value(value, dtype, column, "FillMissing: value")  # refuses text that is no date
         else:
             fits, wanted = True, ""
-        if not fits:
+        if not fits and not aggregate(frame, [nw.col(column).is_null().all().alias(column)])[column]:
             raise ColumnTypeError(f"FillMissing: constant {value!r} cannot fill column {column!r} ({dtype}): "
                                   f"it needs {wanted}")
 
@@ -278,6 +279,12 @@ class FillMissing(TableOp):
                 exprs.append(nw.col(c).cast(nw.Float64).fill_null(value))
             elif schema[c].is_integer() and isinstance(value, float):
                 exprs.append(nw.col(c).fill_null(int(value)))
+            elif (isinstance(value, int | float) and not isinstance(value, bool) and not schema[c].is_numeric()
+                  and schema[c] != nw.Boolean):
+                # A column with no value at all (pandas: object, polars: String or Null) filled
+                # with a number: float64 on every backend, as all_missing_as_float makes it for
+                # the other ops (pandas kept an object column of ints, polars made text).
+                exprs.append(nw.col(c).cast(nw.Float64).fill_null(value))
             elif narrow_float(c, schema):
                 # A float32 column stays float32 with its fill rounded to float32, as polars
                 # does it; pandas made the column float64 around the float64 statistic.

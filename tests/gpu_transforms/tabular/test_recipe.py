@@ -391,6 +391,10 @@ def test_a_constant_fill_must_be_of_the_columns_kind(backend):
     out = _as_pandas(out)
     assert out["d"].tolist() == [pd.Timestamp("2024-01-01"), pd.Timestamp("2024-02-01")]
     assert out["b"].tolist() == [True, False]
+    # a column with no value at all has no kind yet: a number fills it as floats on every backend
+    gaps = _as_pandas(Recipe([FillMissing(["g"], strategy="constant", value=5)]).fit_transform(
+        to_backend(pd.DataFrame({"g": [None, None]}), backend)))
+    assert gaps["g"].dtype == np.float64 and gaps["g"].tolist() == [5.0, 5.0]
 
 
 def test_a_recipe_holding_values_json_has_no_form_for_names_the_op():
