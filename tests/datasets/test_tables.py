@@ -374,6 +374,24 @@ def test_every_one_object_json_layout_pandas_writes_reads_as_the_table(tmp_path,
         assert back["a"].tolist() == [1, 2, 3] and back["b"].tolist() == ["x", "y", "z"], (orient, backend)
 
 
+def test_one_object_json_is_read_by_columns_unless_only_rows_keep_one_kind_per_column(tmp_path):
+    # A frame made from an array (columns "0", "1") with labelled rows, pandas' default
+    # layout: the same shape as orient="index", read as pandas reads it.
+    pd.DataFrame([[1.5, 2.5], [3.5, 4.5], [5.5, 6.5]], index=["x", "y", "z"]).to_json(tmp_path / "arr.json")
+    # orient="index" with labelled rows: read by columns, each "column" mixed text and numbers.
+    labelled = pd.DataFrame({"a": [1, 2], "b": ["p", "q"]}, index=["r1", "r2"])
+    labelled.to_json(tmp_path / "rows.json", orient="index")
+    for backend in ("pandas", "polars"):
+        arr = read_table(tmp_path / "arr.json", backend=backend)
+        arr = arr.to_pandas() if backend == "polars" else arr
+        assert list(arr.columns) == ["index", "0", "1"], backend
+        assert arr["index"].tolist() == ["x", "y", "z"] and arr["1"].tolist() == [2.5, 4.5, 6.5], backend
+        rows = read_table(tmp_path / "rows.json", backend=backend)
+        rows = rows.to_pandas() if backend == "polars" else rows
+        assert list(rows.columns) == ["index", "a", "b"], backend
+        assert rows["a"].tolist() == [1, 2] and rows["b"].tolist() == ["p", "q"], backend
+
+
 @pytest.mark.parametrize("backend", ["pandas", "polars"])
 def test_csv_integers_beyond_64_bits_stay_exact_as_text(tmp_path, backend):
     path = tmp_path / "ids.csv"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 import warnings
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -78,15 +79,30 @@ def pandas_orient(path: Path) -> str | None:
         return "split"
     if not all(isinstance(v, dict) for v in doc.values()):
         return None
-    # {row: {column: value}} (orient="index") has the same shape: told by which level holds
-    # the row numbers 0, 1, ... (read the other way, every row was a column mixing types).
-    rows = next(iter(doc.values()))
-    return "index" if _row_numbers(list(doc)) and rows and not _row_numbers(list(rows)) else "columns"
+    # {row: {column: value}} (orient="index") has the same shape as pandas' default
+    # {column: {row: value}}, and its labels cannot tell them apart (a frame made from an
+    # array has columns "0", "1", ... and may have labelled rows). Read as pandas reads it,
+    # by columns, unless that makes columns mixing kinds of value where reading by rows
+    # does not: a table of text and numbers written with orient="index".
+    by_rows: dict[str, list[Any]] = {}
+    for row in doc.values():
+        for column, value in row.items():
+            by_rows.setdefault(column, []).append(value)
+    if _mixes_kinds(list(v.values()) for v in doc.values()) and not _mixes_kinds(by_rows.values()):
+        return "index"
+    return "columns"
 
 
-def _row_numbers(keys: list[str]) -> bool:
-    """Whether ``keys`` are the default row labels ``"0", "1", ...``."""
-    return keys == [str(i) for i in range(len(keys))]
+def _mixes_kinds(columns: Iterable[list[Any]]) -> bool:
+    """Whether one of ``columns`` holds values of more than one JSON kind (text, number,
+    boolean, nested), missing values aside."""
+
+    def kind(value: Any) -> str:
+        if isinstance(value, bool):
+            return "bool"
+        return "number" if isinstance(value, int | float) else type(value).__name__
+
+    return any(len({kind(v) for v in values if v is not None}) > 1 for values in columns)
 
 
 def _read_json_cudf(path: Path, options: ReadOptions, report: ReadReport) -> Frame:
