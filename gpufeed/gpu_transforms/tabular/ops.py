@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import narwhals as nw
+import numpy as np
 
 from gpufeed.gpu_transforms.tabular.errors import ColumnTypeError, NonFiniteError
 from gpufeed.gpu_transforms.tabular.frames import NwFrame, first_value, is_missing, time_value
@@ -200,6 +201,22 @@ def all_missing_as_float(frame: NwFrame, op: TableOp) -> NwFrame:
     return frame.with_columns(*[nw.col(c).cast(nw.Float64) for c in empty]) if empty else frame
 
 
+def _plain_constant(value: Any) -> Any:
+    """A fill value as the recipe's JSON stores it: a numpy number (``np.int64(0)``, a
+    reduction's result) as its Python number, a date or time (``pd.Timestamp``,
+    ``datetime``, ``date``, ``np.datetime64``) as ISO text, which is how a datetime column
+    takes its fill on every backend; any other value as it is."""
+    import datetime
+
+    if isinstance(value, np.datetime64):
+        import pandas as pd
+
+        value = pd.Timestamp(value)
+    if isinstance(value, datetime.datetime | datetime.date):
+        return value.isoformat()
+    return value.item() if isinstance(value, np.generic) else value
+
+
 @dataclass
 class FillMissing(TableOp):
     """Fill missing values with the training ``mean`` or ``median``, or a ``constant``.
@@ -222,6 +239,7 @@ class FillMissing(TableOp):
             raise ValueError(f"FillMissing: strategy must be 'mean', 'median' or 'constant', got {self.strategy!r}")
         if self.strategy == "constant" and self.value is None:
             raise ValueError("FillMissing: strategy='constant' needs value=")
+        self.value = _plain_constant(self.value)
 
     def fit(self, frame: NwFrame, backend: str) -> None:
         if self.strategy == "constant":

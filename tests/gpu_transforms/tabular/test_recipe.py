@@ -397,6 +397,20 @@ def test_a_constant_fill_must_be_of_the_columns_kind(backend):
     assert gaps["g"].dtype == np.float64 and gaps["g"].tolist() == [5.0, 5.0]
 
 
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_a_constant_fill_takes_numpy_numbers_and_timestamps_and_saves_as_json(backend):
+    df = to_backend(pd.DataFrame({"n": [1.0, None], "i": pd.array([3, None], dtype="Int64"),
+                                  "d": pd.to_datetime(["2024-01-01", None])}), backend)
+    recipe = Recipe([FillMissing(["n"], strategy="constant", value=np.float32(1.5)),
+                     FillMissing(["i"], strategy="constant", value=np.int64(0)),
+                     FillMissing(["d"], strategy="constant", value=pd.Timestamp("2024-02-01"))])
+    out = _as_pandas(recipe.fit_transform(df))
+    assert out["n"].tolist() == [1.0, 1.5] and out["i"].tolist() == [3, 0]
+    assert out["d"].tolist() == [pd.Timestamp("2024-01-01"), pd.Timestamp("2024-02-01")]
+    again = _as_pandas(Recipe.from_json(recipe.to_json()).transform(df))  # numpy values are no JSON
+    pd.testing.assert_frame_equal(again, out)
+
+
 def test_a_recipe_holding_values_json_has_no_form_for_names_the_op():
     df = pd.DataFrame({"day": pd.to_datetime(["2024-01-01", "2024-01-01", "2024-01-02"]), "x": [1.0, 2.0, 3.0]})
     recipe = Recipe([Log(["x"]), Standardize(["x"], by="day")]).fit(df)
