@@ -25,6 +25,7 @@ from gpufeed.gpu_transforms.tabular.frames import (
     Frame,
     NwFrame,
     collect_small,
+    first_value,
     is_lazy,
     is_missing,
     nan_as_null,
@@ -136,6 +137,12 @@ def split_by_group(df: Frame, column: str, fractions: Sequence[float] = (0.8, 0.
     return _finish(frame, masks, f"by-group ({column})", None if is_lazy(frame) else len(frame))
 
 
+def _holds_text(frame: NwFrame, column: str) -> bool:
+    """Whether an untyped (object) column's first value is text."""
+    first = first_value(frame, column)
+    return bool(len(first)) and isinstance(first.item(0), str)
+
+
 def split_by_time(df: Frame, column: str, fractions: Sequence[float] = (0.8, 0.1, 0.1), *,
                   cutoffs: tuple[Any, Any] | None = None) -> Split:
     """Earliest rows to train, then val, then the latest to test.
@@ -160,18 +167,21 @@ def split_by_time(df: Frame, column: str, fractions: Sequence[float] = (0.8, 0.1
     frame = wrap(df)
     require_columns(frame, [column], "split_by_time")
     dtype = frame.collect_schema()[column]
-    if dtype in (nw.String, nw.Categorical, nw.Enum, nw.Object):
+    if dtype in (nw.String, nw.Categorical, nw.Enum) or (dtype == nw.Object and _holds_text(frame, column)):
         # Text sorts alphabetically: "1/10/2024" before "1/2/2024", a split in no time order.
+        # (A pandas object column of datetime.date values, what .dt.date gives, sorts in time.)
         raise ColumnTypeError(f"split_by_time: column {column!r} holds text ({dtype}), which sorts "
                               "alphabetically, not in time: parse it to datetimes first "
                               "(read_table parses ISO dates in JSON; pd.to_datetime / str.to_datetime)")
-    frame = nan_as_null(frame, [column])  # a NaN time is missing (as on pandas): train, not the latest rows
     t = nw.col(column)
+    # A NaN time is missing (as on pandas): train, not the latest rows (polars orders NaN
+    # above every number). Told in the masks, so the parts keep the rows as they came.
+    missing = (t.is_null() | t.is_nan()) if dtype.is_float() else t.is_null()
     computed = cutoffs is None
     if cutoffs is None:
         if is_lazy(frame):
             raise BackendError("split_by_time on Dask needs cutoffs=(val_start, test_start)")
-        times = frame.select(t).get_column(column).drop_nulls().sort()
+        times = nan_as_null(frame.select(t), [column]).get_column(column).drop_nulls().sort()
         if len(times) == 0:
             raise EmptyTableError(f"split_by_time: column {column!r} has no values (empty table?)")
         # A cut past the last row means that part (and what follows it) is empty.
@@ -182,9 +192,10 @@ def split_by_time(df: Frame, column: str, fractions: Sequence[float] = (0.8, 0.1
     if start_val is None:
         masks = [every, ~every, ~every]
     elif start_test is None:
-        masks = [(t < start_val) | t.is_null(), t >= start_val, ~every]
+        masks = [(t < start_val) | missing, (t >= start_val) & ~missing, ~every]
     else:
-        masks = [(t < start_val) | t.is_null(), (t >= start_val) & (t < start_test), t >= start_test]
+        masks = [(t < start_val) | missing, (t >= start_val) & (t < start_test) & ~missing,
+                 (t >= start_test) & ~missing]
     split = _finish(frame, masks, f"by-time ({column})", None if is_lazy(frame) else len(frame))
     empty = [name for (name, n), share in zip(split.rows.items(), fractions, strict=True) if share > 0 and not n]
     if empty and computed:

@@ -447,6 +447,30 @@ def test_split_by_time_refuses_a_text_column(backend):
     df = to_backend(pd.DataFrame({"when": ["1/2/2024", "1/10/2024", "1/3/2024"]}), backend)
     with pytest.raises(ColumnTypeError, match="'when' holds text"):
         split_by_time(df, "when", cutoffs=("1/3/2024", None))
+    objects = to_backend(pd.DataFrame({"when": pd.Series(["1/2/2024", "1/10/2024", "1/3/2024"], dtype=object)}),
+                         backend)
+    with pytest.raises(ColumnTypeError, match="'when' holds text"):
+        split_by_time(objects, "when", cutoffs=("1/3/2024", None))
+
+
+def test_split_by_time_splits_a_column_of_dates_in_time_order():
+    days = pd.date_range("2024-01-01", periods=10, freq="D")
+    df = pd.DataFrame({"day": days.date, "x": range(10)})  # .dt.date: an object column of datetime.date
+    split = split_by_time(df, "day", (0.8, 0.1, 0.1))
+    assert split.rows == {"train": 8, "val": 1, "test": 1}
+    assert split.test["x"].tolist() == [9]
+
+
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_split_by_time_puts_nan_times_in_train_and_returns_the_rows_unchanged(backend):
+    data = {"t": [1.0, np.nan, 3.0, 4.0, 5.0], "x": [0.5, np.nan, 1.5, 2.5, 3.5]}
+    df = pl.DataFrame(data) if backend == "polars" else pd.DataFrame(data)  # polars: NaN, not null
+    split = split_by_time(df, "t", cutoffs=(3.0, 5.0))
+    assert split.rows == {"train": 2, "val": 2, "test": 1}
+    train = _as_pandas(split.train)
+    if backend == "polars":  # NaN stays NaN in the rows handed back (not made null)
+        assert split.train["t"].is_nan().sum() == 1 and split.train["x"].is_nan().sum() == 1
+    assert train["t"].isna().sum() == 1 and train["t"].max() == 1.0
 
 
 # Missing values: pandas hands out NaN (not None) for a missing text key, and polars keeps
