@@ -48,7 +48,11 @@ def constant(values: tuple, device: torch.device | str, dtype: torch.dtype = tor
 
 @functools.lru_cache(maxsize=512)
 def _constant(values: tuple, device: str, dtype: torch.dtype) -> torch.Tensor:
-    return torch.tensor(values, dtype=dtype, device=device)
+    # Never an inference tensor, whatever mode the first caller ran in: one made under
+    # torch.inference_mode() (a validation pass before training, Lightning's sanity check)
+    # could not be saved for backward by every later training step that reused it.
+    with torch.inference_mode(False):
+        return torch.tensor(values, dtype=dtype, device=device)
 
 
 def _family(obj: Any) -> str:
@@ -118,7 +122,11 @@ def device_of(obj: Any) -> torch.device:
 def _cudf_to_cupy(obj: Any, dtype: str | None = None) -> Any:
     # A numeric column without nulls is one contiguous device buffer: to_cupy() views it.
     if hasattr(obj, "columns"):  # DataFrame: one 2-D array, which needs one dtype
-        return obj.to_cupy(dtype=dtype)
+        # Cast after, not by to_cupy(dtype=): in cuDF 25.10-26.04 its path for columns of one
+        # dtype without nulls copies their bytes into a matrix of the asked dtype without a
+        # cast (int32 read as float32 bits, float64 refused as too large; fixed in 26.06).
+        matrix = obj.to_cupy()
+        return matrix if dtype is None else matrix.astype(dtype, order="C", copy=False)
     if obj.null_count:
         raise ValueError(f"cuDF column {obj.name!r} has {int(obj.null_count)} missing value(s), and a column with "
                          "missing values has no zero-copy array view; fill them first")

@@ -80,6 +80,15 @@ def _check_numeric(df: Frame, columns: Sequence[str]) -> None:
                         "(Categorify or HashBucket for categories)")
 
 
+def _numpy_kind(dtype: object) -> str:
+    """numpy's kind letter of a cuDF dtype; ``"O"`` for one numpy has no dtype for (cuDF's
+    categorical, list, struct), where ``np.dtype`` raised a TypeError naming no column."""
+    try:
+        return np.dtype(dtype).kind
+    except TypeError:
+        return "O"
+
+
 def _matrix(df: Frame, columns: Sequence[str], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     backend = backend_of(df)
     is_label = dtype == torch.int64
@@ -88,7 +97,7 @@ def _matrix(df: Frame, columns: Sequence[str], dtype: torch.dtype, device: torch
         nulls = picked.isna().any().to_numpy()
         if nulls.any():
             raise _missing_error(columns, nulls)
-        if is_label and np.dtype(picked.dtypes.iloc[0]).kind not in "iu":
+        if is_label and _numpy_kind(picked.dtypes.iloc[0]) not in "iu":
             raise _label_error(columns[0], picked.dtypes.iloc[0])
         # No host round trip. cuDF's matrix is column-major: made row-major, as from numpy
         # (a row of a batch then is contiguous for the model's first layer).

@@ -134,3 +134,14 @@ def test_device_constants_are_made_once_and_reused():
     assert a.tolist() == [0.5, 1.5] and a.dtype == torch.float32
     assert constant((0.5, 1.5), "cpu", torch.float64).dtype == torch.float64
     assert constant(((0, 1), (2, 3)), "cpu", torch.int64).shape == (2, 2)
+
+
+def test_constants_first_made_under_inference_mode_serve_training_later():
+    from gpufeed.gpu_transforms.augment.photometric import Normalize
+
+    norm = Normalize(mean=(0.123, 0.456, 0.789), std=(0.31, 0.32, 0.33))  # values no other test uses
+    with torch.inference_mode():  # a validation pass (or Lightning's sanity check) before training
+        norm.apply(torch.rand(2, 3, 4, 4), {})
+    x = torch.rand(2, 3, 4, 4, requires_grad=True)
+    norm.apply(x, {}).pow(2).sum().backward()  # an inference tensor cannot be saved for backward
+    assert x.grad is not None and x.grad.shape == x.shape

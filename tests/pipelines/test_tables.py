@@ -82,6 +82,20 @@ def test_cudf_hand_off_is_zero_copy_on_the_gpu(table):
         to_tensors(bad, ["f"], "label", device="cuda")
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["int32", "float64", "int8", "float32"])
+def test_cudf_columns_of_one_dtype_are_cast_not_reinterpreted(dtype):
+    # cuDF 25.10-26.04's to_cupy(dtype=) copied one-dtype columns' bytes without a cast
+    cudf = pytest.importorskip("cudf", reason="cuDF is not installed")
+
+    table = pd.DataFrame({"a": np.arange(6).astype(dtype), "b": (np.arange(6) * 3).astype(dtype),
+                          "label": pd.Categorical([0, 1, 0, 1, 0, 1])})
+    x, _ = to_tensors(cudf.from_pandas(table), ["a", "b"], device="cuda")
+    np.testing.assert_array_equal(x.cpu().numpy(), table[["a", "b"]].to_numpy(np.float32))
+    with pytest.raises(ColumnTypeError, match="label column 'label'"):  # categorical: named, not numpy's TypeError
+        to_tensors(cudf.from_pandas(table), ["a"], "label", device="cuda")
+
+
 def test_text_columns_inf_and_a_bare_string_are_refused_by_name():
     df = pd.DataFrame({"a": [1.0, 2.0], "name": ["x", "y"], "big": [1.0, np.inf], "label": [0, 1]})
     # The table ops' errors, so `except TabularError` covers the hand-off too
