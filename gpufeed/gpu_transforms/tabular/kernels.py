@@ -42,8 +42,9 @@ still takes the narwhals form in the same function, so results stay identical:
   ``replace_strict`` took 51 ms, ``unique`` + ``search_sorted`` 32 ms, the range table
   7 ms (1M rows).
 
-- :func:`cudf_log` (``Log``): narwhals' ``log`` on cuDF goes through a cupy ufunc,
-  which refuses a column with missing values; cuDF's own ``log`` keeps them missing.
+- :func:`cudf_log` (``Log``): narwhals' ``log`` on cuDF runs cupy on the column's
+  values, which a column with missing values has none of; ``np.log`` of the Series goes
+  through cuDF's ``__array_ufunc__``, which keeps them missing.
 
 The pandas paths of the elementwise ops (``FillMissing``, ``Clip``, ``Log``, ``MinMax``) are
 in :mod:`.pandas_kernels`. Measurements behind these choices: ``docs/tabular.md`` (Fast paths).
@@ -83,7 +84,9 @@ def cudf_log(frame: NwFrame, columns: Sequence[str], offset: float) -> NwFrame:
     """``log(x + offset)`` of ``columns`` in float64 on a cuDF frame, missing values kept missing."""
     native = nw.to_native(frame).copy(deep=False)
     for c in columns:
-        native[c] = (native[c].astype("float64") + offset).log()
+        # np.log dispatches to cuDF's __array_ufunc__, which runs cupy on the values and puts
+        # the null mask back (cuDF Series has had no .log() since 22.04).
+        native[c] = np.log(native[c].astype("float64") + offset)
     return wrap(native)
 
 
