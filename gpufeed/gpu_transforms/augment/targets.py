@@ -44,7 +44,10 @@ def warp_boxes(boxes: list[torch.Tensor], labels: list[torch.Tensor] | None, mat
     if sum(counts) == 0:
         return [b.clone() for b in boxes], None if labels is None else [lb.clone() for lb in labels]
     flat = torch.cat(boxes).to(matrix.dtype)
-    owner = torch.repeat_interleave(torch.arange(len(boxes), device=flat.device), torch.tensor(counts, device=flat.device))
+    # Which image each box is of, made on the host from the counts it has: on a GPU a
+    # repeat_interleave over device counts waits for the device to learn its length.
+    owner_host = torch.repeat_interleave(torch.arange(len(boxes)), torch.tensor(counts))
+    owner = owner_host.to(flat.device, non_blocking=True)
     x1, y1, x2, y2 = flat.unbind(1)
     corners = torch.stack([x1, y1, x2, y1, x2, y2, x1, y2], 1).view(-1, 4, 2)
     moved = transform_points(corners, matrix[owner])
@@ -54,11 +57,15 @@ def warp_boxes(boxes: list[torch.Tensor], labels: list[torch.Tensor] | None, mat
     xyxy = torch.stack([lo[:, 0].clamp(0, ow), lo[:, 1].clamp(0, oh), hi[:, 0].clamp(0, ow), hi[:, 1].clamp(0, oh)], 1)
     keep = ((xyxy[:, 2] - xyxy[:, 0]) >= min_size) & ((xyxy[:, 3] - xyxy[:, 1]) >= min_size)
     xyxy = xyxy.to(boxes[0].dtype)
-    out_boxes = [xyxy[(owner == i) & keep] for i in range(len(boxes))]
+    # One wait for the device: which boxes are kept. Each image's share then follows from
+    # the host's owners (a boolean mask per image waited once per image and per target).
+    kept = keep.cpu().nonzero().squeeze(1)
+    per_image = torch.bincount(owner_host[kept], minlength=len(boxes)).tolist()
+    out_boxes = list(xyxy.index_select(0, kept.to(xyxy.device, non_blocking=True)).split(per_image))
     if labels is None:
         return out_boxes, None
     flat_labels = torch.cat(labels)
-    return out_boxes, [flat_labels[(owner == i) & keep] for i in range(len(boxes))]
+    return out_boxes, list(flat_labels.index_select(0, kept.to(flat_labels.device, non_blocking=True)).split(per_image))
 
 
 def warp_keypoints(keypoints: torch.Tensor, matrix: torch.Tensor,
