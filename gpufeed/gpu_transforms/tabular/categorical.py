@@ -203,7 +203,13 @@ class Categorify(TableOp):
         return super().from_dict(spec)
 
 
-def stable_hash(value: Any, buckets: int) -> int:
+#: The texts :class:`HashBucket` can hash: ``"canonical"`` (:func:`stable_hash`'s, the
+#: default) and ``"str"`` (Python's ``str(value)``, what recipes saved before the canonical
+#: text hashed, so a model trained on their buckets gets the same buckets).
+HASH_TEXTS = ("canonical", "str")
+
+
+def stable_hash(value: Any, buckets: int, text: str = "canonical") -> int:
     """The bucket of ``value`` in ``1 .. buckets-1`` (CRC32 of its text; 0 is for missing).
 
     CRC32 of the text is the same on every machine, process and backend, unlike Python's
@@ -218,7 +224,7 @@ def stable_hash(value: Any, buckets: int) -> int:
         >>> stable_hash(130.0, 1000) == stable_hash(130, 1000)
         True
     """
-    return 1 + zlib.crc32(_hash_text(value).encode()) % (buckets - 1)
+    return 1 + zlib.crc32((str(value) if text == "str" else _hash_text(value)).encode()) % (buckets - 1)
 
 
 def _hash_text(value: Any) -> str:
@@ -243,10 +249,13 @@ class HashBucket(TableOp):
     """Hash each value into ``buckets`` buckets without a vocabulary (0 = missing).
 
     Useful for high-cardinality ids whose vocabulary would be large or keeps growing;
-    unseen values hash like any other. No fitting needed.
+    unseen values hash like any other. No fitting needed. ``text``: which text of a value
+    is hashed (:data:`HASH_TEXTS`); a recipe saved without it is read with ``"str"``, the
+    text it hashed then.
     """
 
     buckets: int = 1024
+    text: str = "canonical"
     kind: ClassVar[str] = "hash_bucket"
     stateless: ClassVar[bool] = True
 
@@ -254,6 +263,15 @@ class HashBucket(TableOp):
         super().__post_init__()
         if self.buckets < 2:
             raise ValueError(f"HashBucket: buckets must be >= 2, got {self.buckets}")
+        if self.text not in HASH_TEXTS:
+            raise ValueError(f"HashBucket: text must be one of {', '.join(map(repr, HASH_TEXTS))}, got {self.text!r}")
+
+    @classmethod
+    def from_dict(cls, spec: dict[str, Any]) -> HashBucket:
+        """As :meth:`TableOp.from_dict`; a recipe saved before ``text`` hashed ``str(value)``
+        (a whole float as ``"130.0"``, a datetime as ``"2024-01-01 00:00:00"``): read with
+        ``text="str"``, so it gives the buckets its model was trained on."""
+        return super().from_dict({"text": "str", **spec})
 
     def transform(self, frame: NwFrame, backend: str) -> NwFrame:
         exprs = _category_exprs(self.columns, frame)
@@ -262,10 +280,10 @@ class HashBucket(TableOp):
             # Hash the distinct values in Python (few), then map them vectorised.
             distinct = collect_small(frame.select(exprs[c].alias(c)).unique()).get_column(c).to_list()
             distinct = [v for v in distinct if not is_missing(v)]
-            mapped = lookup(exprs[c], distinct, [stable_hash(v, self.buckets) for v in distinct], 0, nw.Int32)
+            mapped = lookup(exprs[c], distinct, [stable_hash(v, self.buckets, self.text) for v in distinct], 0, nw.Int32)
             out.append(nw.when(exprs[c].is_null()).then(nw.lit(0, nw.Int32)).otherwise(mapped)
                        .cast(nw.Int32).alias(c))
         return frame.with_columns(*out)
 
     def params(self) -> dict[str, Any]:
-        return {"buckets": self.buckets}
+        return {"buckets": self.buckets, "text": self.text}

@@ -6,6 +6,7 @@ import copy
 import datetime
 import math
 import re
+import zlib
 
 import numpy as np
 import pandas as pd
@@ -229,6 +230,21 @@ def test_hash_buckets_are_stable_and_reserve_zero_for_missing():
     out = Recipe([HashBucket(["c"], buckets=10)]).fit_transform(pd.DataFrame({"c": ["x", None, "y"]}))
     assert out["c"].tolist() == [stable_hash("x", 10), 0, stable_hash("y", 10)]
     assert all(1 <= stable_hash(v, 10) < 10 for v in range(100))
+
+
+def test_a_hash_bucket_saved_before_the_canonical_text_keeps_its_buckets():
+    df = pd.DataFrame({"f": [130.0, 2.5, None], "d": pd.to_datetime(["2024-01-01 00:00", "2024-01-02 10:00", None])})
+    old = ('{"gpufeed_recipe": 1, "ops": [{"op": "hash_bucket", "columns": ["f", "d"], "buckets": 1000, '
+           '"state": null}]}')  # as the kit wrote it before HashBucket took text=
+    out = Recipe.from_json(old).transform(df)
+    assert out["f"].tolist()[:2] == [1 + zlib.crc32(b"130.0") % 999, 1 + zlib.crc32(b"2.5") % 999]
+    assert out["d"].tolist()[:2] == [1 + zlib.crc32(b"2024-01-01 00:00:00") % 999,
+                                     1 + zlib.crc32(b"2024-01-02 10:00:00") % 999]
+    new = Recipe([HashBucket(["f", "d"], buckets=1000)])
+    assert Recipe.from_json(new.to_json()).ops[0].text == "canonical"
+    assert new.fit_transform(df)["f"].tolist()[0] == stable_hash(130, 1000)
+    with pytest.raises(ValueError, match="text must be one of 'canonical', 'str'"):
+        HashBucket(["f"], text="repr")
 
 
 def test_missing_column_is_named_with_the_op(table):
