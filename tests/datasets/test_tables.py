@@ -402,6 +402,12 @@ def test_csv_integers_beyond_64_bits_stay_exact_as_text(tmp_path, backend):
     assert frame["id"].tolist()[::2] == ["1180591620717411303424", "-99999999999999999999999"]
     assert frame["id"].isna().tolist() == [False, True, False]
     assert frame["big"].tolist() == [1e30, 5.0, 7.0]  # a float written as one stays a float
+    # Just past 2**64 rounds to 2**64 as a float, like 2**64 - 1: not uint64, text then
+    path.write_text("id,x\n18446744073709551621,1\n5,2\n")
+    with pytest.warns(UserWarning, match=r"\['id'\] hold integers beyond 64 bits"):
+        frame = read_table(path, backend=backend)
+    frame = frame.to_pandas() if backend == "polars" else frame
+    assert frame["id"].tolist() == ["18446744073709551621", "5"]
 
 
 def test_hdf5_stores_categorical_columns(tmp_path):

@@ -246,10 +246,12 @@ def _unsigned_ids(table: Any, path: Path, read_options: Any, convert_options: An
             return None  # fractions or other values beside the big ones: floats they are
 
     exact = {}
-    if unsigned and (found := read_again(unsigned, pa.uint64())) is not None:
-        exact.update((name, found.column(name)) for name in unsigned)
-    if wide:
-        found = read_again(wide, pa.string())
+    if unsigned:
+        if (found := read_again(unsigned, pa.uint64())) is not None:
+            exact.update((name, found.column(name)) for name in unsigned)
+        else:  # a value just past 2**64 (it rounds to 2**64 too), or fractions: as wide ones
+            wide += unsigned
+    if wide and (found := read_again(wide, pa.string())) is not None:
         # Only all-integer text is kept as text; 1e30 or 2.5 beside them leaves floats.
         exact.update((name, found.column(name)) for name in wide
                      if pc.all(pc.match_substring_regex(found.column(name), r"^\s*[-+]?\d+\s*$")).as_py())
