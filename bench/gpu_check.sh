@@ -26,20 +26,35 @@ for part in $parts; do
     smoke)
       # Each DALI GPU graph alone, one process each, before the test run: a decoder that
       # crashes the process (nvImageCodec's ROI decode has segfaulted on some GPUs) is named
-      # here instead of ending pytest with a bare signal.
-      for mode in train val; do
-        $PY - "$mode" <<'PY' 2>&1 | tee -a "$OUT/smoke.log"
+      # here instead of ending pytest with a bare signal. Folder train/val (file feed, mixed
+      # decode with and without crop), WebDataset and TFRecord (DALI's own readers) and the
+      # raw cache, converted once from the same images (no DALI in that process).
+      SMOKE=$OUT/smoke-data
+      $PY - "$SMOKE" <<'PY' 2>&1 | tee -a "$OUT/smoke.log" || status=1
 import sys
+from pathlib import Path
 from gpufeed.datasets.images import default_image_dataset
+from gpufeed.datasets.shards.convert import convert
+root, src = Path(sys.argv[1]), default_image_dataset(256)
+root.mkdir(parents=True, exist_ok=True)
+(root / "folder").unlink(missing_ok=True)
+(root / "folder").symlink_to(Path(src).resolve())
+for fmt in ("webdataset", "tfrecord", "raw"):
+    convert(src, root / fmt, format=fmt, shard_size="4MB", progress=False)
+PY
+      for graph in folder:train folder:val webdataset:train tfrecord:train raw:train raw:val; do
+        $PY - "$SMOKE" "$graph" <<'PY' 2>&1 | tee -a "$OUT/smoke.log"
+import sys
+from pathlib import Path
 from gpufeed.pipelines import classification_loader
-mode = sys.argv[1]
-loader = classification_loader(default_image_dataset(256), train=mode == "train", batch_size=32,
+source, mode = sys.argv[2].split(":")
+loader = classification_loader(str(Path(sys.argv[1]) / source), train=mode == "train", batch_size=32,
                                backend="dali", device="cuda")
 n = sum(len(y) for _, y in loader)
-print(f"smoke: DALI GPU {mode} decoded {n} images on {loader.device}, {len(loader.skipped)} skipped")
+print(f"smoke: DALI GPU {source} {mode} gave {n} images on {loader.device}, {len(loader.skipped)} skipped")
 PY
         rc=${PIPESTATUS[0]}
-        [ "$rc" -eq 0 ] || { echo "smoke: DALI GPU $mode graph FAILED (exit $rc; 139/-11 is a crash in the decoder)" | tee -a "$OUT/smoke.log"; status=1; }
+        [ "$rc" -eq 0 ] || { echo "smoke: DALI GPU $graph graph FAILED (exit $rc; 139/-11 is a crash in the decoder)" | tee -a "$OUT/smoke.log"; status=1; }
       done ;;
     tests)
       $PY -m pytest -q -p no:cacheprovider -rs -m gpu tests 2>&1 | tee "$OUT/pytest-gpu.log" || status=1
