@@ -104,16 +104,13 @@ def clean_image_tree(root: str | os.PathLike[str]) -> Any:
     Raises:
         ValueError: naming the bad files and why.
     """
-    from gpufeed.datasets.image_bytes import read_bytes, undecodable_reason
+    from gpufeed.datasets.image_bytes import sample_fault
     from gpufeed.pipelines.sources import scan_image_folder
 
     samples = scan_image_folder(root)
     bad = []
-    for path in samples.paths:
-        try:
-            reason = undecodable_reason(read_bytes(path))
-        except OSError as exc:
-            reason = f"could not read: {exc.strerror or exc}"
+    for i, path in enumerate(samples.paths):
+        reason = sample_fault(samples.read_or_reason(i), pixels=False)
         if reason is not None:
             bad.append(f"{path} ({reason})")
     if bad:

@@ -35,6 +35,15 @@ def image_format(data: bytes | memoryview) -> str | None:
     return next((fmt for sig, fmt in _SIGNATURES if head.startswith(sig)), None)
 
 
+def sample_fault(data: bytes | memoryview | str, pixels: bool) -> str | None:
+    """Why a sample as read cannot be decoded, or None: a failed read's reason (text, as
+    ``read_or_reason`` gives it), else :func:`undecodable_reason` for encoded images
+    (``pixels``: decoded pixels of a raw cache, which have no bytes to check)."""
+    if isinstance(data, str):
+        return data
+    return None if pixels else undecodable_reason(data)
+
+
 def undecodable_reason(data: bytes | memoryview) -> str | None:
     """Why these bytes cannot be an intact image, or None when they may be one.
 

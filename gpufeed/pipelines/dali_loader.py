@@ -25,7 +25,7 @@ import torch
 from nvidia.dali.plugin.pytorch import DALIClassificationIterator, LastBatchPolicy, feed_ndarray
 
 from gpufeed.backends import BackendChoice
-from gpufeed.datasets.image_bytes import pil_reason, undecodable_reason
+from gpufeed.datasets.image_bytes import pil_reason, sample_fault
 from gpufeed.datasets.samples import SampleSource
 from gpufeed.datasets.shards.webdataset import JSON_LABEL
 from gpufeed.pipelines import geometry
@@ -209,7 +209,7 @@ class DaliLoader(ClassificationLoader):
         """Decode one sample through the same pipeline, alone: the reason it fails, or None."""
         data = self.samples.read_or_reason(index)
         pixels = self.samples.kind == "pixels"
-        reason = data if isinstance(data, str) else None if pixels else undecodable_reason(data)
+        reason = sample_fault(data, pixels)
         if reason is not None:
             return reason
         if self._probe is None:

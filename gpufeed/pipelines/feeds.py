@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from gpufeed.datasets.image_bytes import image_size, pil_reason, undecodable_reason
+from gpufeed.datasets.image_bytes import image_size, pil_reason, sample_fault
 from gpufeed.datasets.samples import SampleSource
 from gpufeed.pipelines.geometry import train_window
 from gpufeed.pipelines.options import LoaderOptions
@@ -126,7 +126,7 @@ class FileFeed:
                 data = crop = None
                 if reason is None:
                     data = read[i]
-                    reason = data if isinstance(data, str) else None if pixels else undecodable_reason(data)
+                    reason = sample_fault(data, pixels)
                 if reason is None and train:
                     crop = crop_inputs(data, self.options, self.epoch, i, pixels)
                     reason = crop if isinstance(crop, str) else None
