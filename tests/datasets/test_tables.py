@@ -392,6 +392,14 @@ def test_one_object_json_is_read_by_columns_unless_only_rows_keep_one_kind_per_c
         assert rows["a"].tolist() == [1, 2] and rows["b"].tolist() == ["p", "q"], backend
 
 
+def test_one_object_json_row_labels_that_are_numbers_come_back_as_numbers(tmp_path):
+    pd.DataFrame({"a": [1.5, 2.5]}, index=[10, 20]).to_json(tmp_path / "t.json")  # a filtered frame's labels
+    for backend in ("pandas", "polars"):
+        back = read_table(tmp_path / "t.json", backend=backend)
+        back = back.to_pandas() if backend == "polars" else back
+        assert back["index"].tolist() == [10, 20] and back["a"].tolist() == [1.5, 2.5], backend
+
+
 @pytest.mark.parametrize("backend", ["pandas", "polars"])
 def test_csv_integers_beyond_64_bits_stay_exact_as_text(tmp_path, backend):
     path = tmp_path / "ids.csv"
