@@ -103,7 +103,11 @@ def xp(obj: Any = None, *, device: torch.device | str | None = None) -> ModuleTy
 
 
 def device_of(obj: Any) -> torch.device:
-    """The torch device an array, tensor or cuDF object lives on."""
+    """The torch device an array, tensor or cuDF object lives on.
+
+    cuDF does not say which GPU holds a frame: it is taken to be cupy's current device,
+    which is right unless the frame was made under another ``cupy.cuda.Device`` context.
+    """
     fam = _family(obj)
     if fam == "torch":
         return obj.device
