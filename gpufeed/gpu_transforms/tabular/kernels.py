@@ -68,6 +68,7 @@ from gpufeed.gpu_transforms.tabular.frames import (
     small_rows,
     wrap,
 )
+from gpufeed.gpu_transforms.tabular.numpy_kernels import log_offset
 from gpufeed.gpu_transforms.tabular.pandas_kernels import as_column, assign
 from gpufeed.gpu_transforms.tabular.stats import (
     aggregate,
@@ -78,6 +79,37 @@ from gpufeed.gpu_transforms.tabular.stats import (
     number,
 )
 from gpufeed.machine import usable_cpus
+
+
+def polars_log(frame: NwFrame, columns: Sequence[str], offset: float) -> NwFrame | None:
+    """``log(x + offset)`` of the int or float ``columns`` of an eager polars frame in
+    float64, computed by :func:`.numpy_kernels.log_offset` (as on pandas, so the backends
+    agree to the bit) over each chunk's Arrow values without a copy, missing values kept
+    missing (the chunk's validity mask is reused) and the frame's chunks kept; None when
+    a column is of another type (booleans) or the frame is lazy."""
+    import polars as pl
+    import pyarrow as pa
+
+    if is_lazy(frame):
+        return None
+    native = nw.to_native(frame)
+    schema = native.schema
+    if not all(schema[c].is_integer() or schema[c] in (pl.Float32, pl.Float64) for c in columns):
+        return None
+    chunks = [(c, chunk.to_arrow()) for c in columns for chunk in native.get_column(c).get_chunks()]
+    # The values from the buffer's start: a sliced chunk's offset applies to the validity
+    # mask and the values alike, so the result keeps it (a few values more are logged).
+    values = [np.frombuffer(arr.buffers()[1], dtype=arr.type.to_pandas_dtype(), count=arr.offset + len(arr))
+              for _, arr in chunks]
+    logged = log_offset(values, float(offset))
+    out: dict[str, list[Any]] = {c: [] for c in columns}
+    for (c, arr), result in zip(chunks, logged, strict=True):
+        made = pa.Array.from_buffers(pa.float64(), len(arr), [arr.buffers()[0], pa.py_buffer(result)],
+                                     null_count=arr.null_count, offset=arr.offset)
+        out[c].append(pl.from_arrow(made))
+    series = [(parts[0] if len(parts) == 1 else pl.concat(parts, rechunk=False)).alias(c)
+              for c, parts in out.items()]
+    return wrap(native.with_columns(series))
 
 
 def cudf_log(frame: NwFrame, columns: Sequence[str], offset: float) -> NwFrame:

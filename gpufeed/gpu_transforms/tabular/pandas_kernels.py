@@ -22,6 +22,7 @@ import narwhals as nw
 import numpy as np
 
 from gpufeed.gpu_transforms.tabular.frames import NwFrame, wrap
+from gpufeed.gpu_transforms.tabular.numpy_kernels import log_offset, lowest
 
 
 def numpy_columns(frame: NwFrame, columns: Sequence[str]) -> Any:
@@ -91,12 +92,14 @@ def scale_columns(native: Any, affine: dict[str, tuple[float, float]]) -> NwFram
 
 
 def log_columns(native: Any, columns: Sequence[str], offset: float) -> NwFrame:
-    """Each column as float64 ``log(x + offset)``."""
-    def logged(column: str) -> np.ndarray:
-        out = np.add(_f64(native, column), float(offset), dtype=np.float64)
-        return np.log(out, out=out)  # in place: one new array per column, not two
+    """Each column as float64 ``log(x + offset)`` (:func:`.numpy_kernels.log_offset`, as on polars)."""
+    logged = log_offset([native[c].to_numpy() for c in columns], float(offset))
+    return wrap(assign(native, {c: as_column(native, out) for c, out in zip(columns, logged, strict=True)}))
 
-    return wrap(assign(native, {c: as_column(native, logged(c)) for c in columns}))
+
+def column_lows(native: Any, columns: Sequence[str]) -> dict[str, float]:
+    """Each plain numpy column's smallest value, NaN skipped (NaN when it has none)."""
+    return {c: lowest(native[c].to_numpy()) for c in columns}
 
 
 def clip_columns(native: Any, bounds: dict[str, list[float | None]]) -> NwFrame:

@@ -81,6 +81,31 @@ def test_a_recipe_on_a_chunked_polars_frame_keeps_every_column_in_the_same_chunk
             assert got.tolist() == want.tolist(), c
 
 
+def test_log_on_polars_and_pandas_gives_the_same_bits_in_pieces_chunks_and_slices(monkeypatch):
+    from gpufeed.gpu_transforms.tabular import numpy_kernels
+
+    monkeypatch.setattr(numpy_kernels, "PIECE", 64)  # many pieces on two threads, as for long columns
+    rng = np.random.default_rng(3)
+    n = 1000
+    amount = rng.lognormal(3, 1, n)
+    amount[rng.random(n) < 0.1] = np.nan
+    df = pd.DataFrame({"amount": amount, "visits": rng.integers(0, 90, n),
+                       "small": rng.random(n).astype("float32"), "flag": rng.random(n) < 0.5})
+    # chunks, one of them a slice (its Arrow offset is not 0), missing values as nulls
+    frame = pl.concat([to_backend(df, "polars")[:300], to_backend(df, "polars")[300:][:700]], rechunk=False)
+    frame = pl.concat([frame[:5], frame[5:]], rechunk=False)
+    recipe = Recipe([Log(["amount", "visits", "small"], offset=0.5), Log(["flag"])])
+    on_polars, on_pandas = recipe.fit_transform(frame), recipe.fit_transform(df)
+    for c in ("amount", "visits", "small"):
+        got = on_polars[c]
+        assert got.dtype == pl.Float64 and got.null_count() == int(np.isnan(amount).sum() if c == "amount" else 0)
+        assert got.n_chunks() == frame[c].n_chunks(), c
+        want = np.log(df[c].to_numpy().astype(np.float64) + 0.5)
+        np.testing.assert_array_equal(got.to_numpy(), want, err_msg=c)  # the same bits, NaN where missing
+        np.testing.assert_array_equal(on_pandas[c].to_numpy(), want, err_msg=c)
+    np.testing.assert_array_equal(on_polars["flag"].to_numpy(), np.log(df["flag"].to_numpy() + 1.0))
+
+
 def test_categorify_on_polars_in_one_pass_maps_missing_unseen_and_all_missing_columns_like_pandas():
     train = pd.DataFrame(
         {
