@@ -390,6 +390,10 @@ def test_one_object_json_is_read_by_columns_unless_only_rows_keep_one_kind_per_c
         rows = rows.to_pandas() if backend == "polars" else rows
         assert list(rows.columns) == ["index", "a", "b"], backend
         assert rows["a"].tolist() == [1, 2] and rows["b"].tolist() == ["p", "q"], backend
+    # one column mixing kinds: named, not read sideways (its rows could never mix)
+    pd.DataFrame({"id": [1, "x", 3]}).to_json(tmp_path / "mixed.json")
+    with pytest.raises(MixedTypeError, match="'id'"):
+        read_table(tmp_path / "mixed.json", backend="pandas")
 
 
 def test_one_object_json_row_labels_that_are_numbers_come_back_as_numbers(tmp_path):
@@ -411,11 +415,12 @@ def test_csv_integers_beyond_64_bits_stay_exact_as_text(tmp_path, backend):
     assert frame["id"].isna().tolist() == [False, True, False]
     assert frame["big"].tolist() == [1e30, 5.0, 7.0]  # a float written as one stays a float
     # Just past 2**64 rounds to 2**64 as a float, like 2**64 - 1: not uint64, text then
-    path.write_text("id,x\n18446744073709551621,1\n5,2\n")
-    with pytest.warns(UserWarning, match=r"\['id'\] hold integers beyond 64 bits"):
+    path.write_text("id,hash\n18446744073709551621,18446744073709551615\n5,7\n")
+    with pytest.warns(UserWarning, match=r"\['id'\] hold integers beyond 64 bits"):  # not 'hash'
         frame = read_table(path, backend=backend)
     frame = frame.to_pandas() if backend == "polars" else frame
     assert frame["id"].tolist() == ["18446744073709551621", "5"]
+    assert frame["hash"].dtype == np.uint64 and frame["hash"].tolist() == [2**64 - 1, 7]  # its neighbour's fault is not its own
 
 
 def test_hdf5_stores_categorical_columns(tmp_path):

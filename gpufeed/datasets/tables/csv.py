@@ -247,10 +247,14 @@ def _unsigned_ids(table: Any, path: Path, read_options: Any, convert_options: An
 
     exact = {}
     if unsigned:
-        if (found := read_again(unsigned, pa.uint64())) is not None:
-            exact.update((name, found.column(name)) for name in unsigned)
-        else:  # a value just past 2**64 (it rounds to 2**64 too), or fractions: as wide ones
-            wide += unsigned
+        found = read_again(unsigned, pa.uint64())
+        # One column that is not uint64 fails the read of all: then each is read alone.
+        parts = [(unsigned, found)] if found is not None else [([n], read_again([n], pa.uint64())) for n in unsigned]
+        for names, part in parts:
+            if part is not None:
+                exact.update((name, part.column(name)) for name in names)
+            else:  # a value just past 2**64 (it rounds to 2**64 too), or fractions: as wide ones
+                wide += names
     if wide and (found := read_again(wide, pa.string())) is not None:
         # Only all-integer text is kept as text; 1e30 or 2.5 beside them leaves floats.
         exact.update((name, found.column(name)) for name in wide

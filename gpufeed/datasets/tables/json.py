@@ -84,13 +84,14 @@ def pandas_orient(path: Path) -> str | None:
     # array has columns "0", "1", ... and may have labelled rows). Read as pandas reads it,
     # by columns, unless that makes columns mixing kinds of value where reading by rows
     # does not: a table of text and numbers written with orient="index".
+    # (One outer key: a one-column table, whose rows could never mix kinds.)
+    if len(doc) < 2 or not _mixes_kinds(list(v.values()) for v in doc.values()):
+        return "columns"
     by_rows: dict[str, list[Any]] = {}
     for row in doc.values():
         for column, value in row.items():
             by_rows.setdefault(column, []).append(value)
-    if _mixes_kinds(list(v.values()) for v in doc.values()) and not _mixes_kinds(by_rows.values()):
-        return "index"
-    return "columns"
+    return "columns" if _mixes_kinds(by_rows.values()) else "index"
 
 
 def _mixes_kinds(columns: Iterable[list[Any]]) -> bool:

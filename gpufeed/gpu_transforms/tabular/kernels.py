@@ -86,7 +86,7 @@ def polars_log(frame: NwFrame, columns: Sequence[str], offset: float) -> NwFrame
     float64, computed by :func:`.numpy_kernels.log_offset` (as on pandas, so the backends
     agree to the bit) over each chunk's Arrow values without a copy, missing values kept
     missing (the chunk's validity mask is reused) and the frame's chunks kept; None when
-    a column is of another type (booleans) or the frame is lazy."""
+    a column is of another type (booleans, Int128) or the frame is lazy."""
     import polars as pl
     import pyarrow as pa
 
@@ -94,7 +94,9 @@ def polars_log(frame: NwFrame, columns: Sequence[str], offset: float) -> NwFrame
         return None
     native = nw.to_native(frame)
     schema = native.schema
-    if not all(schema[c].is_integer() or schema[c] in (pl.Float32, pl.Float64) for c in columns):
+    numeric = (pl.Int8, pl.Int16, pl.Int32, pl.Int64, pl.UInt8, pl.UInt16, pl.UInt32, pl.UInt64,
+               pl.Float32, pl.Float64)  # the Arrow types numpy reads (not Int128, Decimal)
+    if not all(schema[c] in numeric for c in columns):
         return None
     chunks = [(c, chunk.to_arrow()) for c in columns for chunk in native.get_column(c).get_chunks()]
     # The values from the buffer's start: a sliced chunk's offset applies to the validity

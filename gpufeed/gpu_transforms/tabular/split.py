@@ -12,6 +12,7 @@ on ``split.train`` only, so no validation or test statistic leaks into training 
 
 from __future__ import annotations
 
+import datetime
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from gpufeed.gpu_transforms.tabular.errors import BackendError, ColumnTypeError,
 from gpufeed.gpu_transforms.tabular.frames import (
     Frame,
     NwFrame,
+    backend_of,
     collect_small,
     first_value,
     is_lazy,
@@ -137,10 +139,18 @@ def split_by_group(df: Frame, column: str, fractions: Sequence[float] = (0.8, 0.
     return _finish(frame, masks, f"by-group ({column})", None if is_lazy(frame) else len(frame))
 
 
-def _holds_text(frame: NwFrame, column: str) -> bool:
-    """Whether an untyped (object) column's first value is text."""
+def _object_kind(frame: NwFrame, column: str) -> str | None:
+    """What an untyped (object) column holds, by its first value: ``"str"``, ``"date"`` (a
+    ``datetime.date`` that is no datetime), another type's name; None when it has no value."""
     first = first_value(frame, column)
-    return bool(len(first)) and isinstance(first.item(0), str)
+    if not len(first):
+        return None
+    value = first.item(0)
+    if isinstance(value, str):
+        return "str"
+    if isinstance(value, datetime.date) and not isinstance(value, datetime.datetime):
+        return "date"
+    return type(value).__name__
 
 
 def split_by_time(df: Frame, column: str, fractions: Sequence[float] = (0.8, 0.1, 0.1), *,
@@ -167,12 +177,20 @@ def split_by_time(df: Frame, column: str, fractions: Sequence[float] = (0.8, 0.1
     frame = wrap(df)
     require_columns(frame, [column], "split_by_time")
     dtype = frame.collect_schema()[column]
-    if dtype in (nw.String, nw.Categorical, nw.Enum) or (dtype == nw.Object and _holds_text(frame, column)):
+    held = _object_kind(frame, column) if dtype == nw.Object else None
+    if dtype in (nw.String, nw.Categorical, nw.Enum) or held == "str":
         # Text sorts alphabetically: "1/10/2024" before "1/2/2024", a split in no time order.
-        # (A pandas object column of datetime.date values, what .dt.date gives, sorts in time.)
         raise ColumnTypeError(f"split_by_time: column {column!r} holds text ({dtype}), which sorts "
                               "alphabetically, not in time: parse it to datetimes first "
                               "(read_table parses ISO dates in JSON; pd.to_datetime / str.to_datetime)")
+    if held is not None and not (held == "date" and backend_of(frame) == "pandas"):
+        # A pandas object column of datetime.date (what .dt.date gives) sorts in time; other
+        # objects, or polars' Object type (which it cannot sort), do not.
+        raise ColumnTypeError(f"split_by_time: column {column!r} holds {held} objects ({dtype}), which do not "
+                              "sort in time here: convert it to datetimes or dates first (pd.to_datetime; "
+                              "polars: pl.Date)")
+    if held == "date":
+        dtype = nw.Date  # text cutoffs are read as dates, as for a date column
     t = nw.col(column)
     # A NaN time is missing (as on pandas): train, not the latest rows (polars orders NaN
     # above every number). Told in the masks, so the parts keep the rows as they came.

@@ -475,6 +475,11 @@ def test_split_by_time_splits_a_column_of_dates_in_time_order():
     split = split_by_time(df, "day", (0.8, 0.1, 0.1))
     assert split.rows == {"train": 8, "val": 1, "test": 1}
     assert split.test["x"].tolist() == [9]
+    by_text = split_by_time(df, "day", cutoffs=("2024-01-09", "2024-01-10"))  # ISO text read as dates
+    assert by_text.rows == {"train": 8, "val": 1, "test": 1}
+    objects = pl.DataFrame({"day": pl.Series(list(days.date), dtype=pl.Object)})  # polars cannot sort these
+    with pytest.raises(ColumnTypeError, match="'day' holds date objects"):
+        split_by_time(objects, "day", (0.8, 0.1, 0.1))
 
 
 @pytest.mark.parametrize("backend", ["pandas", "polars"])
