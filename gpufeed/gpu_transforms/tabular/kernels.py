@@ -80,38 +80,50 @@ from gpufeed.gpu_transforms.tabular.stats import (
 )
 from gpufeed.machine import usable_cpus
 
+#: polars types whose Arrow values numpy reads in place (not Int128, Decimal, Boolean).
+_NUMPY_READABLE = ("Int8", "Int16", "Int32", "Int64", "UInt8", "UInt16", "UInt32", "UInt64", "Float32", "Float64")
+
 
 def polars_log(frame: NwFrame, columns: Sequence[str], offset: float) -> NwFrame | None:
-    """``log(x + offset)`` of the int or float ``columns`` of an eager polars frame in
-    float64, computed by :func:`.numpy_kernels.log_offset` (as on pandas, so the backends
-    agree to the bit) over each chunk's Arrow values without a copy, missing values kept
-    missing (the chunk's validity mask is reused) and the frame's chunks kept; None when
-    a column is of another type (booleans, Int128) or the frame is lazy."""
+    """``log(x + offset)`` of the int or float ``columns`` of a polars frame in float64, by
+    :func:`.numpy_kernels.log_offset`, as on pandas, so the backends agree to the bit; None
+    when a column is of another type (booleans, Int128: polars' own ``log`` then).
+
+    An eager frame: every chunk's Arrow values are read in place, all columns' pieces in
+    one spread over the cores, missing values kept missing (the chunk's validity mask is
+    reused) and the frame's chunks kept. A lazy one: the same kernel per batch of the query.
+    """
+    import polars as pl
+
+    native = nw.to_native(frame)
+    schema = native.collect_schema()
+    if not all(str(schema[c]) in _NUMPY_READABLE for c in columns):
+        return None
+    if is_lazy(frame):
+        return wrap(native.with_columns(
+            pl.col(c).map_batches(lambda s: _log_series([s], offset)[0], return_dtype=pl.Float64, is_elementwise=True)
+            for c in columns))
+    return wrap(native.with_columns(_log_series([native.get_column(c) for c in columns], offset)))
+
+
+def _log_series(series: Sequence[Any], offset: float) -> list[Any]:
+    """:func:`polars_log` of polars Series, chunk by chunk (the same chunks out), every
+    chunk of every Series in one :func:`.numpy_kernels.log_offset` call."""
     import polars as pl
     import pyarrow as pa
 
-    if is_lazy(frame):
-        return None
-    native = nw.to_native(frame)
-    schema = native.schema
-    numeric = (pl.Int8, pl.Int16, pl.Int32, pl.Int64, pl.UInt8, pl.UInt16, pl.UInt32, pl.UInt64,
-               pl.Float32, pl.Float64)  # the Arrow types numpy reads (not Int128, Decimal)
-    if not all(schema[c] in numeric for c in columns):
-        return None
-    chunks = [(c, chunk.to_arrow()) for c in columns for chunk in native.get_column(c).get_chunks()]
+    chunks = [(i, chunk.to_arrow()) for i, s in enumerate(series) for chunk in s.get_chunks()]
     # The values from the buffer's start: a sliced chunk's offset applies to the validity
     # mask and the values alike, so the result keeps it (a few values more are logged).
     values = [np.frombuffer(arr.buffers()[1], dtype=arr.type.to_pandas_dtype(), count=arr.offset + len(arr))
               for _, arr in chunks]
-    logged = log_offset(values, float(offset))
-    out: dict[str, list[Any]] = {c: [] for c in columns}
-    for (c, arr), result in zip(chunks, logged, strict=True):
-        made = pa.Array.from_buffers(pa.float64(), len(arr), [arr.buffers()[0], pa.py_buffer(result)],
-                                     null_count=arr.null_count, offset=arr.offset)
-        out[c].append(pl.from_arrow(made))
-    series = [(parts[0] if len(parts) == 1 else pl.concat(parts, rechunk=False)).alias(c)
-              for c, parts in out.items()]
-    return wrap(native.with_columns(series))
+    parts: list[list[Any]] = [[] for _ in series]
+    for (i, arr), out in zip(chunks, log_offset(values, float(offset)), strict=True):
+        parts[i].append(pl.from_arrow(pa.Array.from_buffers(
+            pa.float64(), len(arr), [arr.buffers()[0], pa.py_buffer(out)], null_count=arr.null_count,
+            offset=arr.offset)))
+    return [(pl.Series(s.name, [], dtype=pl.Float64) if not p else p[0] if len(p) == 1
+             else pl.concat(p, rechunk=False)).alias(s.name) for s, p in zip(series, parts, strict=True)]
 
 
 def cudf_log(frame: NwFrame, columns: Sequence[str], offset: float) -> NwFrame:

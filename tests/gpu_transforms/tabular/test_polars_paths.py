@@ -104,6 +104,9 @@ def test_log_on_polars_and_pandas_gives_the_same_bits_in_pieces_chunks_and_slice
         np.testing.assert_array_equal(got.to_numpy(), want, err_msg=c)  # the same bits, NaN where missing
         np.testing.assert_array_equal(on_pandas[c].to_numpy(), want, err_msg=c)
     np.testing.assert_array_equal(on_polars["flag"].to_numpy(), np.log(df["flag"].to_numpy() + 1.0))
+    lazy = recipe.fit_transform(frame.lazy()).collect()  # a scan_* query: the same kernel per batch
+    for c in ("amount", "visits", "small"):
+        np.testing.assert_array_equal(lazy[c].to_numpy(), on_polars[c].to_numpy(), err_msg=c)
     wide = pl.DataFrame({"id": pl.Series([1, 2], dtype=pl.Int128)})  # no numpy type: polars' own log
     np.testing.assert_allclose(Recipe([Log(["id"])]).fit_transform(wide)["id"].to_numpy(), np.log([2.0, 3.0]))
 
