@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime
 import numbers
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, NoReturn
 
@@ -203,12 +203,6 @@ class Categorify(TableOp):
         return super().from_dict(spec)
 
 
-#: The texts :class:`HashBucket` can hash: ``"canonical"`` (:func:`stable_hash`'s, the
-#: default) and ``"str"`` (Python's ``str(value)``, what recipes saved before the canonical
-#: text hashed, so a model trained on their buckets gets the same buckets).
-HASH_TEXTS = ("canonical", "str")
-
-
 def stable_hash(value: Any, buckets: int, text: str = "canonical") -> int:
     """The bucket of ``value`` in ``1 .. buckets-1`` (CRC32 of its text; 0 is for missing).
 
@@ -224,7 +218,7 @@ def stable_hash(value: Any, buckets: int, text: str = "canonical") -> int:
         >>> stable_hash(130.0, 1000) == stable_hash(130, 1000)
         True
     """
-    return 1 + zlib.crc32((str(value) if text == "str" else _hash_text(value)).encode()) % (buckets - 1)
+    return 1 + zlib.crc32(HASH_TEXTS[text](value).encode()) % (buckets - 1)
 
 
 def _hash_text(value: Any) -> str:
@@ -242,6 +236,12 @@ def _hash_text(value: Any) -> str:
     if isinstance(value, datetime.date):
         return value.isoformat()
     return str(value)
+
+
+#: The texts :class:`HashBucket` can hash, by name: ``"canonical"`` (the default, see
+#: :func:`stable_hash`) and ``"str"`` (Python's ``str(value)``, what recipes saved before the
+#: canonical text hashed, so a model trained on their buckets gets the same buckets).
+HASH_TEXTS: dict[str, Callable[[Any], str]] = {"canonical": _hash_text, "str": str}
 
 
 @dataclass
