@@ -16,6 +16,7 @@ from typing import Any, ClassVar, NoReturn
 import narwhals as nw
 import numpy as np
 
+from gpufeed.gpu_transforms.tabular.category_codes import polars_fit_codes
 from gpufeed.gpu_transforms.tabular.errors import ColumnTypeError, UnseenCategoryError
 from gpufeed.gpu_transforms.tabular.frames import (
     NwFrame,
@@ -29,12 +30,11 @@ from gpufeed.gpu_transforms.tabular.kernels import (
     category_values,
     pandas_codes,
     pandas_factorize,
-    polars_fit_codes,
     vocabulary_codes,
 )
 from gpufeed.gpu_transforms.tabular.ops import TableOp
 from gpufeed.gpu_transforms.tabular.pandas_kernels import as_column, assign
-from gpufeed.gpu_transforms.tabular.stats import aggregate, lookup
+from gpufeed.gpu_transforms.tabular.stats import aggregate, json_key, lookup
 from gpufeed.policies import OnUnseen
 
 #: Categorify's reserved indices: unseen (or rarer than ``min_count``) values and missing values.
@@ -69,13 +69,6 @@ def _category_exprs(columns: Sequence[str], frame: NwFrame) -> dict[str, nw.Expr
     return {c: expr(c) for c in columns}
 
 
-def _json_key(value: Any, column: str) -> Any:
-    if isinstance(value, bool | int | float | str):
-        return value
-    raise ColumnTypeError(f"Categorify: column {column!r} holds {type(value).__name__} values, which JSON "
-                          "cannot store; cast the column to text or integers first")
-
-
 def _vocabulary(values: Any, column: str) -> list[Any]:
     """The sorted vocabulary of ``column``'s distinct ``values``.
 
@@ -83,7 +76,7 @@ def _vocabulary(values: Any, column: str) -> list[Any]:
         ColumnTypeError: values JSON cannot hold, or a mix of text and numbers (an object
             column from a spreadsheet), which has no order: named, with the cast to text.
     """
-    keys = [_json_key(v, column) for v in values]
+    keys = [json_key(v, column, "Categorify") for v in values]
     try:
         return sorted(keys)
     except TypeError:
@@ -96,14 +89,14 @@ def _vocabulary(values: Any, column: str) -> list[Any]:
 
 
 def _name_unhashable(frame: NwFrame, columns: Sequence[str], exc: TypeError) -> NoReturn:
-    """Raise ``exc`` again as :func:`_json_key`'s error naming the column whose first value
+    """Raise ``exc`` again as :func:`.stats.json_key`'s error naming the column whose first value
     is no category (a list, a dict, an array: nested Parquet columns on pandas, where
     hashing them failed as "unhashable type: 'numpy.ndarray'"); else ``exc`` itself."""
     for c in columns:
         first = first_value(frame, c)
         if len(first):
             try:
-                _json_key(first.item(0), c)
+                json_key(first.item(0), c, "Categorify")
             except TypeError as named:
                 raise named from exc
     raise exc

@@ -29,19 +29,7 @@ still takes the narwhals form in the same function, so results stay identical:
   column with thousands of categories. On polars a text vocabulary becomes an ``Enum`` and
   the codes are its physical indices (~1.3x faster than ``replace_strict``). cuDF and
   Dask take the narwhals form.
-- :func:`polars_fit_codes` (``Categorify.fit_transform`` on an eager polars frame): fit
-  and codes from one pass per column. A text column is cast to a ``Categorical`` over a
-  fresh category set (one hash pass: its physical ids number the distinct values), the
-  few distinct values are sorted in Python and each id's code gathered, every column's
-  gather in one query (polars runs them on its threads; one after another they cost
-  ~0.3 s of the 0.9 s at 10M rows x 4 text columns); an integer column
-  over a narrow range (ids, codes) marks the values present in a table as long as the
-  range (``np.bincount``) and gathers each row's code from its running count; a wide one
-  takes its sorted distinct values and ``search_sorted``. The two-pass form (distinct
-  values, then an ``Enum`` cast) was 1.3-1.9x slower per text column; for 500 station ids
-  ``replace_strict`` took 51 ms, ``unique`` + ``search_sorted`` 32 ms, the range table
-  7 ms (1M rows).
-
+- ``Categorify.fit_transform`` on an eager polars frame: :mod:`.category_codes`.
 - :func:`cudf_log` (``Log``): narwhals' ``log`` on cuDF runs cupy on the column's
   values, which a column with missing values has none of; ``np.log`` of the Series goes
   through cuDF's ``__array_ufunc__``, which keeps them missing.
@@ -54,7 +42,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import narwhals as nw
@@ -68,7 +55,7 @@ from gpufeed.gpu_transforms.tabular.frames import (
     small_rows,
     wrap,
 )
-from gpufeed.gpu_transforms.tabular.numpy_kernels import log_offset
+from gpufeed.gpu_transforms.tabular.numpy_kernels import log_offset, spread
 from gpufeed.gpu_transforms.tabular.pandas_kernels import as_column, assign
 from gpufeed.gpu_transforms.tabular.stats import (
     aggregate,
@@ -78,7 +65,6 @@ from gpufeed.gpu_transforms.tabular.stats import (
     no_values,
     number,
 )
-from gpufeed.machine import usable_cpus
 
 #: polars types whose Arrow values numpy reads in place (not Int128, Decimal, Boolean).
 _NUMPY_READABLE = ("Int8", "Int16", "Int32", "Int64", "UInt8", "UInt16", "UInt32", "UInt64", "Float32", "Float64")
@@ -170,10 +156,7 @@ def quantile_bounds(frame: NwFrame, backend: str, columns: Sequence[str],
 
 def _numpy_quantiles_threaded(frame: nw.DataFrame, columns: Sequence[str],
                               qs: tuple[float, float]) -> dict[str, list[float]]:
-    if len(columns) == 1:  # nothing to overlap: a pool would only add its start-up
-        return {columns[0]: _numpy_quantiles(frame, columns[0], qs)}
-    with ThreadPoolExecutor(max_workers=usable_cpus()) as pool:
-        bounds = list(pool.map(lambda c: _numpy_quantiles(frame, c, qs), columns))
+    bounds = spread(lambda c: _numpy_quantiles(frame, c, qs), columns)
     return dict(zip(columns, bounds, strict=True))
 
 
@@ -356,6 +339,11 @@ def pandas_codes(found: np.ndarray, uniques: np.ndarray, vocabulary: list[Any], 
     return table[found]
 
 
+#: The count beside each distinct value in a group-by: no name a user's column would have
+#: (a column named "n" had collided with the count).
+_COUNT = "__gpufeed_count"
+
+
 def category_values(frame: NwFrame, backend: str, exprs: dict[str, nw.Expr], min_count: int) -> dict[str, list[Any]]:
     """The distinct non-missing values of each column of ``exprs`` seen ``min_count`` times
     or more (unsorted): one factorisation per column on pandas; on polars a group-by count
@@ -371,16 +359,16 @@ def category_values(frame: NwFrame, backend: str, exprs: dict[str, nw.Expr], min
         import polars as pl
 
         # One group-by query per column, run together (polars spreads them over its threads).
-        queries = [nw.to_native(frame.select(e.alias(c)).group_by(c).agg(nw.len().alias("n")).lazy())
+        queries = [nw.to_native(frame.select(e.alias(c)).group_by(c).agg(nw.len().alias(_COUNT)).lazy())
                    for c, e in exprs.items()]
         counted = pl.collect_all(queries)
-        return {c: [v for v, n in zip(t[c].to_list(), t["n"].to_list(), strict=True)
+        return {c: [v for v, n in zip(t[c].to_list(), t[_COUNT].to_list(), strict=True)
                     if n >= min_count and not is_missing(v)]
                 for c, t in zip(exprs, counted, strict=True)}
     out = {}
     for c, e in exprs.items():
-        counts = collect_small(frame.select(e.alias(c)).group_by(c).agg(nw.len().alias("n")))
-        out[c] = [r[c] for r in small_rows(counts) if not is_missing(r[c]) and r["n"] >= min_count]
+        counts = collect_small(frame.select(e.alias(c)).group_by(c).agg(nw.len().alias(_COUNT)))
+        out[c] = [r[c] for r in small_rows(counts) if not is_missing(r[c]) and r[_COUNT] >= min_count]
     return out
 
 
@@ -419,76 +407,3 @@ def vocabulary_codes(frame: NwFrame, backend: str, exprs: dict[str, nw.Expr],
         .otherwise(lookup(exprs[c], vocab, list(range(start, len(vocab) + start)), unseen, nw.Int32))
         .cast(nw.Int32).alias(names[c])
         for c, vocab in vocabularies.items()])
-
-
-def polars_fit_codes(frame: NwFrame, columns: Sequence[str], missing: int,
-                     start: int = 2) -> tuple[dict[str, list[Any]], NwFrame] | None:
-    """Fit the sorted vocabulary of each text or integer column of an eager polars frame
-    and write its int32 codes (``start + i`` for the ``i``-th value, ``missing`` for a
-    missing value) in the same pass; None when a column is of another type.
-
-    Every value present joins the vocabulary (``Categorify(min_count=1)``), so no code
-    stands for an unseen value here. Two queries, each spread over polars' threads by
-    column: the casts of the text columns, then every column's codes gathered from a table.
-    """
-    import polars as pl
-
-    native = nw.to_native(frame)
-    schema = native.schema
-    if not all(schema[c] == pl.String or schema[c].is_integer() for c in columns):
-        return None
-    categories = {c: pl.Categories.random() for c in columns if schema[c] == pl.String}  # fresh ids 0..k-1
-    # Cast only: a to_physical() in the same query leaves the category set unfilled.
-    cast = native.with_columns(*[pl.col(c).cast(pl.Categorical(cats)) for c, cats in categories.items()])
-    vocabularies: dict[str, list[Any]] = {}
-    exprs = []
-    for c in columns:
-        if c in categories:
-            seen = categories[c].to_series()  # the distinct values, by id (`cast` keeps them alive)
-            # Sorted by polars: UTF-8 byte order is code-point order, Python's `sorted`.
-            order = seen.arg_sort().to_numpy()
-            vocab = seen.gather(order).to_list()
-            table = np.empty(len(seen), dtype=np.int32)
-            table[order] = np.arange(start, start + len(seen), dtype=np.int32)  # id -> code
-            nulls = cast.get_column(c).null_count() > 0
-            exprs.append(_table_codes(table, pl.col(c).to_physical(), nulls, missing).alias(c))
-        else:
-            vocab, codes = _integer_codes(native.get_column(c), missing, start)
-            exprs.append(codes.alias(c))
-        vocabularies[c] = vocab
-    return vocabularies, wrap(cast.with_columns(*exprs))
-
-
-def _table_codes(table: np.ndarray, index: Any, nulls: bool, missing: int) -> Any:
-    """``table[index]`` as a polars expression, ``missing`` where ``index`` is null: a null
-    index points at ``missing`` appended to the table (one pass fewer than filling the
-    gathered nulls)."""
-    import polars as pl
-
-    if not nulls:
-        return pl.lit(pl.Series(table)).gather(index)
-    return pl.lit(pl.Series(np.append(table, np.int32(missing)))).gather(index.fill_null(len(table)))
-
-
-#: An integer column whose values span at most this many times its length (plus a floor)
-#: gets its codes from a table as long as the range; a wider one is searched.
-_RANGE_PER_ROW, _RANGE_FLOOR = 2, 1 << 16
-
-
-def _integer_codes(series: Any, missing: int, start: int) -> tuple[list[int], Any]:
-    """The sorted distinct values of a polars integer column and an expression of its int32 codes."""
-    import polars as pl
-
-    values = series.drop_nulls()
-    column = pl.col(series.name)
-    if len(values) == 0:
-        return [], column.cast(pl.Int32).fill_null(missing)  # every value is missing
-    lo, hi = int(values.min()), int(values.max())
-    if hi - lo < _RANGE_PER_ROW * len(series) + _RANGE_FLOOR:
-        present = np.bincount((values - lo).to_numpy(), minlength=hi - lo + 1) > 0
-        table = np.cumsum(present, dtype=np.int32) + np.int32(start - 1)
-        index = (column - lo).cast(pl.get_index_type())
-        return (np.flatnonzero(present) + lo).tolist(), _table_codes(table, index, len(values) < len(series), missing)
-    distinct = values.unique().sort()
-    codes = pl.lit(distinct).search_sorted(column).cast(pl.Int32) + start
-    return distinct.to_list(), pl.when(column.is_null()).then(pl.lit(missing, pl.Int32)).otherwise(codes)

@@ -9,12 +9,32 @@ GIL, so long columns are cut into pieces computed on the usable cores.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
 import numpy as np
 
 from gpufeed.machine import usable_cpus
+
+_Item, _Result = TypeVar("_Item"), TypeVar("_Result")
+
+
+def spread(function: Callable[[_Item], _Result], items: Iterable[_Item],
+           threads: int | None = None) -> list[_Result]:
+    """``[function(item) for item in items]``, in order, on up to ``threads`` threads (the
+    usable cores by default): for work that releases the GIL (numpy ufuncs and ``take``,
+    polars, pyarrow). One item, or one thread, runs here without a pool.
+    """
+    items = list(items)
+    threads = min(threads or usable_cpus(), len(items))
+    if threads <= 1:
+        return [function(item) for item in items]
+    # A pool per call, not one kept: a process forked later (DataLoader workers) would
+    # inherit a pool whose threads it does not have.
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="gpufeed-table") as pool:
+        return list(pool.map(function, items))
+
 
 #: Values per piece of work, and per thread at least: a column of 1M float64 values took
 #: 0.87 ms on two threads and 0.70 ms on one, 10M 9.2 ms and 12.2 ms (2 cores).
@@ -39,15 +59,7 @@ def log_offset(arrays: Sequence[np.ndarray], offset: float) -> list[np.ndarray]:
             np.add(a[lo:hi], offset, out=out[lo:hi], dtype=np.float64)
             np.log(out[lo:hi], out=out[lo:hi])
 
-    threads = min(usable_cpus(), len(pieces), sum(len(a) for a in arrays) // PIECE)
-    if threads <= 1:
-        for piece in pieces:
-            run(piece)
-    else:
-        # A pool per call, not one kept: a process forked later (DataLoader workers) would
-        # inherit a pool whose threads it does not have.
-        with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="gpufeed-log") as pool:
-            list(pool.map(run, pieces))
+    spread(run, pieces, threads=max(1, min(usable_cpus(), sum(len(a) for a in arrays) // PIECE)))
     return outs
 
 

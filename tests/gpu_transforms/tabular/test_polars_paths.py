@@ -144,6 +144,47 @@ def test_categorify_on_polars_in_one_pass_maps_missing_unseen_and_all_missing_co
     assert recipes["polars"].transform(to_backend(test, "polars")[:0])["t"].to_list() == []
 
 
+@pytest.mark.parametrize("cores", [1, 2, 3, 8])
+def test_categorify_on_polars_cut_into_slices_codes_like_pandas(monkeypatch, cores):
+    """A text column cut into slices, each over its own category set, merges to the one
+    sorted vocabulary: values only some slices hold, missing values in some slices only,
+    a slice with no value at all, and an integer column fitted beside the slices."""
+    from gpufeed.gpu_transforms.tabular import category_codes
+
+    monkeypatch.setattr(category_codes, "SLICE_ROWS", 7)
+    monkeypatch.setattr(category_codes, "usable_cpus", lambda: cores)
+    n = 200
+    rng = np.random.default_rng(cores)
+    text = rng.choice(["b", "a", "Zürich", "é", "c d", ""], n).astype(object)
+    text[:40] = "early"  # in the first slices only
+    text[-30:] = None  # the last slices: only missing values
+    text[rng.random(n) < 0.1] = None
+    k = pd.array(rng.integers(-5, 5, n), dtype="Int64")
+    k[::9] = pd.NA
+    df = pd.DataFrame({"t": text, "k": k, "other": np.arange(n)})
+    recipes = {b: Recipe([Categorify(["t", "k"])]) for b in ("pandas", "polars")}
+    out = {b: r.fit_transform(to_backend(df, b)) for b, r in recipes.items()}
+    assert recipes["polars"].ops[0].state == recipes["pandas"].ops[0].state
+    assert recipes["polars"].ops[0].state["t"] == sorted(set(text) - {None})
+    for c in ("t", "k"):
+        assert out["polars"][c].dtype == pl.Int32
+        assert out["polars"][c].to_list() == out["pandas"][c].tolist()
+    assert out["polars"]["t"].to_list()[-30:] == [MISSING_INDEX] * 30
+    assert out["polars"]["other"].to_list() == list(range(n))  # the columns beside untouched
+
+
+@pytest.mark.parametrize("min_count", [1, 2])
+def test_categorify_of_a_column_named_n_fits_on_every_backend(min_count):
+    """The group-by count of the fit is named apart from the user's columns ("n" collided)."""
+    df = pd.DataFrame({"n": [1.5, np.nan, 2.5, 1.5], "len": ["a", "b", "a", None]})
+    recipes = {b: Recipe([Categorify(["n", "len"], min_count=min_count)]) for b in ("pandas", "polars")}
+    out = {b: r.fit_transform(to_backend(df, b)) for b, r in recipes.items()}
+    assert recipes["polars"].ops[0].state == recipes["pandas"].ops[0].state
+    assert recipes["pandas"].ops[0].state["n"] == ([1.5, 2.5] if min_count == 1 else [1.5])
+    for c in ("n", "len"):
+        assert out["polars"][c].to_list() == out["pandas"][c].tolist()
+
+
 def test_standardize_by_text_on_polars_equals_pandas_with_missing_and_unseen_groups():
     df = _gappy(2000, 2)
     on = {b: Recipe([Standardize(["amount", "days"], by="country")]) for b in ("pandas", "polars")}
