@@ -48,6 +48,7 @@ from gpufeed.gpu_transforms.tabular.stats import (
     aggregate_finite,
     check_finite,
     f64,
+    json_key,
     narrow_float,
     no_values,
     number,
@@ -469,7 +470,8 @@ class Standardize(TableOp):
             }}
         if self.by:
             # Rows with a missing group use the global statistics (as unseen groups do).
-            groups = sorted((g for g in groups if not is_missing(g[self.by])), key=lambda g: g[self.by])
+            groups = sorted(({**g, self.by: json_key(g[self.by], self.by, "Standardize")}
+                             for g in groups if not is_missing(g[self.by])), key=lambda g: g[self.by])
             state["groups"] = {c: [[g[self.by], *_group_stats(g, c, state["global"][c])] for g in groups]
                                for c in self.columns}
         self.state = state

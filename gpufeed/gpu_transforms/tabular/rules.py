@@ -259,9 +259,10 @@ class Rule:
         return set().union(*(c.columns() for c, _ in self.cases))
 
     def integer_output(self) -> bool:
-        """True when every value and the default are integers: the output is then int64 on
-        every backend (polars types integer literals Int32, pandas' ``np.select`` int64)."""
-        values = [v for _, v in self.cases] + [self.default]
+        """True when every value and the default are integers (a None default: missing where
+        no case holds): the output is then int64 on every backend (polars types integer
+        literals Int32, pandas' ``np.select`` int64; with a None default, pandas' ``Int64``)."""
+        values = [v for _, v in self.cases] + ([] if self.default is None else [self.default])
         return all(isinstance(v, int) and not isinstance(v, bool) for v in values)
 
     def to_expr(self) -> nw.Expr:
@@ -271,7 +272,9 @@ class Rule:
         chain = nw.when(first.to_expr().fill_null(False)).then(nw.lit(value, dtype))
         for cond, v in rest:
             chain = chain.when(cond.to_expr().fill_null(False)).then(nw.lit(v, dtype))
-        return chain.otherwise(nw.lit(self.default, dtype)).alias(self.output)
+        # A None default stays untyped: the typed cases type it (narwhals' Dask backend
+        # would cast the None itself to int64).
+        return chain.otherwise(nw.lit(self.default, None if self.default is None else dtype)).alias(self.output)
 
     def evaluate_row(self, row: Mapping[str, Any]) -> Any:
         """The row-by-row reference: what a for-loop would compute for ``row``."""
@@ -352,9 +355,12 @@ def apply_rules(df: Frame, rules: Sequence[Rule]) -> Frame:
 
 
 def _numpy_friendly(rule: Rule) -> bool:
-    values = [v for _, v in rule.cases] + [rule.default]
-    return all(isinstance(v, int | float) and not isinstance(v, bool) for v in values) or all(
-        isinstance(v, str) for v in values)
+    values = [v for _, v in rule.cases]
+    numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
+    if rule.default is None:  # missing where no case holds: NaN, or pandas' nullable types
+        return numbers or all(isinstance(v, bool) for v in values)
+    return (numbers and isinstance(rule.default, int | float) and not isinstance(rule.default, bool)) or all(
+        isinstance(v, str) for v in [*values, rule.default])
 
 
 def _apply_rules_numpy(frame: nw.DataFrame, rules: Sequence[Rule]) -> Frame:
@@ -374,9 +380,27 @@ def _apply_rules_numpy(frame: nw.DataFrame, rules: Sequence[Rule]) -> Frame:
     df = nw.to_native(frame)
     out = {}
     for rule in rules:
-        out[rule.output] = np.select([_pandas_mask(c, df) for c, _ in rule.cases], [v for _, v in rule.cases],
-                                     default=rule.default)
+        masks = [_pandas_mask(c, df) for c, _ in rule.cases]
+        values = [v for _, v in rule.cases]
+        if rule.default is not None:
+            out[rule.output] = np.select(masks, values, default=rule.default)
+        else:
+            out[rule.output] = _with_missing(np.select(masks, values, default=values[0]), ~np.logical_or.reduce(masks))
     return assign(df, {name: as_column(df, values) for name, values in out.items()})
+
+
+def _with_missing(values: Any, missing: Any) -> Any:
+    """``values`` missing where ``missing`` holds, in the type the other backends give:
+    float64 with NaN, pandas' nullable ``Int64`` or ``boolean`` (not an object column)."""
+    import numpy as np
+    import pandas as pd
+
+    if values.dtype.kind == "f":
+        values[missing] = np.nan
+        return values
+    if values.dtype.kind == "b":
+        return pd.arrays.BooleanArray(values, missing)
+    return pd.arrays.IntegerArray(values.astype(np.int64, copy=False), missing)
 
 
 def _pandas_mask(cond: Cond, df: Any) -> Any:

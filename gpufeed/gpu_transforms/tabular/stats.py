@@ -13,7 +13,7 @@ from typing import Any
 import narwhals as nw
 import numpy as np
 
-from gpufeed.gpu_transforms.tabular.errors import EmptyTableError, NonFiniteError
+from gpufeed.gpu_transforms.tabular.errors import ColumnTypeError, EmptyTableError, NonFiniteError
 from gpufeed.gpu_transforms.tabular.frames import NwFrame, first_row, is_missing
 
 
@@ -64,6 +64,22 @@ def number(value: Any, column: str, op: str) -> float:
     if is_missing(value):
         raise no_values(op, column)
     return float(value)
+
+
+def json_key(value: Any, column: str, op: str) -> Any:
+    """A fitted key (a category, a group) as the plain value a recipe's JSON stores: numpy
+    scalars (a pandas boolean group's ``np.True_``) as Python's.
+
+    Raises:
+        ColumnTypeError: a value JSON cannot store (dates, times, bytes), named with its
+            column at fit time instead of when the recipe is saved.
+    """
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, bool | int | float | str):
+        return value
+    raise ColumnTypeError(f"{op}: column {column!r} holds {type(value).__name__} values, which JSON "
+                          "cannot store; cast the column to text or integers first")
 
 
 def scale(std: Any) -> float:

@@ -172,6 +172,26 @@ def test_integer_rule_outputs_are_int64_on_every_backend():
     assert apply_rules(to_dask(df, npartitions=2), [rule]).compute()["w"].tolist() == want
 
 
+@pytest.mark.parametrize(("values", "pandas_type", "polars_type"), [
+    ((2, 3), "Int64", pl.Int64), ((2.5, 3.0), "float64", pl.Float64), ((2, 2.5), "float64", pl.Float64),
+    ((True, False), "boolean", pl.Boolean), (("a", "b"), "str", pl.String),
+])
+def test_a_rule_without_default_is_missing_where_no_case_holds_in_one_type_per_backend(values, pandas_type,
+                                                                                         polars_type):
+    """default=None: pandas gave an object column and polars Int32 for the same rule."""
+    df = pd.DataFrame({"a": [1.0, 2.0, None, 9.0]})
+    rule = Rule("w", [(col("a") > 5, values[1]), (col("a") > 1, values[0])])
+    want = [None, values[0], None, values[1]]
+    out = apply_rules(df, [rule])["w"]
+    assert str(out.dtype) == pandas_type
+    assert [None if pd.isna(v) else v for v in out.tolist()] == want
+    for frame in (to_backend(df, "polars"), to_backend(df, "polars").lazy()):
+        got = apply_rules(frame, [rule])
+        got = got.collect() if isinstance(got, pl.LazyFrame) else got
+        assert got.schema["w"] == polars_type and got["w"].to_list() == want
+    assert [None if pd.isna(v) else v for v in apply_rules(to_dask(df, npartitions=2), [rule]).compute()["w"]] == want
+
+
 @pytest.mark.parametrize("backend", ["pandas", "polars"])
 def test_iso_text_compares_with_datetime_and_date_columns_on_every_backend(backend):
     df = pd.DataFrame({"t": pd.to_datetime(["2024-01-01 08:00", "2024-03-01 00:00", None]),
