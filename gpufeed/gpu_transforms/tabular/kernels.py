@@ -41,7 +41,7 @@ in :mod:`.pandas_kernels`. Measurements behind these choices: ``docs/tabular.md`
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import narwhals as nw
@@ -55,7 +55,7 @@ from gpufeed.gpu_transforms.tabular.frames import (
     small_rows,
     wrap,
 )
-from gpufeed.gpu_transforms.tabular.numpy_kernels import log_offset, spread
+from gpufeed.gpu_transforms.tabular.numpy_kernels import affine, log_offset, spread
 from gpufeed.gpu_transforms.tabular.pandas_kernels import as_column, assign
 from gpufeed.gpu_transforms.tabular.stats import (
     aggregate,
@@ -75,36 +75,63 @@ def polars_log(frame: NwFrame, columns: Sequence[str], offset: float) -> NwFrame
     :func:`.numpy_kernels.log_offset`, as on pandas, so the backends agree to the bit; None
     when a column is of another type (booleans, Int128: polars' own ``log`` then).
 
-    An eager frame: every chunk's Arrow values are read in place, all columns' pieces in
-    one spread over the cores, missing values kept missing (the chunk's validity mask is
-    reused) and the frame's chunks kept. A lazy one: the same kernel per batch of the query.
+    An eager frame through :func:`_numpy_series`; a lazy one runs the same kernel per
+    batch of the query.
     """
     import polars as pl
 
     native = nw.to_native(frame)
-    schema = native.collect_schema()
-    if not all(str(schema[c]) in _NUMPY_READABLE for c in columns):
+    if not _numpy_readable(native, columns):
         return None
     if is_lazy(frame):
         return wrap(native.with_columns(
-            pl.col(c).map_batches(lambda s: _log_series([s], offset)[0], return_dtype=pl.Float64, is_elementwise=True)
+            pl.col(c).map_batches(lambda s: _numpy_series([s], lambda v, _: log_offset(v, offset))[0],
+                                  return_dtype=pl.Float64, is_elementwise=True)
             for c in columns))
-    return wrap(native.with_columns(_log_series([native.get_column(c) for c in columns], offset)))
+    return wrap(native.with_columns(_numpy_series([native.get_column(c) for c in columns],
+                                                  lambda values, _: log_offset(values, float(offset)))))
 
 
-def _log_series(series: Sequence[Any], offset: float) -> list[Any]:
-    """:func:`polars_log` of polars Series, chunk by chunk (the same chunks out), every
-    chunk of every Series in one :func:`.numpy_kernels.log_offset` call."""
+def polars_affine(frame: NwFrame, params: dict[str, tuple[float, float]]) -> NwFrame | None:
+    """``(x - sub) * (1 / div)`` in float64 of each column of an eager polars frame, for
+    ``params[column] = (sub, div)``, by :func:`.numpy_kernels.affine` as on pandas; None
+    for a lazy frame or a column numpy cannot read in place (polars' expression then).
+
+    Why: polars' expression writes a new buffer per step, each page of it faulted in, and
+    runs a column per thread; numpy's pieces fill one buffer per column on every core.
+    """
+    native = nw.to_native(frame)
+    if is_lazy(frame) or not _numpy_readable(native, params):
+        return None
+    columns = list(params)
+    return wrap(native.with_columns(_numpy_series(
+        [native.get_column(c) for c in columns],
+        lambda arrays, owners: affine(arrays, [params[columns[i]] for i in owners]))))
+
+
+def _numpy_readable(native: Any, columns: Sequence[str]) -> bool:
+    schema = native.collect_schema()
+    return all(str(schema[c]) in _NUMPY_READABLE for c in columns)
+
+
+def _numpy_series(series: Sequence[Any],
+                  kernel: Callable[[list[np.ndarray], list[int]], list[np.ndarray]]) -> list[Any]:
+    """Float64 polars Series from ``kernel`` run on the values of ``series``, chunk by chunk
+    (the same chunks out): every chunk of every Series in one ``kernel`` call, which gets
+    the values (read in place from each chunk's Arrow buffer) and the index of the Series
+    each came from, and returns one float64 array per chunk. Missing values stay missing: each chunk's validity mask is reused, so what
+    the kernel computes in a masked-out slot is never seen.
+    """
     import polars as pl
     import pyarrow as pa
 
     chunks = [(i, chunk.to_arrow()) for i, s in enumerate(series) for chunk in s.get_chunks()]
     # The values from the buffer's start: a sliced chunk's offset applies to the validity
-    # mask and the values alike, so the result keeps it (a few values more are logged).
+    # mask and the values alike, so the result keeps it (a few values more are computed).
     values = [np.frombuffer(arr.buffers()[1], dtype=arr.type.to_pandas_dtype(), count=arr.offset + len(arr))
               for _, arr in chunks]
     parts: list[list[Any]] = [[] for _ in series]
-    for (i, arr), out in zip(chunks, log_offset(values, float(offset)), strict=True):
+    for (i, arr), out in zip(chunks, kernel(values, [i for i, _ in chunks]), strict=True):
         parts[i].append(pl.from_arrow(pa.Array.from_buffers(
             pa.float64(), len(arr), [arr.buffers()[0], pa.py_buffer(out)], null_count=arr.null_count,
             offset=arr.offset)))

@@ -41,26 +41,56 @@ def spread(function: Callable[[_Item], _Result], items: Iterable[_Item],
 PIECE = 1 << 20
 
 
+def float64_pieces(arrays: Sequence[np.ndarray],
+                   compute: Callable[[int, np.ndarray, np.ndarray], object]) -> list[np.ndarray]:
+    """A new float64 array per input, ``compute(i, values, out)`` filling each piece of
+    ``arrays[i]`` (at most :data:`PIECE` values) into the same piece of its output, the
+    pieces of every array spread over the usable cores.
+
+    Floating-point warnings are off (an Arrow buffer's masked-out slots may hold anything;
+    the callers check the values they keep). One output per input and no temporary: each
+    step after the first works in place in ``out``.
+    """
+    outs = [np.empty(len(a), dtype=np.float64) for a in arrays]
+    pieces = [(i, lo, min(lo + PIECE, len(a))) for i, a in enumerate(arrays) for lo in range(0, len(a), PIECE)]
+
+    def run(piece: tuple[int, int, int]) -> None:
+        i, lo, hi = piece
+        with np.errstate(divide="ignore", invalid="ignore"):  # per thread: errstate is thread-local
+            compute(i, arrays[i][lo:hi], outs[i][lo:hi])
+
+    spread(run, pieces, threads=max(1, min(usable_cpus(), sum(len(a) for a in arrays) // PIECE)))
+    return outs
+
+
 def log_offset(arrays: Sequence[np.ndarray], offset: float) -> list[np.ndarray]:
     """``log(a + offset)`` of each array as a new float64 array.
 
     The sum is taken in float64 (integers converted exactly, narrow floats widened), then
-    its log in place: one new array per input. Values whose log is undefined give NaN or
-    -inf without a warning (the caller has checked the domain of the values it keeps; a
-    masked-out slot of an Arrow buffer may hold anything).
+    its log in place. Values whose log is undefined give NaN or -inf without a warning (the
+    caller has checked the domain of the values it keeps).
     """
-    outs = [np.empty(len(a), dtype=np.float64) for a in arrays]
-    pieces = [(a, out, lo, min(lo + PIECE, len(a)))
-              for a, out in zip(arrays, outs, strict=True) for lo in range(0, len(a), PIECE)]
+    def compute(_: int, values: np.ndarray, out: np.ndarray) -> None:
+        np.add(values, offset, out=out, dtype=np.float64)
+        np.log(out, out=out)
 
-    def run(piece: tuple[np.ndarray, np.ndarray, int, int]) -> None:
-        a, out, lo, hi = piece
-        with np.errstate(divide="ignore", invalid="ignore"):  # per thread: errstate is thread-local
-            np.add(a[lo:hi], offset, out=out[lo:hi], dtype=np.float64)
-            np.log(out[lo:hi], out=out[lo:hi])
+    return float64_pieces(arrays, compute)
 
-    spread(run, pieces, threads=max(1, min(usable_cpus(), sum(len(a) for a in arrays) // PIECE)))
-    return outs
+
+def affine(arrays: Sequence[np.ndarray], params: Sequence[tuple[float, float]]) -> list[np.ndarray]:
+    """``(a - sub) * (1 / div)`` of each array with its ``params[i] = (sub, div)``, as new
+    float64 arrays (``MinMax``, ``Standardize``).
+
+    Times the reciprocal, as polars computes a division by a constant: ``x / div`` differed
+    from it in the last bit for a few rows in ten. The difference is taken in float64
+    (integers converted exactly, narrow floats widened), as a cast first would.
+    """
+    def compute(i: int, values: np.ndarray, out: np.ndarray) -> None:
+        sub, div = params[i]
+        np.subtract(values, sub, out=out, dtype=np.float64)
+        np.multiply(out, 1.0 / div, out=out)
+
+    return float64_pieces(arrays, compute)
 
 
 def lowest(values: np.ndarray) -> float:

@@ -26,6 +26,7 @@ from gpufeed.gpu_transforms.tabular.kernels import (
     GROUP_CODE,
     cudf_log,
     group_stats_f64,
+    polars_affine,
     polars_log,
     pooled_stats,
     quantile_bounds,
@@ -478,10 +479,7 @@ class Standardize(TableOp):
 
     def transform(self, frame: NwFrame, backend: str) -> NwFrame:
         if not self.by:
-            schema = frame.collect_schema()
-            # Times the reciprocal on every backend (see pandas_kernels.scale_columns).
-            return frame.with_columns(*[((f64(c, schema) - m) * (1.0 / sd)).alias(c)
-                                        for c, (m, sd) in self.state["global"].items()])
+            return affine_columns(frame, backend, {c: (m, sd) for c, (m, sd) in self.state["global"].items()})
         # Look each row's group up once (text keys hash slowly) as a small integer code;
         # code k (after the k known groups) stands for unseen or missing groups and picks
         # the global statistics appended at the end of each table.
@@ -525,13 +523,20 @@ class MinMax(TableOp):
         self.state = {c: [number(stats[f"lo:{c}"], c, "MinMax"), number(stats[f"hi:{c}"], c, "MinMax")]
                       for c in self.columns}
 
+    polars_eager: ClassVar[bool] = True  # polars_affine reads the columns' Arrow buffers
+
     def transform(self, frame: NwFrame, backend: str) -> NwFrame:
-        native = numpy_columns(frame, self.columns) if backend == "pandas" else None
-        if native is not None:
-            return scale_columns(native, {c: (low, (high - low) or 1.0) for c, (low, high) in self.state.items()})
-        schema = frame.collect_schema()
-        exprs = []
-        for c in self.columns:
-            low, high = self.state[c]
-            exprs.append(((f64(c, schema) - low) * (1.0 / ((high - low) or 1.0))).alias(c))
-        return frame.with_columns(*exprs)
+        return affine_columns(frame, backend, {c: (low, (high - low) or 1.0) for c, (low, high) in self.state.items()})
+
+
+def affine_columns(frame: NwFrame, backend: str, params: dict[str, tuple[float, float]]) -> NwFrame:
+    """Each column ``c`` as float64 ``(x - sub) * (1 / div)`` for ``params[c] = (sub, div)``:
+    numpy's kernel on pandas and eager polars (the same bits on both), the expression
+    elsewhere (times the reciprocal on every backend: see :func:`.numpy_kernels.affine`)."""
+    native = numpy_columns(frame, list(params)) if backend == "pandas" else None
+    if native is not None:
+        return scale_columns(native, params)
+    if backend == "polars" and (scaled := polars_affine(frame, params)) is not None:
+        return scaled
+    schema = frame.collect_schema()
+    return frame.with_columns(*[((f64(c, schema) - sub) * (1.0 / div)).alias(c) for c, (sub, div) in params.items()])

@@ -22,7 +22,7 @@ import narwhals as nw
 import numpy as np
 
 from gpufeed.gpu_transforms.tabular.frames import NwFrame, wrap
-from gpufeed.gpu_transforms.tabular.numpy_kernels import log_offset, lowest
+from gpufeed.gpu_transforms.tabular.numpy_kernels import affine, log_offset, lowest
 
 
 def numpy_columns(frame: NwFrame, columns: Sequence[str]) -> Any:
@@ -54,14 +54,6 @@ def assign(native: Any, columns: Mapping[Any, Any]) -> Any:
     return out
 
 
-def _f64(native: Any, column: str) -> np.ndarray:
-    # The narwhals form casts narrow floats to float64 first; integers become float64 in the
-    # arithmetic with a float (numpy converts them exactly as a cast would), so a cast here
-    # would only add a pass (it made MinMax over 37 integer columns 1.2x slower).
-    values = native[column].to_numpy()
-    return values.astype(np.float64) if values.dtype.kind == "f" and values.dtype != np.float64 else values
-
-
 def min_max(native: Any, columns: Sequence[str]) -> dict[str, list[float]] | None:
     """``{column: [min, max]}`` skipping missing values; None when one is not finite (inf,
     or no value at all), for the caller's narwhals path to name the column."""
@@ -75,20 +67,11 @@ def min_max(native: Any, columns: Sequence[str]) -> dict[str, list[float]] | Non
     return out
 
 
-def scale_columns(native: Any, affine: dict[str, tuple[float, float]]) -> NwFrame:
-    """Each column ``c`` as float64 ``(x - sub) * (1 / div)`` for ``affine[c] = (sub, div)``.
-
-    Times the reciprocal, as the other backends compute it (polars divides by a constant
-    that way itself): ``x / div`` differed from it in the last bit for a few rows in ten.
-    """
-    def scaled(column: str, sub: float, div: float) -> np.ndarray:
-        # The difference lands in a new float64 array and is scaled in place: one array
-        # per column instead of two.
-        out = np.subtract(_f64(native, column), sub, dtype=np.float64)
-        return np.multiply(out, 1.0 / div, out=out)
-
-    return wrap(assign(native, {c: as_column(native, scaled(c, float(sub), float(div)))
-                                 for c, (sub, div) in affine.items()}))
+def scale_columns(native: Any, params: dict[str, tuple[float, float]]) -> NwFrame:
+    """Each column ``c`` as float64 ``(x - sub) * (1 / div)`` for ``params[c] = (sub, div)``
+    (:func:`.numpy_kernels.affine`, as on polars)."""
+    scaled = affine([native[c].to_numpy() for c in params], list(params.values()))
+    return wrap(assign(native, {c: as_column(native, out) for c, out in zip(params, scaled, strict=True)}))
 
 
 def log_columns(native: Any, columns: Sequence[str], offset: float) -> NwFrame:

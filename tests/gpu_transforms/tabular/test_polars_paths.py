@@ -144,6 +144,39 @@ def test_categorify_on_polars_in_one_pass_maps_missing_unseen_and_all_missing_co
     assert recipes["polars"].transform(to_backend(test, "polars")[:0])["t"].to_list() == []
 
 
+@pytest.mark.parametrize("op", [MinMax, Standardize])
+def test_scaling_on_polars_and_pandas_gives_the_same_bits_in_pieces_chunks_and_slices(monkeypatch, op):
+    from gpufeed.gpu_transforms.tabular import numpy_kernels
+
+    monkeypatch.setattr(numpy_kernels, "PIECE", 64)  # many pieces on two threads, as for long columns
+    rng = np.random.default_rng(4)
+    n = 1000
+    amount = rng.lognormal(3, 1, n)
+    amount[rng.random(n) < 0.1] = np.nan
+    df = pd.DataFrame({"amount": amount, "visits": rng.integers(-40, 90, n),
+                       "small": rng.random(n).astype("float32"), "flag": rng.random(n) < 0.5,
+                       "same": np.full(n, 7, dtype=np.int16)})
+    frame = pl.concat([to_backend(df, "polars")[:300], to_backend(df, "polars")[300:][:700]], rechunk=False)
+    frame = pl.concat([frame[:5], frame[5:]], rechunk=False)  # chunks, one a slice (Arrow offset > 0)
+    columns = ["amount", "visits", "small", "flag", "same"]
+    fitted = {b: Recipe([op(columns)]) for b in ("pandas", "polars")}
+    on_pandas, on_polars = fitted["pandas"].fit_transform(df), fitted["polars"].fit_transform(frame)
+    # The same statistics give the same bits; std's last bit is each backend's own.
+    same_bits = op is MinMax
+    assert (fitted["pandas"].ops[0].state == fitted["polars"].ops[0].state) or not same_bits
+    for c in columns:
+        got = on_polars[c]
+        assert got.dtype == pl.Float64 and got.null_count() == int(np.isnan(amount).sum() if c == "amount" else 0)
+        np.testing.assert_allclose(got.to_numpy(), on_pandas[c].to_numpy(), rtol=0 if same_bits else 1e-12,
+                                   atol=0 if same_bits else 1e-12, err_msg=c)  # NaN where missing
+    assert on_polars["same"].to_list() == [0.0] * n  # a constant column gives 0
+    if op is MinMax:
+        assert np.nanmin(on_polars["amount"].to_numpy()) == 0.0 and np.nanmax(on_polars["amount"].to_numpy()) == 1.0
+    lazy = fitted["polars"].transform(frame.lazy()).collect()  # polars' expression, the same bits
+    for c in columns:
+        np.testing.assert_array_equal(lazy[c].to_numpy(), on_polars[c].to_numpy(), err_msg=c)
+
+
 @pytest.mark.parametrize("cores", [1, 2, 3, 8])
 def test_categorify_on_polars_cut_into_slices_codes_like_pandas(monkeypatch, cores):
     """A text column cut into slices, each over its own category set, merges to the one
