@@ -111,12 +111,20 @@ def open_source(source: str | os.PathLike[str] | Sequence | SampleSource | None,
         return read_file_list(file_list, source, storage)
     if source is None:
         raise ValueError("give a source (an ImageFolder tree, shards or a raw cache) or file_list")
+    if _is_pairs(source):  # a list source is shards: pairs would fail inside pathlib, unnamed
+        raise ValueError(f"source is a sequence of (path, label) pairs ({source[0]!r}, ...): pass them as "
+                         "file_list=, with source= the folder their relative paths start from")
     if shards.is_shard_spec(source):
         return shards.open_shards(source, storage, **keys)
     if shards.converted_format(source) is not None:
         return shards.open_converted(source, storage, **keys)
     return scan_image_folder(source, storage)
 
+
+
+def _is_pairs(source: object) -> bool:
+    return (isinstance(source, Sequence) and not isinstance(source, str | bytes) and len(source) > 0
+            and all(isinstance(p, Sequence) and not isinstance(p, str | bytes) and len(p) == 2 for p in source))
 
 
 def scan_image_folder(root: str | os.PathLike[str], storage: Storage = LOCAL) -> SampleList:
@@ -126,9 +134,11 @@ def scan_image_folder(root: str | os.PathLike[str], storage: Storage = LOCAL) ->
     extension (:data:`IMAGE_EXTENSIONS`, any case), so ``len()`` matches it. Other files
     in class folders (``.DS_Store``, notes) are left out and counted in one warning; a
     file with an image extension that does not decode is still a sample, skipped and
-    reported when it is read. Hidden class folders (``.ipynb_checkpoints``) are not
-    classes (ImageFolder would make them one). Empty class folders keep their label (so
-    label numbers do not shift) and raise one warning.
+    reported when it is read. Class folders are ImageFolder's, so labels match its
+    ``class_to_idx``: a hidden folder holding images is a class too, named in a warning
+    (ImageFolder counts it). A hidden folder without images (``.ipynb_checkpoints``) is
+    left out with a warning (ImageFolder refuses a tree with one). Empty visible class
+    folders keep their label (so label numbers do not shift) and raise one warning.
 
     Raises:
         FileNotFoundError: ``root`` does not exist.
@@ -139,19 +149,37 @@ def scan_image_folder(root: str | os.PathLike[str], storage: Storage = LOCAL) ->
         raise FileNotFoundError(f"image root {root} does not exist")
     if not root.is_dir():
         raise ValueError(f"image root {root} is not a folder")
-    classes = sorted(d.name for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
+    folders = sorted(d.name for d in root.iterdir() if d.is_dir())
+    found: dict[str, tuple[list[str], list[str]]] = {}  # class folder -> (images, other files)
+    for name in folders:
+        files: list[str] = []
+        rest: list[str] = []
+        for folder, dirs, names in os.walk(root / name, followlinks=True):  # as ImageFolder walks
+            dirs.sort()
+            for file in sorted(names):
+                (files if file.lower().endswith(IMAGE_EXTENSIONS) else rest).append(os.path.join(folder, file))
+        found[name] = (files, rest)
+    hidden = [n for n in folders if n.startswith(".")]
+    classes = [n for n in folders if not n.startswith(".") or found[n][0]]
     if not classes:
         raise ValueError(f"image root {root} has no class folders (expected root/<class>/<image>)")
+    if hidden:
+        kept = [n for n in hidden if n in classes]
+        left = [n for n in hidden if n not in classes]
+        warnings.warn(f"gpufeed: {root}: hidden folder(s) "
+                      + "; ".join(part for part in (
+                          f"{', '.join(kept)} hold images and are classes, as in ImageFolder (labels "
+                          f"{', '.join(str(classes.index(n)) for n in kept)}): remove them if they are not"
+                          if kept else "",
+                          f"{', '.join(left)} hold no image and are left out (ImageFolder would "
+                          "refuse the tree)" if left else "") if part), stacklevel=4)
     paths: list[str] = []
     labels: list[int] = []
     empty: list[str] = []
     others: list[str] = []
     for label, name in enumerate(classes):
-        files: list[str] = []
-        for folder, dirs, names in os.walk(root / name, followlinks=True):  # as ImageFolder walks
-            dirs.sort()
-            for file in sorted(names):
-                (files if file.lower().endswith(IMAGE_EXTENSIONS) else others).append(os.path.join(folder, file))
+        files, rest = found[name]
+        others += rest
         if not files:
             empty.append(name)
         paths += files
@@ -221,7 +249,7 @@ def read_file_list(
             raise FileNotFoundError(f"file list {list_path} does not exist")
         base = Path(root) if root is not None else list_path.parent
         for lineno, line in enumerate(list_path.read_text().splitlines(), 1):
-            if not line.strip() or line.lstrip().startswith("#"):
+            if not line.strip():  # no comments: DALI's format has none, and "#1.jpg 0" is a file
                 continue
             # Any whitespace before the label, as DALI's reader takes it (tabs too); the
             # path keeps its inner spaces.
