@@ -21,9 +21,16 @@ What differs from the loader (and from the feed-based iterator):
   loader's, which repeat only through a DALI checkpoint.
 - **Bad files.** No byte checks before DALI: a file the decoder fails on ends the epoch
   with DALI's error, and nothing is listed as skipped.
-- **Last batch.** ``partial`` and ``drop`` are DALI's PARTIAL and DROP over a padded
-  reader (each epoch starts at a slice boundary); ``fill`` is DALI's FILL over an
-  unpadded reader, which fills the last batch with the reader's next samples.
+- **Last batch.** All three are DALI's policies over a padded reader
+  (``pad_last_batch``), so each epoch starts at a slice boundary and every rank reads
+  its whole slice: ``partial`` and ``drop`` are DALI's PARTIAL and DROP; ``fill`` is
+  DALI's FILL, which pads each slice to the largest one's full batches by repeating
+  its last sample (the loader wraps round the shard instead). Every rank then has
+  ``len(loader)`` batches every epoch, ``len(it)`` of them (``it.size`` counts their
+  samples, padding included), and together they hold every sample of the epoch. (Over
+  an unpadded reader DALI's FILL fills the last batch from the next epoch, whose
+  batches then differ in number from rank to rank and epoch to epoch, and miss the
+  samples read ahead.)
 
 Checkpoints (``it.state_dict()``) hold DALI's own: every reader's position and shuffle
 buffer, every random operator's generator, and the iterator's counters. A pipeline
@@ -77,11 +84,12 @@ _STATE_SETTINGS = ("train", "batch_size", "shuffles", "seed", "shard_id", "num_s
 #: Longest decimal label text a WebDataset ``.cls`` may hold (digits and whitespace).
 _LABEL_CHARS = 16
 
-#: ``last_batch`` -> (the reader's ``pad_last_batch``, the iterator's policy).
+#: ``last_batch`` -> (the reader's ``pad_last_batch``, the iterator's policy). Always
+#: padded: DALI's FILL over an unpadded reader borrows from the next epoch (module notes).
 _LAST_BATCH = {
     LastBatch.PARTIAL: (True, LastBatchPolicy.PARTIAL),
     LastBatch.DROP: (True, LastBatchPolicy.DROP),
-    LastBatch.FILL: (False, LastBatchPolicy.FILL),
+    LastBatch.FILL: (True, LastBatchPolicy.FILL),
 }
 
 
@@ -245,6 +253,16 @@ class ReaderIterator(DALIClassificationIterator):
 
     #: What a state must match: format, dataset fingerprint, settings, DALI version.
     gpufeed_identity: dict[str, Any] = {}
+    #: ``last_batch="fill"``: :attr:`size` counts the padded last batch.
+    gpufeed_fill = False
+
+    @property
+    def size(self) -> int:
+        """Samples per epoch in this shard, as DALI's reader counts them; with ``fill``,
+        the samples delivered (``len(it) * batch_size``, the padding included), where
+        DALI counts the largest slice only."""
+        size = super().size
+        return -(-size // self.batch_size) * self.batch_size if self.gpufeed_fill else size
 
     def state_dict(self) -> dict[str, Any]:
         """Where this iterator is, as DALI checkpoints it: plain data (the checkpoint is
@@ -267,7 +285,8 @@ def _identity(samples: SampleSource, options: LoaderOptions, device_id: int | No
     too (the GPU graph's operators are not the CPU graph's, so neither's checkpoint fits
     the other)."""
     return {"format": STATE_FORMAT, "dali": nvidia.dali.__version__, "dataset": samples.fingerprint(),
-            "settings": settings_of(options, _STATE_SETTINGS), "decoder": "cpu" if device_id is None else "mixed"}
+            "settings": settings_of(options, _STATE_SETTINGS), "decoder": "cpu" if device_id is None else "mixed",
+            "pad_last_batch": _LAST_BATCH[options.last_batch][0]}
 
 
 def _checkpoint_of(state: dict[str, Any], identity: dict[str, Any]) -> bytes:
@@ -289,6 +308,12 @@ def _checkpoint_of(state: dict[str, Any], identity: dict[str, Any]) -> bytes:
     if "decoder" in state and state["decoder"] != identity["decoder"]:  # states before it was recorded: unchecked
         problems.append(f"decoder: saved on {state['decoder']!r}, this pipeline decodes on {identity['decoder']!r} "
                         "(a GPU pipeline's checkpoint does not fit a CPU one, nor the other way)")
+    # States before it was recorded padded every policy but fill.
+    padded = state.get("pad_last_batch", state.get("settings", {}).get("last_batch") != LastBatch.FILL.value)
+    if padded != identity["pad_last_batch"]:
+        problems.append(f"reader padding: saved with pad_last_batch={padded}, this pipeline's reader has "
+                        f"pad_last_batch={identity['pad_last_batch']} (a last_batch='fill' state from before "
+                        "fill padded the reader: its epochs had other lengths)")
     for group in ("dataset", "settings"):
         problems += differences(group, state.get(group, {}), identity[group])
     if problems:
@@ -323,4 +348,5 @@ def reader_iterator(samples: SampleSource, options: LoaderOptions, device_id: in
     _, policy = _LAST_BATCH[options.last_batch]
     iterator = ReaderIterator([pipe], reader_name=READER_NAME, last_batch_policy=policy, auto_reset=auto_reset)
     iterator.gpufeed_identity = identity
+    iterator.gpufeed_fill = policy == LastBatchPolicy.FILL
     return iterator
