@@ -442,10 +442,57 @@ def test_writers_name_the_file_and_keep_booleans_with_gaps(tmp_path):
     assert str(read_table(tmp_path / "b.pkl", backend="pandas")["b"].dtype) == "boolean"
 
 
+@pytest.mark.parametrize("suffix", [".csv", ".parquet", ".feather", ".pkl", ".jsonl"])
+def test_multi_level_and_tuple_column_names_are_refused_with_how_to_flatten(tmp_path, suffix):
+    df = pd.DataFrame({"year": [2000, 2000, 2001], "sym": ["A", "B", "A"], "p": [1.0, 2.0, 3.0]})
+    wide = df.pivot_table(index="year", columns="sym", values="p", aggfunc=["mean", "max"])
+    with pytest.raises(TabularError, match=rf"w{suffix}: the frame has a 2-level column header \(\('mean', 'A'\), "
+                                           r".*flatten the names to text first, e\.g\. df\.columns ="):
+        write_table(wide, tmp_path / f"w{suffix}")
+    assert not (tmp_path / f"w{suffix}").exists()
+    tuples = pd.DataFrame([[1, 2]], columns=pd.Index([("a", 1), "b"], tupleize_cols=False))
+    with pytest.raises(TabularError, match=r"tuple column names \(\('a', 1\)\)"):
+        write_table(tuples, tmp_path / f"t{suffix}")
+    # flattened as the message says, it is written and read back with the same names
+    wide.columns = ["_".join(map(str, c)).strip("_") for c in wide.columns]
+    for backend in BACKENDS:
+        back = read_table(write_table(wide, tmp_path / f"flat{suffix}"), backend=backend)
+        assert list(back.columns) == ["year", "mean_A", "mean_B", "max_A", "max_B"]
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet", ".feather", ".pkl", ".h5", ".json", ".jsonl"])
+def test_integer_column_names_read_back_as_text_from_every_format(tmp_path, suffix):
+    if suffix == ".h5":
+        pytest.importorskip("tables", reason="HDF5 needs PyTables")
+    path = write_table(pd.DataFrame(np.arange(6.0).reshape(3, 2)), tmp_path / f"n{suffix}")  # columns 0, 1
+    for backend in BACKENDS:
+        assert list(read_table(path, backend=backend).columns) == ["0", "1"]
+
+
+def test_column_names_that_are_one_as_text_are_named(tmp_path):
+    pd.DataFrame([[1.0, 2.0]], columns=[1, "1"]).to_pickle(tmp_path / "clash.pkl")
+    for backend in BACKENDS:
+        with pytest.raises(TabularError, match=r"clash.pkl: column names that are one name as text \('1'"):
+            read_table(tmp_path / "clash.pkl", backend=backend)
+
+
 def test_an_unnamed_csv_column_has_one_name_on_every_backend(tmp_path):
     pd.DataFrame({"x": [1.0, 2.0]}, index=["r1", "r2"]).to_csv(tmp_path / "indexed.csv")  # header ",x"
     for backend in BACKENDS:
         assert list(read_table(tmp_path / "indexed.csv", backend=backend).columns) == ["Unnamed: 0", "x"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_blank_csv_header_names_are_named_as_pandas_names_them_then_checked(tmp_path, backend):
+    (tmp_path / "blanks.csv").write_text(',a,""\n0,1,2\n1,2,3\n')
+    assert list(read_table(tmp_path / "blanks.csv", backend=backend).columns) == ["Unnamed: 0", "a", "Unnamed: 2"]
+    assert list(pd.read_csv(tmp_path / "blanks.csv").columns) == ["Unnamed: 0", "a", "Unnamed: 2"]
+    # a blank name beside a real "Unnamed: 0" (a frame saved with its index, twice): refused,
+    # as any repeated name, not two columns of one name (pandas) or polars' DuplicateError
+    (tmp_path / "twice.csv").write_text(",Unnamed: 0,x\n0,0,1.5\n1,1,2.5\n")
+    with pytest.raises(MalformedCSVError, match=r"twice.csv: the header names column\(s\) \['Unnamed: 0'\] more "
+                                                r"than once \(a blank name is read as 'Unnamed: <position>'"):
+        read_table(tmp_path / "twice.csv", backend=backend)
 
 
 @pytest.mark.parametrize("suffix", [".parquet", ".feather", ".arrows", ".json", ".jsonl", ".pkl"])

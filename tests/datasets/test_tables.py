@@ -330,6 +330,36 @@ def test_a_date_column_round_trips_through_json_as_dates(tmp_path):
     assert on_pandas["day"].isna().tolist() == [False, True, False]
 
 
+@pytest.mark.parametrize("name", ["d.json", "d.jsonl"])
+def test_json_dates_stay_dates_beside_a_nested_column(tmp_path, name):
+    import datetime
+
+    # a list column sends the file through pandas' parser: its dates came back Datetime
+    days = [datetime.date(2024, 1, 1), None]
+    frame = pl.DataFrame({"day": days, "x": [1.5, 2.5]}).with_columns(l=pl.concat_list(["x", "x"]))
+    back = read_table(write_table(frame, tmp_path / name), backend="polars")
+    assert back.schema["day"] == pl.Date and back["day"].to_list() == days
+    assert back.schema["l"] == pl.List(pl.Float64)
+
+
+@pytest.mark.parametrize("name", ["b.json", "b.jsonl"])
+def test_json_booleans_with_missing_values_read_as_from_the_other_formats(tmp_path, name):
+    df = pd.DataFrame({"b": pd.array([True, None, False], dtype="boolean"), "full": [True, False, True]})
+    path = write_table(df, tmp_path / name)
+    for other in ("b.csv", "b.parquet", "b.feather"):  # pandas' boolean and bool, polars' Boolean
+        for backend in ("pandas", "polars"):
+            expected = read_table(write_table(df, tmp_path / other), backend=backend)
+            back = read_table(path, backend=backend)
+            if backend == "pandas":
+                pd.testing.assert_frame_equal(back, expected)
+            else:
+                assert back.equals(expected) and back.schema == expected.schema
+    # beside a nested column (pandas' parser on polars too)
+    nested = write_table(df.assign(l=[[1], [2], None]), tmp_path / f"nested_{name}")
+    assert str(read_table(nested, backend="pandas")["b"].dtype) == "boolean"
+    assert read_table(nested, backend="polars")["b"].to_list() == [True, None, False]
+
+
 @pytest.mark.parametrize("backend", ["pandas", "polars"])
 def test_a_csv_gz_is_written_compressed_by_every_backend(tmp_path, backend):
     frame = to_backend(pd.DataFrame({"x": [0.1, 1 / 3, 2.5e-300], "s": ["a", "b", None]}), backend)
@@ -429,6 +459,20 @@ def test_hdf5_stores_categorical_columns(tmp_path):
     pd.testing.assert_frame_equal(back, df)
 
 
+@pytest.mark.parametrize("layout", ["fixed", "table"])
+def test_hdf5_files_open_with_pandas_without_a_key(tmp_path, layout):
+    pytest.importorskip("tables", reason="HDF5 needs PyTables")
+    # a categorical column makes write_table use pandas' "table" layout
+    x = [1.5, 2.0] if layout == "fixed" else pd.Categorical(["a", "b"])
+    df = pd.DataFrame({"id": [1, 2], "x": x})
+    path = write_table(df, tmp_path / "t.h5")
+    pd.testing.assert_frame_equal(pd.read_hdf(path), df)  # no "key must be provided"
+    # files of earlier versions (under "table") and pandas' under any one key still read
+    for key in ("table", "anything"):
+        df.to_hdf(tmp_path / f"{key}.h5", key=key, format=layout)
+        pd.testing.assert_frame_equal(read_table(tmp_path / f"{key}.h5", backend="pandas"), df)
+
+
 def test_feather_categorical_with_missing_values_reads_on_polars(tmp_path):
     df = pd.DataFrame({"region": pd.Categorical(["north", None, "north", "north"])})
     back = read_table(write_table(df, tmp_path / "c.feather"), backend="polars")
@@ -450,6 +494,35 @@ def test_json_round_trip_is_exact_for_floats_and_datetimes(tmp_path, writer):
     assert (back["t"].isna() == df["t"].isna()).all()
     assert (back["t"].dropna().to_numpy() == df["t"].dropna().to_numpy()).all()
     assert str(back["utc"].dt.tz) == "UTC" and (back["utc"] == df["utc"]).all()
+
+
+@pytest.mark.parametrize("writer", ["pandas", "polars"])
+def test_a_json_file_is_a_records_array_and_a_jsonl_file_json_lines(tmp_path, writer):
+    df = pd.DataFrame({
+        "id": [2**53 + 1, 2, 3], "n": [1.0, None, 2.0], "x": [0.1 + 0.2, 1e300, None], "s": ["a", None, "c"],
+        "t": pd.to_datetime(["2024-01-01 10:00:00.5", None, "2024-01-03 00:00:00"], format="ISO8601"),
+        "day": pd.to_datetime(["2024-01-01", "2024-01-02", None]),
+    })
+    frame = df if writer == "pandas" else pl.from_pandas(df)
+    array = write_table(frame, tmp_path / "t.json")
+    records = json.loads(array.read_text())  # one JSON value: JSON lines here were refused
+    assert isinstance(records, list) and records[0]["id"] == 2**53 + 1 and len(records) == 3
+    assert pd.read_json(array)["id"].tolist() == [2**53 + 1, 2, 3]
+    assert pl.read_json(array)["s"].to_list() == ["a", None, "c"]
+    lines = write_table(frame, tmp_path / "t.jsonl")
+    assert [json.loads(line) for line in lines.read_text().splitlines()] == records
+    assert pl.read_ndjson(lines).equals(pl.read_json(array))
+    # the kit reads both back alike: ints, missing values, datetimes, dates
+    for backend in ("pandas", "polars"):
+        from_array, from_lines = (read_table(p, backend=backend) for p in (array, lines))
+        if backend == "pandas":
+            pd.testing.assert_frame_equal(from_array, from_lines)
+            pd.testing.assert_frame_equal(from_array, df, check_dtype=False)
+            assert (from_array.dtypes == df.dtypes).all()
+        else:
+            assert from_array.equals(from_lines) and from_array.schema == from_lines.schema
+    days = write_table(pl.DataFrame({"d": pl.Series([20000, None], dtype=pl.Date)}), tmp_path / "d.json")
+    assert read_table(days, backend="polars").schema["d"] == pl.Date  # as from .jsonl
 
 
 @pytest.mark.parametrize("name", ["ids.jsonl", "ids.json"])

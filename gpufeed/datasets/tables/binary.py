@@ -4,10 +4,10 @@ and HDF5 (pandas only, so other backends go through pandas).
 cuDF reads and writes Parquet on the GPU. A Parquet *directory* (a dataset, hive-partitioned
 or not) is read as one table with its partition columns (:func:`read_parquet_dataset`).
 Feather also covers Arrow IPC files (``.arrow``, ``.ipc``), Feather v1 and Arrow IPC
-streams (``.arrows``). HDF5 (needs ``tables``) keeps the table under
-the key ``"table"``, in pandas' ``table`` layout when a column is categorical (the default
-fixed layout cannot store one). Pickle runs code while loading: read only pickles you
-wrote yourself.
+streams (``.arrows``). HDF5 (needs ``tables``) keeps the table under the key ``"data"``
+(so ``pd.read_hdf(path)`` reads it without a key), in pandas' ``table`` layout when a
+column is categorical (the default fixed layout cannot store one). Pickle runs code while
+loading: read only pickles you wrote yourself.
 """
 
 from __future__ import annotations
@@ -27,7 +27,12 @@ from gpufeed.datasets.tables.base import (
 from gpufeed.gpu_transforms.tabular.errors import TabularError
 from gpufeed.gpu_transforms.tabular.frames import Frame, polars_from_arrow
 
-_HDF_KEY = "table"
+#: The key write_table stores an HDF5 table under. Not ``"table"``: pandas takes a group
+#: with a child named ``table`` for a table of its own, so a file whose only frame was under
+#: ``/table`` counted two datasets (``/`` and ``/table``) and ``pd.read_hdf(path)`` asked for a key.
+_HDF_KEY = "data"
+#: The key earlier versions wrote; still read first after :data:`_HDF_KEY`.
+_HDF_OLD_KEY = "table"
 
 
 def read_parquet_dataset(path: Path) -> Any:
@@ -220,17 +225,29 @@ PICKLE = TableFormat(
 
 
 def _read_hdf5(path: Path, options: ReadOptions, report: ReadReport) -> Frame:
-    """The table under the key ``"table"`` (what :func:`write_table` writes), or the
-    file's only table (``to_hdf(path, key="df")``, as ``pd.read_hdf`` reads it)."""
+    """The table under the key ``"data"`` (what :func:`write_table` writes) or ``"table"``
+    (what it wrote before), or the file's only table whatever its key (``to_hdf(path,
+    key="df")``, as ``pd.read_hdf`` reads it)."""
     with pd.HDFStore(path, mode="r") as store:
-        keys = [k.lstrip("/") for k in store]
-        if _HDF_KEY in keys or len(keys) == 1:
-            held = store.select(_HDF_KEY if _HDF_KEY in keys else keys[0])
-            return _as_frame(held, path)
+        keys = _hdf_tables(store)
+        key = next((k for k in (_HDF_KEY, _HDF_OLD_KEY) if k in keys), keys[0] if len(keys) == 1 else None)
+        if key is not None:
+            return _as_frame(store.select(key), path)
     held = ", ".join(map(repr, keys[:10])) + (" ..." if len(keys) > 10 else "") if keys else "none"
-    raise TabularError(f"{path}: HDF5 file without a {_HDF_KEY!r} table and with {len(keys)} other tables "
-                       f"(keys: {held}); read_table reads one table per file: read the one you want with "
-                       "pd.read_hdf(path, key) and pass the frame on")
+    raise TabularError(f"{path}: HDF5 file without a {_HDF_KEY!r} (or {_HDF_OLD_KEY!r}) table and with "
+                       f"{len(keys)} other tables (keys: {held}); read_table reads one table per file: "
+                       "read the one you want with pd.read_hdf(path, key) and pass the frame on")
+
+
+def _hdf_tables(store: pd.HDFStore) -> list[str]:
+    """The keys of the frames and series in an HDF5 store, as ``pd.read_hdf`` counts them.
+
+    ``store.keys()`` also lists the root beside a key named ``"table"`` (see :data:`_HDF_KEY`)
+    and the groups under ``<key>/meta/`` where the ``table`` layout keeps a categorical's
+    categories: neither is a table, and with them a file holding one frame seemed to hold several.
+    """
+    keys = [k.lstrip("/") for k in store if k.lstrip("/")]
+    return [k for k in keys if not any(k.startswith(f"{held}/meta/") for held in keys)]
 
 
 def _write_hdf5(df: Frame, path: Path, options: WriteOptions) -> None:

@@ -186,12 +186,19 @@ def _read_csv_arrow(
             f"{path}: column(s) {binary} are not valid {encoding}{where}; pass the file's encoding=, "
             "e.g. encoding='latin-1' or 'cp1252'"
         )
-    duplicated = repeated(table.column_names)
+    names = _header_names(table.column_names)
+    duplicated = repeated(names)
     if duplicated:
         # pandas would rename them (a, a.1) and polars refuse: one clear error on every backend.
-        raise MalformedCSVError(f"{path}: the header names column(s) {duplicated} more than once; "
+        # Checked on the names the frame would have: a blank name beside a real "Unnamed: 0"
+        # made two columns of one name on pandas and a polars DuplicateError naming no file.
+        blank = (" (a blank name is read as 'Unnamed: <position>', as pandas.read_csv names it)"
+                 if "" in table.column_names else "")
+        raise MalformedCSVError(f"{path}: the header names column(s) {duplicated} more than once{blank}; "
                                 "give every column its own name")
+    # Arrow reads the file again by column name (original names) for big integers: renamed after.
     table = _unsigned_ids(table, path, read_options, convert_options, sep)
+    table = table.rename_columns(names)
     if bad:
         bad = sorted(_locate_lines(path, bad, encoding), key=lambda b: (b[0] is None, b[0] or 0))
         shown = "; ".join(f"line {n}: {t[:80]!r}" for n, t in bad[:MAX_LINES_IN_MESSAGE])
@@ -210,6 +217,14 @@ def _read_csv_arrow(
             )
         report.bad_lines = bad
     return table
+
+
+def _header_names(names: list[str]) -> list[str]:
+    """The header's names with each blank one named as ``pandas.read_csv`` names it,
+    ``Unnamed: <position>`` (0-based), on every backend: the index column pandas' ``to_csv``
+    writes has a blank name, and polars called it ``column_0``, so a recipe found it on one
+    backend only. A name of spaces stays as it is, as in pandas."""
+    return [name or f"Unnamed: {i}" for i, name in enumerate(names)]
 
 
 def _unsigned_ids(table: Any, path: Path, read_options: Any, convert_options: Any, sep: str) -> Any:
@@ -376,11 +391,6 @@ def _check_mixed_types(
 
 
 def _from_arrow(table: Any, backend: str, path: Path) -> Frame:
-    # An empty header (the index column pandas' to_csv writes) is named as pandas names it,
-    # on every backend: polars renamed it "column_0", so a recipe found it on one backend only.
-    names = table.column_names
-    if "" in names:
-        table = table.rename_columns([n or f"Unnamed: {i}" for i, n in enumerate(names)])
     if backend == "polars":
         import polars as pl
 

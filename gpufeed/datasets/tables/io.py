@@ -74,6 +74,8 @@ def read_table_with_report(
         decimal = _decimal_mark(src, decimal, sep)
     options = ReadOptions(target, bad_lines, mixed, sep, encoding, decimal or ".", sep_given)
     frame = fmt.reader(target)(src, options, report)
+    if backend_of(frame) == "pandas":
+        frame = _text_names(frame, src)
     if backend_of(frame) != target:
         if backend_of(frame) == "pandas" and _index_holds_data(frame.index):
             # As for a Parquet file's stored pandas index (see binary.py): the same columns on every backend.
@@ -90,7 +92,7 @@ def read_table(
     on_bad_lines: str = "raise", mixed_types: str = "raise", sep: str | None = None,
     encoding: str | None = None, decimal: str | None = None,
 ) -> Frame:
-    """Read a CSV, Parquet, Feather, pickle, HDF5 or JSON-lines table onto ``backend``.
+    """Read a CSV, Parquet, Feather, pickle, HDF5 or JSON (records or lines) table onto ``backend``.
 
     In CSV files an empty field (quoted or not) and the usual NA spellings (``NA``,
     ``null``, ``NaN``, ...) are missing values in every column, as ``pandas.read_csv``
@@ -98,6 +100,11 @@ def read_table(
     8601 date and time (``2024-01-01 10:00:00``, ``...T10:00:00.5+01:00``) is read as
     datetimes, in UTC when the values carry an offset; one whose every value is a bare
     date (``2024-01-01``) as dates (midnight datetimes on pandas).
+
+    Column names are text on every backend and from every format: a frame stored with
+    integer names (``0``, ``1``: made from a numpy array) in a Feather, pickle or HDF5 file
+    reads back with the columns ``"0"``, ``"1"``, as from CSV, Parquet and JSON and as
+    polars names them, so a recipe names the same columns whatever the file.
 
     Args:
         path: the file; its suffix gives the format unless ``format`` is passed. A directory
@@ -127,7 +134,8 @@ def read_table(
     Raises:
         UnknownFormatError, MalformedCSVError, MixedTypeError, EmptyTableError (an empty file
         of any format), TabularError (a file its format's reader cannot parse, a directory of
-        a format other than Parquet, dataset files that disagree on a column's type),
+        a format other than Parquet, dataset files that disagree on a column's type, column
+        names that are one as text, such as ``1`` and ``"1"`` in a pickle),
         FileNotFoundError; all name the file.
 
     Example:
@@ -154,15 +162,19 @@ def write_table(
 ) -> Path:
     """Write ``df`` (pandas, polars or cuDF) in the format given or implied by ``path``.
 
-    JSON is written as JSON lines (one record per line), the layout GPU and streaming
-    readers expect, with floats written exactly and datetimes as ISO 8601 text; HDF5 uses
-    the key ``"table"`` (and pandas' ``"table"`` layout when a column is categorical, which
-    the default fixed layout cannot store) and refuses, naming them, columns pandas'
-    HDFStore cannot store (integers or booleans with missing values: use Parquet or
-    Feather). A pandas or cuDF index that holds data (named, several levels, or labels
-    that are not integers, e.g. timestamps) is written as the first column(s); an unnamed
-    integer index (row numbers) is not written. A polars or cuDF frame written through pandas
-    (pickle, HDF5) keeps its integer columns with missing values integer.
+    JSON is written with floats exact and datetimes as ISO 8601 text: a ``.json`` file as one
+    array of records (``[{...}, ...]``, what ``json.load``, ``pd.read_json`` and
+    ``pl.read_json`` read), a ``.jsonl`` or ``.ndjson`` file as JSON lines (one record per
+    line, the layout GPU and streaming readers expect). HDF5 uses the key ``"data"``, so
+    ``pd.read_hdf(path)`` reads it without a key (and pandas' ``"table"`` layout when a
+    column is categorical, which the default fixed layout cannot store), and refuses,
+    naming them, columns pandas' HDFStore cannot store (integers or booleans with missing
+    values: use Parquet or Feather). A pandas or cuDF index that holds data (named, several
+    levels, or labels that are not integers, e.g. timestamps) is written as the first
+    column(s); an unnamed integer index (row numbers) is not written. A polars or cuDF frame
+    written through pandas (pickle, HDF5) keeps its integer columns with missing values
+    integer. A multi-level column header (``pivot_table(aggfunc=["mean", "max"])``) is
+    refused: no format stores it alike on every backend.
 
     Args:
         df: the frame.
@@ -175,8 +187,10 @@ def write_table(
 
     Raises:
         TabularError: HDF5 asked to store a column it cannot (named, with its dtype);
-            duplicate column names; any failure of the format's writer (a column mixing
-            text and numbers for Parquet), naming the file.
+            duplicate column names; a multi-level column header or tuple column names
+            (``pivot_table(aggfunc=[...])``: flatten them to text first); any failure of
+            the format's writer (a column mixing text and numbers for Parquet); all name
+            the file.
 
     Example:
         >>> write_table(df, tmp_path / "readings.parquet")  # doctest: +SKIP
@@ -190,6 +204,7 @@ def write_table(
         raise ValueError(f"{out}: sep= applies to CSV files only, not {fmt.name}")
     backend = backend_of(df)
     if backend in ("pandas", "cudf"):
+        _refuse_tuple_names(df.columns, out)
         df = _index_as_columns(df, out)
     twice = repeated(str(c) for c in df.columns)
     if twice:  # pandas allows them; no format reads them back as one table on every backend
@@ -249,6 +264,46 @@ def _index_as_columns(df: Frame, out: Path) -> Frame:
         raise TabularError(f"{out}: the frame's index is named {clash[0]!r}, as one of its columns: rename "
                            "one, or reset_index(drop=True) to leave the index out")
     return df.reset_index()
+
+
+def _text_names(frame: Frame, src: Path) -> Frame:
+    """A pandas frame read from ``src`` with every column name as text (``str(name)``).
+
+    Feather, pickle and HDF5 keep pandas' integer names (a frame made from a numpy array has
+    columns 0, 1, ...) while CSV, Parquet, JSON and every polars or cuDF frame have ``"0"``,
+    ``"1"``: a recipe naming ``"0"`` found the column in some files only.
+
+    Raises:
+        TabularError: two names that are one as text (``1`` and ``"1"``), naming the file.
+    """
+    if frame.columns.nlevels == 1 and all(isinstance(c, str) for c in frame.columns):
+        return frame
+    names = [str(c) for c in frame.columns]
+    twice = repeated(names)
+    if twice:
+        raise TabularError(f"{src}: column names that are one name as text ({', '.join(map(repr, twice))}: "
+                           "e.g. 1 and '1'): rename them in the file")
+    return frame.set_axis(names, axis=1)
+
+
+def _refuse_tuple_names(columns: object, out: Path) -> None:
+    """Refuse a multi-level column header (a pandas MultiIndex, from ``pivot_table`` with
+    several ``aggfunc``, ``groupby().agg([...])`` or ``unstack``) and tuple column names.
+
+    No format stores them alike: CSV wrote a two-row header that no reader takes back as
+    one, Parquet and JSON stringified the tuples, and Feather, pickle and HDF5 gave tuples
+    on pandas but their text on polars; a recipe naming a column found it in some files only.
+    """
+    levels = getattr(columns, "nlevels", 1)
+    tuples = [c for c in columns if isinstance(c, tuple)]
+    if levels == 1 and not tuples:
+        return
+    shown = ", ".join(map(repr, tuples[:3])) + (" ..." if len(tuples) > 3 else "")
+    header = f"a {levels}-level column header" if levels > 1 else "tuple column names"
+    raise TabularError(
+        f"{out}: the frame has {header} ({shown}), which no format stores alike on every backend: "
+        "flatten the names to text first, e.g. df.columns = ['_'.join(map(str, c)).strip('_') for c in df.columns]"
+    )
 
 
 def _index_holds_data(index: object) -> bool:

@@ -1,11 +1,12 @@
-"""JSON: read as records or JSON lines, written as JSON lines with floats exact.
-
-JSON lines (one record per line) is the layout GPU and streaming readers expect. JSON has
-no datetime type: a text column whose every value is an ISO 8601 date and time is read
-back as datetimes (in UTC when the values carry an offset). pandas reads through its
-parser, which tells columns mixing numbers and text; polars through its own (several times
-faster), falling back on pandas' reading wherever the two could differ; cuDF as polars
-reads, then moved to the GPU (cuDF's own reader has neither check).
+"""JSON: read as records or JSON lines, written with floats exact: a ``.json`` file as one
+array of records (what ``json.load``, ``pd.read_json`` and ``pl.read_json`` read), a
+``.jsonl`` or ``.ndjson`` file as JSON lines (one record per line, the layout GPU and
+streaming readers expect). JSON has no datetime type: a text column whose every value is
+an ISO 8601 date and time is read back as datetimes (in UTC when the values carry an
+offset). pandas reads through its parser, which tells columns mixing numbers and text;
+polars through its own (several times faster), falling back on pandas' reading wherever
+the two could differ; cuDF as polars reads, then moved to the GPU (cuDF's own reader has
+neither check).
 """
 
 from __future__ import annotations
@@ -39,8 +40,17 @@ _ISO_OFFSET = r"(?:Z|[+-]\d{2}:?\d{2})$"
 _ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 
+#: The suffixes of JSON lines files: written so, and read so whatever the first character.
+_LINES_SUFFIXES = (".jsonl", ".ndjson")
+
+
 def _lines(path: Path) -> bool:
-    return path.suffix.lower() in (".jsonl", ".ndjson") or _looks_like_json_lines(path)
+    return _lines_by_name(path) or _looks_like_json_lines(path)
+
+
+def _lines_by_name(path: Path) -> bool:
+    """Whether ``path``'s suffix names a JSON lines file (else a ``.json`` file is one JSON value)."""
+    return path.suffix.lower() in _LINES_SUFFIXES
 
 
 def pandas_orient(path: Path) -> str | None:
@@ -54,7 +64,7 @@ def pandas_orient(path: Path) -> str | None:
     ``schema`` and ``data``), parsed once the file is known to hold one value: a record
     that ends where the next begins, at a line start, makes it JSON lines.
     """
-    if path.suffix.lower() in (".jsonl", ".ndjson"):
+    if _lines_by_name(path):
         return None
     size = path.stat().st_size
     with open(path, "rb") as fh:
@@ -113,10 +123,18 @@ def _read_json_cudf(path: Path, options: ReadOptions, report: ReadReport) -> Fra
     return to_backend(_read_json_polars(path, options, report), "cudf")
 
 
-def _read_json_records(path: Path, options: ReadOptions, orient: str | None) -> pd.DataFrame:
+def _read_json_records(
+    path: Path, options: ReadOptions, orient: str | None
+) -> tuple[pd.DataFrame, list[str]]:
     """The JSON file through pandas' parser, checked for columns mixing numbers and text,
-    ISO datetimes parsed (see the module docstring); ``orient``: the file's
-    :func:`pandas_orient`, worked out once by the caller (it parses a one-object file)."""
+    ISO datetimes parsed (see the module docstring), booleans with missing values as
+    pandas' nullable ``boolean``; ``orient``: the file's :func:`pandas_orient`, worked out
+    once by the caller (it parses a one-object file).
+
+    Returns:
+        ``(frame, names of the columns of bare dates)``: pandas holds those as midnight
+        datetimes, polars as ``Date``, as from the other formats.
+    """
     lines = orient is None and _lines(path)
     try:
         # precise_float: the default parser can change a float64 in its last bit, so a
@@ -140,7 +158,19 @@ def _read_json_records(path: Path, options: ReadOptions, orient: str | None) -> 
                     raise MixedTypeError(
                         f"{path}: column {name!r} mixes numbers and text; e.g. {col.iloc[idx]!r} in record {idx + 1}"
                     )
-    return _parse_iso_datetimes(frame)
+    return _parse_iso_datetimes(_nullable_booleans(frame))
+
+
+def _nullable_booleans(frame: pd.DataFrame) -> pd.DataFrame:
+    """Object columns of true/false with missing values as pandas' nullable ``boolean``: the
+    parser leaves them Python objects, while CSV, Parquet and Feather give ``boolean``."""
+    for name in frame.columns:
+        col = frame[name]
+        if col.dtype == object and col.hasnans:
+            values = col.dropna()
+            if len(values) and all(isinstance(v, bool) for v in values):
+                frame[name] = col.astype("boolean")
+    return frame
 
 
 def _row_labels_as_column(frame: pd.DataFrame) -> pd.DataFrame:
@@ -207,7 +237,7 @@ def _read_json_pandas(path: Path, options: ReadOptions, report: ReadReport) -> F
     them, except those holding values beyond 2**53 (ids): those are read exactly, as
     pandas' nullable integers, as from Parquet and CSV."""
     orient = pandas_orient(path)
-    frame = _read_json_records(path, options, orient)
+    frame, _ = _read_json_records(path, options, orient)
     # A one-object file: pandas' reading stands (polars' parser reads records and lines).
     suspects = _whole_with_gaps(frame, beyond=2.0**53) if orient is None else []
     for name, series in _exact_integers(path, suspects).items():
@@ -227,15 +257,20 @@ def _read_json_polars(path: Path, options: ReadOptions, report: ReadReport) -> F
     numbers mixed with text; ISO datetimes parsed as pandas parses them): many times faster
     than pandas' parser. Else pandas' reading, with the integer columns from polars'.
     """
+    import polars as pl
+
     orient = pandas_orient(path)
     if orient is None:
         frame = _read_json_native_polars(path)
         if frame is not None:
             return frame
-    pdf = _read_json_records(path, options, orient)
+    pdf, dates = _read_json_records(path, options, orient)
     integers = _exact_integers(path, _whole_with_gaps(pdf) if orient is None else [])  # as on pandas
     frame = to_backend(pdf, "polars")
-    return frame.with_columns(list(integers.values())) if integers else frame
+    # Bare dates are Date, as polars' own parser reads them here: through pandas they were
+    # midnight datetimes, so a nested column beside them (which sends a file here) made them Datetime.
+    columns = [*integers.values(), *(pl.col(name).cast(pl.Date) for name in dates)]
+    return frame.with_columns(columns) if columns else frame
 
 
 #: A JSON number: a text column holding one may have mixed numbers and text in the file,
@@ -326,15 +361,19 @@ def _json_error_location(path: Path, lines: bool) -> str:
     return ""
 
 
-def _parse_iso_datetimes(frame: pd.DataFrame) -> pd.DataFrame:
-    """Text columns whose every value is an ISO 8601 date-time, as datetimes (UTC with offsets)."""
+def _parse_iso_datetimes(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """Text columns whose every value is an ISO 8601 date-time, as datetimes (UTC with
+    offsets), and the names of those that were bare dates (see :func:`_iso_datetimes`)."""
+    dates = []
     for name in frame.columns:
         col = frame[name]
         if col.dtype == object or pd.api.types.is_string_dtype(col.dtype):
             parsed = _iso_datetimes(col)
             if parsed is not None:
                 frame[name] = parsed
-    return frame
+                if _ISO_DATE.fullmatch(col.dropna().iloc[0]):
+                    dates.append(name)
+    return frame, dates
 
 
 def _iso_datetimes(col: pd.Series) -> pd.Series | None:
@@ -371,8 +410,9 @@ def _looks_like_json_lines(path: Path) -> bool:
         return fh.read(1).lstrip().startswith("{")
 
 
-def _write_json_lines(pdf: pd.DataFrame, out: Path, options: WriteOptions) -> None:
-    """JSON lines from pandas, through polars' writer when the frame converts.
+def _write_json_pandas(pdf: pd.DataFrame, out: Path, options: WriteOptions) -> None:
+    """A records array (``.json``) or JSON lines (``.jsonl``, ``.ndjson``) from pandas,
+    through polars' writer when the frame converts.
 
     pandas' ``to_json`` keeps at most 15 significant digits, so float64 values would not
     survive a round trip; polars writes the shortest text that reads back to the same
@@ -398,18 +438,25 @@ def _write_json_lines(pdf: pd.DataFrame, out: Path, options: WriteOptions) -> No
             warnings.warn(f"gpufeed: {out}: column(s) {untyped} mix types polars cannot write, so pandas' JSON "
                           f"writer wrote the file, with 15 significant digits: float column(s) {floats} may "
                           "not read back exactly", stacklevel=4)
-        pdf.to_json(out, orient="records", lines=True, date_format="iso", date_unit="ns", double_precision=15)
+        pdf.to_json(out, orient="records", lines=_lines_by_name(out), date_format="iso", date_unit="ns",
+                    double_precision=15)
         return
-    frame.write_ndjson(out)
+    _write_json_polars(frame, out, options)
 
 
 def _write_json_polars(df: Frame, path: Path, options: WriteOptions) -> None:
+    """A records array (``.json``: JSON lines there were rejected by ``json.load``,
+    ``pd.read_json`` and ``pl.read_json``) or JSON lines (``.jsonl``, ``.ndjson``)."""
     import polars as pl
 
     # JSON has no decimal type: polars writes decimals as strings ("12.34"), which read
     # back as text on polars and no op takes; as numbers instead, as pandas writes them.
     decimals = [name for name, kind in df.schema.items() if isinstance(kind, pl.Decimal)]
-    (df.with_columns(pl.col(decimals).cast(pl.Float64)) if decimals else df).write_ndjson(path)
+    frame = df.with_columns(pl.col(decimals).cast(pl.Float64)) if decimals else df
+    if _lines_by_name(path):
+        frame.write_ndjson(path)
+    else:
+        frame.write_json(path)
 
 
 def _write_json_cudf(df: Frame, path: Path, options: WriteOptions) -> None:
@@ -421,5 +468,5 @@ def _write_json_cudf(df: Frame, path: Path, options: WriteOptions) -> None:
 JSON = TableFormat(
     "json", (".json", ".jsonl", ".ndjson"),
     readers={"pandas": _read_json_pandas, "polars": _read_json_polars, "cudf": _read_json_cudf},
-    writers={"pandas": _write_json_lines, "polars": _write_json_polars, "cudf": _write_json_cudf},
+    writers={"pandas": _write_json_pandas, "polars": _write_json_polars, "cudf": _write_json_cudf},
 )
