@@ -16,8 +16,8 @@ slower per text column, and for 500 station ids ``replace_strict`` took 51 ms, `
   are merged (a hash pass over the distinct values only) before the gather.
 - An integer column over a narrow range (ids, codes) marks the values present in a table
   as long as the range (``np.bincount``) and gathers each row's code from its running
-  count; a wide one takes its sorted distinct values and ``search_sorted``. It is fitted on
-  a thread beside the text slices.
+  count; a wide one takes its sorted distinct values and ``np.searchsorted``. It is
+  fitted and coded on a thread beside the text slices.
 """
 
 from __future__ import annotations
@@ -69,10 +69,9 @@ def polars_fit_codes(frame: NwFrame, columns: Sequence[str], missing: int,
     # The integer columns first: each is one task as long as several slices.
     fitted = spread(fit, [*integers, *slices])
     vocabularies: dict[str, list[Any]] = {}
-    exprs = []
+    coded: dict[str, np.ndarray] = {}
     for c, (vocab, codes) in zip(integers, fitted, strict=False):
-        vocabularies[c] = vocab
-        exprs.append(codes.alias(c))
+        vocabularies[c], coded[c] = vocab, codes
     sliced = fitted[len(integers):]
     tables: list[np.ndarray] = []
     for c in texts:
@@ -87,8 +86,10 @@ def polars_fit_codes(frame: NwFrame, columns: Sequence[str], missing: int,
         np.take(tables[i], sliced[i][0], out=outs[c][lo:hi], mode="wrap")
 
     spread(gather, range(len(slices)))
-    ordered = {c: pl.Series(c, outs[c]) for c in texts}  # numpy's buffer, not a copy
-    return {c: vocabularies[c] for c in columns}, wrap(native.with_columns(*exprs, *ordered.values()))
+    coded.update(outs)
+    # numpy's buffers, not copies
+    return ({c: vocabularies[c] for c in columns},
+            wrap(native.with_columns(*[pl.Series(c, coded[c]) for c in columns])))
 
 
 def _slice_ids(part: Any) -> tuple[np.ndarray, Any]:
@@ -125,36 +126,29 @@ def _merge_vocabularies(seen: Sequence[Any], missing: int, start: int) -> tuple[
     return values.gather(order).to_list(), [np.append(rank[i], np.int32(missing)) for i in ids]
 
 
-def _table_codes(table: np.ndarray, index: Any, nulls: bool, missing: int) -> Any:
-    """``table[index]`` as a polars expression, ``missing`` where ``index`` is null: a null
-    index points at ``missing`` appended to the table (one pass fewer than filling the
-    gathered nulls)."""
-    import polars as pl
-
-    if not nulls:
-        return pl.lit(pl.Series(table)).gather(index)
-    return pl.lit(pl.Series(np.append(table, np.int32(missing)))).gather(index.fill_null(len(table)))
-
-
 #: An integer column whose values span at most this many times its length (plus a floor)
 #: gets its codes from a table as long as the range; a wider one is searched.
 _RANGE_PER_ROW, _RANGE_FLOOR = 2, 1 << 16
 
 
-def _integer_codes(series: Any, missing: int, start: int) -> tuple[list[int], Any]:
-    """The sorted distinct values of a polars integer column and an expression of its int32 codes."""
-    import polars as pl
-
+def _integer_codes(series: Any, missing: int, start: int) -> tuple[list[int], np.ndarray]:
+    """The sorted distinct values of a polars integer column and its int32 codes (numpy's
+    gather: polars' took 3.4 ms of 1M rows' 6 ms)."""
     values = series.drop_nulls()
-    column = pl.col(series.name)
     if len(values) == 0:
-        return [], column.cast(pl.Int32).fill_null(missing)  # every value is missing
+        return [], np.full(len(series), missing, dtype=np.int32)  # every value is missing
     lo, hi = int(values.min()), int(values.max())
+    nulls = len(values) < len(series)
+    filled = (series.fill_null(lo) if nulls else series).to_numpy()
     if hi - lo < _RANGE_PER_ROW * len(series) + _RANGE_FLOOR:
-        present = np.bincount((values - lo).to_numpy(), minlength=hi - lo + 1) > 0
+        present = np.bincount(values.to_numpy() - lo, minlength=hi - lo + 1) > 0
         table = np.cumsum(present, dtype=np.int32) + np.int32(start - 1)
-        index = (column - lo).cast(pl.get_index_type())
-        return (np.flatnonzero(present) + lo).tolist(), _table_codes(table, index, len(values) < len(series), missing)
-    distinct = values.unique().sort()
-    codes = pl.lit(distinct).search_sorted(column).cast(pl.Int32) + start
-    return distinct.to_list(), pl.when(column.is_null()).then(pl.lit(missing, pl.Int32)).otherwise(codes)
+        codes = np.take(table, filled - lo, mode="wrap")  # every index is in range
+        vocab = (np.flatnonzero(present) + lo).tolist()
+    else:
+        distinct = np.unique(values.to_numpy())
+        codes = (np.searchsorted(distinct, filled) + start).astype(np.int32)
+        vocab = distinct.tolist()
+    if nulls:
+        codes[series.is_null().to_numpy()] = missing
+    return vocab, codes
