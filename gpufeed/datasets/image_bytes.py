@@ -1,6 +1,6 @@
 """Byte-level image checks: a file's format from its first bytes, the faults that keep it
-from decoding (empty, truncated, an unknown format), its size from its header, and PIL's
-words for a failure.
+from decoding (empty, truncated, an unknown format, a JPEG marker libjpeg refuses), its
+size from its header, and PIL's words for a failure.
 
 The loaders of both backends and ``gpufeed convert`` judge files here, so a file is found
 bad the same way whichever one reads it, before any decoder sees it.
@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import re
 import zlib
+from bisect import bisect_left
 from collections.abc import Iterator
+from typing import NamedTuple
 
 import numpy as np
 
@@ -49,7 +51,9 @@ def undecodable_reason(data: bytes | memoryview) -> str | None:
 
     Cheap checks only (the bytes are already in memory): an empty file, an unknown
     signature, a JPEG cut short (no end-of-image marker near its end; in entropy-coded
-    data 0xFF is always stuffed, so 0xFFD9 only appears as a real marker). What passes
+    data 0xFF is always stuffed, so 0xFFD9 only appears as a real marker), a JPEG whose
+    markers libjpeg stops on (:func:`jpeg_marker_fault`; the reason is then the torch
+    backend's for the same file, ``"could not decode: <libjpeg's words>"``). What passes
     here can still fail in a decoder; the loaders handle that too.
     """
     if len(data) == 0:
@@ -60,8 +64,12 @@ def undecodable_reason(data: bytes | memoryview) -> str | None:
         if head in (b"GIF87a", b"GIF89a"):  # an image, but not one DALI decodes
             return "unsupported image format (GIF)"
         return "not an image (unknown file signature)"
-    if fmt == "jpeg" and bytes(data[-1024:]).rfind(b"\xff\xd9") < 0 and not _jpeg_ends(memoryview(data).cast("B")):
-        return "truncated JPEG (no end-of-image marker)"
+    if fmt == "jpeg":
+        mv = memoryview(data).cast("B")
+        if bytes(mv[-1024:]).rfind(b"\xff\xd9") < 0 and not _jpeg_ends(mv):
+            return "truncated JPEG (no end-of-image marker)"
+        fault = jpeg_marker_fault(mv)
+        return None if fault is None else f"could not decode: {fault}"
     if fmt == "png":
         return _png_fault(memoryview(data).cast("B"))
     return None
@@ -119,6 +127,276 @@ def _jpeg_ends(mv: memoryview) -> bool:
     header) does not count; a header that does not chain is searched whole."""
     start = next((pos for marker, pos in _jpeg_markers(mv) if marker == 0xDA), 2)
     return bytes(mv[start:]).find(b"\xff\xd9") >= 0
+
+
+#: libjpeg's words (libjpeg-turbo's jerror.h) for a segment whose length does not match
+#: its fields.
+_BAD_LENGTH = "Bogus marker length"
+#: torchvision's words when libjpeg reads past the end of the bytes: its source manager
+#: raises there, where libjpeg's own (DALI's) inserts an end-of-image marker and goes on.
+_INCOMPLETE = "Image is incomplete or truncated"
+#: Start-of-frame markers libjpeg decodes (sequential, progressive, lossless; Huffman or
+#: arithmetic coded), and those it refuses (differential; 0xC8 is reserved).
+_SOF_READ = frozenset((0xC0, 0xC1, 0xC2, 0xC3, 0xC9, 0xCA, 0xCB))
+_SOF_REFUSED = frozenset((0xC5, 0xC6, 0xC7, 0xC8, 0xCD, 0xCE, 0xCF))
+#: Segments libjpeg skips by their length: APP0-APP15, COM, DNL.
+_SKIPPED = frozenset(range(0xE0, 0xF0)) | {0xFE, 0xDC}
+
+
+class _Refused(Exception):
+    """libjpeg's error on a marker, in its words (raised and caught inside
+    :func:`jpeg_marker_fault`)."""
+
+
+def jpeg_marker_fault(data: bytes | memoryview | np.ndarray) -> str | None:
+    """The error libjpeg stops on when it reads this JPEG's markers, in its words, or None.
+
+    libjpeg (under torchvision and PIL) raises on a marker it does not know ("Unsupported
+    marker type 0x87": 0xFF then 0x02-0xBF, 0xDE, 0xDF or 0xF0-0xFD), a second
+    start-of-image or start-of-frame, a table segment whose fields do not add up, a second
+    scan in a one-scan image, and bytes that end before the end-of-image marker. In a
+    baseline JPEG it meets them only after the last row is decoded, and DALI's CPU decoder
+    returns that image (garbage from the damage on; libjpeg's error only printed on
+    stderr): a folder gave the two backends different samples until both checked here.
+    Damage libjpeg only warns about (corrupt entropy-coded data, a wrong restart marker)
+    passes, as it passes every decoder.
+
+    Markers are read as libjpeg reads them (libjpeg-turbo 3.1's ``jdmarker.c``, which
+    torchvision's wheels bundle): segments by their lengths (and their fields even past a
+    length too short for them), each scan's entropy-coded data up to the next 0xFF that is
+    neither stuffing (0xFF00) nor fill (0xFFFF), up to the end-of-image marker (what
+    follows it, such as a phone's motion-photo video, is not read). In a scan with restart
+    markers an unknown marker before the scan's last restart interval is passed over, as
+    libjpeg passes over it when it resynchronises at the next restart boundary (the
+    interval is counted by the restart markers before it: damage that wiped out the later
+    ones leaves the decoder's boundaries in place). Table contents checked later
+    (undefined tables, sampling factors) are not checked here: every decoder fails on
+    those, DALI's included.
+
+    Cost: one numpy pass finds the 0xFF bytes, then the walk visits only the markers
+    outside the entropy-coded data (and unknown ones). On the 300 real photos of
+    ``bench/real_photos.py`` (51 KB mean, 29 progressive) it takes 29 µs per image (35 µs
+    per 100 KB; progressive ones 48 µs) on one core, 4 % of torchvision's decode of them
+    (690 µs).
+
+    Args:
+        data: a JPEG file's bytes, from its start-of-image marker.
+
+    Returns:
+        libjpeg's message (torchvision's for bytes that end too soon), or None.
+
+    Example:
+        >>> data = bytearray(open("photo.jpg", "rb").read())  # a baseline JPEG
+        >>> data[len(data) // 2: len(data) // 2 + 2] = b"\xff\x87"
+        >>> jpeg_marker_fault(bytes(data))
+        'Unsupported marker type 0x87'
+    """
+    a = np.frombuffer(data, dtype=np.uint8)
+    ff = np.flatnonzero(a[:-1] == 0xFF)
+    codes = a[ff + 1]
+    real = (codes != 0x00) & (codes != 0xFF)  # 0xFF00 is a stuffed 0xFF data byte, 0xFFFF fill
+    ff, codes = ff[real], codes[real]
+    # Restart markers (0xD0-0xD7) and TEM (0x01) have no fields: libjpeg passes over them.
+    walked = ((codes < 0xD0) | (codes > 0xD7)) & (codes != 0x01)
+    try:
+        return _walk_markers(memoryview(a), ff[walked].tolist(), codes[walked].tolist(), ff, codes)
+    except _Refused as exc:
+        return str(exc)
+    except IndexError:  # a segment's fields run past the end of the bytes
+        return _INCOMPLETE
+
+
+def _walk_markers(mv: memoryview, positions: list[int], kinds: list[int],
+                  all_positions: np.ndarray, all_kinds: np.ndarray) -> str | None:
+    """libjpeg's reading of the markers at ``positions`` (of kinds ``kinds``; restart
+    markers left out, all markers in ``all_*``): None at the end-of-image marker, else the
+    reason; raises :class:`_Refused` or IndexError (past the end)."""
+    pos, j = 2, 0  # after the start-of-image marker
+    frame: _Frame | None = None  # once its SOF is read
+    multi_scan: bool | None = None  # known from the first scan on
+    restart = 0  # the restart interval (DRI), in MCUs
+    scan: tuple[int, int] | None = None  # in a scan with restarts: (its start, its restart intervals)
+    while True:
+        j = bisect_left(positions, pos, j)
+        if j == len(positions):
+            return _INCOMPLETE  # libjpeg looks for the next marker past the end
+        at, marker = positions[j], kinds[j]
+        body = at + 2
+        if marker < 0xC0 and scan is not None and _resynced(all_positions, all_kinds, scan, at):
+            pos = body
+            continue
+        scan = None
+        if marker == 0xD9:  # end of image
+            if multi_scan is None:
+                raise _Refused("Invalid JPEG file structure: missing SOS marker" if frame is not None
+                               else "JPEG datastream contains no image")
+            return None
+        if marker == 0xDA:
+            pos, chosen, params = _sos(mv, body, frame)
+            if multi_scan is None:
+                multi_scan = len(chosen) < len(frame.ids) or frame.progressive
+            elif not multi_scan:
+                raise _Refused("Didn't expect more than one scan")
+            if frame.progressive:
+                _check_progression(len(chosen), *params)
+            if restart:
+                scan = (pos, -(-frame.mcus(chosen) // restart))
+        elif marker in _SOF_READ:
+            if frame is not None:
+                raise _Refused("Invalid JPEG file structure: two SOF markers")
+            pos, frame = _sof(mv, body, marker)
+        elif marker == 0xC4:
+            pos = _dht(mv, body)
+        elif marker == 0xDB:
+            pos = _dqt(mv, body)
+        elif marker == 0xCC:
+            pos = _dac(mv, body)
+        elif marker == 0xDD:
+            if _u16(mv, body) != 4:
+                raise _Refused(_BAD_LENGTH)
+            pos, restart = body + 4, _u16(mv, body + 2)
+        elif marker in _SKIPPED:
+            pos = body + 2 + max(_u16(mv, body) - 2, 0)
+        elif marker == 0xD8:
+            raise _Refused("Invalid JPEG file structure: two SOI markers")
+        elif marker in _SOF_REFUSED:
+            raise _Refused(f"Unsupported JPEG process: SOF type 0x{marker:02x}")
+        else:
+            raise _Refused(f"Unsupported marker type 0x{marker:02x}")
+
+
+def _resynced(positions: np.ndarray, kinds: np.ndarray, scan: tuple[int, int], at: int) -> bool:
+    """Whether libjpeg passes over the unknown marker at ``at`` in a scan with restarts
+    (``scan``: where its data starts, how many restart intervals it has): whether a restart
+    boundary follows it, i.e. the restart markers before it leave it short of the scan's
+    last interval. At that boundary libjpeg resynchronises: it passes over markers below
+    0xC0 up to a restart marker or a known one."""
+    start, intervals = scan
+    first, last = np.searchsorted(positions, (start, at))
+    passed = kinds[first:last]
+    return int(np.count_nonzero((passed >= 0xD0) & (passed <= 0xD7))) < intervals - 1
+
+
+def _u16(mv: memoryview, at: int) -> int:
+    return mv[at] << 8 | mv[at + 1]
+
+
+def _take(mv: memoryview, at: int, count: int) -> memoryview:
+    """``count`` bytes from ``at``; IndexError where the bytes end first."""
+    if at + count > len(mv):
+        raise IndexError(at + count)
+    return mv[at: at + count]
+
+
+class _Frame(NamedTuple):
+    """What libjpeg keeps of a start-of-frame segment, as far as the marker walk needs it."""
+
+    ids: list[int]  # component ids
+    sampling: list[tuple[int, int]]  # (horizontal, vertical) sampling factors per component
+    height: int
+    width: int
+    progressive: bool
+    unit: int  # pixels per block side: 8, or 1 in a lossless frame
+
+    def mcus(self, chosen: list[int]) -> int:
+        """MCUs in a scan of the components at ``chosen`` (libjpeg's ``per_scan_setup``)."""
+        hmax = max(max(h for h, _ in self.sampling), 1)
+        vmax = max(max(v for _, v in self.sampling), 1)
+        if len(chosen) == 1:  # non-interleaved: one block per MCU
+            h, v = self.sampling[chosen[0]]
+            return -(-self.width * h // (hmax * self.unit)) * -(-self.height * v // (vmax * self.unit))
+        return -(-self.width // (hmax * self.unit)) * -(-self.height // (vmax * self.unit))
+
+
+def _sof(mv: memoryview, at: int, marker: int) -> tuple[int, _Frame]:
+    """A start-of-frame segment (length field at ``at``): where it ends, and the frame."""
+    length, height, width, count = _u16(mv, at), _u16(mv, at + 3), _u16(mv, at + 5), mv[at + 7]
+    if height == 0 or width == 0 or count == 0:
+        raise _Refused("Empty JPEG image (DNL not supported)")
+    if length - 8 != count * 3:
+        raise _Refused(_BAD_LENGTH)
+    fields = _take(mv, at + 8, 3 * count)
+    frame = _Frame(list(fields[::3]), [(f >> 4, f & 15) for f in fields[1::3]], height, width,
+                   progressive=marker in (0xC2, 0xCA), unit=1 if marker in (0xC3, 0xCB) else 8)
+    return at + 8 + 3 * count, frame
+
+
+def _sos(mv: memoryview, at: int, frame: _Frame | None) -> tuple[int, list[int], tuple[int, int, int, int]]:
+    """A start-of-scan segment: where its header ends, the indices of its components in
+    the frame and its ``(Ss, Se, Ah, Al)``."""
+    if frame is None:
+        raise _Refused("Invalid JPEG file structure: SOS before SOF")
+    length, n = _u16(mv, at), mv[at + 2]
+    if length != n * 2 + 6 or not 1 <= n <= 4:
+        raise _Refused(_BAD_LENGTH)
+    fields = _take(mv, at + 3, 2 * n + 3)
+    chosen: list[int] = []
+    for i in range(n):
+        cc = fields[2 * i]
+        # libjpeg looks for the id among the frame's components from the i-th on, and
+        # refuses one listed twice.
+        ci = next((c for c in range(i, min(len(frame.ids), 4)) if frame.ids[c] == cc), None)
+        if ci is None or ci in chosen:
+            raise _Refused(f"Invalid component ID {cc} in SOS")
+        chosen.append(ci)
+    ss, se, approx = fields[2 * n], fields[2 * n + 1], fields[2 * n + 2]
+    return at + length, chosen, (ss, se, approx >> 4, approx & 15)
+
+
+def _check_progression(n: int, ss: int, se: int, ah: int, al: int) -> None:
+    """libjpeg's check of a progressive scan's spectral band and approximation bits."""
+    bad = se != 0 if ss == 0 else (ss > se or se >= 64 or n != 1)
+    if bad or (ah != 0 and al != ah - 1) or al > 13:
+        raise _Refused(f"Invalid progressive/lossless parameters Ss={ss} Se={se} Ah={ah} Al={al}")
+
+
+def _dht(mv: memoryview, at: int) -> int:
+    """A Huffman table segment: where it ends."""
+    length, at = _u16(mv, at) - 2, at + 2
+    while length > 16:
+        head = _take(mv, at, 17)
+        count = sum(head[1:])
+        length, at = length - 17, at + 17
+        if count > 256 or count > length:
+            raise _Refused("Bogus Huffman table definition")
+        _take(mv, at, count)
+        length, at = length - count, at + count
+        index = head[0] - 0x10 if head[0] & 0x10 else head[0]
+        if index >= 4:
+            raise _Refused(f"Bogus DHT index {index}")
+    if length != 0:
+        raise _Refused(_BAD_LENGTH)
+    return at
+
+
+def _dqt(mv: memoryview, at: int) -> int:
+    """A quantisation table segment: where it ends."""
+    length, at = _u16(mv, at) - 2, at + 2
+    while length > 0:
+        spec = mv[at]
+        if spec & 0x0F >= 4:
+            raise _Refused(f"Bogus DQT index {spec & 0x0F}")
+        size = 128 if spec >> 4 else 64  # 16-bit or 8-bit values
+        _take(mv, at + 1, size)
+        length, at = length - 1 - size, at + 1 + size
+    if length != 0:
+        raise _Refused(_BAD_LENGTH)
+    return at
+
+
+def _dac(mv: memoryview, at: int) -> int:
+    """An arithmetic-coding conditioning segment: where it ends."""
+    length, at = _u16(mv, at) - 2, at + 2
+    while length > 0:
+        index, value = _take(mv, at, 2)
+        length, at = length - 2, at + 2
+        if index >= 32:
+            raise _Refused(f"Bogus DAC index {index}")
+        if index < 16 and value & 0x0F > value >> 4:
+            raise _Refused(f"Bogus DAC value 0x{value:x}")
+    if length != 0:
+        raise _Refused(_BAD_LENGTH)
+    return at
 
 
 #: JPEG start-of-frame markers (baseline, progressive, lossless, arithmetic): they hold

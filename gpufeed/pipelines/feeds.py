@@ -64,7 +64,10 @@ class FileFeed:
     replayed, and both backends crop a sample alike.
 
     Files are read and checked here (in the Python thread that schedules DALI runs), so a
-    file that is empty, not an image or a cut-short JPEG is skipped before DALI sees it.
+    file that is empty, not an image, a cut-short JPEG or one whose markers libjpeg refuses
+    is skipped before DALI sees it, for the torch backend's reason: DALI's CPU decoder
+    returns a baseline JPEG with an unknown marker in its scan as garbage pixels, where
+    torchvision raises (:func:`gpufeed.datasets.image_bytes.jpeg_marker_fault`).
     A batch's files are read by ``num_workers`` threads at once, as many readers as the
     torch backend has worker processes: on a network disk each open waits, and waits
     overlap only when several reads are in flight.

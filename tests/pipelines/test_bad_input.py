@@ -22,7 +22,8 @@ BAD = {  # file name -> words the reason must contain
     "zero.jpg": "empty file",
     "notes.jpg": "not an image",
     "readme.txt": "not an image",
-    "broken_header.jpg": "decode",
+    "broken_header.jpg": "decode",  # passes the byte checks: each decoder finds it
+    "scrambled_header.jpg": "could not decode: Bogus Huffman table definition",  # the byte checks, libjpeg's words
     "animation.gif": "unsupported image format (GIF)",
     "corrupt.png": "corrupt PNG (CRC error in its IDAT chunk)",
     "scrambled.png": "decode",  # CRCs intact: only a decoder finds it (libpng crashed torchvision's)
@@ -49,6 +50,15 @@ def messy_folder(tmp_path_factory) -> Path:
     header = bytearray(data)
     sos = header.find(b"\xff\xda")  # scramble the Huffman tables before the scan
     header[sos - 200: sos] = bytes(range(200))
+    (bad / "scrambled_header.jpg").write_bytes(bytes(header))
+    # A Huffman table whose segment adds up but whose codes cannot exist (two more of
+    # length 1 than fit): the byte checks pass it, every decoder refuses it.
+    header = bytearray(data)
+    dht = header.find(b"\xff\xc4")  # its 16 code counts follow the length and table number
+    counts = header[dht + 5: dht + 21]
+    counts[0] += 2
+    counts[max(i for i, n in enumerate(counts) if n >= 2)] -= 2
+    header[dht + 5: dht + 21] = counts
     (bad / "broken_header.jpg").write_bytes(bytes(header))
     with Image.open(good) as img:
         img.save(bad / "animation.gif")
@@ -114,6 +124,8 @@ def test_dali_decode_failures_say_what_is_wrong_with_the_file(messy_folder):
     reasons = {os.path.basename(s.path): s.reason for s in loader.skipped}
     # DALI names its codec's error code; PIL's words say what is wrong with the bytes.
     assert "PIL: broken data stream" in reasons["broken_header.jpg"]
+    # What the byte checks find is reported in the torch backend's words (libjpeg's).
+    assert reasons["scrambled_header.jpg"] == "could not decode: Bogus Huffman table definition"
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
