@@ -40,3 +40,15 @@ def with_png_crcs(png: bytes | bytearray) -> bytes:
         out[end: end + 4] = zlib.crc32(bytes(out[pos + 4: end])).to_bytes(4, "big")
         pos = end + 4
     return bytes(out)
+
+
+def impossible_huffman(jpeg: bytes) -> bytes:
+    """``jpeg`` with a Huffman table whose segment adds up but whose codes cannot exist
+    (two more of length 1 than fit): the byte checks pass it, every decoder refuses it."""
+    data = bytearray(jpeg)
+    dht = data.find(b"\xff\xc4")  # its 16 code counts follow the length and table number
+    counts = data[dht + 5: dht + 21]
+    counts[0] += 2
+    counts[max(i for i, n in enumerate(counts) if n >= 2)] -= 2
+    data[dht + 5: dht + 21] = counts
+    return bytes(data)

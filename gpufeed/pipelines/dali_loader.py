@@ -39,7 +39,7 @@ from gpufeed.pipelines.base import (
 from gpufeed.pipelines.dali_pipeline import build_pipeline
 from gpufeed.pipelines.dali_readers import reader_iterator, shard_format
 from gpufeed.pipelines.feeds import FileFeed, IteratorSkips, crop_inputs, pixel_input
-from gpufeed.pipelines.options import LoaderOptions
+from gpufeed.pipelines.options import LastBatch, LoaderOptions
 from gpufeed.pipelines.threads import SamplePool
 
 _TORCH_DTYPE = {"FLOAT": torch.float32, "FLOAT16": torch.float16, "UINT8": torch.uint8}
@@ -69,7 +69,8 @@ class _PlannedIterator(DALIClassificationIterator):
     @property
     def size(self) -> int:
         """Samples in this shard per epoch, as a reader-driven iterator's ``size`` says
-        (DALI's own ``_size`` stays -1: set, DALI would cut the feed's batches itself)."""
+        (with ``fill``, the padded batches' samples; DALI's own ``_size`` stays -1: set,
+        DALI would cut the feed's batches itself)."""
         return self.planned_samples
 
     @property
@@ -308,7 +309,9 @@ class DaliLoader(ClassificationLoader):
         except RuntimeError as exc:
             raise _named_decode_error(feed, exc) from exc
         iterator.planned_batches = len(self.plan)
-        iterator.planned_samples = self.plan.shard_size
+        # fill: the padded batches' samples, as a reader iterator's size counts them
+        iterator.planned_samples = (len(self.plan) * self.plan.batch_size if self.plan.last_batch == LastBatch.FILL
+                                    else self.plan.shard_size)
         iterator.gpufeed_feed = feed
         iterator.gpufeed_skipped = log
         iterator.gpufeed_fed_because = _why_fed(self.samples)

@@ -14,7 +14,7 @@ from PIL import Image
 from gpufeed.backends import dali_installed
 from gpufeed.datasets.images import generate_image_folder
 from gpufeed.pipelines import BadImageError, classification_loader
-from tests.helpers import png16_bytes, with_png_crcs
+from tests.helpers import impossible_huffman, png16_bytes, with_png_crcs
 from tests.pipelines.test_loader_contract import BACKENDS, load
 
 BAD = {  # file name -> words the reason must contain
@@ -51,15 +51,7 @@ def messy_folder(tmp_path_factory) -> Path:
     sos = header.find(b"\xff\xda")  # scramble the Huffman tables before the scan
     header[sos - 200: sos] = bytes(range(200))
     (bad / "scrambled_header.jpg").write_bytes(bytes(header))
-    # A Huffman table whose segment adds up but whose codes cannot exist (two more of
-    # length 1 than fit): the byte checks pass it, every decoder refuses it.
-    header = bytearray(data)
-    dht = header.find(b"\xff\xc4")  # its 16 code counts follow the length and table number
-    counts = header[dht + 5: dht + 21]
-    counts[0] += 2
-    counts[max(i for i, n in enumerate(counts) if n >= 2)] -= 2
-    header[dht + 5: dht + 21] = counts
-    (bad / "broken_header.jpg").write_bytes(bytes(header))
+    (bad / "broken_header.jpg").write_bytes(impossible_huffman(data))  # passes the byte checks
     with Image.open(good) as img:
         img.save(bad / "animation.gif")
     with Image.open(good) as img:

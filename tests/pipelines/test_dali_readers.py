@@ -288,8 +288,6 @@ def test_fill_on_the_kits_feed_gives_the_loaders_batches(fed_sources, kind):
         assert sorted(set(seen)) == sorted(set(direct)) == list(range(n)), epoch
 
 
-@pytest.mark.xfail(strict=True, reason="the feed-based iterator's size is plan.shard_size, not the samples "
-                   "fill delivers: gpufeed/pipelines/dali_loader.py sets planned_samples")
 @pytest.mark.parametrize("kind", ["folder", "raw"])
 def test_fill_on_the_kits_feed_sizes_the_padded_batches(fed_sources, kind):
     loaders, _ = _fed_fill_loaders(fed_sources, kind)

@@ -20,6 +20,7 @@ import torch
 
 from gpufeed.datasets.images import generate_image_folder
 from gpufeed.pipelines import classification_loader
+from tests.helpers import impossible_huffman
 from tests.pipelines.test_loader_contract import BACKENDS
 
 REPO = Path(__file__).resolve().parents[2]
@@ -121,15 +122,12 @@ def test_files_skipped_before_the_cut_still_count_after_the_resume(tmp_path, bac
     good = next((root / "class_000").iterdir()).read_bytes()
     # Without shuffling "aaa_bad" (label 0) is in the first batch, before the cut, and
     # "zzz_bad" (label 12) in the last, after it. The cut-short JPEG fails the byte checks;
-    # the scrambled header passes them and fails in the decoder (DALI then rebuilds its
-    # pipeline inside the resumed epoch).
+    # the impossible Huffman table passes them and fails in the decoder (DALI then rebuilds
+    # its pipeline inside the resumed epoch).
     (root / "aaa_bad").mkdir()
     (root / "aaa_bad" / "cut_short.jpg").write_bytes(good[: len(good) // 2])
-    scrambled = bytearray(good)
-    sos = scrambled.find(b"\xff\xda")
-    scrambled[sos - 200: sos] = bytes(range(200))
     (root / "zzz_bad").mkdir()
-    (root / "zzz_bad" / "broken_header.jpg").write_bytes(bytes(scrambled))
+    (root / "zzz_bad" / "broken_header.jpg").write_bytes(impossible_huffman(good))
     base = {"source": str(root), "backend": backend, "kw": {**KW, "shuffle": False, **WORKERS}}
     full, cut = run_jobs(tmp_path, [{**base}, {**base, "take": CUT}])
     (resumed,) = run_jobs(tmp_path, [{**base, "load": cut["state"]}])
