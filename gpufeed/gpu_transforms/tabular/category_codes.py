@@ -8,12 +8,13 @@ slower per text column, and for 500 station ids ``replace_strict`` took 51 ms, `
 - A text column is cast to a ``Categorical`` over a fresh category set: one hash pass whose
   physical ids number the distinct values. The few distinct values are sorted and each
   id's code gathered from a table.
-- Why slices: polars casts the text columns of one query one after another (a 2-core box
-  took as long for two columns in one query as for each alone), and a hash pass is the
-  whole cost. So when a table has fewer text columns than twice the cores, each is cut
-  into slices (at least :data:`SLICE_ROWS` rows), each slice cast over its own category
-  set on a thread of its own (the cast releases the GIL), and the slices' distinct values
-  are merged (a hash pass over the distinct values only) before the gather.
+- Why slices: a column's cast is one hash pass on one core, and it is the whole cost, so
+  a table with fewer text columns than cores (the sensor table has one) left cores idle
+  (1M rows, 2 cores: 16 ms for the op before, 10.5-11.8 ms after). So when a table has fewer text columns than cores, each is cut into as
+  many slices as it takes to give every core one (at least :data:`SLICE_ROWS` rows each),
+  each slice cast over its own category set on a thread of its own (the cast releases the
+  GIL), and the slices' distinct values are merged (a hash pass over the distinct values
+  only) before the gather. (Four slices on two cores were no faster than two.)
 - An integer column over a narrow range (ids, codes) marks the values present in a table
   as long as the range (``np.bincount``) and gathers each row's code from its running
   count; a wide one takes its sorted distinct values and ``np.searchsorted``. It is
@@ -55,7 +56,7 @@ def polars_fit_codes(frame: NwFrame, columns: Sequence[str], missing: int,
         return None
     texts = [c for c in columns if schema[c] == pl.String]
     rows = native.height
-    cuts = max(1, min(math.ceil(2 * usable_cpus() / max(len(texts), 1)), rows // SLICE_ROWS))
+    cuts = max(1, min(math.ceil(usable_cpus() / max(len(texts), 1)), rows // SLICE_ROWS))
     bounds = [rows * i // cuts for i in range(cuts + 1)]
     slices = [(c, lo, hi) for c in texts for lo, hi in zip(bounds, bounds[1:], strict=False)]
     integers = [c for c in columns if c not in texts]
