@@ -14,7 +14,9 @@ slower per text column, and for 500 station ids ``replace_strict`` took 51 ms, `
   many slices as it takes to give every core one (at least :data:`SLICE_ROWS` rows each),
   each slice cast over its own category set on a thread of its own (the cast releases the
   GIL), and the slices' distinct values are merged (a hash pass over the distinct values
-  only) before the gather. (Four slices on two cores were no faster than two.)
+  only) before the gather. (Four slices on two cores were no faster than two.) With a
+  text column per core or more, one polars query casts them all and one more gathers
+  the codes (:func:`_fit_whole_columns`), which beat the slices' threads there.
 - An integer column over a narrow range (ids, codes) marks the values present in a table
   as long as the range (``np.bincount``) and gathers each row's code from its running
   count; a wide one takes its sorted distinct values and ``np.searchsorted``. It is
@@ -57,6 +59,8 @@ def polars_fit_codes(frame: NwFrame, columns: Sequence[str], missing: int,
     texts = [c for c in columns if schema[c] == pl.String]
     rows = native.height
     cuts = max(1, min(math.ceil(usable_cpus() / max(len(texts), 1)), rows // SLICE_ROWS))
+    if cuts == 1:
+        return _fit_whole_columns(native, columns, texts, missing, start)
     bounds = [rows * i // cuts for i in range(cuts + 1)]
     slices = [(c, lo, hi) for c in texts for lo, hi in zip(bounds, bounds[1:], strict=False)]
     integers = [c for c in columns if c not in texts]
@@ -91,6 +95,32 @@ def polars_fit_codes(frame: NwFrame, columns: Sequence[str], missing: int,
     # numpy's buffers, not copies
     return ({c: vocabularies[c] for c in columns},
             wrap(native.with_columns(*[pl.Series(c, coded[c]) for c in columns])))
+
+
+def _fit_whole_columns(native: Any, columns: Sequence[str], texts: Sequence[str], missing: int,
+                       start: int) -> tuple[dict[str, list[Any]], NwFrame]:
+    """:func:`polars_fit_codes` with a text column per core or more: every text column cast
+    in one query (polars spreads the columns over its threads), every code gathered in one
+    more. 10M transactions rows, 4 text columns, 2 cores: 0.27 s, against 0.31 s through
+    the slices' Python threads and numpy's gather."""
+    import polars as pl
+
+    categories = {c: pl.Categories.random() for c in texts}
+    # Cast only: a to_physical() in the same query leaves the category set unfilled.
+    cast = native.with_columns(*[pl.col(c).cast(pl.Categorical(cats)) for c, cats in categories.items()])
+    vocabularies: dict[str, list[Any]] = {}
+    exprs = []
+    for c in columns:
+        if c in categories:
+            vocabularies[c], (table,) = _merge_vocabularies([categories[c].to_series()], missing, start)
+            index = pl.col(c).to_physical()
+            if cast.get_column(c).null_count():
+                index = index.fill_null(len(table) - 1)  # the slot holding `missing`
+            exprs.append(pl.lit(pl.Series(table)).gather(index).alias(c))
+        else:
+            vocabularies[c], codes = _integer_codes(native.get_column(c), missing, start)
+            exprs.append(pl.Series(c, codes))
+    return vocabularies, wrap(cast.with_columns(*exprs))
 
 
 def _slice_ids(part: Any) -> tuple[np.ndarray, Any]:

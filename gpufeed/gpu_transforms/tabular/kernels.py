@@ -55,7 +55,7 @@ from gpufeed.gpu_transforms.tabular.frames import (
     small_rows,
     wrap,
 )
-from gpufeed.gpu_transforms.tabular.numpy_kernels import affine, log_offset, spread
+from gpufeed.gpu_transforms.tabular.numpy_kernels import log_offset, spread
 from gpufeed.gpu_transforms.tabular.pandas_kernels import as_column, assign
 from gpufeed.gpu_transforms.tabular.stats import (
     aggregate,
@@ -85,28 +85,11 @@ def polars_log(frame: NwFrame, columns: Sequence[str], offset: float) -> NwFrame
         return None
     if is_lazy(frame):
         return wrap(native.with_columns(
-            pl.col(c).map_batches(lambda s: _numpy_series([s], lambda v, _: log_offset(v, offset))[0],
+            pl.col(c).map_batches(lambda s: _numpy_series([s], lambda v: log_offset(v, offset))[0],
                                   return_dtype=pl.Float64, is_elementwise=True)
             for c in columns))
     return wrap(native.with_columns(_numpy_series([native.get_column(c) for c in columns],
-                                                  lambda values, _: log_offset(values, float(offset)))))
-
-
-def polars_affine(frame: NwFrame, params: dict[str, tuple[float, float]]) -> NwFrame | None:
-    """``(x - sub) * (1 / div)`` in float64 of each column of an eager polars frame, for
-    ``params[column] = (sub, div)``, by :func:`.numpy_kernels.affine` as on pandas; None
-    for a lazy frame or a column numpy cannot read in place (polars' expression then).
-
-    Why: polars' expression writes a new buffer per step, each page of it faulted in, and
-    runs a column per thread; numpy's pieces fill one buffer per column on every core.
-    """
-    native = nw.to_native(frame)
-    if is_lazy(frame) or not _numpy_readable(native, params):
-        return None
-    columns = list(params)
-    return wrap(native.with_columns(_numpy_series(
-        [native.get_column(c) for c in columns],
-        lambda arrays, owners: affine(arrays, [params[columns[i]] for i in owners]))))
+                                                  lambda values: log_offset(values, float(offset)))))
 
 
 def _numpy_readable(native: Any, columns: Sequence[str]) -> bool:
@@ -114,12 +97,11 @@ def _numpy_readable(native: Any, columns: Sequence[str]) -> bool:
     return all(str(schema[c]) in _NUMPY_READABLE for c in columns)
 
 
-def _numpy_series(series: Sequence[Any],
-                  kernel: Callable[[list[np.ndarray], list[int]], list[np.ndarray]]) -> list[Any]:
+def _numpy_series(series: Sequence[Any], kernel: Callable[[list[np.ndarray]], list[np.ndarray]]) -> list[Any]:
     """Float64 polars Series from ``kernel`` run on the values of ``series``, chunk by chunk
     (the same chunks out): every chunk of every Series in one ``kernel`` call, which gets
-    the values (read in place from each chunk's Arrow buffer) and the index of the Series
-    each came from, and returns one float64 array per chunk. Missing values stay missing: each chunk's validity mask is reused, so what
+    the values (read in place from each chunk's Arrow buffer) and returns one float64
+    array per chunk. Missing values stay missing: each chunk's validity mask is reused, so what
     the kernel computes in a masked-out slot is never seen.
     """
     import polars as pl
@@ -131,7 +113,7 @@ def _numpy_series(series: Sequence[Any],
     values = [np.frombuffer(arr.buffers()[1], dtype=arr.type.to_pandas_dtype(), count=arr.offset + len(arr))
               for _, arr in chunks]
     parts: list[list[Any]] = [[] for _ in series]
-    for (i, arr), out in zip(chunks, kernel(values, [i for i, _ in chunks]), strict=True):
+    for (i, arr), out in zip(chunks, kernel(values), strict=True):
         parts[i].append(pl.from_arrow(pa.Array.from_buffers(
             pa.float64(), len(arr), [arr.buffers()[0], pa.py_buffer(out)], null_count=arr.null_count,
             offset=arr.offset)))
