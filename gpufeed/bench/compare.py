@@ -105,13 +105,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "spread recorded on 2-core machines)")
 
 
+#: Suites the kit no longer writes, and where their figures went: an old results folder
+#: holding them is not a run that lost them.
+RETIRED_SUITES = {"tabular-ops": "tabular (its per-op tables)"}
+
+
 def run(args: argparse.Namespace) -> int:
     """Print the comparison as a Markdown table.
 
     Returns:
-        1 when a ratio dropped by more than the threshold, when a pipeline of the old run
-        has no ratio in the new one (it failed or was not run), or when the two runs have
-        no ratio in common (nothing was compared); else 0.
+        1 when a ratio dropped by more than the threshold, when a pipeline or a whole
+        suite of the old run has no ratio in the new one (it failed or was not run: a suite
+        that crashed writes no file), or when the two runs have no ratio in common
+        (nothing was compared); else 0. Retired suites (:data:`RETIRED_SUITES`) are
+        listed, not judged.
     """
     new = load_results([args.new])
     old = load_results([args.old], like=new)
@@ -126,9 +133,16 @@ def run(args: argparse.Namespace) -> int:
     print(f"Ratio to each run's own baseline, old → new; flagged beyond ±{args.threshold:g} %.\n")
     print(markdown_table(rows, [("suite", "suite"), ("pipeline", "pipeline"), ("old", "old ×"), ("new", "new ×"),
                                 ("shown", "change"), ("flag", "flag")]))
-    for label, only in (("old", old.keys() - new.keys()), ("new", new.keys() - old.keys())):
-        if only:
-            print(f"\nOnly in the {label} run (not compared): {', '.join(sorted(only))}")
+    missing = sorted(old.keys() - new.keys() - RETIRED_SUITES.keys())
+    if missing:
+        print(f"\n{len(missing)} suite(s) of the old run have no result in the new one (failed or not run): "
+              f"{', '.join(missing)}; to judge part of a run, pass its result files instead of folders")
+    retired = sorted(old.keys() & RETIRED_SUITES.keys() - new.keys())
+    if retired:
+        print("\nRetired suites in the old run (not compared): "
+              + ", ".join(f"{s} (now {RETIRED_SUITES[s]})" for s in retired))
+    if new.keys() - old.keys():
+        print(f"\nOnly in the new run (not compared): {', '.join(sorted(new.keys() - old.keys()))}")
     across = [f"{s} ({machine_kind(old[s])} → {machine_kind(new[s])})" for s in sorted(old.keys() & new.keys())
               if machine_kind(old[s]) != machine_kind(new[s])]
     if across:
@@ -145,4 +159,4 @@ def run(args: argparse.Namespace) -> int:
     if gone:
         print(f"\n{len(gone)} pipeline(s) of the old run have no ratio in the new one (failed or not run): "
               + ", ".join(f"{r['suite']} {r['pipeline']}" for r in gone))
-    return 1 if dropped or gone else 0
+    return 1 if dropped or gone or missing else 0

@@ -128,6 +128,23 @@ def test_a_pipeline_that_failed_or_nothing_in_common_fails_the_comparison(tmp_pa
     assert "Nothing to compare" in capsys.readouterr().out
 
 
+def test_a_suite_missing_from_the_new_run_fails_the_comparison_but_a_retired_one_does_not(tmp_path, capsys):
+    """A suite that crashed under `bench all` writes no file at all: it passed CI before."""
+    formats = {"suite": "formats", "metadata": {"timestamp": "2026-01-01T00:00:00+00:00"},
+               "ratios": [{"format": "parquet", "read_x": 5.0, "write_x": 16.0}]}
+    old = _write(tmp_path / "old", "images-train-a.json", _images_doc(2.6, 1.8, "2026-01-01T00:00:00+00:00"))
+    _write(old, "formats-a.json", formats)
+    new = _write(tmp_path / "new", "images-train-b.json", _images_doc(2.6, 1.8, "2026-01-02T00:00:00+00:00"))
+    assert main(["bench", "compare", str(old), str(new)]) == 1
+    assert "1 suite(s) of the old run have no result in the new one (failed or not run): formats" \
+        in capsys.readouterr().out
+    _write(new, "formats-b.json", formats)
+    (old / "formats-a.json").rename(old / "tabular-ops-a.json")
+    (old / "tabular-ops-a.json").write_text(json.dumps({**formats, "suite": "tabular-ops"}))
+    assert main(["bench", "compare", str(old), str(new)]) == 0
+    assert "Retired suites in the old run (not compared): tabular-ops" in capsys.readouterr().out
+
+
 def test_settings_kept_in_config_or_at_the_top_are_named_and_references_not_gated(tmp_path, capsys):
     def formats(rows: int, when: str, read: float) -> dict:
         return {"suite": "formats", "metadata": {"timestamp": when}, "config": {"rows": rows, "out": when},
