@@ -57,3 +57,18 @@ def number_at_least(minimum: float, *, above: bool = False) -> Callable[[str], f
 
     parse.__name__ = f"number {bound}"
     return parse
+
+
+def results_folder(value: str) -> str:
+    """An ``--out`` results folder anywhere but inside the gpufeed package (an argparse
+    ``type``, so a run is refused before it starts; a default like ``gpufeed-results`` is
+    relative to the current directory, which may be the package's own folder)."""
+    from pathlib import Path
+
+    import gpufeed
+
+    out = Path(value).resolve()
+    package = Path(gpufeed.__file__).resolve().parent
+    if out == package or package in out.parents:
+        raise argparse.ArgumentTypeError(f"{value} is inside the gpufeed package ({package}): write elsewhere")
+    return value

@@ -16,7 +16,7 @@ import sys
 import warnings
 from collections.abc import Callable, Sequence
 
-from gpufeed.arguments import at_least
+from gpufeed.arguments import at_least, results_folder
 
 #: Benchmark suites: name -> (module with ``add_arguments(parser)`` and ``run(args) -> int``,
 #: its one-line help: the module docstring's first line). Only the suite named on the
@@ -90,7 +90,8 @@ def _build_parser(chosen: Sequence[str] = ()) -> argparse.ArgumentParser:
     stall.add_argument("--compare", nargs="*", choices=("torch", "dali", "pil", "none"), default=None,
                        metavar="LOADER", help="loaders to measure alone for the what-if: torch, dali, pil "
                                               "or none (default: those available here)")
-    stall.add_argument("--out", default="gpufeed-stall", help="results folder (default: ./gpufeed-stall)")
+    stall.add_argument("--out", default="gpufeed-stall", type=results_folder,
+                       help="results folder (default: ./gpufeed-stall)")
 
     data = sub.add_parser("data", help="generate synthetic datasets")
     kinds = data.add_subparsers(dest="kind", required=True)

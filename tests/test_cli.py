@@ -148,3 +148,15 @@ def test_the_kits_warnings_print_as_one_plain_line_on_the_command_line(tmp_path)
     lines = [ln for ln in out.stderr.splitlines() if "notes.txt" in ln]
     assert len(lines) == 1 and lines[0].startswith("gpufeed: ") and "left out 1 file(s)" in lines[0]
     assert "UserWarning" not in out.stderr and "cli.py" not in out.stderr
+
+
+@pytest.mark.parametrize("argv", [["bench", "formats"], ["bench", "all", "--quick"], ["tune"], ["stall"]])
+def test_results_are_never_written_inside_the_package_even_by_default(argv, monkeypatch, capsys):
+    """Run from the package's own folder, the default ./gpufeed-results landed inside it."""
+    import gpufeed
+
+    monkeypatch.chdir(Path(gpufeed.__file__).parent)
+    with pytest.raises(SystemExit) as exc:  # refused before anything runs
+        main(argv)
+    assert exc.value.code == 2 and "inside the gpufeed package" in capsys.readouterr().err
+

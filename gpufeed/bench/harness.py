@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpufeed.arguments import at_least
+from gpufeed.arguments import at_least, results_folder
 from gpufeed.bench.results import machine_kind
 from gpufeed.machine import (
     PACKAGES,
@@ -37,7 +37,7 @@ DEFAULT_OUT = "gpufeed-results"
 
 def add_out_argument(parser: argparse.ArgumentParser) -> None:
     """The ``--out`` option every suite shares (default: ``./gpufeed-results``)."""
-    parser.add_argument("--out", default=DEFAULT_OUT,
+    parser.add_argument("--out", default=DEFAULT_OUT, type=results_folder,
                         help=f"results folder (default: ./{DEFAULT_OUT} in the current directory)")
 
 

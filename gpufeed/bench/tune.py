@@ -124,11 +124,12 @@ def dataloader_code(config: LoaderConfig, *, train: bool, dataset: str = "datase
         dataset: the name of the dataset variable in the user's code.
 
     Returns:
-        Source code: a comment naming the import, then ``loader = DataLoader(...)``.
+        Source code: the import, then ``loader = DataLoader(...)`` (runs as pasted, given
+        ``dataset``).
 
     Example:
         >>> print(dataloader_code(LoaderConfig(0, 32), train=False))
-        # from torch.utils.data import DataLoader
+        from torch.utils.data import DataLoader
         loader = DataLoader(
             dataset,
             batch_size=32,
@@ -143,7 +144,7 @@ def dataloader_code(config: LoaderConfig, *, train: bool, dataset: str = "datase
     if c.num_workers:
         args += [f"persistent_workers={c.persistent_workers}", f"prefetch_factor={c.prefetch_factor}"]
     body = "".join(f"    {a},\n" for a in args)
-    return f"# from torch.utils.data import DataLoader\nloader = DataLoader(\n{body})"
+    return f"from torch.utils.data import DataLoader\nloader = DataLoader(\n{body})"
 
 
 def _int_list(text: str, option: str) -> list[int]:

@@ -14,8 +14,6 @@ from typing import Any
 
 import torch
 
-import gpufeed
-
 
 def _loader_alone(name: str, root: str, batch_size: int, size: int, device: str, workers: int,
                   steps: int, warmup: int) -> dict[str, Any]:
@@ -29,16 +27,6 @@ def _loader_alone(name: str, root: str, batch_size: int, size: int, device: str,
     return {"name": built.name, "samples_per_s": report.samples_per_s}
 
 
-def _check(args: argparse.Namespace) -> Path:
-    """Refuse an output folder inside the package (the counts are checked by the parser);
-    returns the output folder."""
-    out = Path(args.out).resolve()
-    package = Path(gpufeed.__file__).resolve().parent
-    if out == package or package in out.parents:
-        raise ValueError(f"--out {args.out} is inside the gpufeed package ({package}): write elsewhere")
-    return out
-
-
 def run(args: argparse.Namespace) -> int:
     """Run ``gpufeed stall`` with parsed ``args``; returns the exit status."""
     from gpufeed.backends import resolve_device
@@ -50,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     from gpufeed.profile.models import TrainStep, build_model
     from gpufeed.profile.whatif import what_if
 
-    out = _check(args)
+    out = Path(args.out).resolve()  # not inside the package: arguments.results_folder
     try:
         device = resolve_device(args.device)
     except ValueError as exc:

@@ -16,6 +16,8 @@ PNG = b"\x89PNG\r\n\x1a\n"
 def _run_code(code: str) -> dict:
     calls = []
     namespace = {"DataLoader": lambda *a, **kw: calls.append((a, kw)) or "loader", "dataset": "the dataset"}
+    imports, code = code.split("\n", 1)  # the real import would replace the recording stand-in
+    assert imports == "from torch.utils.data import DataLoader"
     exec(compile(code, "<tune output>", "exec"), namespace)  # noqa: S102 - the code the sweep prints
     assert namespace["loader"] == "loader" and calls[0][0] == ("the dataset",)
     return calls[0][1]
@@ -50,6 +52,13 @@ def test_the_printed_dataloader_code_is_valid_python():
                       "persistent_workers": True, "prefetch_factor": 4}
     assert "prefetch_factor" not in _run_code(dataloader_code(LoaderConfig(0, 32, persistent_workers=True),
                                                               train=False))
+
+
+def test_the_printed_dataloader_code_runs_as_pasted_into_a_fresh_script():
+    """Its import was a comment: pasted alone, the code failed with NameError."""
+    scope: dict = {"dataset": list(range(10))}
+    exec(dataloader_code(LoaderConfig(0, 4), train=False), scope)  # no DataLoader given: the code imports it
+    assert [len(b) for b in scope["loader"]] == [4, 4, 2]
 
 
 def test_a_tiny_sweep_runs_end_to_end(image_folder, tmp_path, capsys):

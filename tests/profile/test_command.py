@@ -35,8 +35,9 @@ def test_stall_refuses_bad_arguments_in_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert exc.value.code == 2 and "argument --steps: must be >= 1, got 0" in err and "Traceback" not in err
     package = gpufeed.__file__.rsplit("/", 1)[0]
-    assert main(["stall", "--out", f"{package}/results"]) == 2
-    assert "inside the gpufeed package" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(["stall", "--out", f"{package}/results"])
+    assert exc.value.code == 2 and "inside the gpufeed package" in capsys.readouterr().err
     assert main(["stall", "--device", "gpu", "--out", str(tmp_path)]) == 2
     assert "--device: device must be" in capsys.readouterr().err
     assert main(["stall", "--data", str(tmp_path / "nowhere"), "--out", str(tmp_path)]) == 2
