@@ -1,11 +1,12 @@
 # Containers that run the gpufeed benchmarks: a GPU image (default) and a CPU variant.
 #
 #   docker build -t gpufeed .                                           # GPU: CUDA 13 base, DALI + cupy + cuDF
-#   docker run --gpus all --rm -v "$PWD/results:/results" gpufeed       # gpufeed bench all --out /results
+#   mkdir -p results   # then the container (as you, with room in /dev/shm) writes there:
+#   docker run --gpus all --rm --shm-size=16g --user "$(id -u):$(id -g)" -v "$PWD/results:/results" gpufeed
 #   docker run --gpus all --rm gpufeed gpufeed doctor
 #
 #   docker build -t gpufeed-cpu --build-arg BASE=ubuntu:24.04 --build-arg EXTRAS=dali-cpu,dask,hdf5 .
-#   docker run --rm -v "$PWD/results:/results" gpufeed-cpu
+#   docker run --rm --shm-size=16g --user "$(id -u):$(id -g)" -v "$PWD/results:/results" gpufeed-cpu
 #
 # The install is the README's own: `make install` (the target `make test` and `make bench`
 # build on), so CI tests what the image runs. The CUDA 13 stack matches PyPI's default
@@ -15,8 +16,10 @@ FROM ${BASE}
 ARG EXTRAS=cuda13,dask,hdf5
 
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# Caches under /tmp: a run as any user (`--user "$(id -u):$(id -g)"`, so results on the
+# mounted folder are the caller's) can write them; the home folder is only uid 1000's.
 ENV DEBIAN_FRONTEND=noninteractive PIP_NO_CACHE_DIR=1 PYTHONUNBUFFERED=1 \
-    GPUFEED_CACHE=/home/gpufeed/.cache/gpufeed PATH=/opt/venv/bin:$PATH
+    GPUFEED_CACHE=/tmp/gpufeed-cache MPLCONFIGDIR=/tmp/matplotlib PATH=/opt/venv/bin:$PATH
 # Distribution packages are not pinned: the base image's release pins them.
 # hadolint ignore=DL3008
 RUN apt-get update \
