@@ -29,6 +29,9 @@ from gpufeed.profile.stall import StallMeter
 OVERLAP_NOTE_BELOW = 0.85
 #: A compute-bound loop that still waited this share of its time gets a note saying why.
 STALL_NOTE_PCT = 10.0
+#: Together within this share of the two back to back (``1 / (1/L + 1/M)``): loading did
+#: not overlap the step (a DataLoader without workers, a plain generator).
+SERIAL_BAND = 0.10
 
 
 def _metered(batches: Iterable[Any], body: Callable[[Any], Any], *, warmup: int, device: torch.device,
@@ -157,9 +160,28 @@ class WhatIf:
                 f"({lr:,.1f} vs {m:,.1f} {unit}/s)")
 
     @property
+    def serial_rate(self) -> float:
+        """Samples/s of loading and step back to back, nothing overlapped: ``1 / (1/L + 1/M)``."""
+        return 1.0 / (1.0 / self.model_rate + 1.0 / self.loader_rate)
+
+    @property
+    def in_foreground(self) -> bool:
+        """Whether the loop ran as loading and step back to back: the loader prepares no batch
+        while the step runs (a DataLoader with ``num_workers=0``, a plain generator)."""
+        return abs(self.actual.samples_per_s / self.serial_rate - 1.0) <= SERIAL_BAND
+
+    @property
     def advice(self) -> str:
         """Which loader would remove the stall (or that none is needed, or none would)."""
         unit, m = self.actual.unit, self.model_rate
+        if self.bound == "compute" and self.in_foreground and self.actual.stall_pct >= STALL_NOTE_PCT:
+            # The loader keeps up alone, yet each batch is loaded while the step waits: the
+            # fix is overlap, not a faster loader (a DataLoader without workers had been
+            # told it was not the bottleneck).
+            return (f"load in the background: the loader alone keeps up ({self.loader_rate:,.1f} vs {m:,.1f} "
+                    f"{unit}/s) but loads each batch while the step waits; with workers (DataLoader "
+                    f"num_workers >= 1) or a prefetching loader (the kit's) the loop would approach {m:,.1f} "
+                    f"{unit}/s (now {self.actual.samples_per_s:,.1f})")
         if self.bound == "compute":
             return "the input pipeline is not the bottleneck here: a faster loader would not speed training up"
         others = {n: r for n, r in self.loaders_alone.items() if n != self.loader}
@@ -181,8 +203,13 @@ class WhatIf:
         """What the together run shows that the two alone do not."""
         ideal = min(self.model_rate, self.loader_rate)
         together = self.actual.samples_per_s
-        why = ("loading and the step share this machine's CPU cores" if self.actual.device == "cpu"
-               else "prefetching does not hide the loader's latency, or loader and step compete for the CPU")
+        if self.in_foreground:
+            why = (f"loading did not overlap the step: the loop ran as the two back to back "
+                   f"({self.serial_rate:,.1f} {self.actual.unit}/s), as a loader without background workers does")
+        elif self.actual.device == "cpu":
+            why = "loading and the step share this machine's CPU cores"
+        else:
+            why = "prefetching does not hide the loader's latency, or loader and step compete for the CPU"
         notes = []
         if together < OVERLAP_NOTE_BELOW * ideal:
             notes.append(f"together the loop runs {100 * (1 - together / ideal):.0f}% below the slower of the "

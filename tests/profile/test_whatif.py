@@ -20,12 +20,45 @@ def test_input_bound_verdict_and_the_loader_that_would_keep_up():
     assert "model alone" in text and "loader alone (slow" in text and "slow" in text and "verdict: input-bound" in text
 
 
-def test_compute_bound_verdict():
-    result = what_if(sleepy_step(0.040), SleepyLoader(0.005), steps=STEPS, warmup=WARMUP, device="cpu")
+class Prefetching:
+    """A loader that prepares the next batch on a thread while the step runs (as DataLoader
+    workers do), without forking."""
+
+    def __init__(self, inner: SleepyLoader) -> None:
+        self.inner = inner
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def __iter__(self):  # noqa: ANN204 - a generator
+        import queue
+        import threading
+
+        ready: queue.Queue = queue.Queue(maxsize=2)
+        end = object()
+        threading.Thread(target=lambda: [*map(ready.put, self.inner), ready.put(end)], daemon=True).start()
+        while (item := ready.get()) is not end:
+            yield item
+
+
+def test_compute_bound_verdict_with_a_prefetching_loader():
+    result = what_if(sleepy_step(0.040), Prefetching(SleepyLoader(0.010)), steps=STEPS, warmup=WARMUP,
+                     device="cpu")
     assert result.bound == "compute" and result.predicted_stall_pct == 0
     assert result.verdict.startswith("compute-bound")
-    assert abs(result.actual.stall_pct - 100 * 5 / 45) < 5
+    assert result.actual.stall_pct < 5 and not result.in_foreground
     assert "not the bottleneck" in result.advice
+
+
+def test_a_loader_that_loads_in_the_foreground_is_told_to_load_in_the_background():
+    """A DataLoader without workers keeps up alone but loads while the step waits: it had
+    been told it was not the bottleneck, and the note blamed shared CPU cores."""
+    result = what_if(sleepy_step(0.040), SleepyLoader(0.010), steps=STEPS, warmup=WARMUP, device="cpu")
+    assert result.bound == "compute" and result.in_foreground
+    assert abs(result.actual.stall_pct - 100 * 10 / 50) < 5
+    assert result.advice.startswith("load in the background") and "num_workers >= 1" in result.advice
+    assert any("loading did not overlap the step" in n for n in result.notes)
+    assert not any("CPU cores" in n for n in result.notes)
 
 
 def test_rates_given_as_numbers_and_none_that_keeps_up():
