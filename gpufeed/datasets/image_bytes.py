@@ -100,18 +100,24 @@ def _png_fault(mv: memoryview) -> str | None:
     return "truncated PNG (no IEND chunk)"
 
 
-def _jpeg_markers(mv: memoryview) -> Iterator[tuple[int, int]]:
-    """``(marker, position)`` of a JPEG's header segments, in order, up to its first scan
-    (0xDA, start of scan) or the first bytes that do not chain as segments."""
+def _jpeg_markers(mv: memoryview) -> Iterator[tuple[int, int, int]]:
+    """``(marker, position, stray)`` of a JPEG's header segments, in order, up to its first
+    scan (0xDA, start of scan): ``stray`` bytes before the marker's 0xFF belong to no
+    segment. Some cameras write such bytes between segments; libjpeg passes over them with
+    a warning ("N extraneous bytes before marker"), as this walk does. Ends early where
+    the lengths run past the bytes."""
     pos, end = 2, len(mv) - 3
     while pos < end:
-        if mv[pos] != 0xFF:
-            return  # stray bytes between segments (some cameras write them)
+        start = pos
+        while pos < end and not (mv[pos] == 0xFF and mv[pos + 1] not in (0x00, 0xFF)):
+            pos += 1  # stray bytes, fill bytes (0xFF before a marker)
+        if pos >= end:
+            return
+        fill = pos
+        while fill > start and mv[fill - 1] == 0xFF:
+            fill -= 1  # fill bytes before a marker are allowed: not stray
         marker = mv[pos + 1]
-        if marker == 0xFF:  # fill byte
-            pos += 1
-            continue
-        yield marker, pos
+        yield marker, pos, fill - start
         if marker == 0xDA:
             return
         if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7:  # markers without a length
@@ -120,12 +126,36 @@ def _jpeg_markers(mv: memoryview) -> Iterator[tuple[int, int]]:
         pos += 2 + int.from_bytes(mv[pos + 2: pos + 4], "big")
 
 
+def jpeg_without_stray_bytes(data: bytes | memoryview | np.ndarray) -> bytes | memoryview | np.ndarray:
+    """A JPEG's bytes without the stray bytes between its header segments, or ``data``
+    itself when it has none (no copy; other formats too).
+
+    Why: libjpeg (torchvision, PIL) decodes such a file with a warning, while DALI's
+    parser refuses it ("Invalid marker"), so the DALI backend skipped files the torch
+    backend yielded. Removing bytes that belong to no segment changes nothing libjpeg
+    decodes.
+    """
+    mv = memoryview(data).cast("B")
+    if image_format(mv) != "jpeg":
+        return data
+    gaps = [(pos - stray, pos) for _, pos, stray in _jpeg_markers(mv) if stray]
+    if not gaps:
+        return data
+    pieces, last = [], 0
+    for lo, hi in gaps:
+        pieces.append(mv[last:lo])
+        last = hi
+    pieces.append(mv[last:])
+    joined = b"".join(pieces)
+    return np.frombuffer(joined, dtype=np.uint8) if isinstance(data, np.ndarray) else joined
+
+
 def _jpeg_ends(mv: memoryview) -> bool:
     """Whether a JPEG's image data ends with an end-of-image marker somewhere after its
     first scan: phones append a video ("motion photos") or padding after it, which every
     decoder ignores. Searched from the scan on, so an EXIF thumbnail's own marker (in the
     header) does not count; a header that does not chain is searched whole."""
-    start = next((pos for marker, pos in _jpeg_markers(mv) if marker == 0xDA), 2)
+    start = next((pos for marker, pos, _ in _jpeg_markers(mv) if marker == 0xDA), 2)
     return bytes(mv[start:]).find(b"\xff\xd9") >= 0
 
 
@@ -417,8 +447,7 @@ def image_size(data: np.ndarray) -> tuple[int, int] | None:
     if fmt == "png" and len(mv) >= 24:
         return int.from_bytes(mv[20:24], "big"), int.from_bytes(mv[16:20], "big")
     if fmt == "jpeg":
-        # Stray bytes between segments end the walk: PIL scans on.
-        for marker, pos in _jpeg_markers(mv):
+        for marker, pos, _ in _jpeg_markers(mv):
             if marker in _JPEG_SOF and pos + 9 <= len(mv):
                 return int.from_bytes(mv[pos + 5: pos + 7], "big"), int.from_bytes(mv[pos + 7: pos + 9], "big")
     import io

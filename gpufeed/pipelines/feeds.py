@@ -13,7 +13,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from gpufeed.datasets.image_bytes import image_size, pil_reason, sample_fault
+from gpufeed.datasets.image_bytes import (
+    image_size,
+    jpeg_without_stray_bytes,
+    pil_reason,
+    sample_fault,
+)
 from gpufeed.datasets.samples import SampleSource
 from gpufeed.pipelines.geometry import train_window
 from gpufeed.pipelines.options import LoaderOptions
@@ -136,7 +141,8 @@ class FileFeed:
                 if reason is not None:
                     self.log.add(path, reason)
                     continue
-                encoded.append(pixel_input(data, crop) if pixels else data)
+                # DALI's parser refuses stray bytes between JPEG segments that libjpeg passes over.
+                encoded.append(pixel_input(data, crop) if pixels else jpeg_without_stray_bytes(data))
                 labels.append(source.labels[i])
                 crops.append(crop)
             if encoded:

@@ -11,10 +11,16 @@ import os
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 from gpufeed.backends import dali_installed
-from gpufeed.datasets.image_bytes import jpeg_marker_fault, undecodable_reason
+from gpufeed.datasets.image_bytes import (
+    image_size,
+    jpeg_marker_fault,
+    jpeg_without_stray_bytes,
+    undecodable_reason,
+)
 from gpufeed.pipelines import BadImageError
 from gpufeed.pipelines.torch_loader import DECODE_ERRORS, decode_failure, decode_rgb
 from tests.pipelines.test_loader_contract import BACKENDS, load
@@ -173,3 +179,36 @@ def test_the_dali_iterator_skips_and_lists_it_too(damaged_folder):
     assert sum(len(b[0]["label"]) for b in batches) == 1
     assert [(os.path.basename(s.path), s.reason) for s in it.gpufeed_skipped.skipped] == [
         ("corrupt.jpg", UNKNOWN_MARKER)]
+
+
+def _with_stray_bytes(data: bytes) -> bytes:
+    """Two bytes that belong to no segment before the quantisation table (some cameras)."""
+    dqt = data.find(b"\xff\xdb")
+    return data[:dqt] + b"\x00\x12" + data[dqt:]
+
+
+def test_stray_bytes_between_header_segments_are_dropped_and_nothing_else():
+    data = _jpeg()
+    assert jpeg_without_stray_bytes(data) is data  # nothing to drop: no copy
+    assert jpeg_without_stray_bytes(_with_stray_bytes(data)) == data
+    arr = np.frombuffer(_with_stray_bytes(data), dtype=np.uint8)  # what the loaders read
+    assert np.array_equal(jpeg_without_stray_bytes(arr), np.frombuffer(data, dtype=np.uint8))
+    assert image_size(arr) == (96, 160)  # read from the header past the stray bytes, not by PIL
+    assert undecodable_reason(_with_stray_bytes(data)) is None  # libjpeg decodes it, with a warning
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("train", [False, True])
+def test_both_backends_yield_a_jpeg_with_stray_bytes_between_segments(tmp_path, backend, train):
+    """DALI's parser refused it ("Invalid marker") where libjpeg decodes it: the DALI backend
+    skipped a file the torch backend yielded."""
+    root = tmp_path / "train"
+    (root / "cls").mkdir(parents=True)
+    data = _jpeg()
+    (root / "cls" / "a.jpg").write_bytes(data)
+    (root / "cls" / "b.jpg").write_bytes(_with_stray_bytes(data))
+    loader = load(root, backend, train=train, batch_size=2, size=32, shuffle=False)
+    (x, _), = list(loader)
+    assert len(x) == 2 and not loader.skipped
+    if not train:  # the same pixels as the intact file
+        assert torch.equal(x[0], x[1])
