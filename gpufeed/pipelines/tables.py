@@ -4,7 +4,8 @@ From cuDF the columns go to a cupy matrix on the GPU and into torch through DLPa
 (:func:`gpufeed.gpu_transforms.arrays.cudf_to_torch`), so the data never leaves the device
 (cuDF's matrix is column-major: one copy on the GPU makes it row-major, as from numpy). From pandas and polars they go through one
 numpy float32 matrix (``torch.from_numpy`` shares it), then ``.to(device)``. Tables larger
-than one batch are cut into row slices first, so only one batch is ever converted at a time.
+than one batch are cut into row slices (or, shuffled, gathered rows) first, so only one
+batch is ever converted at a time.
 
 Not imported by :mod:`gpufeed.pipelines` itself, so image-only code never loads the table
 stack (narwhals, polars).
@@ -24,6 +25,14 @@ from gpufeed.gpu_transforms.tabular.errors import BackendError, ColumnTypeError,
 from gpufeed.gpu_transforms.tabular.frames import Frame, backend_of, repeated, require_columns, wrap
 
 
+def _collected(df: Frame) -> Frame:
+    """A polars LazyFrame (what a recipe returns for ``pl.scan_parquet``) collected: the
+    tensors need its rows."""
+    if type(df).__name__ == "LazyFrame" and type(df).__module__.startswith("polars"):
+        return df.collect()
+    return df
+
+
 def _missing_error(columns: Sequence[str], where: np.ndarray) -> NonFiniteError:
     bad = [c for c, hit in zip(columns, where, strict=True) if hit]
     return NonFiniteError(f"missing values in column(s) {bad}: fill them (FillMissing) before the hand-off")
@@ -36,7 +45,12 @@ def _raise_non_finite(columns: Sequence[str], values: np.ndarray) -> None:
         raise _missing_error(columns, nulls)
     # an inf feature turns the loss into inf/NaN at the first step
     bad = [c for c, hit in zip(columns, np.isinf(values).any(axis=0), strict=True) if hit]
-    raise NonFiniteError(f"inf values in column(s) {bad}: clip them (Clip) before the hand-off")
+    if bad:
+        raise NonFiniteError(f"inf values in column(s) {bad}: clip them (Clip) before the hand-off")
+    # finite in float64, inf in float32: the cast overflowed
+    big = [c for c, hit in zip(columns, (np.abs(values) > np.finfo(np.float32).max).any(axis=0), strict=True) if hit]
+    raise NonFiniteError(f"values beyond float32's range (±{np.finfo(np.float32).max:.3g}) in column(s) {big}, "
+                         "which would become inf: scale them (Standardize, MinMax, Log) before the hand-off")
 
 
 def _label_error(column: str, dtype: object) -> ColumnTypeError:
@@ -125,13 +139,18 @@ def _matrix(df: Frame, columns: Sequence[str], dtype: torch.dtype, device: torch
             bad = [c for i, c in enumerate(columns) if not _converts(array[:, i])]
             raise ColumnTypeError(f"to_tensors needs numeric columns; {bad} hold values that are not numbers "
                             f"({exc}): encode them first (Categorify or HashBucket)") from exc
-        # One pass in the common case (every value finite); which columns hold NaN or inf
-        # is only worked out when some do.
-        if not np.isfinite(values).all():
-            _raise_non_finite(columns, values)
     if is_label and array.dtype.kind not in "iu":
         raise _label_error(columns[0], array.dtype)
-    array = np.ascontiguousarray(array, dtype=np.int64 if is_label else np.float32)
+    if is_label and array.dtype == np.uint64 and array.size and array.max() > np.iinfo(np.int64).max:
+        raise ColumnTypeError(f"label column {columns[0]!r} holds values beyond int64 (up to {array.max()}), "
+                              "which would wrap round to negative class indices: encode them (Categorify)")
+    with np.errstate(over="ignore"):  # checked below, with the column named
+        matrix = np.ascontiguousarray(array, dtype=np.int64 if is_label else np.float32)
+    # One pass in the common case (every value finite), after the cast so that a float64
+    # beyond float32's range is caught too; which columns fail is only worked out then.
+    if not is_label and array.dtype.kind in "fO" and not np.isfinite(matrix).all():
+        _raise_non_finite(columns, values)
+    array = matrix
     if not array.flags.writeable:
         # A read-only view of the frame's own buffer (pandas copy-on-write, Arrow memory):
         # torch tensors are writable, so copy rather than let a write corrupt the table.
@@ -165,6 +184,7 @@ def to_tensors(
         (torch.float32, torch.int64)
     """
     _check_features(features, "to_tensors")
+    df = _collected(df)
     require_columns(wrap(df), [*features, *([label] if label else [])], "to_tensors")
     _check_numeric(df, [*features, *([label] if label else [])])
     dev = resolve_device(device)
@@ -184,13 +204,15 @@ def iter_batches(
         df: a pandas, polars or cuDF frame.
         features, label, device: as in :func:`to_tensors`.
         batch_size: rows per batch.
-        shuffle: visit batches in a seeded random order (rows inside a batch stay
-            contiguous, which keeps slicing zero-copy; shuffle the table once beforehand
-            for row-level shuffling).
-        seed: seed of the batch order.
-        epoch: the training epoch: with ``shuffle``, each epoch visits the batches in
-            another order (the same one again for the same ``seed`` and ``epoch``).
-        drop_last: drop a final batch smaller than ``batch_size``.
+        shuffle: visit the rows in a seeded random order, as a ``DataLoader`` with
+            ``shuffle=True`` does: each batch gathers rows from the whole table (a table
+            sorted by time or label still gives mixed batches). Without it, batches are
+            row slices in order.
+        seed: seed of the row order.
+        epoch: the training epoch: with ``shuffle``, each epoch visits the rows in another
+            order (the same one again for the same ``seed`` and ``epoch``).
+        drop_last: drop a final batch smaller than ``batch_size`` (with ``shuffle``, other
+            rows each epoch, as a DataLoader drops them).
 
     Returns:
         An iterator over ``ceil(rows / batch_size)`` (or floor, with ``drop_last``) batches.
@@ -202,14 +224,15 @@ def iter_batches(
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     _check_features(features, "iter_batches")
-    frame = wrap(df)
+    frame = wrap(_collected(df))
     require_columns(frame, [*features, *([label] if label else [])], "iter_batches")
     n = len(frame)
     starts = list(range(0, n, batch_size))
     if drop_last and starts and n - starts[-1] < batch_size:
         starts.pop()
-    if shuffle:
-        rng = np.random.default_rng(seed if epoch == 0 else (seed, epoch))  # epoch 0: the order of before
-        starts = [starts[i] for i in rng.permutation(len(starts))]
+    # Shuffled: rows, not batches. Shuffling only the order of fixed slices left the same
+    # tail out of every epoch with drop_last, and never mixed a sorted table's rows.
+    order = np.random.default_rng(seed if epoch == 0 else (seed, epoch)).permutation(n) if shuffle else None
     for start in starts:
-        yield to_tensors(nw.to_native(frame[start:start + batch_size]), features, label, device=device)
+        rows = slice(start, start + batch_size) if order is None else order[start:start + batch_size]
+        yield to_tensors(nw.to_native(frame[rows]), features, label, device=device)
