@@ -162,6 +162,8 @@ def to_torch(obj: Any, *, device: torch.device | str | None = None, allow_copy: 
         >>> to_torch(np.zeros((2, 3), np.float32)).shape
         torch.Size([2, 3])
     """
+    if isinstance(obj, np.generic):  # a numpy scalar: a 0-d array holds it as well
+        obj = np.asarray(obj)
     fam = _family(obj)
     if fam == "torch":
         t = obj
@@ -190,7 +192,14 @@ def _same_device(wanted: torch.device, have: torch.device) -> bool:
 
 
 def to_numpy(obj: Any, *, allow_copy: bool = False) -> np.ndarray:
-    """A numpy array sharing memory with host data; device data needs ``allow_copy``."""
+    """A numpy array sharing memory with host data; device data needs ``allow_copy``.
+
+    Raises:
+        TypeError: ``obj`` is none of torch, numpy, cupy, cuDF or DLPack data (a pandas or
+            polars Series has its own ``.to_numpy()``).
+    """
+    if isinstance(obj, np.generic):
+        return np.asarray(obj)
     fam = _family(obj)
     if fam == "numpy":
         return obj
@@ -203,6 +212,9 @@ def to_numpy(obj: Any, *, allow_copy: bool = False) -> np.ndarray:
         _cross(f"{fam} data to numpy", allow_copy)
         arr = _cudf_to_cupy(obj) if fam == "cudf" else obj
         return arr.get()
+    if not hasattr(obj, "__dlpack__"):
+        raise TypeError(f"to_numpy takes torch, numpy, cupy, cuDF or DLPack data, got {type(obj).__name__}"
+                        " (a pandas or polars Series: its own .to_numpy())")
     return np.from_dlpack(obj)
 
 

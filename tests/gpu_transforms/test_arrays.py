@@ -59,10 +59,21 @@ def test_device_changes_need_allow_copy():
 
 
 def test_unknown_objects_are_refused():
+    import pandas as pd
+    import polars as pl
+
     with pytest.raises(TypeError, match="to_torch takes"):
         to_torch([1, 2, 3])
     with pytest.raises(TypeError, match="cannot tell"):
         device_of("x")
+    for obj in ([1, 2], pd.Series([1.0, 2.0]), pl.Series([1.0, 2.0])):  # numpy's AttributeError named nothing
+        with pytest.raises(TypeError, match=r"to_numpy takes .* its own \.to_numpy\(\)"):
+            to_numpy(obj)
+
+
+def test_numpy_scalars_are_taken_as_zero_d_arrays():
+    assert to_torch(np.float32(3.0)).item() == 3.0 and to_torch(np.float32(3.0)).dtype == torch.float32
+    assert to_numpy(np.int64(7)).shape == () and int(to_numpy(np.int64(7))) == 7
 
 
 def test_cpu_workflow_never_imports_cupy_or_cudf():

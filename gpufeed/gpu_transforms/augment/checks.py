@@ -65,10 +65,12 @@ def check_images(images: object) -> torch.Tensor:
     return images
 
 
-def check_channels(images: torch.Tensor, needed: int, what: str) -> None:
-    """Raise if ``images`` does not have the channel count an op needs."""
-    if images.shape[1] != needed:
-        raise ValueError(f"images has {images.shape[1]} channels but {what} needs {needed}")
+def check_channels(images: torch.Tensor, needed: int | tuple[int, ...], what: str) -> None:
+    """Raise if ``images`` does not have a channel count an op takes (one, or any of several)."""
+    counts = needed if isinstance(needed, tuple) else (needed,)
+    if images.shape[1] not in counts:
+        raise ValueError(f"images has {images.shape[1]} channels but {what} needs "
+                         f"{' or '.join(map(str, counts))}")
 
 
 def check_float_values(images: torch.Tensor, value_range: tuple[float, float]) -> None:

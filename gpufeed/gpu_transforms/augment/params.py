@@ -40,7 +40,7 @@ class Op:
     kind: ClassVar[str] = "pixel"
     num_uniforms: int = 0
     output_range: ClassVar[tuple[float, float] | None] = (0.0, 1.0)
-    channels: int | None = None
+    channels: int | tuple[int, ...] | None = None
 
     @property
     def mixes_samples(self) -> bool:

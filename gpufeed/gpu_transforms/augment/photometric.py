@@ -111,7 +111,11 @@ class ColorJitter(Op):
             hue = (-abs(hue), abs(hue))
         self.hue = check_range("hue", hue, -0.5, 0.5)
         self.p = check_probability("p", p)
-        self.channels = 3 if (self.saturation != (1.0, 1.0) or self.hue != (0.0, 0.0)) else None
+        # Saturation and hue need RGB; contrast a luma, which 1 or 3 channels have (as in
+        # torchvision): a 4-channel batch failed inside a matrix product.
+        self.channels: int | tuple[int, ...] | None = (
+            3 if (self.saturation != (1.0, 1.0) or self.hue != (0.0, 0.0))
+            else (1, 3) if self.contrast != (1.0, 1.0) else None)
 
     @staticmethod
     def _factor(name: str, value: float | Sequence[float]) -> tuple[float, float]:

@@ -74,7 +74,9 @@ class GpuAugment:
         ops: the augmentation ops, e.g. ``[RandomResizedCrop(224), RandomHorizontalFlip(),
             ColorJitter(0.4, 0.4, 0.4, 0.1), Normalize(MEAN, STD)]``.
         seed: seeds the stage's generators (one per device); None draws a seed from
-            torch's global generator, so ``torch.manual_seed`` makes runs repeatable.
+            torch's global generator, so ``torch.manual_seed`` makes runs repeatable (in
+            DataLoader workers, each worker's stream comes from torch's seed for that
+            worker and epoch, so workers do not repeat each other).
             Behind a loader (``gpu_augment=``) a stage without a seed is reseeded by the
             loader before every batch from its ``(seed, shard, epoch, batch)`` (see
             :meth:`seed_stream`), which makes ``set_epoch`` and mid-epoch resumes exact; one with a seed keeps its own stream.
@@ -143,6 +145,7 @@ class GpuAugment:
         self._reprs = tuple(repr(op) for op in ops)
         if seed is None:
             self.seed_stream(int(torch.randint(0, 2**62, ()).item()))
+            self._drawn = True  # see _generator: DataLoader workers
         else:
             self.manual_seed(seed)
         #: Parameters of the last call; ``stage(x, params=stage.last_params)`` replays it.
@@ -169,12 +172,23 @@ class GpuAugment:
             raise TypeError(f"seed must be an int, got {seed!r}")
         self.seed = int(seed)
         self.has_own_seed = False
+        self._drawn = False
+        self._worker_seed: int | None = None
         self._generators: dict[torch.device, torch.Generator] = {}
         return self
 
     def _generator(self, device: torch.device) -> torch.Generator:
+        info = torch.utils.data.get_worker_info() if self._drawn else None
+        if info is not None and info.seed != self._worker_seed:
+            # A stage whose seed was drawn when it was built, copied into DataLoader workers
+            # (collate_fn, a dataset): every worker repeated the same augmentations. Each
+            # worker, each epoch, now takes its stream from torch's seed for that worker, as
+            # torch's own random ops there do (and torchvision's transforms).
+            self._worker_seed = info.seed
+            self._generators = {}
         if device not in self._generators:
-            self._generators[device] = torch.Generator(device=device).manual_seed(self.seed)
+            seed = self.seed if self._worker_seed is None else hash((self.seed, self._worker_seed)) & (2**63 - 1)
+            self._generators[device] = torch.Generator(device=device).manual_seed(seed)
         return self._generators[device]
 
     def __getstate__(self) -> dict:

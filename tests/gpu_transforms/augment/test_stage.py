@@ -328,3 +328,40 @@ def test_cpu_and_cuda_agree_given_the_same_parameters():
     assert torch.equal(replay, got)
     sampled = gpu(x.cuda())
     assert gpu.last_params.device.type == "cuda" and sampled.shape == expected.shape
+
+
+class _Augmented:
+    """A collate_fn running a stage in DataLoader workers (picklable, for the forkserver)."""
+
+    def __init__(self, stage: GpuAugment) -> None:
+        self.stage = stage
+
+    def __call__(self, images: list[torch.Tensor]) -> torch.Tensor:
+        return self.stage(torch.stack(images))
+
+
+def test_an_unseeded_stage_in_dataloader_workers_draws_per_worker_streams():
+    """Drawn once when the stage was built, the seed made every worker repeat the same
+    augmentations (torchvision's transforms differ per worker)."""
+    from torch.utils.data import DataLoader
+
+    stage = GpuAugment([RandomResizedCrop(8), RandomHorizontalFlip(), ColorJitter(0.4, 0.4, 0.4, 0.1)])
+    data = [torch.randint(0, 256, (3, 16, 16), dtype=torch.uint8)] * 8  # one image: only the draws differ
+
+    def epoch(seed: int) -> list[torch.Tensor]:
+        torch.manual_seed(seed)  # the DataLoader's per-worker seeds come from it
+        return list(DataLoader(data, batch_size=4, num_workers=2, collate_fn=_Augmented(stage),
+                               multiprocessing_context="forkserver"))
+
+    first, again = epoch(0), epoch(0)
+    assert not torch.equal(first[0], first[1])  # workers 0 and 1
+    assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))  # repeatable under manual_seed
+
+
+@pytest.mark.parametrize("channels", [2, 4])
+def test_contrast_on_a_batch_without_a_luma_is_refused_by_name(channels):
+    """Contrast takes 1 or 3 channels, as in torchvision; 4 failed inside a matrix product."""
+    with pytest.raises(ValueError, match=f"images has {channels} channels but ColorJitter needs 1 or 3"):
+        GpuAugment([ColorJitter(contrast=0.4)], seed=0)(torch.randint(0, 256, (2, channels, 8, 8), dtype=torch.uint8))
+    for ok in (1, 3):
+        assert GpuAugment([ColorJitter(contrast=0.4)], seed=0)(torch.zeros(2, ok, 8, 8, dtype=torch.uint8)).shape[1] == ok
