@@ -495,6 +495,16 @@ def test_blank_csv_header_names_are_named_as_pandas_names_them_then_checked(tmp_
         read_table(tmp_path / "twice.csv", backend=backend)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_big_integers_under_blank_csv_header_names_stay_exact(tmp_path, backend):
+    """The second read for 64-bit integers picked columns by the header's own names, and ""
+    always matched the first blank one: the second stayed a rounded float."""
+    (tmp_path / "ids.csv").write_text(",a,,b\n0,1,18446744073709551615,x\n1,2,5,y\n")
+    out = to_backend(read_table(tmp_path / "ids.csv", backend=backend), "pandas")
+    assert out["Unnamed: 2"].tolist() == [2**64 - 1, 5] and out["Unnamed: 0"].tolist() == [0, 1]
+    assert out["Unnamed: 2"].tolist() == pd.read_csv(tmp_path / "ids.csv")["Unnamed: 2"].tolist()
+
+
 @pytest.mark.parametrize("suffix", [".parquet", ".feather", ".arrows", ".json", ".jsonl", ".pkl"])
 def test_a_column_named_empty_keeps_its_name_on_every_backend(tmp_path, suffix):
     # Arrow and pandas keep a column named ""; polars' from_arrow renamed it column_0 (and

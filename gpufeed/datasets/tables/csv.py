@@ -196,9 +196,11 @@ def _read_csv_arrow(
                  if "" in table.column_names else "")
         raise MalformedCSVError(f"{path}: the header names column(s) {duplicated} more than once{blank}; "
                                 "give every column its own name")
-    # Arrow reads the file again by column name (original names) for big integers: renamed after.
-    table = _unsigned_ids(table, path, read_options, convert_options, sep)
+    # Renamed first: the read again for big integers picks columns by these names (by the
+    # header's own, "" picked the first blank column for every blank one).
     table = table.rename_columns(names)
+    again = pacsv.ReadOptions(encoding=read_options.encoding, column_names=names, skip_rows=1)
+    table = _unsigned_ids(table, path, again, convert_options, sep)
     if bad:
         bad = sorted(_locate_lines(path, bad, encoding), key=lambda b: (b[0] is None, b[0] or 0))
         shown = "; ".join(f"line {n}: {t[:80]!r}" for n, t in bad[:MAX_LINES_IN_MESSAGE])
