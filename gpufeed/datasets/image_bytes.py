@@ -107,10 +107,16 @@ def _jpeg_markers(mv: memoryview) -> Iterator[tuple[int, int, int]]:
     a warning ("N extraneous bytes before marker"), as this walk does. Ends early where
     the lengths run past the bytes."""
     pos, end = 2, len(mv) - 3
+    raw: bytes | None = None  # a copy to search in, made at the first stray byte only
     while pos < end:
         start = pos
         while pos < end and not (mv[pos] == 0xFF and mv[pos + 1] not in (0x00, 0xFF)):
-            pos += 1  # stray bytes, fill bytes (0xFF before a marker)
+            if mv[pos] != 0xFF:  # stray: jump to the next 0xFF (a broken header may lose
+                raw = raw if raw is not None else mv.tobytes()  # sync for megabytes)
+                found = raw.find(b"\xff", pos, end)
+                pos = found if found >= 0 else end
+            else:
+                pos += 1  # fill bytes (0xFF before a marker), or 0xFF00
         if pos >= end:
             return
         fill = pos

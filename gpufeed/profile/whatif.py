@@ -167,8 +167,17 @@ class WhatIf:
     @property
     def in_foreground(self) -> bool:
         """Whether the loop ran as loading and step back to back: the loader prepares no batch
-        while the step runs (a DataLoader with ``num_workers=0``, a plain generator)."""
-        return abs(self.actual.samples_per_s / self.serial_rate - 1.0) <= SERIAL_BAND
+        while the step runs (a DataLoader with ``num_workers=0``, a plain generator).
+
+        Both the rate and the wait must say so: together within :data:`SERIAL_BAND` of the
+        two back to back, and a stall within a quarter of the share loading would take
+        (``M / (L + M)``). With a loader much faster than the model the back-to-back rate is
+        almost the model's, so the rate alone also matched overlapped loops that stalled
+        for another reason.
+        """
+        share = 100.0 * self.model_rate / (self.loader_rate + self.model_rate)
+        return (abs(self.actual.samples_per_s / self.serial_rate - 1.0) <= SERIAL_BAND
+                and abs(self.actual.stall_pct - share) <= max(2.0, 0.25 * share))
 
     @property
     def advice(self) -> str:

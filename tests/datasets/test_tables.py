@@ -697,3 +697,12 @@ def test_csv_dates_read_as_datetimes_on_pandas(tmp_path):
     assert pd.api.types.is_datetime64_any_dtype(back["day"])
     assert back["day"].dt.month.tolist()[:2] == [1, 2] and back["day"].isna().tolist() == [False, False, True]
     assert list(back["day"][:2]) == list(df["day"][:2])
+
+
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_a_json_array_without_records_is_an_empty_table_error(tmp_path, backend):
+    """`[]` (what a 0-row frame becomes in .json) read back as a table without its columns."""
+    write_table(pd.DataFrame({"a": pd.Series([], dtype="int64")}), tmp_path / "none.json")
+    assert (tmp_path / "none.json").read_text().strip() == "[]"
+    with pytest.raises(EmptyTableError, match=r"none.json: the json file holds no record"):
+        read_table(tmp_path / "none.json", backend=backend)

@@ -91,3 +91,15 @@ def test_a_compute_bound_loop_that_still_waited_says_why():
     result = WhatIf(model_rate=250.0, loader_rate=1000.0, actual=known())
     assert result.bound == "compute"
     assert any(n.startswith("yet 75% of the loop went to waiting for data") for n in result.notes)
+
+
+def test_an_overlapped_loop_that_stalls_for_another_reason_is_not_told_to_load_in_the_background():
+    """With a loader 10x the model, loading and step back to back run at almost the model's
+    rate, so the rate alone took this overlapped loop (a 13% stall, where loading in the
+    foreground would cost 9%) for one that loads in the foreground."""
+    from gpufeed.profile.stall import StallReport
+
+    overlapped = StallReport(wait=(0.0015,) * 30, step=(0.0103,) * 30, samples=(8,) * 30, warmup=0, clock="wall",
+                             device="cpu")
+    result = WhatIf(model_rate=800.0, loader_rate=8000.0, actual=overlapped)
+    assert not result.in_foreground and "not the bottleneck" in result.advice

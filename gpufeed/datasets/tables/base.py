@@ -116,12 +116,17 @@ def checked(name: str, reader: Reader) -> Reader:
         if path.is_file() and _is_blank(path):  # a directory is a dataset: its reader checks it
             raise EmptyTableError(f"{path}: the {name} file is empty")
         try:
-            return reader(path, options, report)
+            frame = reader(path, options, report)
         except TabularError:
             raise
         except _reader_errors() as exc:
             detail = (str(exc).strip().splitlines() or [""])[0][:200]
             raise TabularError(f"{path}: cannot read it as {name} ({type(exc).__name__}: {detail})") from exc
+        if len(frame.columns) == 0 and len(frame) == 0:
+            # A JSON array without records (`[]`): JSON keeps no column names without rows,
+            # so the table read back would have lost them; as an empty file, named.
+            raise EmptyTableError(f"{path}: the {name} file holds no record (and so no column names)")
+        return frame
 
     return read
 

@@ -197,6 +197,10 @@ class GpuAugment:
         state["_generators"] = {}
         return state
 
+    def __setstate__(self, state: dict) -> None:
+        # A stage pickled before per-worker streams existed has neither attribute.
+        self.__dict__.update({"_drawn": False, "_worker_seed": None, **state})
+
     def __repr__(self) -> str:
         return f"GpuAugment([{', '.join(self._reprs)}], same_on_batch={self.same_on_batch}, seed={self.seed})"
 

@@ -165,14 +165,18 @@ _RANGE_PER_ROW, _RANGE_FLOOR = 2, 1 << 16
 def _integer_codes(series: Any, missing: int, start: int) -> tuple[list[int], np.ndarray]:
     """The sorted distinct values of a polars integer column and its int32 codes (numpy's
     gather: polars' took 3.4 ms of 1M rows' 6 ms)."""
+    import polars as pl
+
     values = series.drop_nulls()
     if len(values) == 0:
         return [], np.full(len(series), missing, dtype=np.int32)  # every value is missing
     lo, hi = int(values.min()), int(values.max())
     nulls = len(values) < len(series)
-    filled = (series.fill_null(lo) if nulls else series).to_numpy()
+    # In 64 bits: an Int8 column from -100 to 100 wrapped round in ``values - lo``.
+    wide = np.uint64 if series.dtype == pl.UInt64 else np.int64
+    filled = (series.fill_null(lo) if nulls else series).to_numpy().astype(wide, copy=False)
     if hi - lo < _RANGE_PER_ROW * len(series) + _RANGE_FLOOR:
-        present = np.bincount(values.to_numpy() - lo, minlength=hi - lo + 1) > 0
+        present = np.bincount(values.to_numpy().astype(wide, copy=False) - lo, minlength=hi - lo + 1) > 0
         table = np.cumsum(present, dtype=np.int32) + np.int32(start - 1)
         codes = np.take(table, filled - lo, mode="wrap")  # every index is in range
         vocab = (np.flatnonzero(present) + lo).tolist()

@@ -365,3 +365,14 @@ def test_contrast_on_a_batch_without_a_luma_is_refused_by_name(channels):
         GpuAugment([ColorJitter(contrast=0.4)], seed=0)(torch.randint(0, 256, (2, channels, 8, 8), dtype=torch.uint8))
     for ok in (1, 3):
         assert GpuAugment([ColorJitter(contrast=0.4)], seed=0)(torch.zeros(2, ok, 8, 8, dtype=torch.uint8)).shape[1] == ok
+
+
+def test_a_stage_pickled_before_per_worker_streams_still_runs():
+    stage = GpuAugment([RandomHorizontalFlip()], seed=0)
+    state = stage.__getstate__()
+    for name in ("_drawn", "_worker_seed"):  # what an older build's pickle lacks
+        state.pop(name)
+    old = GpuAugment.__new__(GpuAugment)
+    old.__setstate__(state)
+    images = u8()
+    assert torch.equal(old(images), GpuAugment([RandomHorizontalFlip()], seed=0)(images))

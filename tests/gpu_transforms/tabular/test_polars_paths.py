@@ -277,3 +277,15 @@ def test_ordered_categorical_keeps_its_order_on_polars_and_back():
     back = to_backend(frame, "pandas")["size"]
     assert back.cat.ordered and back.cat.categories.tolist() == ["S", "M", "L"]
     assert back.astype(object).where(back.notna(), None).tolist() == ["M", "S", "L", None]
+
+
+@pytest.mark.parametrize(("dtype", "values"), [
+    (pl.Int8, [-100, 100, None, 5]), (pl.Int16, [-30000, 30000, None, 5]), (pl.UInt8, [0, 255, None, 5]),
+])
+def test_categorify_of_narrow_integers_spanning_their_type_codes_like_pandas(dtype, values):
+    """``values - lo`` wrapped round within int8/int16 (a crash in np.bincount)."""
+    frame = pl.DataFrame({"k": pl.Series(values, dtype=dtype)})
+    recipes = {b: Recipe([Categorify(["k"])]) for b in ("pandas", "polars")}
+    out = {"polars": recipes["polars"].fit_transform(frame), "pandas": recipes["pandas"].fit_transform(frame.to_pandas())}
+    assert recipes["polars"].ops[0].state == recipes["pandas"].ops[0].state == {"k": sorted(v for v in values if v is not None)}
+    assert out["polars"]["k"].to_list() == out["pandas"]["k"].tolist() == [2, 4, 1, 3]
