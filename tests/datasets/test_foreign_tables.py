@@ -534,3 +534,24 @@ def test_a_stored_pandas_index_is_no_column_on_any_backend(tmp_path, suffix):
     assert list(read_table(labelled, backend="pandas").index) == ["a", "b"]
     with pytest.warns(UserWarning, match=r"\['car'\] hold the pandas index"):
         assert list(read_table(labelled, backend="polars").columns) == ["x"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_csv_missing_spellings_and_column_types_as_pandas_reads_them(tmp_path, backend):
+    """"NA" (Namibia) read as missing and zero-padded codes as numbers, with no way out."""
+    path = tmp_path / "codes.csv"
+    path.write_text("country,zip,n\nNA,02134,1\nUS,10001,2\nNone,,3\nFR,ABC,x\n")
+    kwargs = {"keep_default_na": False, "na_values": ["x"], "dtype": {"zip": str, "n": "float64"}}
+    got = to_backend(read_table(path, backend=backend, **kwargs), "pandas")
+    want = pd.read_csv(path, **kwargs)
+    for c in want.columns:
+        assert [None if pd.isna(v) else v for v in got[c]] == [None if pd.isna(v) else v for v in want[c]], c
+    assert got["zip"].tolist()[:2] == ["02134", "10001"]
+    default = to_backend(read_table(path, backend=backend, dtype={"zip": str, "n": str}), "pandas")
+    assert default["country"].isna().tolist() == [True, False, True, False]  # pandas' spellings by default
+    with pytest.raises(ValueError, match=r"codes.csv: dtype= names column\(s\) \['nope'\]"):
+        read_table(path, backend=backend, dtype={"nope": str})
+    with pytest.raises(ValueError, match=r"dtype\['zip'\] must be one of"):
+        read_table(path, backend=backend, dtype={"zip": "date"})
+    with pytest.raises(TypeError, match="na_values must be a list of strings"):
+        read_table(path, backend=backend, na_values="NA")

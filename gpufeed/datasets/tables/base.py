@@ -47,6 +47,10 @@ class ReadOptions:
     encoding: str | None = None
     decimal: str = "."
     sep_given: bool = False
+    #: CSV: the strings read as missing (pandas' spellings unless the caller chose), and
+    #: ``(column, type name)`` pairs read as that type instead of inferred.
+    na_values: tuple[str, ...] | None = None
+    dtypes: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import csv
 import io
 import re
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -143,8 +143,13 @@ PANDAS_NA_VALUES = ("", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN"
                     "<NA>", "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null")
 
 
+#: ``dtype=`` type names a CSV column can be read as, and their Arrow types' names.
+CSV_TYPES = {"str": "string", "string": "string", "int64": "int64", "float64": "float64", "bool": "bool_"}
+
+
 def _read_csv_arrow(
-    path: Path, on_bad_lines: OnError, report: ReadReport, sep: str, encoding: str, decimal: str = "."
+    path: Path, on_bad_lines: OnError, report: ReadReport, sep: str, encoding: str, decimal: str = ".",
+    na_values: Sequence[str] | None = None, dtypes: Sequence[tuple[str, str]] = (),
 ) -> Any:
     import pyarrow as pa
     import pyarrow.csv as pacsv
@@ -161,8 +166,10 @@ def _read_csv_arrow(
     # strings_can_be_null: an empty field (quoted or not) and the usual NA spellings are
     # missing in text columns too, as pandas.read_csv reads them; by default Arrow keeps
     # them as text there, so a missing value written as an empty field came back as "".
-    convert_options = pacsv.ConvertOptions(strings_can_be_null=True, decimal_point=decimal,
-                                           null_values=list(PANDAS_NA_VALUES))
+    convert_options = pacsv.ConvertOptions(
+        strings_can_be_null=True, decimal_point=decimal,
+        null_values=list(PANDAS_NA_VALUES if na_values is None else na_values),
+        column_types={name: getattr(pa, CSV_TYPES[kind])() for name, kind in dtypes})
     try:
         table = pacsv.read_csv(path, read_options=read_options, convert_options=convert_options,
                                parse_options=pacsv.ParseOptions(delimiter=sep, invalid_row_handler=handler))
@@ -187,6 +194,10 @@ def _read_csv_arrow(
             "e.g. encoding='latin-1' or 'cp1252'"
         )
     names = _header_names(table.column_names)
+    unknown = [name for name, _ in dtypes if name not in table.column_names]
+    if unknown:
+        raise ValueError(f"{path}: dtype= names column(s) {unknown} the header does not have; it has "
+                         f"{table.column_names[:8]}{' ...' if table.num_columns > 8 else ''}")
     duplicated = repeated(names)
     if duplicated:
         # pandas would rename them (a, a.1) and polars refuse: one clear error on every backend.
@@ -200,7 +211,7 @@ def _read_csv_arrow(
     # header's own, "" picked the first blank column for every blank one).
     table = table.rename_columns(names)
     again = pacsv.ReadOptions(encoding=read_options.encoding, column_names=names, skip_rows=1)
-    table = _unsigned_ids(table, path, again, convert_options, sep)
+    table = _unsigned_ids(table, path, again, convert_options, sep, typed={name for name, _ in dtypes})
     if bad:
         bad = sorted(_locate_lines(path, bad, encoding), key=lambda b: (b[0] is None, b[0] or 0))
         shown = "; ".join(f"line {n}: {t[:80]!r}" for n, t in bad[:MAX_LINES_IN_MESSAGE])
@@ -229,7 +240,8 @@ def _header_names(names: list[str]) -> list[str]:
     return [name or f"Unnamed: {i}" for i, name in enumerate(names)]
 
 
-def _unsigned_ids(table: Any, path: Path, read_options: Any, convert_options: Any, sep: str) -> Any:
+def _unsigned_ids(table: Any, path: Path, read_options: Any, convert_options: Any, sep: str,
+                  typed: set[str] = frozenset()) -> Any:
     """``table`` with its whole-number columns beyond int64 read again exactly: up to
     2**64 - 1 (64-bit hashes, unsigned ids) as uint64, beyond that as their text.
 
@@ -244,6 +256,8 @@ def _unsigned_ids(table: Any, path: Path, read_options: Any, convert_options: An
 
     unsigned, wide = [], []
     for name, column in zip(table.column_names, table.columns, strict=True):
+        if name in typed:  # read as the caller asked (dtype=)
+            continue
         if pa.types.is_floating(column.type) and len(column) > column.null_count:
             low, high = (v.as_py() for v in pc.min_max(column).values())
             if low >= 0 and 2.0**63 <= high <= 2.0**64:  # 2**64 - 1 rounds up to 2**64
@@ -255,6 +269,7 @@ def _unsigned_ids(table: Any, path: Path, read_options: Any, convert_options: An
         options = pacsv.ConvertOptions(
             strings_can_be_null=True, decimal_point=convert_options.decimal_point,
             null_values=convert_options.null_values, column_types=dict.fromkeys(names, kind), include_columns=names,
+            quoted_strings_can_be_null=convert_options.quoted_strings_can_be_null,
         )
         try:  # the same rows: malformed lines were counted by the first read and are skipped again
             return pacsv.read_csv(path, read_options=read_options, convert_options=options,
@@ -408,7 +423,8 @@ def _from_arrow(table: Any, backend: str, path: Path) -> Frame:
 
 def read_csv(path: Path, options: ReadOptions, report: ReadReport) -> Frame:
     """The CSV file on ``options.backend``; its ``sep``/``encoding`` checked by :func:`csv_options`."""
-    table = _read_csv_arrow(path, options.on_bad_lines, report, options.sep, options.encoding, options.decimal)
+    table = _read_csv_arrow(path, options.on_bad_lines, report, options.sep, options.encoding, options.decimal,
+                            options.na_values, options.dtypes)
     if table.num_columns == 1 and not options.sep_given:
         # One column whose name holds ';' is almost always a ';'-separated file read with the
         # default ',': every row would be one text value.
@@ -417,7 +433,10 @@ def read_csv(path: Path, options: ReadOptions, report: ReadReport) -> Frame:
             raise MalformedCSVError(f"{path}: read as a single column {table.column_names[0]!r}.{hint} "
                                     f"(Pass sep={options.sep!r} to read it as one column.)")
     if options.mixed_types is MixedTypes.RAISE:
-        _check_mixed_types(table, path, report.bad_lines, options.sep, options.encoding, options.decimal)
+        # Columns the caller typed are what they asked for: no guessing at mixed ones.
+        typed = {name for name, _ in options.dtypes}
+        _check_mixed_types(table.drop_columns([n for n in typed if n in table.column_names]) if typed else table,
+                           path, report.bad_lines, options.sep, options.encoding, options.decimal)
     return _from_arrow(table, options.backend, path)
 
 

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from gpufeed.backends import choose_dataframe_backend
 from gpufeed.datasets.tables.base import (
@@ -32,13 +34,14 @@ from gpufeed.policies import MixedTypes, OnError
 def read_table_with_report(
     path: str | os.PathLike[str], *, format: str | None = None, backend: str = "auto",
     on_bad_lines: str = "raise", mixed_types: str = "raise", sep: str | None = None,
-    encoding: str | None = None, decimal: str | None = None,
+    encoding: str | None = None, decimal: str | None = None, na_values: Sequence[str] | None = None,
+    keep_default_na: bool = True, dtype: Mapping[str, Any] | None = None,
 ) -> tuple[Frame, ReadReport]:
     """Read a table and say what was read: like :func:`read_table`, plus a :class:`ReadReport`.
 
     Args:
-        path, format, backend, on_bad_lines, mixed_types, sep, encoding, decimal: as in
-            :func:`read_table`.
+        path, format, backend, on_bad_lines, mixed_types, sep, encoding, decimal, na_values,
+            keep_default_na, dtype: as in :func:`read_table`.
 
     Returns:
         ``(frame, report)``; ``report.bad_lines`` lists every skipped CSV line.
@@ -52,8 +55,11 @@ def read_table_with_report(
     mixed = MixedTypes.parse(mixed_types, "mixed_types")
     src = Path(path)
     fmt = table_format(src, format)
-    if fmt.text_options is None and (sep is not None or encoding is not None or decimal is not None):
-        raise ValueError(f"{src}: sep=, encoding= and decimal= apply to CSV files only, not {fmt.name}")
+    if fmt.text_options is None and (sep is not None or encoding is not None or decimal is not None
+                                     or na_values is not None or not keep_default_na or dtype):
+        raise ValueError(f"{src}: sep=, encoding=, decimal=, na_values=, keep_default_na= and dtype= apply to "
+                         f"CSV files only, not {fmt.name}")
+    missing_spellings, dtypes = _csv_reading(na_values, keep_default_na, dtype)
     if not src.exists():
         if any(ch in str(src) for ch in "*?["):
             raise FileNotFoundError(
@@ -72,7 +78,7 @@ def read_table_with_report(
     if fmt.text_options is not None:
         sep, encoding = fmt.text_options(src, sep, encoding)
         decimal = _decimal_mark(src, decimal, sep)
-    options = ReadOptions(target, bad_lines, mixed, sep, encoding, decimal or ".", sep_given)
+    options = ReadOptions(target, bad_lines, mixed, sep, encoding, decimal or ".", sep_given, missing_spellings, dtypes)
     frame = fmt.reader(target)(src, options, report)
     if backend_of(frame) == "pandas":
         frame = _text_names(frame, src)
@@ -87,10 +93,33 @@ def read_table_with_report(
     return frame, report
 
 
+def _csv_reading(na_values: Sequence[str] | None, keep_default_na: bool,
+                 dtype: Mapping[str, Any] | None) -> tuple[tuple[str, ...] | None, tuple[tuple[str, str], ...]]:
+    """The checked ``na_values``/``keep_default_na`` (the strings read as missing, None for
+    pandas' own) and ``dtype`` (``(column, type name)`` pairs) of a CSV read."""
+    from gpufeed.datasets.tables.csv import CSV_TYPES, PANDAS_NA_VALUES
+
+    if isinstance(na_values, str) or (na_values is not None and not all(isinstance(v, str) for v in na_values)):
+        raise TypeError(f"na_values must be a list of strings, got {na_values!r}")
+    spellings = None
+    if na_values is not None or not keep_default_na:
+        spellings = tuple(dict.fromkeys([*(PANDAS_NA_VALUES if keep_default_na else ()), *(na_values or ())]))
+    names = {str: "str", int: "int64", float: "float64", bool: "bool"}
+    dtypes = []
+    for column, kind in (dtype or {}).items():
+        name = names.get(kind, kind) if not isinstance(kind, str) else kind
+        if name not in CSV_TYPES:
+            raise ValueError(f"dtype[{column!r}] must be one of str, int64, float64, bool (or the Python types "
+                             f"str, int, float, bool), got {kind!r}")
+        dtypes.append((str(column), name))
+    return spellings, tuple(dtypes)
+
+
 def read_table(
     path: str | os.PathLike[str], *, format: str | None = None, backend: str = "auto",
     on_bad_lines: str = "raise", mixed_types: str = "raise", sep: str | None = None,
-    encoding: str | None = None, decimal: str | None = None,
+    encoding: str | None = None, decimal: str | None = None, na_values: Sequence[str] | None = None,
+    keep_default_na: bool = True, dtype: Mapping[str, Any] | None = None,
 ) -> Frame:
     """Read a CSV, Parquet, Feather, pickle, HDF5 or JSON (records or lines) table onto ``backend``.
 
@@ -127,6 +156,13 @@ def read_table(
             are not read: such values raise :class:`MixedTypeError` naming the column.
             Without it, a column of numbers written with a decimal comma raises
             :class:`MixedTypeError` suggesting ``decimal=","``.
+        na_values: CSV only: more strings read as missing, besides pandas' spellings (as in
+            ``pandas.read_csv``).
+        keep_default_na: CSV only: False reads only ``na_values`` as missing (not even an
+            empty field, as in pandas), so "NA" (Namibia, North America) and "None" stay text.
+        dtype: CSV only: ``{column: type}`` read as that type instead of inferred: ``str``
+            (zero-padded codes such as ``"02134"`` keep their zeros; no mixed-type check),
+            ``"int64"``, ``"float64"``, ``"bool"``. A column the header lacks is an error.
 
     Returns:
         A native frame of the chosen backend.
@@ -145,7 +181,8 @@ def read_table(
     """
     frame, report = read_table_with_report(
         path, format=format, backend=backend, on_bad_lines=on_bad_lines, mixed_types=mixed_types,
-        sep=sep, encoding=encoding, decimal=decimal,
+        sep=sep, encoding=encoding, decimal=decimal, na_values=na_values, keep_default_na=keep_default_na,
+        dtype=dtype,
     )
     if report.bad_lines:
         lines = ", ".join(str(n) for n, _ in report.bad_lines[:MAX_LINES_IN_MESSAGE])
