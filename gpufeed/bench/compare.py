@@ -137,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
     if missing:
         print(f"\n{len(missing)} suite(s) of the old run have no result in the new one (failed or not run): "
               f"{', '.join(missing)}; to judge part of a run, pass its result files instead of folders")
-    retired = sorted(old.keys() & RETIRED_SUITES.keys() - new.keys())
+    retired = sorted((old.keys() & RETIRED_SUITES.keys()) - new.keys())
     if retired:
         print("\nRetired suites in the old run (not compared): "
               + ", ".join(f"{s} (now {RETIRED_SUITES[s]})" for s in retired))

@@ -166,13 +166,13 @@ def scan_image_folder(root: str | os.PathLike[str], storage: Storage = LOCAL) ->
     if hidden:
         kept = [n for n in hidden if n in classes]
         left = [n for n in hidden if n not in classes]
-        warnings.warn(f"gpufeed: {root}: hidden folder(s) "
-                      + "; ".join(part for part in (
-                          f"{', '.join(kept)} hold images and are classes, as in ImageFolder (labels "
-                          f"{', '.join(str(classes.index(n)) for n in kept)}): remove them if they are not"
-                          if kept else "",
-                          f"{', '.join(left)} hold no image and are left out (ImageFolder would "
-                          "refuse the tree)" if left else "") if part), stacklevel=4)
+        said = []
+        if kept:
+            said.append(f"{', '.join(kept)} hold images and are classes, as in ImageFolder (labels "
+                        f"{', '.join(str(classes.index(n)) for n in kept)}): remove them if they are not")
+        if left:
+            said.append(f"{', '.join(left)} hold no image and are left out (ImageFolder would refuse the tree)")
+        warnings.warn(f"gpufeed: {root}: hidden folder(s) " + "; ".join(said), stacklevel=4)
     paths: list[str] = []
     labels: list[int] = []
     empty: list[str] = []

@@ -22,15 +22,22 @@ import torch
 from gpufeed.backends import resolve_device
 from gpufeed.gpu_transforms.arrays import cudf_to_torch
 from gpufeed.gpu_transforms.tabular.errors import BackendError, ColumnTypeError, NonFiniteError
-from gpufeed.gpu_transforms.tabular.frames import Frame, backend_of, repeated, require_columns, wrap
+from gpufeed.gpu_transforms.tabular.frames import (
+    Frame,
+    backend_of,
+    is_lazy,
+    repeated,
+    require_columns,
+    wrap,
+)
 
 
 def _collected(df: Frame) -> Frame:
     """A polars LazyFrame (what a recipe returns for ``pl.scan_parquet``) collected: the
     tensors need its rows."""
-    if type(df).__name__ == "LazyFrame" and type(df).__module__.startswith("polars"):
-        return df.collect()
-    return df
+    frame = wrap(df)
+    # Not a Dask frame: the hand-off refuses those by name (compute a partition first).
+    return nw.to_native(frame.collect()) if is_lazy(frame) and backend_of(df) == "polars" else df
 
 
 def _missing_error(columns: Sequence[str], where: np.ndarray) -> NonFiniteError:

@@ -81,20 +81,20 @@ def polars_log(frame: NwFrame, columns: Sequence[str], offset: float) -> NwFrame
     import polars as pl
 
     native = nw.to_native(frame)
-    if not _numpy_readable(native, columns):
+    schema = native.collect_schema()
+    if not all(str(schema[c]) in _NUMPY_READABLE for c in columns):
         return None
+    offset = float(offset)
+
+    def kernel(values: list[np.ndarray]) -> list[np.ndarray]:
+        return log_offset(values, offset)
+
     if is_lazy(frame):
         return wrap(native.with_columns(
-            pl.col(c).map_batches(lambda s: _numpy_series([s], lambda v: log_offset(v, offset))[0],
-                                  return_dtype=pl.Float64, is_elementwise=True)
+            pl.col(c).map_batches(lambda s: _numpy_series([s], kernel)[0], return_dtype=pl.Float64,
+                                  is_elementwise=True)
             for c in columns))
-    return wrap(native.with_columns(_numpy_series([native.get_column(c) for c in columns],
-                                                  lambda values: log_offset(values, float(offset)))))
-
-
-def _numpy_readable(native: Any, columns: Sequence[str]) -> bool:
-    schema = native.collect_schema()
-    return all(str(schema[c]) in _NUMPY_READABLE for c in columns)
+    return wrap(native.with_columns(_numpy_series([native.get_column(c) for c in columns], kernel)))
 
 
 def _numpy_series(series: Sequence[Any], kernel: Callable[[list[np.ndarray]], list[np.ndarray]]) -> list[Any]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -478,7 +479,7 @@ class Standardize(TableOp):
 
     def transform(self, frame: NwFrame, backend: str) -> NwFrame:
         if not self.by:
-            return affine_columns(frame, backend, {c: (m, sd) for c, (m, sd) in self.state["global"].items()})
+            return affine_columns(frame, backend, self.state["global"])  # {column: [mean, std]}
         # Look each row's group up once (text keys hash slowly) as a small integer code;
         # code k (after the k known groups) stands for unseen or missing groups and picks
         # the global statistics appended at the end of each table.
@@ -526,7 +527,7 @@ class MinMax(TableOp):
         return affine_columns(frame, backend, {c: (low, (high - low) or 1.0) for c, (low, high) in self.state.items()})
 
 
-def affine_columns(frame: NwFrame, backend: str, params: dict[str, tuple[float, float]]) -> NwFrame:
+def affine_columns(frame: NwFrame, backend: str, params: Mapping[str, Sequence[float]]) -> NwFrame:
     """Each column ``c`` as float64 ``(x - sub) * (1 / div)`` for ``params[c] = (sub, div)``:
     numpy's kernel on pandas' numpy columns, the expression elsewhere (times the reciprocal
     on every backend, so the bits agree: see :func:`.numpy_kernels.affine`). Why not numpy
