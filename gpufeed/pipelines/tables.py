@@ -13,7 +13,8 @@ stack (narwhals, polars).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import narwhals as nw
 import numpy as np
@@ -26,6 +27,7 @@ from gpufeed.gpu_transforms.tabular.frames import (
     Frame,
     backend_of,
     is_lazy,
+    is_missing,
     repeated,
     require_columns,
     wrap,
@@ -64,6 +66,18 @@ def _label_error(column: str, dtype: object) -> ColumnTypeError:
     return ColumnTypeError(f"label column {column!r} has dtype {dtype}, not integers: a label here is a class "
                            "index (int64); cast whole-number floats or booleans to int64 first, encode text "
                            "classes with Categorify, and pass a regression target as a feature column instead")
+
+
+def _check_label_range(column: str, dtype: object, highest: Callable[[], Any]) -> None:
+    """Refuse uint64 labels beyond int64, on every backend: cast to the int64 class index
+    they would wrap round to negative values. ``highest()`` (the column's maximum, None or
+    missing when it is empty) is only computed for a uint64 column."""
+    if _numpy_kind(dtype) != "u" or np.dtype(dtype).itemsize < 8:
+        return
+    top = highest()
+    if top is not None and not is_missing(top) and int(top) > np.iinfo(np.int64).max:
+        raise ColumnTypeError(f"label column {column!r} holds values beyond int64 (up to {int(top)}), "
+                              "which would wrap round to negative class indices: encode them (Categorify)")
 
 
 def _converts(values: np.ndarray) -> bool:
@@ -120,6 +134,8 @@ def _matrix(df: Frame, columns: Sequence[str], dtype: torch.dtype, device: torch
             raise _missing_error(columns, nulls)
         if is_label and _numpy_kind(picked.dtypes.iloc[0]) not in "iu":
             raise _label_error(columns[0], picked.dtypes.iloc[0])
+        if is_label:
+            _check_label_range(columns[0], picked.dtypes.iloc[0], lambda: picked.iloc[:, 0].max())
         # No host round trip. cuDF's matrix is column-major: made row-major, as from numpy
         # (a row of a batch then is contiguous for the model's first layer).
         tensor = cudf_to_torch(picked, "int64" if is_label else "float32").contiguous()
@@ -148,9 +164,8 @@ def _matrix(df: Frame, columns: Sequence[str], dtype: torch.dtype, device: torch
                             f"({exc}): encode them first (Categorify or HashBucket)") from exc
     if is_label and array.dtype.kind not in "iu":
         raise _label_error(columns[0], array.dtype)
-    if is_label and array.dtype == np.uint64 and array.size and array.max() > np.iinfo(np.int64).max:
-        raise ColumnTypeError(f"label column {columns[0]!r} holds values beyond int64 (up to {array.max()}), "
-                              "which would wrap round to negative class indices: encode them (Categorify)")
+    if is_label:
+        _check_label_range(columns[0], array.dtype, lambda: array.max() if array.size else None)
     with np.errstate(over="ignore"):  # checked below, with the column named
         matrix = np.ascontiguousarray(array, dtype=np.int64 if is_label else np.float32)
     # One pass in the common case (every value finite), after the cast so that a float64

@@ -80,6 +80,9 @@ def test_cudf_hand_off_is_zero_copy_on_the_gpu(table):
         to_tensors(bad, ["a"], device="cuda")
     with pytest.raises(ColumnTypeError, match="label column 'label' has dtype bool"):
         to_tensors(bad, ["f"], "label", device="cuda")
+    wide = cudf.from_pandas(pd.DataFrame({"a": [1.0, 2.0], "y": np.array([0, 2**63 + 5], dtype=np.uint64)}))
+    with pytest.raises(ColumnTypeError, match=r"label column 'y' holds values beyond int64"):
+        to_tensors(wide, ["a"], "y", device="cuda")
 
 
 @pytest.mark.gpu
