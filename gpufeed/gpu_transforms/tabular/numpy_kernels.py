@@ -93,6 +93,23 @@ def affine(arrays: Sequence[np.ndarray], params: Sequence[tuple[float, float]]) 
     return float64_pieces(arrays, compute)
 
 
+def fill_nan(arrays: Sequence[np.ndarray], values: Sequence[float]) -> list[np.ndarray]:
+    """Each float array with its NaN replaced by ``values[i]``, as new float64 arrays
+    (``FillMissing`` on pandas): a copy, then the fill where the input is NaN, piece by
+    piece on the usable cores."""
+    def compute(i: int, piece: np.ndarray, out: np.ndarray) -> None:
+        np.copyto(out, piece)
+        np.copyto(out, values[i], where=np.isnan(piece))
+
+    return float64_pieces(arrays, compute)
+
+
+def has_nan(values: np.ndarray) -> bool:
+    """Whether a float array holds a NaN: ``min`` carries a NaN through, in one read with no
+    temporary (``isnan(x).any()`` writes a mask of the whole column first)."""
+    return len(values) > 0 and bool(np.isnan(values.min()))
+
+
 def lowest(values: np.ndarray) -> float:
     """The smallest value, missing (NaN) values skipped; NaN when there is none.
 

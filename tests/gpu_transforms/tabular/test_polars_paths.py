@@ -81,6 +81,26 @@ def test_a_recipe_on_a_chunked_polars_frame_keeps_every_column_in_the_same_chunk
             assert got.tolist() == want.tolist(), c
 
 
+def test_fill_missing_on_pandas_fills_in_pieces_and_keeps_a_gapless_column_uncopied(monkeypatch):
+    from gpufeed.gpu_transforms.tabular import numpy_kernels
+
+    monkeypatch.setattr(numpy_kernels, "PIECE", 64)  # many pieces on two threads, as for long columns
+    rng = np.random.default_rng(5)
+    n = 1000
+    gappy, whole = rng.normal(size=n), rng.normal(size=n)
+    gappy[rng.random(n) < 0.1] = np.nan
+    gappy[-1] = np.nan  # a gap in the last piece
+    df = pd.DataFrame({"gappy": gappy, "whole": whole})
+    out = Recipe([FillMissing(["gappy", "whole"])]).fit_transform(df)
+    want = df.fillna(df.mean().to_dict())
+    pd.testing.assert_frame_equal(out, want)  # what pandas' fillna gives, to the bit
+    assert np.shares_memory(out["whole"].to_numpy(), df["whole"].to_numpy())  # nothing to fill: not copied
+    assert not np.shares_memory(out["gappy"].to_numpy(), df["gappy"].to_numpy())
+    assert np.isnan(df["gappy"]).sum() == np.isnan(gappy).sum()  # the input is left as it was
+    on_polars = Recipe([FillMissing(["gappy", "whole"])]).fit_transform(to_backend(df, "polars"))
+    np.testing.assert_allclose(on_polars["gappy"].to_numpy(), out["gappy"].to_numpy(), rtol=1e-15)
+
+
 def test_log_on_polars_and_pandas_gives_the_same_bits_in_pieces_chunks_and_slices(monkeypatch):
     from gpufeed.gpu_transforms.tabular import numpy_kernels
 
