@@ -631,6 +631,106 @@ def test_csv_options_are_checked(tmp_path):
         read_table(tmp_path / "x.csv", encoding="klingon")
 
 
+#: A CSV with a preamble (statsmodels' unemp.csv-style notes, a quote and a comma in them,
+#: a blank line) above the header, which has a blank name (the index pandas' to_csv writes).
+PREAMBLE = ('Source: "U.S. Bureau of Labor Statistics\nUnits: percent, seasonally adjusted\n\n'
+            ",year,rate,region\n0,2019,3.7,US\n1,2020,8.1,\n2,2021,5.3,EU\n")
+
+
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_a_csv_preamble_is_skipped_with_skiprows_as_pandas_reads_it(tmp_path, backend):
+    path = tmp_path / "unemp.csv"
+    path.write_text(PREAMBLE)
+    got = read_table(path, backend=backend, skiprows=3)
+    got = got.to_pandas() if backend == "polars" else got
+    want = pd.read_csv(path, skiprows=3)
+    assert list(want.columns) == ["Unnamed: 0", "year", "rate", "region"]
+    pd.testing.assert_frame_equal(got, want)
+    # a words-in-numbers error and a skipped line still name the file's lines
+    path.write_text("notes\nmore notes\nstation,power\ns1,10\ns2,1,2\n\ns3,n/a?\ns4,7\n")
+    with pytest.raises(MixedTypeError, match=r"'n/a\?' on line 7\."):
+        read_table(path, backend=backend, skiprows=2, on_bad_lines="skip")
+    with pytest.warns(UserWarning, match=r"skipped 1 malformed line\(s\) \(lines 5\)"):
+        kept = read_table(path, backend=backend, skiprows=2, on_bad_lines="skip", mixed_types="keep")
+    assert list(kept["power"]) == ["10", "n/a?", "7"]
+
+
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_a_csv_without_a_header_names_its_columns_0_1_2(tmp_path, backend):
+    path = tmp_path / "points.csv"
+    path.write_text("1,a,2.5\n2,b,\n3,c,4.5\n")
+    got = read_table(path, backend=backend, header=None)
+    got = got.to_pandas() if backend == "polars" else got
+    want = pd.read_csv(path, header=None).rename(columns=str)
+    assert list(got.columns) == ["0", "1", "2"] and got["0"].tolist() == [1, 2, 3]  # the first line is data
+    pd.testing.assert_frame_equal(got, want)
+    # with a preamble, and dtype= naming the columns as they come out
+    path.write_text("exported 2024-01-01\n01,a\n02,b\nx,c\n")
+    got = read_table(path, backend=backend, skiprows=1, header=None, dtype={"0": str})
+    assert list(got["0"]) == ["01", "02", "x"] and list(got["1"]) == ["a", "b", "c"]
+    with pytest.raises(MixedTypeError, match=r"column '0'.*'x' on line 4\."):
+        read_table(path, backend=backend, skiprows=1, header=None)
+    with pytest.raises(ValueError, match=r"dtype= names column\(s\) \['f0'\]"):
+        read_table(path, backend=backend, skiprows=1, header=None, dtype={"f0": str})
+
+
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_bad_line_numbers_after_skiprows_are_the_files_lines(tmp_path, backend):
+    # the first preamble line reads as the bad line 6 does: it is no row, and not line 6's number
+    path = tmp_path / "bad.csv"
+    path.write_text("4,5\nnotes\n\na,b,c\n1,2,3\n4,5\n6,7,8\n9,10,11,12\n")
+    frame, report = read_table_with_report(path, backend=backend, skiprows=3, on_bad_lines="skip")
+    assert report.bad_lines == [(6, "4,5"), (8, "9,10,11,12")] and report.rows == len(frame) == 2
+    with pytest.raises(MalformedCSVError, match="line 6: '4,5'; line 8") as info:
+        read_table(path, backend=backend, skiprows=3)
+    assert [n for n, _ in info.value.lines] == [6, 8]
+    _, report = read_table_with_report(path, backend=backend, skiprows=4, header=None, on_bad_lines="skip")
+    assert report.bad_lines == [(6, "4,5"), (8, "9,10,11,12")]
+
+
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_skiprows_keeps_integers_beyond_int64_exact(tmp_path, backend):
+    path = tmp_path / "ids.csv"
+    path.write_text("# exported\n\n,hash\n1,18446744073709551615\n2,5\n")
+    frame = read_table(path, backend=backend, skiprows=1)
+    frame = frame.to_pandas() if backend == "polars" else frame
+    assert list(frame.columns) == ["Unnamed: 0", "hash"]
+    assert frame["hash"].dtype == np.uint64 and frame["hash"].tolist() == [2**64 - 1, 5]
+    # a blank line above the header: the read again took the header for a row, and the
+    # column stayed float64, rounded
+    path.write_text("\nhash\n18446744073709551615\n5\n")
+    assert list(read_table(path, backend=backend)["hash"]) == [2**64 - 1, 5]
+    path.write_text("junk\n18446744073709551615,x\n5,y\n")
+    assert list(read_table(path, backend=backend, skiprows=1, header=None)["0"]) == [2**64 - 1, 5]
+
+
+def test_skiprows_past_arrows_first_block(tmp_path):
+    # Arrow skips lines only within its first block (1 MiB): a longer preamble is read too.
+    path = tmp_path / "long.csv"
+    path.write_text("".join(f"note {i:06d} of a long description\n" for i in range(50_000)) + "a,b\n1,2\n")
+    assert path.stat().st_size > 1 << 20
+    assert read_table(path, backend="polars", skiprows=50_000).rows() == [(1, 2)]
+
+
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_skiprows_and_header_are_checked(tmp_path, backend):
+    path = tmp_path / "x.csv"
+    path.write_text("note\na,b\n1,2\n")
+    with pytest.raises(ValueError, match="skiprows must be 0 or more lines, got -1"):
+        read_table(path, backend=backend, skiprows=-1)
+    for header in (2, True, "infer"):
+        with pytest.raises(ValueError, match=r"header must be 0 .* or None"):
+            read_table(path, backend=backend, header=header)
+    for options in ({"skiprows": 1}, {"header": None}):
+        with pytest.raises(ValueError, match=r"x\.parquet: .*skiprows= and header= apply to CSV files only"):
+            read_table(tmp_path / "x.parquet", backend=backend, **options)
+    # skipping every line: the empty-file error, with or without a header
+    for skiprows, header in ((3, 0), (5, 0), (3, None)):
+        with pytest.raises(EmptyTableError, match=rf"x\.csv: the CSV file is empty .*{skiprows} skipped by skiprows"):
+            read_table(path, backend=backend, skiprows=skiprows, header=header)
+    assert read_table(path, backend=backend, skiprows=2).shape == (0, 2)  # the header alone, as pandas reads it
+
+
 def test_formats_bench_round_trip_check_is_exact():
     a = pd.DataFrame({"x": [0.1, np.nan, 3.0], "s": ["a", None, "c"], "i": [1, 2, 3]})
     assert differing_columns(a, pl.from_pandas(a)) == []

@@ -51,6 +51,11 @@ class ReadOptions:
     #: ``(column, type name)`` pairs read as that type instead of inferred.
     na_values: tuple[str, ...] | None = None
     dtypes: tuple[tuple[str, str], ...] = ()
+    #: CSV: the lines skipped at the top of the file (a preamble), and whether the first
+    #: line after them is the header (``header=0``); without one (``header=None``) the
+    #: columns are named ``"0"``, ``"1"``, ...
+    skiprows: int = 0
+    header: bool = True
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,10 @@ from __future__ import annotations
 import codecs
 import csv
 import io
+import itertools
 import re
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -42,18 +43,67 @@ def _open_text(path: Path, encoding: str = "utf-8") -> TextIO:
                             errors="replace", newline="")
 
 
-def _text_lines(path: Path, encoding: str = "utf-8") -> Iterator[tuple[int, str]]:
-    """``(line number, line)`` of a (possibly compressed) text file."""
+def _text_lines(path: Path, encoding: str = "utf-8", skiprows: int = 0) -> Iterator[tuple[int, str]]:
+    """``(line number, line)`` of a (possibly compressed) text file, from line ``skiprows + 1``
+    on (numbered as the file's lines)."""
     with _open_text(path, encoding) as fh:
-        yield from enumerate(fh, start=1)
+        yield from itertools.islice(enumerate(fh, start=1), skiprows, None)
 
 
-def _first_undecodable_line(path: Path, encoding: str) -> tuple[int, bytes] | None:
-    """``(line number, raw line)`` of the first line ``encoding`` cannot decode (error path only)."""
+def _records(path: Path, sep: str, encoding: str, skiprows: int = 0) -> Iterator[tuple[int, int, list[str]]]:
+    """``(first line, last line, fields)`` of each non-blank record after the first
+    ``skiprows`` lines, read as the csv module reads them (a quoted field may span lines).
+
+    The skipped lines are lines, not records, as Arrow's ``skip_rows`` counts them: a quote
+    in a preamble (``Source: "BLS``) opens no field. Line numbers are the file's.
+    """
+    with _open_text(path, encoding) as fh:
+        for _ in range(skiprows):
+            if not fh.readline():
+                return
+        reader = csv.reader(fh, delimiter=sep)
+        end = skiprows
+        for record in reader:
+            start, end = end + 1, skiprows + reader.line_num
+            if record:
+                yield start, end, record
+
+
+#: Arrow's CSV block size (its default): the skipped lines and the header must fit in the
+#: first block, so a read that skips lines gets a block that much larger.
+_BLOCK_SIZE = 1 << 20
+
+
+def _skipped_size(path: Path, encoding: str, lines: int) -> int | None:
+    """The size, in the UTF-8 bytes Arrow's reader parses, of the first ``lines`` lines of
+    the file; None when no line follows them (they are the whole file)."""
+    size = 0
+    for lineno, line in _text_lines(path, encoding):
+        if lineno > lines:
+            return size
+        size += len(line.encode("utf-8"))
+    return None
+
+
+def _arrow_read_options(encoding: str, skiprows: int, size: int | None, **names: Any) -> Any:
+    """Arrow's read options for a file whose first ``skiprows`` lines (``size`` bytes, see
+    :func:`_skipped_size`) are skipped: Arrow fails to skip more lines than its first block
+    holds ("Could not skip initial N rows"), so the block grows by what is skipped."""
+    import pyarrow.csv as pacsv
+
+    return pacsv.ReadOptions(encoding="utf8" if encoding == "utf-8" else encoding, skip_rows=skiprows,
+                             block_size=_BLOCK_SIZE + (size or 0), **names)
+
+
+def _first_undecodable_line(path: Path, encoding: str, skiprows: int = 0) -> tuple[int, bytes] | None:
+    """``(line number, raw line)`` of the first line ``encoding`` cannot decode after the
+    skipped ones, which Arrow does not parse (error path only)."""
     import pyarrow as pa
 
     with pa.input_stream(str(path), compression="detect") as raw:
         for lineno, line in enumerate(io.BufferedReader(raw), start=1):
+            if lineno <= skiprows:
+                continue
             try:
                 line.decode(encoding)
             except UnicodeDecodeError:
@@ -62,16 +112,20 @@ def _first_undecodable_line(path: Path, encoding: str) -> tuple[int, bytes] | No
 
 
 def _locate_lines(
-    path: Path, bad: list[tuple[int | None, str]], encoding: str = "utf-8"
+    path: Path, bad: list[tuple[int | None, str]], encoding: str = "utf-8", skiprows: int = 0
 ) -> list[tuple[int | None, str]]:
-    """Fill in physical line numbers Arrow's threaded parser could not give (bad rows only)."""
+    """Fill in physical line numbers Arrow's threaded parser could not give (bad rows only).
+
+    Lines skipped with ``skiprows`` are not looked at (a preamble line that reads like a bad
+    one is no row) but counted: the numbers are the file's, as Arrow's own are.
+    """
     if all(n is not None for n, _ in bad):
         return bad
     pending: dict[str, list[int]] = defaultdict(list)
     for i, (_, text) in enumerate(bad):
         pending[text].append(i)
     located = list(bad)
-    for lineno, line in _text_lines(path, encoding):
+    for lineno, line in _text_lines(path, encoding, skiprows):
         slots = pending.get(line.rstrip("\r\n"))
         if slots:
             located[slots.pop(0)] = (lineno, line.rstrip("\r\n"))
@@ -79,30 +133,36 @@ def _locate_lines(
 
 
 def _line_of_row(
-    path: Path, row: int, skipped: list[tuple[int | None, str]], sep: str = ",", encoding: str = "utf-8"
+    path: Path, row: int, skipped: list[tuple[int | None, str]], sep: str = ",", encoding: str = "utf-8",
+    skiprows: int = 0, header: bool = True,
 ) -> int | None:
     """The file line where data row ``row`` (0-based, as Arrow counts rows) starts.
 
-    Records are read as the csv module reads them (a quoted field may span lines); blank
-    lines, the header (the first non-blank record) and the malformed lines skipped before
-    the row are not rows. None when the file has fewer rows (the caller then names the row).
-    Only run on the error path.
+    Records are read as the csv module reads them (a quoted field may span lines); the
+    first ``skiprows`` lines, blank lines, the header (the first non-blank record after
+    them, when there is one) and the malformed lines skipped before the row are not rows.
+    None when the file has fewer rows (the caller then names the row). Only run on the
+    error path.
     """
     skip = {n for n, _ in skipped if n is not None}
-    seen, end, header = -1, 0, True
-    with _open_text(path, encoding) as fh:
-        reader = csv.reader(fh, delimiter=sep)
-        for record in reader:
-            start, end = end + 1, reader.line_num
-            if not record:
-                continue
-            if header:
-                header = False
-            elif start not in skip:
-                seen += 1
-                if seen == row:
-                    return start
+    records = _records(path, sep, encoding, skiprows)
+    if header:
+        next(records, None)
+    seen = -1
+    for start, _, _ in records:
+        if start not in skip:
+            seen += 1
+            if seen == row:
+                return start
     return None
+
+
+def _header_end(path: Path, sep: str, encoding: str, skiprows: int) -> int:
+    """The file line the header ends on (past the skipped lines, the blank lines Arrow
+    passes over and a quoted name's line breaks): the lines a read given the column names
+    skips to start at the first data row."""
+    first = next(_records(path, sep, encoding, skiprows), None)
+    return skiprows if first is None else first[1]
 
 
 def csv_options(path: Path, sep: str | None, encoding: str | None) -> tuple[str, str]:
@@ -122,17 +182,19 @@ def csv_options(path: Path, sep: str | None, encoding: str | None) -> tuple[str,
 _OTHER_DELIMITERS = (";", "\t", "|")
 
 
-def _delimiter_hint(path: Path, sep: str, encoding: str) -> str:
-    """A sentence suggesting ``sep=`` when the header line holds no ``sep`` but another
-    common delimiter (a ``;``-separated export read with the default ``,``); else ``""``."""
-    for _, line in _text_lines(path, encoding):
-        header = line.lstrip("\ufeff").rstrip("\r\n")
-        if not header.strip():
+def _delimiter_hint(path: Path, sep: str, encoding: str, skiprows: int = 0, header: bool = True) -> str:
+    """A sentence suggesting ``sep=`` when the header line (the first non-blank line after
+    the ``skiprows`` skipped ones) holds no ``sep`` but another common delimiter (a
+    ``;``-separated export read with the default ``,``); else ``""``."""
+    for _, line in _text_lines(path, encoding, skiprows):
+        first = line.lstrip("\ufeff").rstrip("\r\n")
+        if not first.strip():
             continue
-        if sep in header:
+        if sep in first:
             return ""
-        found = [d for d in _OTHER_DELIMITERS if d in header]
-        return f" The header line holds no {sep!r} but {found[0]!r}: pass sep={found[0]!r}." if found else ""
+        found = [d for d in _OTHER_DELIMITERS if d in first]
+        what = "header line" if header else "first line"
+        return f" The {what} holds no {sep!r} but {found[0]!r}: pass sep={found[0]!r}." if found else ""
     return ""
 
 
@@ -149,7 +211,8 @@ CSV_TYPES = {"str": "string", "string": "string", "int64": "int64", "float64": "
 
 def _read_csv_arrow(
     path: Path, on_bad_lines: OnError, report: ReadReport, sep: str, encoding: str, decimal: str = ".",
-    na_values: Sequence[str] | None = None, dtypes: Sequence[tuple[str, str]] = (),
+    na_values: Sequence[str] | None = None, dtypes: Sequence[tuple[str, str]] = (), skiprows: int = 0,
+    header: bool = True,
 ) -> Any:
     import pyarrow as pa
     import pyarrow.csv as pacsv
@@ -161,33 +224,47 @@ def _read_csv_arrow(
         bad.append((row.number, row.text))
         return "skip"
 
-    # Arrow decodes UTF-8 natively; any other codec is transcoded through Python.
-    read_options = pacsv.ReadOptions(encoding="utf8" if encoding == "utf-8" else encoding)
+    empty = (f"{path}: the CSV file is empty ({'not even a header line' if header else 'not one line'}"
+             f"{f' after the {skiprows} skipped by skiprows' if skiprows else ''})")
+    size = None
+    if skiprows:
+        # Told here, not from Arrow's "Could not skip initial N rows", which also means
+        # skipped lines longer than its first block (see _arrow_read_options).
+        size = _skipped_size(path, encoding, skiprows)
+        if size is None:
+            raise EmptyTableError(empty)
+    # Arrow decodes UTF-8 natively; any other codec is transcoded through Python. Without a
+    # header Arrow names the columns f0, f1, ...: renamed "0", "1", ... below, as pandas'
+    # integer names are text everywhere else in the kit; dtype= names them so.
+    read_options = _arrow_read_options(encoding, skiprows, size, autogenerate_column_names=not header)
+    in_file = {name: name if header else f"f{name}" for name, _ in dtypes if header or name.isdigit()}
     # strings_can_be_null: an empty field (quoted or not) and the usual NA spellings are
     # missing in text columns too, as pandas.read_csv reads them; by default Arrow keeps
     # them as text there, so a missing value written as an empty field came back as "".
     convert_options = pacsv.ConvertOptions(
         strings_can_be_null=True, decimal_point=decimal,
         null_values=list(PANDAS_NA_VALUES if na_values is None else na_values),
-        column_types={name: getattr(pa, CSV_TYPES[kind])() for name, kind in dtypes})
+        column_types={in_file[name]: getattr(pa, CSV_TYPES[kind])() for name, kind in dtypes if name in in_file})
     try:
         table = pacsv.read_csv(path, read_options=read_options, convert_options=convert_options,
                                parse_options=pacsv.ParseOptions(delimiter=sep, invalid_row_handler=handler))
     except ArrowInvalid as exc:
         if "Empty CSV file" in str(exc):
-            raise EmptyTableError(f"{path}: the CSV file is empty (not even a header line)") from exc
+            raise EmptyTableError(empty) from exc
         raise MalformedCSVError(f"{path}: cannot parse CSV: {exc}") from exc
     except UnicodeError as exc:  # raised by the Python codec while transcoding
         raise MalformedCSVError(
             f"{path}: cannot decode the file as {encoding} ({exc}); pass the file's encoding=, "
             "e.g. encoding='latin-1' or 'cp1252'"
         ) from exc
+    if not header:
+        table = table.rename_columns([str(i) for i in range(table.num_columns)])
     # Arrow reads text that is not valid UTF-8 as a binary column instead of failing; a CSV
     # has no binary type, so such a column always means the wrong encoding.
     binary = [n for n, f in zip(table.column_names, table.schema, strict=True)
               if pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type)]
     if binary:
-        first = _first_undecodable_line(path, encoding)
+        first = _first_undecodable_line(path, encoding, skiprows)
         where = f" (first on line {first[0]}: {first[1][:80]!r})" if first else ""
         raise MalformedCSVError(
             f"{path}: column(s) {binary} are not valid {encoding}{where}; pass the file's encoding=, "
@@ -210,22 +287,29 @@ def _read_csv_arrow(
     # Renamed first: the read again for big integers picks columns by these names (by the
     # header's own, "" picked the first blank column for every blank one).
     table = table.rename_columns(names)
-    again = pacsv.ReadOptions(encoding=read_options.encoding, column_names=names, skip_rows=1)
+
+    def again() -> Any:
+        # Given the names, Arrow reads every line after the ones it skips as data: skip the
+        # header too, and the blank lines before it (with skip_rows=1 a blank first line
+        # was skipped and the header read as a row, which no integer column took).
+        start = _header_end(path, sep, encoding, skiprows) if header else skiprows
+        return _arrow_read_options(encoding, start, _skipped_size(path, encoding, start), column_names=names)
+
     table = _unsigned_ids(table, path, again, convert_options, sep, typed={name for name, _ in dtypes})
     if bad:
-        bad = sorted(_locate_lines(path, bad, encoding), key=lambda b: (b[0] is None, b[0] or 0))
+        bad = sorted(_locate_lines(path, bad, encoding, skiprows), key=lambda b: (b[0] is None, b[0] or 0))
         shown = "; ".join(f"line {n}: {t[:80]!r}" for n, t in bad[:MAX_LINES_IN_MESSAGE])
         more = f" (and {len(bad) - MAX_LINES_IN_MESSAGE} more)" if len(bad) > MAX_LINES_IN_MESSAGE else ""
         if on_bad_lines is OnError.RAISE:
             # Every data line off: the header is what is wrong (pandas reads the extra leading
             # fields of such a file as its index, without a word).
-            header = (f" Every data line is: the header names {table.num_columns} column(s) "
-                      f"({', '.join(table.column_names[:6])}{' ...' if table.num_columns > 6 else ''}): is it "
-                      "missing a name?") if table.num_rows == 0 else ""
+            fault = (f" Every data line is: the header names {table.num_columns} column(s) "
+                     f"({', '.join(table.column_names[:6])}{' ...' if table.num_columns > 6 else ''}): is it "
+                     "missing a name?") if table.num_rows == 0 else ""
             raise MalformedCSVError(
-                f"{path}: {len(bad)} malformed line(s) with the wrong number of fields: {shown}{more}.{header} "
+                f"{path}: {len(bad)} malformed line(s) with the wrong number of fields: {shown}{more}.{fault} "
                 f"Pass on_bad_lines='skip' to skip them and get them in the read report."
-                f"{_delimiter_hint(path, sep, encoding)}",
+                f"{_delimiter_hint(path, sep, encoding, skiprows, header)}",
                 lines=bad,
             )
         report.bad_lines = bad
@@ -240,10 +324,13 @@ def _header_names(names: list[str]) -> list[str]:
     return [name or f"Unnamed: {i}" for i, name in enumerate(names)]
 
 
-def _unsigned_ids(table: Any, path: Path, read_options: Any, convert_options: Any, sep: str,
+def _unsigned_ids(table: Any, path: Path, read_options: Callable[[], Any], convert_options: Any, sep: str,
                   typed: set[str] = frozenset()) -> Any:
     """``table`` with its whole-number columns beyond int64 read again exactly: up to
     2**64 - 1 (64-bit hashes, unsigned ids) as uint64, beyond that as their text.
+
+    ``read_options()``: the read options of the data rows alone, under ``table``'s names
+    (made only when a column is read again: finding the header's end reads the file).
 
     Arrow's CSV type inference knows no uint64 and no wider integer: such a column came
     back float64, every value rounded to 53 bits, silently (pandas keeps the wider ones as
@@ -264,6 +351,9 @@ def _unsigned_ids(table: Any, path: Path, read_options: Any, convert_options: An
                 unsigned.append(name)
             elif max(abs(low), abs(high)) >= 2.0**63:  # beyond any integer type, if integers
                 wide.append(name)
+    if not unsigned and not wide:
+        return table
+    again = read_options()
 
     def read_again(names: list[str], kind: Any) -> Any:
         options = pacsv.ConvertOptions(
@@ -272,7 +362,7 @@ def _unsigned_ids(table: Any, path: Path, read_options: Any, convert_options: An
             quoted_strings_can_be_null=convert_options.quoted_strings_can_be_null,
         )
         try:  # the same rows: malformed lines were counted by the first read and are skipped again
-            return pacsv.read_csv(path, read_options=read_options, convert_options=options,
+            return pacsv.read_csv(path, read_options=again, convert_options=options,
                                   parse_options=pacsv.ParseOptions(delimiter=sep, invalid_row_handler=lambda _: "skip"))
         except pa.ArrowInvalid:
             return None  # fractions or other values beside the big ones: floats they are
@@ -341,7 +431,7 @@ def _distinct(column: Any) -> tuple[Any, np.ndarray]:
 
 def _check_mixed_types(
     table: Any, path: Path, skipped: list[tuple[int | None, str]], sep: str = ",", encoding: str = "utf-8",
-    decimal: str = ".",
+    decimal: str = ".", skiprows: int = 0, header: bool = True,
 ) -> None:
     """Reject a numeric column with words in it (a typo: ``n/a?`` among the readings).
 
@@ -380,7 +470,7 @@ def _check_mixed_types(
                   if comma_numbers and mark else [])
         if len(marked):
             example = values[int(marked[0])].as_py()
-            line = _line_of_row(path, pc.index(column, example).as_py(), skipped, sep, encoding)
+            line = _line_of_row(path, pc.index(column, example).as_py(), skipped, sep, encoding, skiprows, header)
             where = f" on line {line}" if line is not None else ""
             if decimal == ",":
                 raise MixedTypeError(
@@ -397,7 +487,7 @@ def _check_mixed_types(
         if numeric.any() and not numeric.all() and rows[numeric].sum() >= rows[~numeric].sum():
             example = values[int(np.flatnonzero(~numeric)[0])].as_py()
             row = pc.index(column, example).as_py()
-            line = _line_of_row(path, row, skipped, sep, encoding)
+            line = _line_of_row(path, row, skipped, sep, encoding, skiprows, header)
             where = f"on line {line}" if line is not None else f"in data row {row + 1}"
             raise MixedTypeError(
                 f"{path}: column {name!r} mixes numbers and text ({len(pc.unique(values.filter(numeric)))} "
@@ -424,11 +514,11 @@ def _from_arrow(table: Any, backend: str, path: Path) -> Frame:
 def read_csv(path: Path, options: ReadOptions, report: ReadReport) -> Frame:
     """The CSV file on ``options.backend``; its ``sep``/``encoding`` checked by :func:`csv_options`."""
     table = _read_csv_arrow(path, options.on_bad_lines, report, options.sep, options.encoding, options.decimal,
-                            options.na_values, options.dtypes)
+                            options.na_values, options.dtypes, options.skiprows, options.header)
     if table.num_columns == 1 and not options.sep_given:
         # One column whose name holds ';' is almost always a ';'-separated file read with the
         # default ',': every row would be one text value.
-        hint = _delimiter_hint(path, options.sep, options.encoding)
+        hint = _delimiter_hint(path, options.sep, options.encoding, options.skiprows, options.header)
         if hint:
             raise MalformedCSVError(f"{path}: read as a single column {table.column_names[0]!r}.{hint} "
                                     f"(Pass sep={options.sep!r} to read it as one column.)")
@@ -436,7 +526,8 @@ def read_csv(path: Path, options: ReadOptions, report: ReadReport) -> Frame:
         # Columns the caller typed are what they asked for: no guessing at mixed ones.
         typed = {name for name, _ in options.dtypes}
         _check_mixed_types(table.drop_columns([n for n in typed if n in table.column_names]) if typed else table,
-                           path, report.bad_lines, options.sep, options.encoding, options.decimal)
+                           path, report.bad_lines, options.sep, options.encoding, options.decimal,
+                           options.skiprows, options.header)
     return _from_arrow(table, options.backend, path)
 
 

@@ -35,16 +35,18 @@ def read_table_with_report(
     path: str | os.PathLike[str], *, format: str | None = None, backend: str = "auto",
     on_bad_lines: str = "raise", mixed_types: str = "raise", sep: str | None = None,
     encoding: str | None = None, decimal: str | None = None, na_values: Sequence[str] | None = None,
-    keep_default_na: bool = True, dtype: Mapping[str, Any] | None = None,
+    keep_default_na: bool = True, dtype: Mapping[str, Any] | None = None, skiprows: int = 0,
+    header: int | None = 0,
 ) -> tuple[Frame, ReadReport]:
     """Read a table and say what was read: like :func:`read_table`, plus a :class:`ReadReport`.
 
     Args:
         path, format, backend, on_bad_lines, mixed_types, sep, encoding, decimal, na_values,
-            keep_default_na, dtype: as in :func:`read_table`.
+            keep_default_na, dtype, skiprows, header: as in :func:`read_table`.
 
     Returns:
-        ``(frame, report)``; ``report.bad_lines`` lists every skipped CSV line.
+        ``(frame, report)``; ``report.bad_lines`` lists every skipped CSV line, numbered as
+        the file's lines (lines skipped with ``skiprows`` counted).
 
     Example:
         >>> frame, report = read_table_with_report("readings.csv", on_bad_lines="skip")  # doctest: +SKIP
@@ -56,10 +58,12 @@ def read_table_with_report(
     src = Path(path)
     fmt = table_format(src, format)
     if fmt.text_options is None and (sep is not None or encoding is not None or decimal is not None
-                                     or na_values is not None or not keep_default_na or dtype):
-        raise ValueError(f"{src}: sep=, encoding=, decimal=, na_values=, keep_default_na= and dtype= apply to "
-                         f"CSV files only, not {fmt.name}")
+                                     or na_values is not None or not keep_default_na or dtype
+                                     or skiprows != 0 or header is None or header != 0):
+        raise ValueError(f"{src}: sep=, encoding=, decimal=, na_values=, keep_default_na=, dtype=, skiprows= "
+                         f"and header= apply to CSV files only, not {fmt.name}")
     missing_spellings, dtypes = _csv_reading(na_values, keep_default_na, dtype)
+    has_header = _csv_layout(skiprows, header)
     if not src.exists():
         if any(ch in str(src) for ch in "*?["):
             raise FileNotFoundError(
@@ -78,7 +82,8 @@ def read_table_with_report(
     if fmt.text_options is not None:
         sep, encoding = fmt.text_options(src, sep, encoding)
         decimal = _decimal_mark(src, decimal, sep)
-    options = ReadOptions(target, bad_lines, mixed, sep, encoding, decimal or ".", sep_given, missing_spellings, dtypes)
+    options = ReadOptions(target, bad_lines, mixed, sep, encoding, decimal or ".", sep_given, missing_spellings, dtypes,
+                          skiprows, has_header)
     frame = fmt.reader(target)(src, options, report)
     if backend_of(frame) == "pandas":
         frame = _text_names(frame, src)
@@ -115,11 +120,32 @@ def _csv_reading(na_values: Sequence[str] | None, keep_default_na: bool,
     return spellings, tuple(dtypes)
 
 
+def _csv_layout(skiprows: int, header: int | None) -> bool:
+    """Check ``skiprows`` and ``header`` of a CSV read; whether the file has a header line.
+
+    Only pandas' ``header=0`` (the first line after the skipped ones names the columns) and
+    ``header=None`` (no header line) are taken: a header further down is ``skiprows`` plus
+    ``header=0``, and a multi-line header has no one meaning on every backend. ``True`` and
+    ``False`` are refused as pandas refuses them: ``header=False`` equals 0 in Python and
+    read the first line as the header, the opposite of what it says.
+    """
+    if isinstance(skiprows, bool) or not isinstance(skiprows, int):
+        raise TypeError(f"skiprows must be a number of lines (an int), got {skiprows!r}")
+    if skiprows < 0:
+        raise ValueError(f"skiprows must be 0 or more lines, got {skiprows}")
+    if header is not None and (isinstance(header, bool) or not isinstance(header, int) or header != 0):
+        raise ValueError(f"header must be 0 (the first line after skiprows names the columns) or None (no "
+                         f"header line: columns '0', '1', ...), got {header!r}; for a header further down "
+                         "the file, pass skiprows= the lines above it")
+    return header is not None
+
+
 def read_table(
     path: str | os.PathLike[str], *, format: str | None = None, backend: str = "auto",
     on_bad_lines: str = "raise", mixed_types: str = "raise", sep: str | None = None,
     encoding: str | None = None, decimal: str | None = None, na_values: Sequence[str] | None = None,
-    keep_default_na: bool = True, dtype: Mapping[str, Any] | None = None,
+    keep_default_na: bool = True, dtype: Mapping[str, Any] | None = None, skiprows: int = 0,
+    header: int | None = 0,
 ) -> Frame:
     """Read a CSV, Parquet, Feather, pickle, HDF5 or JSON (records or lines) table onto ``backend``.
 
@@ -163,26 +189,37 @@ def read_table(
         dtype: CSV only: ``{column: type}`` read as that type instead of inferred: ``str``
             (zero-padded codes such as ``"02134"`` keep their zeros; no mixed-type check),
             ``"int64"``, ``"float64"``, ``"bool"``. A column the header lacks is an error.
+        skiprows: CSV only: the number of lines skipped at the top of the file, before the
+            header (a preamble describing the data), as pandas' integer ``skiprows``. Lines
+            are the file's lines (blank ones included; a quoted field in them does not join
+            lines), and the lines the errors and ``on_bad_lines`` report still count them.
+            Skipping every line raises :class:`EmptyTableError`.
+        header: CSV only: ``0`` (default): the first line after ``skiprows`` names the
+            columns; ``None``: the file has no header line, every line is data and the
+            columns are named ``"0"``, ``"1"``, ... (text, as everywhere; ``dtype=`` names
+            them so). Other values raise ``ValueError``.
 
     Returns:
         A native frame of the chosen backend.
 
     Raises:
         UnknownFormatError, MalformedCSVError, MixedTypeError, EmptyTableError (an empty file
-        of any format), TabularError (a file its format's reader cannot parse, a directory of
-        a format other than Parquet, dataset files that disagree on a column's type, column
-        names that are one as text, such as ``1`` and ``"1"`` in a pickle),
-        FileNotFoundError; all name the file.
+        of any format, or a CSV file ``skiprows`` skips to its end), TabularError (a file its
+        format's reader cannot parse, a directory of a format other than Parquet, dataset
+        files that disagree on a column's type, column names that are one as text, such as
+        ``1`` and ``"1"`` in a pickle), FileNotFoundError; all name the file.
 
     Example:
         >>> df = read_table("readings.csv", backend="pandas", on_bad_lines="skip")  # doctest: +SKIP
         >>> df = read_table("export.csv", sep=";", encoding="cp1252", decimal=",")  # doctest: +SKIP
+        >>> df = read_table("unemp.csv", skiprows=3)  # doctest: +SKIP
+        >>> df = read_table("points.csv", header=None)  # doctest: +SKIP
         >>> df = read_table("warehouse/sales/", backend="polars")  # doctest: +SKIP
     """
     frame, report = read_table_with_report(
         path, format=format, backend=backend, on_bad_lines=on_bad_lines, mixed_types=mixed_types,
         sep=sep, encoding=encoding, decimal=decimal, na_values=na_values, keep_default_na=keep_default_na,
-        dtype=dtype,
+        dtype=dtype, skiprows=skiprows, header=header,
     )
     if report.bad_lines:
         lines = ", ".join(str(n) for n, _ in report.bad_lines[:MAX_LINES_IN_MESSAGE])
