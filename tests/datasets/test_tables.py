@@ -241,6 +241,19 @@ def test_convert_between_formats_reports_rows(table, tmp_path):
     _numeric_equal(table, read_table(dst, backend="pandas"))
 
 
+def test_convert_takes_every_csv_option_of_read_table(tmp_path):
+    src = tmp_path / "export.csv"
+    src.write_text("Exported 2024-01-01\n\ncode;price;country\n007;1,5;NA\n010;2,25;DE\n")
+    dst, report = convert(src, tmp_path / "export.parquet", backend="pandas", skiprows=2, sep=";",
+                          decimal=",", dtype={"code": "str"}, keep_default_na=False)
+    out = read_table(dst, backend="pandas")
+    assert report.rows == 2
+    assert out["code"].tolist() == ["007", "010"] and out["price"].tolist() == [1.5, 2.25]
+    assert out["country"].tolist() == ["NA", "DE"]  # Namibia stays a country
+    with pytest.raises(TypeError, match="skip_rows"):
+        convert(src, tmp_path / "x.parquet", skip_rows=2)  # a misspelt option is not swallowed
+
+
 def test_bad_policy_arguments_are_rejected(tmp_path):
     with pytest.raises(ValueError, match="on_bad_lines"):
         read_table(tmp_path / "x.csv", on_bad_lines="drop")

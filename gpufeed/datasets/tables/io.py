@@ -298,8 +298,7 @@ def write_table(
 def convert(
     src: str | os.PathLike[str], dst: str | os.PathLike[str], *, src_format: str | None = None,
     dst_format: str | None = None, backend: str = "auto", on_bad_lines: str = "raise",
-    mixed_types: str = "raise", sep: str | None = None, encoding: str | None = None,
-    decimal: str | None = None,
+    mixed_types: str = "raise", **csv_options: Any,
 ) -> tuple[Path, ReadReport]:
     """Read ``src`` and write it to ``dst`` in another format, with the same bad-line
     reporting and format detection as :func:`read_table` and :func:`write_table`.
@@ -309,9 +308,11 @@ def convert(
             ``src_format``).
         dst: output file (format from its suffix unless ``dst_format``).
         backend: backend that holds the table in between (``"auto"``: cuDF on a GPU).
-        on_bad_lines, mixed_types, sep, encoding, decimal: how ``src`` is read, as in
-            :func:`read_table` (the last three for a CSV ``src`` only: a European export
-            is ``sep=";", decimal=","``). A CSV ``dst`` is written with ``,`` and ``.``.
+        on_bad_lines, mixed_types: how ``src`` is read, as in :func:`read_table`.
+        csv_options: :func:`read_table`'s options for a CSV ``src`` (``sep``, ``encoding``,
+            ``decimal``, ``na_values``, ``keep_default_na``, ``dtype``, ``skiprows``,
+            ``header``): a European export is ``sep=";", decimal=","``. A CSV ``dst`` is
+            written with ``,`` and ``.``.
 
     Returns:
         ``(dst path, read report)``; the report counts rows kept and lines skipped.
@@ -321,7 +322,7 @@ def convert(
         >>> convert("export.csv", "export.parquet", sep=";", decimal=",")  # doctest: +SKIP
     """
     frame, report = read_table_with_report(src, format=src_format, backend=backend, on_bad_lines=on_bad_lines,
-                                           mixed_types=mixed_types, sep=sep, encoding=encoding, decimal=decimal)
+                                           mixed_types=mixed_types, **csv_options)
     return write_table(frame, dst, format=dst_format), report
 
 
