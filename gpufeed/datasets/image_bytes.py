@@ -100,12 +100,13 @@ def _png_fault(mv: memoryview) -> str | None:
     return "truncated PNG (no IEND chunk)"
 
 
-def _jpeg_markers(mv: memoryview) -> Iterator[tuple[int, int, int]]:
+def _jpeg_markers(mv: memoryview) -> Iterator[tuple[int, int, tuple[int, int]]]:
     """``(marker, position, stray)`` of a JPEG's header segments, in order, up to its first
-    scan (0xDA, start of scan): ``stray`` bytes before the marker's 0xFF belong to no
-    segment. Some cameras write such bytes between segments; libjpeg passes over them with
-    a warning ("N extraneous bytes before marker"), as this walk does. Ends early where
-    the lengths run past the bytes."""
+    scan (0xDA, start of scan): the bytes ``mv[stray[0]:stray[1]]`` before the marker
+    (empty: none) belong to no segment; the fill bytes (0xFF) after them and before the
+    marker are allowed. Some cameras write such bytes between segments; libjpeg passes
+    over them with a warning ("N extraneous bytes before marker"), as this walk does. Ends
+    early where the lengths run past the bytes."""
     pos, end = 2, len(mv) - 3
     raw: bytes | None = None  # a copy to search in, made at the first stray byte only
     while pos < end:
@@ -123,13 +124,15 @@ def _jpeg_markers(mv: memoryview) -> Iterator[tuple[int, int, int]]:
         while fill > start and mv[fill - 1] == 0xFF:
             fill -= 1  # fill bytes before a marker are allowed: not stray
         marker = mv[pos + 1]
-        yield marker, pos, fill - start
+        yield marker, pos, (start, fill)
         if marker == 0xDA:
             return
         if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7:  # markers without a length
             pos += 2
             continue
-        pos += 2 + int.from_bytes(mv[pos + 2: pos + 4], "big")
+        # A length under 2 (which counts itself) skips nothing more, as libjpeg reads it:
+        # the length field is the segment's, not stray bytes.
+        pos += 2 + max(int.from_bytes(mv[pos + 2: pos + 4], "big"), 2)
 
 
 def jpeg_without_stray_bytes(data: bytes | memoryview | np.ndarray) -> bytes | memoryview | np.ndarray:
@@ -144,7 +147,7 @@ def jpeg_without_stray_bytes(data: bytes | memoryview | np.ndarray) -> bytes | m
     mv = memoryview(data).cast("B")
     if image_format(mv) != "jpeg":
         return data
-    gaps = [(pos - stray, pos) for _, pos, stray in _jpeg_markers(mv) if stray]
+    gaps = [(lo, hi) for _, _, (lo, hi) in _jpeg_markers(mv) if hi > lo]
     if not gaps:
         return data
     pieces, last = [], 0

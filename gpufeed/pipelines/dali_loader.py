@@ -38,7 +38,7 @@ from gpufeed.pipelines.base import (
 )
 from gpufeed.pipelines.dali_pipeline import build_pipeline
 from gpufeed.pipelines.dali_readers import reader_iterator, shard_format
-from gpufeed.pipelines.feeds import FileFeed, IteratorSkips, crop_inputs, pixel_input
+from gpufeed.pipelines.feeds import FileFeed, IteratorSkips, crop_inputs, dali_input
 from gpufeed.pipelines.options import LastBatch, LoaderOptions
 from gpufeed.pipelines.threads import SamplePool
 
@@ -216,13 +216,15 @@ class DaliLoader(ClassificationLoader):
         if self._probe is None:
             self._probe = build_pipeline(None, self.options, self.device_id, batch_size=1, prefetch=1,
                                          pixels=pixels)
-        inputs = {"encoded": np.ascontiguousarray(data), "label": np.zeros((), np.int32)}  # DALI wants dense
-        if self.options.train:
-            crop = crop_inputs(data, self.options, 0, 0, pixels)
-            if isinstance(crop, str):
-                return crop
-            if pixels:  # as the feed sends them: the window's pixels and its flip
-                inputs.update(encoded=pixel_input(data, crop), flip=crop[2])
+        crop = crop_inputs(data, self.options, 0, 0, pixels) if self.options.train else None
+        if isinstance(crop, str):
+            return crop
+        # As the feed sends it (a file with stray header bytes was blamed here, the bytes
+        # DALI refused being ones the feed drops); DALI wants dense arrays.
+        inputs = {"encoded": np.ascontiguousarray(dali_input(data, crop, pixels)), "label": np.zeros((), np.int32)}
+        if crop is not None:
+            if pixels:  # the window's pixels and its flip
+                inputs["flip"] = crop[2]
             else:
                 inputs.update(zip(("start", "shape", "flip"), crop, strict=True))
         for name, value in inputs.items():

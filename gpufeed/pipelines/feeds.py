@@ -59,6 +59,15 @@ def pixel_input(pixels: np.ndarray, crop: tuple[np.ndarray, np.ndarray, np.ndarr
     return np.ascontiguousarray(pixels)
 
 
+def dali_input(data: np.ndarray, crop: tuple[np.ndarray, np.ndarray, np.ndarray] | None,
+               pixels: bool) -> np.ndarray | bytes | memoryview:
+    """What DALI is given of one checked sample: decoded pixels through
+    :func:`pixel_input`; a file's bytes without the stray bytes between its JPEG header
+    segments, which libjpeg passes over and DALI's parser refuses
+    (:func:`~gpufeed.datasets.image_bytes.jpeg_without_stray_bytes`)."""
+    return pixel_input(data, crop) if pixels else jpeg_without_stray_bytes(data)
+
+
 class FileFeed:
     """The pipeline's ``external_source``: each ``next()`` is one planned batch of
     encoded files and their labels, and for training each sample's crop window and flip.
@@ -141,8 +150,7 @@ class FileFeed:
                 if reason is not None:
                     self.log.add(path, reason)
                     continue
-                # DALI's parser refuses stray bytes between JPEG segments that libjpeg passes over.
-                encoded.append(pixel_input(data, crop) if pixels else jpeg_without_stray_bytes(data))
+                encoded.append(dali_input(data, crop, pixels))
                 labels.append(source.labels[i])
                 crops.append(crop)
             if encoded:

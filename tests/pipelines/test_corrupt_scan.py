@@ -23,6 +23,7 @@ from gpufeed.datasets.image_bytes import (
 )
 from gpufeed.pipelines import BadImageError
 from gpufeed.pipelines.torch_loader import DECODE_ERRORS, decode_failure, decode_rgb
+from tests.helpers import impossible_huffman
 from tests.pipelines.test_loader_contract import BACKENDS, load
 
 #: The torch backend's reason for the damaged file (libjpeg's words).
@@ -196,19 +197,40 @@ def test_stray_bytes_between_header_segments_are_dropped_and_nothing_else():
     assert image_size(arr) == (96, 160)  # read from the header past the stray bytes, not by PIL
     assert undecodable_reason(_with_stray_bytes(data)) is None  # libjpeg decodes it, with a warning
 
+def test_fill_bytes_and_short_segments_are_kept_only_stray_bytes_go():
+    data = _jpeg()
+    dqt = data.find(b"\xff\xdb")
+    stray_then_fill = data[:dqt] + b"\x00\x12\xff\xff" + data[dqt:]
+    # The fill bytes before a marker are allowed: only the two stray bytes before them go.
+    assert jpeg_without_stray_bytes(stray_then_fill) == data[:dqt] + b"\xff\xff" + data[dqt:]
+    short_app = data[:dqt] + b"\xff\xe5\x00\x00" + data[dqt:]  # APP5 of length 0: libjpeg skips nothing more
+    assert undecodable_reason(short_app) is None
+    assert jpeg_without_stray_bytes(short_app) is short_app  # its length field is no stray byte
+    for variant in (stray_then_fill, short_app):
+        cleaned = jpeg_without_stray_bytes(variant)
+        assert np.array_equal(np.asarray(Image.open(io.BytesIO(cleaned))), np.asarray(Image.open(io.BytesIO(data))))
+        assert image_size(np.frombuffer(variant, dtype=np.uint8)) == (96, 160)
+
+
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("train", [False, True])
 def test_both_backends_yield_a_jpeg_with_stray_bytes_between_segments(tmp_path, backend, train):
     """DALI's parser refused it ("Invalid marker") where libjpeg decodes it: the DALI backend
-    skipped a file the torch backend yielded."""
+    skipped a file the torch backend yielded. In a batch DALI fails (a file no decoder
+    reads), each file is tried again alone as the feed sends it: the stray-byte files
+    are not blamed too."""
     root = tmp_path / "train"
     (root / "cls").mkdir(parents=True)
     data = _jpeg()
+    dqt = data.find(b"\xff\xdb")
     (root / "cls" / "a.jpg").write_bytes(data)
     (root / "cls" / "b.jpg").write_bytes(_with_stray_bytes(data))
-    loader = load(root, backend, train=train, batch_size=2, size=32, shuffle=False)
+    (root / "cls" / "c.jpg").write_bytes(data[:dqt] + b"\x00\x12\xff\xff" + data[dqt:])  # stray, then fill
+    (root / "cls" / "d.jpg").write_bytes(impossible_huffman(data))
+    loader = load(root, backend, train=train, batch_size=4, size=32, shuffle=False)
     (x, _), = list(loader)
-    assert len(x) == 2 and not loader.skipped
+    assert [os.path.basename(s.path) for s in loader.skipped] == ["d.jpg"]
+    assert len(x) == 3
     if not train:  # the same pixels as the intact file
-        assert torch.equal(x[0], x[1])
+        assert torch.equal(x[0], x[1]) and torch.equal(x[0], x[2])
