@@ -128,39 +128,58 @@ class FileFeed:
         self._resume = (epoch, batch_number)
 
     def __next__(self) -> tuple:
-        train = self.options.train
-        source = self.samples
-        pixels = source.kind == "pixels"
         while self._pos < len(self._batches):
             number, self._pos = self._pos, self._pos + 1
-            encoded, labels, crops = [], [], []
-            batch = [int(i) for i in self._batches[number]]
-            names = [source.name(i) for i in batch]
-            todo = [i for i, path in zip(batch, names, strict=True) if self.log.known(path) is None]
-            read = dict(zip(todo, self._read_all(todo), strict=True))
-            for i, path in zip(batch, names, strict=True):
-                reason = self.log.known(path)  # again: a file found bad earlier in this batch
-                data = crop = None
-                if reason is None:
-                    data = read[i]
-                    reason = sample_fault(data, pixels)
-                if reason is None and train:
-                    crop = crop_inputs(data, self.options, self.epoch, i, pixels)
-                    reason = crop if isinstance(crop, str) else None
-                if reason is not None:
-                    self.log.add(path, reason)
-                    continue
-                encoded.append(dali_input(data, crop, pixels))
-                labels.append(source.labels[i])
-                crops.append(crop)
-            if encoded:
-                self.in_flight.append((self.epoch, number, batch))
-                labels = np.asarray(labels, dtype=np.int32)
-                if not train:
-                    return encoded, labels
-                starts, shapes, flips = (list(c) for c in zip(*crops, strict=True))
-                return (encoded, labels, flips) if pixels else (encoded, labels, starts, shapes, flips)
+            made = self._batch(number)
+            if made is not None:
+                return made
         raise StopIteration
+
+    def _batch(self, number: int) -> tuple | None:
+        """Batch ``number`` of the epoch as the pipeline takes it, or None when every file
+        of it is bad (``partial``: an empty batch is not handed over)."""
+        source, train = self.samples, self.options.train
+        pixels = source.kind == "pixels"
+        encoded, labels, crops = [], [], []
+        batch = [int(i) for i in self._batches[number]]
+        names = [source.name(i) for i in batch]
+        todo = [i for i, path in zip(batch, names, strict=True) if self.log.known(path) is None]
+        read = dict(zip(todo, self._read_all(todo), strict=True))
+
+        def take(i: int, path: str, data: np.ndarray | str | None) -> bool:
+            """Check sample ``i`` and add it to the batch; False (and recorded) if bad."""
+            reason = self.log.known(path)  # again: a file found bad earlier in this batch
+            crop = None
+            if reason is None:
+                reason = sample_fault(data, pixels)
+            if reason is None and train:
+                crop = crop_inputs(data, self.options, self.epoch, i, pixels)
+                reason = crop if isinstance(crop, str) else None
+            if reason is not None:
+                self.log.add(path, reason)
+                return False
+            encoded.append(dali_input(data, crop, pixels))
+            labels.append(source.labels[i])
+            crops.append(crop)
+            return True
+
+        def stand_in(i: int) -> bool:
+            batch.append(i)  # in flight: a file DALI fails on is looked for among them
+            path = source.name(i)
+            return self.log.known(path) is None and take(i, path, source.read_or_reason(i))
+
+        for i, path in zip(batch, names, strict=True):
+            take(i, path, read.get(i))
+        if len(encoded) < len(batch) and self.plan.replaces_bad:  # drop/fill: stand-ins keep it full
+            self.plan.fill_places(self.epoch, number, len(batch) - len(encoded), stand_in)
+        if not encoded:
+            return None
+        self.in_flight.append((self.epoch, number, batch))
+        labels = np.asarray(labels, dtype=np.int32)
+        if not train:
+            return encoded, labels
+        starts, shapes, flips = (list(c) for c in zip(*crops, strict=True))
+        return (encoded, labels, flips) if pixels else (encoded, labels, starts, shapes, flips)
 
 
 class IteratorSkips(BadFileMemory):

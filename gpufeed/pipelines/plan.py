@@ -3,11 +3,14 @@
 One plan drives every backend, so shuffling, sharding and the last-batch policy are the
 same whichever decodes: within an epoch with ``partial`` every sample appears exactly
 once across all shards (ranks), and with ``drop`` or ``fill`` every shard has the same
-number of batches, so no rank of a distributed job waits for another at the end of an
-epoch.
+number of full batches, so no rank of a distributed job waits for another at the end of
+an epoch. Bad files do not change that: under ``drop`` and ``fill`` a bad sample's place
+is taken by a stand-in (:meth:`EpochPlan.stand_ins`); under ``partial`` it is left out.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -104,6 +107,47 @@ class EpochPlan:
         """This shard's sample indices for ``epoch``, in order."""
         n = self.num_samples
         return self.order(epoch)[n * self.shard_id // self.num_shards: n * (self.shard_id + 1) // self.num_shards]
+
+    @property
+    def replaces_bad(self) -> bool:
+        """Whether a bad sample's place in its batch is taken by a stand-in: under ``drop``
+        and ``fill``, whose promise is full batches and the same number of steps on every
+        rank (a rank that ran a step short would leave the others waiting at their next
+        collective: a hang under NCCL). ``partial`` leaves it out, every other sample
+        still exactly once."""
+        return self.last_batch != LastBatch.PARTIAL
+
+    def stand_ins(self, epoch: int, number: int) -> Iterator[int]:
+        """The samples that may take bad samples' places in batch ``number`` of ``epoch``, in
+        the order to try them (endless: the caller stops): this shard's samples of the
+        epoch after the batch, then round from the shard's start. The same on every run,
+        so a resumed epoch gets the same stand-ins, and drawn from this shard only, so
+        no other rank's reads change."""
+        share = self.shard_indices(epoch)
+        end = min((number + 1) * self.batch_size, len(share))
+        order = np.concatenate([share[end:], share[:end]]).tolist()
+        while True:
+            yield from order
+
+    def fill_places(self, epoch: int, number: int, missing: int, take: Callable[[int], bool]) -> None:
+        """Find stand-ins for ``missing`` bad samples of batch ``number`` of ``epoch``:
+        ``take(i)`` tries sample ``i`` (:meth:`stand_ins` order) and says whether it was
+        good and taken (a bad one is recorded by the caller, as any bad file).
+
+        Raises:
+            RuntimeError: a whole round of this shard's samples gave no good one.
+        """
+        misses = 0
+        for i in self.stand_ins(epoch, number):
+            if missing == 0:
+                return
+            if take(i):
+                missing, misses = missing - 1, 0
+            elif (misses := misses + 1) >= self.shard_size:
+                raise RuntimeError(
+                    f"shard {self.shard_id} of {self.num_shards}: no sample of epoch {epoch} could be read and "
+                    f"decoded (each was tried in place of the bad files of batch {number}); loader.skipped "
+                    "lists the files and their reasons")
 
     def batches(self, epoch: int) -> list[np.ndarray]:
         """This shard's batches of sample indices for ``epoch``, after the last-batch policy."""

@@ -109,8 +109,8 @@ class _Files(Dataset):
     DataLoader worker's: a folder on slow storage still waits for each file's open.
     """
 
-    def __init__(self, source: SampleSource, options: LoaderOptions) -> None:
-        self.source, self.options = source, options
+    def __init__(self, source: SampleSource, options: LoaderOptions, plan: EpochPlan) -> None:
+        self.source, self.options, self.plan = source, options, plan
         self._reader: tuple[int, ThreadPoolExecutor] | None = None  # (its process, it)
 
     def __getstate__(self) -> dict:
@@ -123,7 +123,17 @@ class _Files(Dataset):
         if self._reader is None or self._reader[0] != os.getpid():  # a forked worker has no thread
             self._reader = (os.getpid(), ThreadPoolExecutor(1, thread_name_prefix="gpufeed-read"))
         reads = self._reader[1].map(self.source.read_or_reason, [i for _, _, i in keys])  # all queued now
-        return [self._sample(key, data) for key, data in zip(keys, reads, strict=True)]
+        items = [self._sample(key, data) for key, data in zip(keys, reads, strict=True)]
+        bad = sum(image is None for _, _, image, _ in items)
+        if bad and self.plan.replaces_bad:  # drop/fill: stand-ins keep the batch full
+            epoch, number, _ = keys[0]
+
+            def take(i: int) -> bool:
+                items.append(self._sample((epoch, number, i), self.source.read_or_reason(i)))
+                return items[-1][2] is not None
+
+            self.plan.fill_places(epoch, number, bad, take)
+        return items
 
     def __getitem__(self, key: tuple[int, int, int]) -> tuple[int, int, torch.Tensor | None, str | None]:
         return self._sample(key, self.source.read_or_reason(key[2]))
@@ -232,7 +242,7 @@ class TorchLoader(ClassificationLoader):
             made, self._finish = Normalizer(raw, shared_empty), Normalizer(o, ReusedBuffers().empty)
         else:  # made in this process: normalised once, straight into reused buffers
             made, self._finish = Normalizer(o, ReusedBuffers(keep=8).empty), None
-        self._files, self._made = _Files(self.samples, o), made
+        self._files, self._made = _Files(self.samples, o, self.plan), made
         self._pool = SamplePool(self._threads, "gpufeed-pixels")
         self._sampler = _PlanSampler(self.plan)
         context = None if processes == 0 else worker_start_method()

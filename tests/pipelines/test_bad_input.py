@@ -252,3 +252,58 @@ def test_files_gone_since_the_loader_was_built_are_skipped_and_reported(tmp_path
     assert reasons == {"link.jpg": "could not read: No such file or directory",
                        gone.name: "could not read: No such file or directory"}
     assert yielded == 7 and yielded + len(loader.skipped) == len(loader.samples) == 9
+
+
+def _one_per_class_with_bad_files(root: Path) -> tuple[set[int], set[str]]:
+    """12 JPEGs, one per class (a label is its sample), and 6 bad files in classes of their
+    own, two of them side by side; the good labels and the bad names."""
+    generate_image_folder(root, num_images=12, num_classes=12, seed=6, min_side=40, max_side=56)
+    data = (root / "class_000" / "img_000000.jpg").read_bytes()
+    bad = {"zero.jpg": b"", "cut.jpg": data[: len(data) // 2], "words.jpg": b"not a picture",
+           "huffman.jpg": impossible_huffman(data), "zero2.jpg": b"", "cut2.jpg": data[:100]}
+    for k, (name, content) in enumerate(bad.items()):
+        (root / f"class_{12 + k:03d}").mkdir()
+        (root / f"class_{12 + k:03d}" / name).write_bytes(content)
+    return set(range(12)), set(bad)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("policy", ["drop", "fill", "partial"])
+def test_bad_files_never_change_a_ranks_step_count_or_batch_size(tmp_path, backend, policy):
+    """A rank whose batch was all bad files used to yield a step fewer than len(loader):
+    under torchrun the other ranks then waited at their next collective (a hang on NCCL).
+    drop/fill: stand-ins from the rank's own share keep every batch full; partial: bad
+    files are left out and every good sample comes exactly once."""
+    good, bad = _one_per_class_with_bad_files(tmp_path / "train")
+    seen: list[int] = []
+    skipped: set[str] = set()
+    for rank in range(3):
+        loader = load(tmp_path / "train", backend, train=True, batch_size=2, size=16, shuffle=True, seed=3,
+                      last_batch=policy, shard_id=rank, num_shards=3)
+        for epoch in range(2):
+            loader.set_epoch(epoch)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                batches = [labels.tolist() for _, labels in loader]
+            if policy != "partial":
+                assert len(batches) == len(loader) == 3 and all(len(b) == 2 for b in batches), batches
+                assert set(sum(batches, [])) <= good  # stand-ins come from the good samples
+            if epoch == 0:
+                seen += sum(batches, [])
+                skipped |= {os.path.basename(s.path) for s in loader.skipped}
+    if policy == "partial":
+        assert sorted(seen) == sorted(good)  # each good sample once, across the ranks
+    assert len(seen) == (12 if policy == "partial" else 18)
+    assert skipped == bad
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_rank_whose_files_are_all_bad_is_named_not_left_short(tmp_path, backend):
+    root = tmp_path / "train"
+    (root / "a").mkdir(parents=True)
+    for k in range(4):
+        (root / "a" / f"{k}.jpg").write_bytes(b"")
+    loader = load(root, backend, train=True, batch_size=2, size=16, last_batch="drop")
+    with warnings.catch_warnings(), pytest.raises(RuntimeError, match="no sample of epoch 0 could be read"):
+        warnings.simplefilter("ignore")
+        list(loader)
