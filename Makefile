@@ -3,6 +3,9 @@
 PYTHON ?= python3
 VENV   ?= .venv
 EXTRAS ?= dali-cpu,test
+# Where `make bench` writes its results: gpufeed-results/ (gitignored). The recorded runs live
+# in bench/results/; record one there with `make bench OUT=bench/results`.
+OUT    ?= gpufeed-results
 BIN     = $(VENV)/bin
 
 .PHONY: install bench test lint gpu-check clean
@@ -16,7 +19,7 @@ $(BIN)/gpufeed: pyproject.toml
 install: $(BIN)/gpufeed
 
 bench: install
-	$(BIN)/gpufeed bench --out bench/results
+	$(BIN)/gpufeed bench --out $(OUT)
 
 lint: install
 	$(BIN)/ruff check gpufeed tests examples

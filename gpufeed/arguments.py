@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
+import os
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 
 
 def at_least(minimum: int) -> Callable[[str], int]:
@@ -59,16 +63,88 @@ def number_at_least(minimum: float, *, above: bool = False) -> Callable[[str], f
     return parse
 
 
+def _why_not_a_folder_to_write(path: Path) -> str | None:
+    """Why files cannot be written into the folder ``path``, or ``None`` when they can.
+
+    Checked by doing it: the missing folders are created (parents too), a file is created
+    and deleted in the folder, and the folders created here are removed again, so a run
+    refused later for another reason leaves nothing behind (the command creates the folder
+    when it writes). Takes milliseconds, where the write itself comes after the whole run.
+    """
+    if path.exists() and not path.is_dir():
+        return "exists and is not a folder"
+    missing = []
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        missing.append(existing)
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{existing} is a file, not a folder"
+    created: list[Path] = []
+    try:
+        for folder in reversed(missing):
+            try:
+                folder.mkdir()
+            except OSError as exc:
+                return f"cannot create the folder {folder} ({exc.strerror or exc})"
+            created.append(folder)
+        try:
+            handle, name = tempfile.mkstemp(dir=path, prefix=".gpufeed-write-check-")
+        except OSError as exc:
+            return f"cannot write into {path} ({exc.strerror or exc})"
+        os.close(handle)
+        os.unlink(name)
+    finally:
+        for folder in reversed(created):
+            with contextlib.suppress(OSError):  # something else wrote there meanwhile: leave it
+                folder.rmdir()
+    return None
+
+
+def output_folder(value: str) -> str:
+    """An argparse ``type`` for a folder a command writes into (created when missing):
+    an existing file, or a place where no folder can be created or written into, is a
+    usage error naming the option at once (``argument --out: /proc/x: cannot create the
+    folder /proc/x (No such file or directory)``), instead of an ``[Errno ...]`` after the work.
+
+    Example:
+        >>> parser = argparse.ArgumentParser()
+        >>> _ = parser.add_argument("--out", type=output_folder)
+        >>> parser.parse_args(["--out", "new/results"]).out  # not created yet: the command does
+        'new/results'
+    """
+    why = _why_not_a_folder_to_write(Path(value))
+    if why:
+        raise argparse.ArgumentTypeError(f"{value}: {why}")
+    return value
+
+
+def table_output_file(value: str) -> str:
+    """An argparse ``type`` for a generated table's file: ``.parquet`` or ``.csv``, not a
+    folder, in a folder that can be created and written into (checked before generating)."""
+    path = Path(value)
+    if path.suffix.lower() not in (".parquet", ".csv"):
+        raise argparse.ArgumentTypeError(f"{value}: must end in .parquet or .csv")
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{value}: is a folder: name the file to write")
+    why = _why_not_a_folder_to_write(path.parent)
+    if why:
+        if why.startswith("exists"):
+            why = f"{path.parent} is a file, not a folder"
+        raise argparse.ArgumentTypeError(f"{value}: {why}")
+    return value
+
+
 def results_folder(value: str) -> str:
     """An ``--out`` results folder anywhere but inside the gpufeed package (an argparse
     ``type``, so a run is refused before it starts; a default like ``gpufeed-results`` is
-    relative to the current directory, which may be the package's own folder)."""
-    from pathlib import Path
-
+    relative to the current directory, which may be the package's own folder), and one
+    that can be written (:func:`output_folder`): an existing file, ``/proc/x`` or a
+    read-only place is refused at once, not after the whole benchmark ran."""
     import gpufeed
 
     out = Path(value).resolve()
     package = Path(gpufeed.__file__).resolve().parent
     if out == package or package in out.parents:
         raise argparse.ArgumentTypeError(f"{value} is inside the gpufeed package ({package}): write elsewhere")
-    return value
+    return output_folder(value)

@@ -15,8 +15,9 @@ import importlib
 import sys
 import warnings
 from collections.abc import Callable, Sequence
+from typing import NoReturn
 
-from gpufeed.arguments import at_least, results_folder
+from gpufeed.arguments import at_least, output_folder, results_folder, table_output_file
 
 #: Benchmark suites: name -> (module with ``add_arguments(parser)`` and ``run(args) -> int``,
 #: its one-line help: the module docstring's first line). Only the suite named on the
@@ -41,6 +42,41 @@ BENCH_SUITES = {
 }
 
 
+class _DefaultsHelp(argparse.HelpFormatter):
+    """Help that shows each option's default, ``(default: X)``, where its own text does not
+    already say it (the suites' modules write some of them out, not all)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        says = any(words in text.lower() for words in ("default:", "(default", "%(default)"))
+        if (says or default is None or default is argparse.SUPPRESS
+                or isinstance(default, bool) or not (action.option_strings or action.nargs in ("?", "*"))):
+            return action.help
+        return f"{text} (default: %(default)s)"
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors end in one ``gpufeed: error: ...`` line, as the
+    errors found while running do, whichever command or suite (sub-parsers inherit it)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(2, f"gpufeed: error: {message}\n")
+
+
+def _version() -> str:
+    """The installed distribution's version (the package's own when run from a source tree)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("gpufeed")
+    except PackageNotFoundError:
+        import gpufeed
+
+        return gpufeed.__version__
+
+
 def _add_suite(parser: argparse.ArgumentParser, module: str) -> None:
     """Give ``parser`` the options and the run of the suite in ``module`` (imported here)."""
     mod = importlib.import_module(module)
@@ -55,13 +91,19 @@ _TABLE_SEED_HELP = "seed of the values (default: 0); the same seed writes the sa
 def _build_parser(chosen: Sequence[str] = ()) -> argparse.ArgumentParser:
     """The command line's parser; ``chosen``: the command and suite named (``["bench",
     "tabular"]``, ``["tune"]``), the only suite whose module is imported for its options."""
-    parser = argparse.ArgumentParser(prog="gpufeed", description=__doc__.splitlines()[0].replace("``", ""))
+    parser = _Parser(prog="gpufeed", description=__doc__.splitlines()[0].replace("``", ""))
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    bench = sub.add_parser("bench", help="run a benchmark suite (default: images)")
+    bench = sub.add_parser(
+        "bench", help="run a benchmark suite (default: images)",
+        description="Run a benchmark suite. With no suite named, `gpufeed bench [OPTIONS]` runs the images "
+                    "suite (`gpufeed bench images [OPTIONS]`: the kit's image loaders against DataLoader + "
+                    "PIL on a generated, cached dataset); `gpufeed bench SUITE --help` lists a suite's options.",
+    )
     suites = bench.add_subparsers(dest="suite")
     for name, (module, text) in BENCH_SUITES.items():
-        p = suites.add_parser(name, help=text, description=text)
+        p = suites.add_parser(name, help=text, description=text, formatter_class=_DefaultsHelp)
         if list(chosen[:2]) == ["bench", name]:
             _add_suite(p, module)
 
@@ -74,7 +116,7 @@ def _build_parser(chosen: Sequence[str] = ()) -> argparse.ArgumentParser:
                     "the loader alone: prints the stall report and the what-if, writes JSON, Markdown "
                     "and a timeline PNG (docs/profile.md).",
     )
-    stall.add_argument("--data", help="ImageFolder tree (default: the generated, cached ImageNet-like set)")
+    stall.add_argument("--data", help="ImageFolder tree, or shards (default: the generated, cached ImageNet-like set)")
     stall.add_argument("--model", choices=("resnet18", "resnet50", "tiny"), default="resnet18",
                        help="default: resnet18 (tiny: a small conv net, for quick CPU runs)")
     stall.add_argument("--loader", choices=("torch", "dali", "auto", "pil"), default="auto",
@@ -100,19 +142,20 @@ def _build_parser(chosen: Sequence[str] = ()) -> argparse.ArgumentParser:
         description="Write an ImageNet-like JPEG folder OUT/class_XXX/img_XXXXXX.jpg. Into a folder "
                     "that already holds files it warns: same-named images are replaced, others stay.",
     )
-    images.add_argument("out", help="output folder")
-    images.add_argument("--images", type=at_least(1), default=1000, help="number of images (default 1000)")
+    images.add_argument("out", metavar="OUT", type=output_folder, help="output folder (created when missing)")
+    images.add_argument("--images", type=at_least(1), default=1024,
+                        help="number of images (default 1024, the size of the benchmarks' default set)")
     images.add_argument("--classes", type=at_least(1), default=10, help="number of classes (default 10)")
     images.add_argument("--seed", type=at_least(0), default=0, help=(
         "seed of the pixels, sizes and labels (default: 0); "
         "the same seed writes the same files"))
     transactions = kinds.add_parser(
         "transactions", help="transactions-like table (ids, 6 text columns of 3..5,000 values, gaps, time)")
-    transactions.add_argument("out", help="output file ending in .parquet or .csv")
+    transactions.add_argument("out", metavar="OUT", type=table_output_file, help="output file ending in .parquet or .csv")
     transactions.add_argument("--rows", type=at_least(1), default=100_000, help="number of rows (default 100000)")
     transactions.add_argument("--seed", type=at_least(0), default=0, help=_TABLE_SEED_HELP)
     sensor = kinds.add_parser("sensor", help="sensor-like table (station, region, timestamp, ~95 features)")
-    sensor.add_argument("out", help="output file ending in .parquet or .csv")
+    sensor.add_argument("out", metavar="OUT", type=table_output_file, help="output file ending in .parquet or .csv")
     sensor.add_argument("--rows", type=at_least(1), default=100_000, help="number of rows (default 100000)")
     sensor.add_argument("--seed", type=at_least(0), default=0, help=_TABLE_SEED_HELP)
 
@@ -123,8 +166,9 @@ def _build_parser(chosen: Sequence[str] = ()) -> argparse.ArgumentParser:
                     "DALI index files, or a raw cache, plus DST/gpufeed.json. Re-running an interrupted "
                     "conversion with the same arguments resumes it.",
     )
-    convert.add_argument("src", help="ImageFolder tree (SRC/<class>/<image>) or a 'path label' file list")
-    convert.add_argument("dst", help="output folder (new or empty, or an interrupted conversion to resume)")
+    convert.add_argument("src", metavar="SRC", help="ImageFolder tree (SRC/<class>/<image>) or a 'path label' file list")
+    convert.add_argument("dst", metavar="DST", type=output_folder,
+                         help="output folder (new or empty, or an interrupted conversion to resume)")
     convert.add_argument("--format", required=True, choices=("webdataset", "tfrecord", "raw"),
                          help="tar shards (KEY.jpg + KEY.cls), tf.train.Example records, or decoded pixels")
     convert.add_argument("--shard-size", default="256MiB", help="target shard size, e.g. 256MB, 1GiB (default: 256MiB)")
@@ -137,7 +181,7 @@ def _build_parser(chosen: Sequence[str] = ()) -> argparse.ArgumentParser:
     convert.add_argument("--workers", type=at_least(0), default=None, help="decoding processes (default: all cores)")
 
     tune = sub.add_parser("tune", help="sweep DataLoader settings (workers, pinning, prefetch, batch) here",
-                          description=BENCH_SUITES["tune"][1])  # also a command of its own
+                          description=BENCH_SUITES["tune"][1], formatter_class=_DefaultsHelp)  # also a command
     if list(chosen[:1]) == ["tune"]:
         _add_suite(tune, BENCH_SUITES["tune"][0])
     return parser
@@ -150,6 +194,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv.insert(1, "images")  # `gpufeed bench` alone is the main job
     parser = _build_parser(argv[:2])
     args = parser.parse_args(argv)
+    missing = _missing_input(args)
+    if missing:
+        print(f"gpufeed: error: {missing}", file=sys.stderr)
+        return 2
     formatted = warnings.formatwarning
     warnings.formatwarning = _plain_warning(formatted)
     try:
@@ -160,6 +208,37 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     finally:
         warnings.formatwarning = formatted
+
+
+#: Commands whose input must be an existing folder: the argument naming it, by (command, suite).
+_FOLDER_INPUTS = {("bench", "images"): "--data", ("bench", "storage"): "--data", ("bench", "all"): "--data",
+                  ("bench", "tune"): "DATA", ("tune", None): "DATA"}
+
+
+def _missing_input(args: argparse.Namespace) -> str | None:
+    """What is wrong with the input path a command was given, in one form naming the
+    argument (``argument --data: X: does not exist``) whichever command it is, or ``None``.
+    Checked before anything runs; the pipelines' own checks (``image root X does not
+    exist``) stay for library callers."""
+    import glob
+    import os
+
+    key = (args.command, getattr(args, "suite", None) if args.command == "bench" else None)
+    value = args.src if args.command == "convert" else getattr(args, "data", None)
+    if not value:
+        return None
+    if key in _FOLDER_INPUTS:
+        if os.path.isdir(value):
+            return None
+        why = "not a folder (expected an ImageFolder tree ROOT/<class>/<image>)" if os.path.exists(value) else \
+            "does not exist"
+        return f"argument {_FOLDER_INPUTS[key]}: {value}: {why}"
+    # Shards may be named by a pattern ("train-{000000..000127}.tar", a glob) that is no path.
+    if key == ("stall", None) and not (os.path.exists(value) or glob.has_magic(value) or "{" in value):
+        return f"argument --data: {value}: does not exist (neither a folder nor a shard file or pattern)"
+    if key == ("convert", None) and not os.path.exists(value):
+        return f"argument SRC: {value}: does not exist"
+    return None
 
 
 def _plain_warning(default: Callable[..., str]) -> Callable[..., str]:

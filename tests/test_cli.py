@@ -1,8 +1,10 @@
 """The command line: doctor, data generation and a small images benchmark end to end."""
 
 import json
+import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -45,6 +47,11 @@ def test_bench_images_writes_results_with_metadata(image_folder, tmp_path):
         # Two rounds, one timed epoch each: both epochs pooled, each round's rate kept.
         assert row["rounds"] == 2 and len(row["seconds"]) == 2 and len(row["round_rates"]) == 2
     assert "× per round" in result.with_suffix(".md").read_text()
+    # The line after the run names every file written: the PNG figure too, not only JSON and .md.
+    (line,) = [ln for ln in out.stdout.splitlines() if ln.startswith("results: ")]
+    assert doc["figures"] and sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [result.name, result.with_suffix(".md").name, *doc["figures"]])
+    assert all(p.name in line for p in tmp_path.iterdir()), line
 
 
 def test_suite_help_is_each_modules_first_line_and_only_the_named_suite_is_imported():
@@ -160,3 +167,168 @@ def test_results_are_never_written_inside_the_package_even_by_default(argv, monk
         main(argv)
     assert exc.value.code == 2 and "inside the gpufeed package" in capsys.readouterr().err
 
+
+
+@pytest.fixture
+def nothing_runs(monkeypatch):
+    """A command that gets past its arguments fails the test at once, instead of running a
+    benchmark for minutes before it meets the bad path."""
+    import gpufeed.cli as cli
+
+    def ran(args):
+        pytest.fail(f"ran {args.command} with arguments that should have been refused")
+
+    monkeypatch.setattr(cli, "_run", ran)
+
+
+def _usage_error(argv, capsys) -> str:
+    """The one ``gpufeed: error:`` line of a usage error (exit 2) raised while parsing."""
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2, err
+    assert "Traceback" not in err and "Errno" not in err, err
+    return err.strip().splitlines()[-1]
+
+
+_PROC = Path("/proc/self").exists()
+
+
+@pytest.mark.parametrize("command", [["bench"], ["bench", "images"], ["bench", "tabular"], ["bench", "all"],
+                                     ["tune"], ["stall"]])
+@pytest.mark.parametrize("bad", ["file", "under a file", "proc"])
+def test_an_unusable_out_is_refused_before_anything_runs(command, bad, tmp_path, capsys, nothing_runs):
+    """`--out /proc/x` ran a 112 s benchmark before [Errno 2]; `--out afile.txt` [Errno 17]."""
+    if bad == "proc" and not _PROC:
+        pytest.skip("no /proc here")
+    (tmp_path / "afile.txt").write_text("notes")
+    out = {"file": tmp_path / "afile.txt", "under a file": tmp_path / "afile.txt" / "sub",
+           "proc": Path("/proc/gpufeed-results")}[bad]
+    started = time.monotonic()
+    line = _usage_error([*command, "--out", str(out)], capsys)
+    assert time.monotonic() - started < 5
+    why = {"file": "exists and is not a folder", "under a file": "is a file, not a folder",
+           "proc": "cannot create the folder"}[bad]
+    assert line.startswith(f"gpufeed: error: argument --out: {out}: ") and why in line, line
+
+
+def test_a_new_out_is_accepted_and_left_for_the_command_to_create(tmp_path):
+    from gpufeed.arguments import results_folder
+
+    out = tmp_path / "new" / "results"
+    assert results_folder(str(out)) == str(out)
+    assert not (tmp_path / "new").exists()  # a run refused later for another reason leaves nothing
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["data", "images", "{file}"], "argument OUT: {file}: exists and is not a folder"),
+    (["convert", "{src}", "{file}", "--format", "raw"], "argument DST: {file}: exists and is not a folder"),
+    (["data", "sensor", "{file}/t.parquet"], "argument OUT: {file}/t.parquet: {file} is a file, not a folder"),
+    (["data", "transactions", "{src}"], "argument OUT: {src}: must end in .parquet or .csv"),
+    pytest.param(["data", "sensor", "/proc/out.parquet"], "argument OUT: /proc/out.parquet: cannot write into /proc",
+                 marks=pytest.mark.skipif(not _PROC, reason="no /proc here")),
+])
+def test_unusable_output_paths_of_data_and_convert_are_usage_errors(argv, message, tmp_path, capsys,
+                                                                    nothing_runs):
+    """`data images afile.txt` printed "generating…" then [Errno 20]; `convert SRC afile.txt`
+    [Errno 17]; `data sensor /proc/out.parquet` an Arrow error on `.partial`."""
+    names = {"file": str(tmp_path / "afile.txt"), "src": str(tmp_path)}
+    (tmp_path / "afile.txt").write_text("notes")
+    line = _usage_error([a.format(**names) for a in argv], capsys)
+    assert line.startswith("gpufeed: error: " + message.format(**names)), line
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["bench", "tabular", "--parts", "recip"], "argument --parts: unknown 'recip'; choose from rule, recipe, downcast"),
+    (["bench", "tabular", "--tables", "sensor,logs"], "argument --tables: unknown 'logs'"),
+    (["bench", "tabular", "--rows", "1000,0"], "argument --rows: must be >= 1, got 0"),
+    (["bench", "formats", "no_such.csv"], "argument FILE: no_such.csv: no such file"),
+    (["bench", "formats", "--formats", "csv,xls"], "argument --formats: unknown format(s) ['xls']"),
+])
+def test_bad_suite_arguments_are_usage_errors_not_exit_1(argv, message, tmp_path, monkeypatch, capsys,
+                                                         nothing_runs):
+    """`--parts recip` and a missing formats file exited 1 without the `gpufeed: error:` prefix."""
+    monkeypatch.chdir(tmp_path)
+    assert _usage_error(argv, capsys).startswith(f"gpufeed: error: {message}")
+
+
+@pytest.mark.parametrize("argv, argument", [
+    (["bench", "images", "--data", "{missing}"], "--data"),
+    (["bench", "storage", "--data", "{missing}"], "--data"),
+    (["bench", "all", "--data", "{missing}"], "--data"),
+    (["tune", "{missing}"], "DATA"),
+    (["bench", "tune", "{missing}"], "DATA"),
+    (["stall", "--data", "{missing}"], "--data"),
+    (["convert", "{missing}", "{out}", "--format", "raw"], "SRC"),
+])
+def test_a_missing_input_is_named_in_one_form_by_every_command(argv, argument, tmp_path, capsys, nothing_runs):
+    """It read `image root X does not exist`, `X: no such folder` and `--data X: no such
+    folder, and no shard file or pattern`, depending on the command."""
+    names = {"missing": str(tmp_path / "nowhere"), "out": str(tmp_path / "out")}
+    assert main([a.format(**names) for a in argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"gpufeed: error: argument {argument}: {names['missing']}: does not exist"), err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_a_file_given_as_an_image_folder_is_named(tmp_path, capsys, nothing_runs):
+    (tmp_path / "afile.txt").write_text("notes")
+    assert main(["tune", str(tmp_path / "afile.txt")]) == 2
+    assert capsys.readouterr().err.startswith(f"gpufeed: error: argument DATA: {tmp_path / 'afile.txt'}: not a folder")
+
+
+def test_stall_still_takes_a_shard_pattern_that_is_no_path(tmp_path, capsys, monkeypatch):
+    import gpufeed.cli as cli
+
+    seen = []
+    monkeypatch.setattr(cli, "_run", lambda args: seen.append(args.data) or 0)
+    pattern = str(tmp_path / "train-{000000..000003}.tar")
+    assert main(["stall", "--data", pattern, "--out", str(tmp_path / "out")]) == 0 and seen == [pattern]
+
+
+def test_version_and_help_say_the_defaults(capsys):
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0 and capsys.readouterr().out.strip() == f"gpufeed {version('gpufeed')}"
+
+    def help_of(argv):
+        with pytest.raises(SystemExit):
+            main([*argv, "--help"])
+        return " ".join(capsys.readouterr().out.split())  # unwrapped
+
+    assert "`gpufeed bench [OPTIONS]` runs the images suite" in help_of(["bench"])
+    assert "--images IMAGES size of the generated default set (default: 1024)" in help_of(["bench", "images"])
+    augment = help_of(["bench", "augment"])
+    for option, default in [("--size SIZE", "224"), ("--batches BATCHES", "2"), ("--repeats REPEATS", "5")]:
+        assert re.search(rf"{option} [^-]*\(default: {default}\)", augment), option
+    tabular = help_of(["bench", "tabular"])
+    for option, default in [("--parts PARTS", "rule,recipe,downcast"), ("--tables TABLES", "sensor,transactions"),
+                            ("--rows ROWS", "1000000,10000000")]:
+        assert re.search(rf"{option} [^-]*\(default: {re.escape(default)}\)", tabular), option
+    assert "--images IMAGES number of images (default 1024" in help_of(["data", "images"])
+
+
+def test_data_images_makes_as_many_images_as_the_benchmarks_by_default():
+    from gpufeed.cli import _build_parser
+
+    assert _build_parser(["data", "images"]).parse_args(["data", "images", "x"]).images == 1024
+
+
+def test_make_bench_writes_an_untracked_folder_unless_told_to_record():
+    """`make bench` wrote into the tracked bench/results/, mixing a user's first run with
+    the recorded ones (and `bench compare bench/results/ gpufeed-results/` compared it with
+    itself)."""
+    import shutil
+
+    root = Path(__file__).resolve().parent.parent
+    makefile = (root / "Makefile").read_text()
+    assert "OUT    ?= gpufeed-results" in makefile and "gpufeed bench --out $(OUT)" in makefile
+    assert "gpufeed-results/" in (root / ".gitignore").read_text().splitlines()
+    if shutil.which("make"):
+        for extra, out in [([], "gpufeed-results"), (["OUT=bench/results"], "bench/results")]:
+            dry = subprocess.run(["make", "-n", "--no-print-directory", "-C", str(root), "bench", "VENV=/nonexistent-venv", *extra],
+                                 capture_output=True, text=True, timeout=60)
+            assert dry.returncode == 0, dry.stderr
+            assert dry.stdout.strip().splitlines()[-1] == f"/nonexistent-venv/bin/gpufeed bench --out {out}"

@@ -31,6 +31,7 @@ from gpufeed.bench.harness import (
     add_out_argument,
     markdown_table,
     measure,
+    results_line,
     run_isolated,
     write_results,
 )
@@ -233,5 +234,5 @@ def run(args: argparse.Namespace) -> int:
     }
     json_path, md_path = write_results("augment", payload, summary, args.out)
     print(summary)
-    print(f"wrote {json_path} and {md_path}")
+    print(results_line(json_path))  # the JSON, the Markdown and the figures
     return 0 if all("error" not in r for r in results.values()) else 1

@@ -25,6 +25,7 @@ from gpufeed.bench.harness import (
     add_out_argument,
     markdown_table,
     measure,
+    results_line,
     run_isolated,
     write_results,
 )
@@ -38,13 +39,37 @@ _STORAGE = {"csv-pandas": "csv"}
 _PORTABLE = ("csv", "parquet", "feather", "json", "csv-pandas")
 
 
+def _table_file(text: str) -> str:
+    """An argparse ``type`` for the table to measure: an existing file of a known format, so
+    a missing file or an unknown suffix is a usage error (exit 2) before anything runs."""
+    from gpufeed.datasets.tables import detect_format
+
+    source = Path(text)
+    if not source.is_file():
+        raise argparse.ArgumentTypeError(f"{text}: {'not a file' if source.exists() else 'no such file'}")
+    try:
+        detect_format(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def _format_names(text: str) -> str:
+    """An argparse ``type`` for ``--formats``: a comma list of known formats (kept as text)."""
+    names = [f.strip() for f in text.split(",") if f.strip()]
+    unknown = [f for f in names if f not in _EXT]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown format(s) {unknown or 'none given'}; choose from {', '.join(_EXT)}")
+    return text
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``gpufeed bench formats``."""
-    parser.add_argument("file", nargs="?", default=None,
+    parser.add_argument("file", nargs="?", default=None, type=_table_file, metavar="FILE",
                         help="table to measure (any supported format); default: the generated sensor table")
     parser.add_argument("--rows", type=at_least(1), default=250_000,
                         help="rows of the generated sensor table (default 250000, about 180 MB of CSV)")
-    parser.add_argument("--formats", default=None,
+    parser.add_argument("--formats", default=None, type=_format_names,
                         help="comma list of csv, parquet, feather, pickle, hdf5, json, csv-pandas "
                              "(default: all; csv-pandas only with --backend pandas)")
     parser.add_argument("--backend", default="pandas", help="pandas | polars | cudf | auto (default: pandas)")
@@ -189,17 +214,14 @@ def run(args: argparse.Namespace) -> int:
     formats = [f.strip() for f in args.formats.split(",") if f.strip()] if args.formats else default
     unknown = [f for f in formats if f not in _EXT]
     if unknown:
-        raise SystemExit(f"unknown format(s) {unknown}; choose from {', '.join(_EXT)}")
+        raise ValueError(f"--formats: unknown format(s) {unknown}; choose from {', '.join(_EXT)}")
     if "csv" not in formats:
         formats.insert(0, "csv")  # every ratio is to CSV
     if args.file:
         source = Path(args.file)
-        try:
-            detect_format(source)  # a clear error for an unknown suffix before any work
-        except ValueError as exc:
-            raise SystemExit(str(exc)) from exc
+        detect_format(source)  # refused when parsed (_table_file); this is for a Namespace built by hand
         if not source.exists():
-            raise SystemExit(f"{source}: no such file")
+            raise FileNotFoundError(f"{source}: no such file")
         dataset = f"{source.name} (given)"
     else:
         source = cached_sensor_file(args.rows, args.data_dir)
@@ -242,5 +264,5 @@ def run(args: argparse.Namespace) -> int:
     print(summary, flush=True)
     json_path, md_path = write_results("formats", {"dataset": dataset, "config": vars(args) | {"_run": None},
                                                    "formats": results, "ratios": rows}, summary, args.out)
-    print(f"results: {json_path} and {md_path}")
+    print(results_line(json_path))  # the JSON, the Markdown and the figures
     return 0

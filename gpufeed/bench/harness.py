@@ -360,6 +360,19 @@ def write_results(
     return json_path, md_path
 
 
+def results_line(json_path: str | os.PathLike[str]) -> str:
+    """The ``results:`` line a suite prints after :func:`write_results`: every file it
+    wrote, the JSON's path then the names beside it (the Markdown, each figure listed in the
+    JSON's ``figures``), e.g. ``results: out/images-train-cpu2-….json, ….md, ….png``."""
+    path = Path(json_path)
+    try:
+        figures = json.loads(path.read_text()).get("figures", [])
+    except (OSError, ValueError):
+        figures = []
+    names = [path.with_suffix(".md").name, *figures]
+    return "results: " + ", ".join([os.fspath(path), *names])
+
+
 
 def _draw_figures(doc: dict[str, Any], base: Path) -> list[Path]:
     try:

@@ -23,6 +23,7 @@ from gpufeed.bench.harness import (
     markdown_table,
     measure,
     pool_rounds,
+    results_line,
     round_ratios,
     rounds_text,
     run_isolated,
@@ -288,5 +289,5 @@ def run(args: argparse.Namespace) -> int:
         f"{rounds_text(args.rounds, args.repeats)}.\n\n{table}"
     )
     json_path, md_path = write_results(f"images-{args.mode}", {"setup": setup, "rows": rows}, summary, args.out)
-    print(f"results: {json_path} and {md_path.name}")
+    print(results_line(json_path))  # the JSON, the Markdown and the figures
     return 0 if all(r["verdict"] == "ok" for r in rows) else 1

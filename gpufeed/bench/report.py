@@ -4,7 +4,7 @@
 DataLoader tuning sweep and the storage formats (warm and simulated remote), each writing its JSON, Markdown and PNG figure into the same
 folder, then writes ``summary.md``: one row per suite with its headline ratio and links
 to its files, and the figures. ``--quick`` shrinks every suite (fewer repeats, smaller tables, a shorter
-sweep) so the whole report takes a few minutes on two cores.
+sweep) for a first look; its time on two cores has not been recorded.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ _DEVICE_STEPS = ("images-train", "images-val", "augment", "tune", "storage")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``gpufeed bench all``."""
     add_out_argument(parser)
-    parser.add_argument("--quick", action="store_true", help="smaller runs: a few minutes on 2 cores")
+    parser.add_argument("--quick", action="store_true", help="smaller runs of every suite (fewer repeats, smaller tables, a shorter sweep)")
     parser.add_argument("--data", default=None, help="ImageFolder tree for images and tune (default: generated)")
     parser.add_argument("--suites", default=",".join(STEPS), help=f"comma list (default: {','.join(STEPS)})")
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")

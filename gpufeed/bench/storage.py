@@ -40,6 +40,7 @@ from gpufeed.bench.harness import (
     add_loader_arguments,
     markdown_table,
     pool_rounds,
+    results_line,
     round_ratios,
     rounds_text,
     run_isolated,
@@ -591,7 +592,7 @@ def run(args: argparse.Namespace) -> int:
     payload = {"setup": setup, "rows": rows, "targets": targets, "conversions": conversions,
                "ratio_to_baseline": ratios, "headline": _headline(targets, rows)}
     json_path, md_path = write_results("storage", payload, summary, args.out)
-    print(f"results: {json_path} and {md_path.name}")
+    print(results_line(json_path))  # the JSON, the Markdown and the figures
     return 0 if all(r["verdict"] in ("ok", "skipped") for r in rows) else 1
 
 

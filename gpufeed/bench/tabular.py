@@ -25,13 +25,14 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from gpufeed.arguments import at_least, number_at_least
 from gpufeed.bench.harness import (
     add_out_argument,
     markdown_table,
+    results_line,
     run_isolated,
     write_results,
 )
@@ -60,12 +61,48 @@ _BYTES_PER_ROW = {
 }
 
 
+#: The parts of the suite, in the order they run by default.
+PARTS = ("rule", "recipe", "downcast")
+
+
+def _names_from(choices: Sequence[str]) -> Callable[[str], str]:
+    """An argparse ``type`` for a comma list of names from ``choices``: an unknown name is a
+    usage error naming the option (exit 2) before anything runs. The text is kept as given."""
+    def parse(text: str) -> str:
+        names = [n.strip() for n in text.split(",") if n.strip()]
+        unknown = [n for n in names if n not in choices]
+        if unknown or not names:
+            raise argparse.ArgumentTypeError(
+                f"{'unknown ' + ', '.join(map(repr, unknown)) if unknown else 'none given'}; "
+                f"choose from {', '.join(choices)}")
+        return text
+
+    parse.__name__ = "comma list"
+    return parse
+
+
+def _row_counts(text: str) -> str:
+    """An argparse ``type`` for ``--rows``: a comma list of whole numbers >= 1 (kept as text)."""
+    counts = [n.strip() for n in text.split(",") if n.strip()]
+    if not counts:
+        raise argparse.ArgumentTypeError("no row counts given")
+    for n in counts:
+        try:
+            at_least(1)(n)
+        except argparse.ArgumentTypeError as exc:
+            raise argparse.ArgumentTypeError(f"{exc} (a comma list of row counts)") from None
+    return text
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``gpufeed bench tabular``."""
-    parser.add_argument("--parts", default="rule,recipe,downcast", help="comma list of rule, recipe, downcast")
-    parser.add_argument("--tables", default="sensor,transactions",
-                        help="tables of the rule and recipe parts (comma list of sensor, transactions)")
-    parser.add_argument("--rows", default="1000000,10000000", help="recipe table sizes (comma list)")
+    parser.add_argument("--parts", type=_names_from(PARTS), default=",".join(PARTS),
+                        help="comma list of rule, recipe, downcast (default: %(default)s)")
+    parser.add_argument("--tables", type=_names_from(TABLES), default="sensor,transactions",
+                        help="tables of the rule and recipe parts, comma list of sensor, transactions "
+                             "(default: %(default)s)")
+    parser.add_argument("--rows", type=_row_counts, default="1000000,10000000",
+                        help="recipe table sizes, comma list (default: %(default)s)")
     parser.add_argument("--rule-rows", type=at_least(1), default=1_000_000, help="rows for vectorised rule runs")
     parser.add_argument("--loop-rows", type=at_least(1), default=50_000, help="rows for the for-loop and apply runs")
     parser.add_argument("--downcast-rows", type=at_least(1), default=1_000_000, help="rows for the downcast part")
@@ -236,7 +273,7 @@ def _tables(args: argparse.Namespace) -> list[str]:
     tables = [t.strip() for t in args.tables.split(",") if t.strip()]
     unknown = sorted(set(tables) - set(TABLES))
     if unknown:
-        raise SystemExit(f"unknown --tables {unknown}; choose from {', '.join(TABLES)}")
+        raise ValueError(f"--tables: unknown {unknown}; choose from {', '.join(TABLES)}")
     return tables
 
 
@@ -329,9 +366,9 @@ def _run_downcast(args: argparse.Namespace, data_dir: str | None) -> tuple[dict,
 def run(args: argparse.Namespace) -> int:
     """Run the chosen parts, print the Markdown summary and write JSON + Markdown results."""
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
-    unknown = set(parts) - {"rule", "recipe", "downcast"}
-    if unknown:
-        raise SystemExit(f"unknown --parts {sorted(unknown)}; choose from rule, recipe, downcast")
+    unknown = set(parts) - set(PARTS)
+    if unknown:  # refused when parsed (_names_from); this is for a Namespace built by hand
+        raise ValueError(f"--parts: unknown {sorted(unknown)}; choose from {', '.join(PARTS)}")
     data_dir = args.data_dir
     _tables(args)  # a bad name fails before anything runs
     payload: dict[str, Any] = {"config": vars(args) | {"_run": None}, "cpu_threads": usable_cpus()}
@@ -346,5 +383,5 @@ def run(args: argparse.Namespace) -> int:
                "baseline: idiomatic vectorised pandas; each variant in its own process; "
                f"{_repeats(args)}.\n\n" + "\n\n".join(summaries))
     json_path, md_path = write_results("tabular", payload, summary, args.out)
-    print(f"results: {json_path} and {md_path}")
+    print(results_line(json_path))  # the JSON, the Markdown and the figures
     return 0

@@ -28,6 +28,7 @@ from gpufeed.bench.harness import (
     epoch_runner,
     markdown_table,
     measure_for,
+    results_line,
     run_isolated,
     write_results,
 )
@@ -415,6 +416,6 @@ def run(args: argparse.Namespace) -> int:
         "code": code, "kit": kit, "ratio_to_baseline": ratios, "headline": headline,
     }
     json_path, md_path = write_results(f"tune-{args.mode}", payload, summary, args.out)
-    print(f"results: {json_path} and {md_path.name}")
+    print(results_line(json_path))  # the JSON, the Markdown and the figures
     failed = [r for r in [*sweep, *kit] if r.get("check") != "ok" and not str(r.get("check")).startswith("skipped")]
     return 0 if not failed else 1
