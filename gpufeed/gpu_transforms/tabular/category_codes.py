@@ -33,7 +33,7 @@ import narwhals as nw
 import numpy as np
 
 from gpufeed.gpu_transforms.tabular.frames import NwFrame, wrap
-from gpufeed.gpu_transforms.tabular.numpy_kernels import spread
+from gpufeed.gpu_transforms.tabular.numpy_kernels import pooled_empty, spread
 from gpufeed.machine import usable_cpus
 
 #: Rows per slice at least when a text column is cut for the cores (a slice's thread and
@@ -83,7 +83,7 @@ def polars_fit_codes(frame: NwFrame, columns: Sequence[str], missing: int,
         parts = [i for i, task in enumerate(slices) if task[0] == c]
         vocabularies[c], column_tables = _merge_vocabularies([sliced[i][1] for i in parts], missing, start)
         tables.extend(column_tables)
-    outs = {c: np.empty(rows, dtype=np.int32) for c in texts}
+    outs = {c: pooled_empty(rows, np.int32) for c in texts}
 
     def gather(i: int) -> None:
         c, lo, hi = slices[i]

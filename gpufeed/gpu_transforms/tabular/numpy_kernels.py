@@ -36,6 +36,22 @@ def spread(function: Callable[[_Item], _Result], items: Iterable[_Item],
         return list(pool.map(function, items))
 
 
+def pooled_empty(length: int, dtype: np.typing.DTypeLike = np.float64) -> np.ndarray:
+    """An uninitialised array from Arrow's memory pool (mimalloc or jemalloc, as polars'
+    own buffers), for an op's output column.
+
+    Why not ``np.empty``: a large numpy array is fresh memory from the system, each of its
+    pages faulted in and zeroed at the first write, every time; the pool keeps freed pages
+    and hands them out again, as polars' allocator does. Over 18 columns of 1M values,
+    ``log(x + 1)`` on two threads took 25 ms into ``np.empty`` outputs and 14 ms into
+    pooled ones, min-max scaling 22 ms and 12 ms (2-core AMD EPYC, steady state).
+    """
+    import pyarrow as pa
+
+    dtype = np.dtype(dtype)
+    return np.frombuffer(pa.allocate_buffer(length * dtype.itemsize), dtype=dtype)
+
+
 #: Values per piece of work, and per thread at least: a column of 1M float64 values took
 #: 0.87 ms on two threads and 0.70 ms on one, 10M 9.2 ms and 12.2 ms (2 cores).
 PIECE = 1 << 20
@@ -51,7 +67,7 @@ def float64_pieces(arrays: Sequence[np.ndarray],
     the callers check the values they keep). One output per input and no temporary: each
     step after the first works in place in ``out``.
     """
-    outs = [np.empty(len(a), dtype=np.float64) for a in arrays]
+    outs = [pooled_empty(len(a)) for a in arrays]
     pieces = [(i, lo, min(lo + PIECE, len(a))) for i, a in enumerate(arrays) for lo in range(0, len(a), PIECE)]
 
     def run(piece: tuple[int, int, int]) -> None:
