@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"epoch {epoch}  step {step}  loss {loss.item():.3f}", flush=True)
         if step == args.stop_after:
             break
-    if args.checkpoint:  # after the loader's last batch its state points at the next epoch
+    if args.checkpoint:  # a run to the end: the next epoch's start; a break: where it stopped
         save()
     print(f"rank {rank}: trained {step} steps" + (f", checkpoint {ckpt}" if args.checkpoint else ""), flush=True)
     dist.destroy_process_group()

@@ -74,6 +74,9 @@ class ClassificationLoader:
         self._pending = True
         # What load_state_dict carried over of the epoch's batches before the cut.
         self._carried: tuple[int, list[Skipped]] = (0, [])
+        # Whether the last iter() ran to its end (StopIteration): the epoch is closed, and
+        # a state taken now is the next epoch's start, not this epoch's end.
+        self._closed = False
 
     @property
     def classes(self) -> tuple[str, ...]:
@@ -109,7 +112,8 @@ class ClassificationLoader:
         draws repeat only in a run started from epoch 0.
 
         After :meth:`load_state_dict`, ``set_epoch`` of the epoch the state resumes keeps
-        its position (the rest of that epoch comes next); any other epoch starts afresh.
+        its position (the rest of that epoch comes next: nothing, for a state taken after
+        the epoch's last batch); any other epoch starts afresh.
         """
         if isinstance(epoch, bool) or not isinstance(epoch, numbers.Integral):
             raise TypeError(f"epoch must be an int, got {epoch!r}")
@@ -141,9 +145,14 @@ class ClassificationLoader:
             loader.load_state_dict(torch.load(f"ckpt-rank{rank}.pt")["loader"])
             for images, labels in loader:  # the rest of the epoch, then go on as usual
 
-        After an epoch's last batch the state points at the start of the next epoch;
-        after :meth:`set_epoch` or :meth:`load_state_dict`, at where the next ``iter()``
-        starts. Mid-epoch it also carries the epoch's count so far
+        Taken inside the loop after an epoch's last batch (a step-based checkpoint), the
+        state is that epoch's end (``batch`` = ``len(loader)``): loaded, the next ``iter()``
+        yields the rest of that epoch, nothing, so a loop whose own counter was saved at
+        that epoch finishes it and goes on, and one that calls ``set_epoch`` resumes
+        exactly with either that epoch's number or the next one's. Taken after the loop
+        ran to its end, the state is the next epoch's start. After :meth:`set_epoch` or
+        :meth:`load_state_dict` it is where the next ``iter()`` starts. Mid-epoch it also
+        carries the epoch's count so far
         (:attr:`samples_yielded`) and the files skipped so far, so the resumed loader's
         ``samples_yielded`` and ``skipped`` at the end of the epoch are those of an
         uninterrupted run. Plain data (ints, strings, lists), so ``torch.save``,
@@ -157,11 +166,11 @@ class ClassificationLoader:
         if self._pending:
             epoch, batch = self.epoch + 1, self._start_at
             yielded, skipped = self._carried
+        elif self._closed:  # the epoch ran to its end: the next one's start
+            epoch, batch, yielded, skipped = self.epoch + 1, 0, 0, []
         else:
             epoch, batch = self.epoch, self._next_batch
             yielded, skipped = self.samples_yielded, self.log.skipped
-        if len(self.plan) and batch >= len(self.plan):  # the epoch is over: the next one's start
-            epoch, batch, yielded, skipped = epoch + 1, 0, 0, []
         o = self.options
         return {
             "format": STATE_FORMAT,
@@ -216,13 +225,15 @@ class ClassificationLoader:
         """Backends that keep state across epochs drop it here."""
 
     def __len__(self) -> int:
-        """Planned batches per epoch for this shard (a batch whose files were all
-        skipped is not yielded, so an epoch with bad files can come out shorter)."""
+        """Planned batches per epoch for this shard (with ``partial`` a batch whose files
+        were all skipped is not yielded, so an epoch with bad files can come out shorter;
+        ``drop`` and ``fill`` fill bad files' places)."""
         return len(self.plan)
 
     def __iter__(self) -> Iterator[Batch]:
         self.epoch += 1
         start, self._start_at = self._start_at, 0
+        self._closed = False
         self._next_batch = start
         self._pending = False
         self.log.start_epoch()
@@ -232,7 +243,8 @@ class ClassificationLoader:
         for skipped in carried:
             self.log.add(skipped.path, skipped.reason)
         reseed = self.gpu_augment is not None and getattr(self.gpu_augment, "has_own_seed", True) is False
-        for number, images, labels in self._epoch_batches(self.epoch, start):
+        rest = self._epoch_batches(self.epoch, start) if start < len(self.plan) else iter(())
+        for number, images, labels in rest:
             self.samples_yielded += len(labels)
             if reseed:  # per batch, so a run resumed mid-epoch draws what this one draws
                 self.gpu_augment.seed_stream(
@@ -242,6 +254,7 @@ class ClassificationLoader:
             self._next_batch = number + 1
             yield images, labels
         self._next_batch = len(self.plan)
+        self._closed = True
         self.log.warn_new(self.epoch, self.plan.shard_size)
 
     def _epoch_batches(self, epoch: int, start: int) -> Iterator[NumberedBatch]:

@@ -94,20 +94,22 @@ def test_a_state_saved_mid_epoch_resumes_the_rest_of_the_epoch_in_a_new_process(
     assert len(full["epochs"][0]) == 4 and full["shard_size"] == N
     assert (cut["state"]["epoch"], cut["state"]["batch"]) == (0, CUT)
     assert (cut1["state"]["epoch"], cut1["state"]["batch"]) == (1, 1)
-    assert (at_end["state"]["epoch"], at_end["state"]["batch"]) == (1, 0)  # the next epoch's start
+    assert (at_end["state"]["epoch"], at_end["state"]["batch"]) == (0, 4)  # epoch 0's end
 
     resumed, resumed1, next_epoch, resumed_aug = run_jobs(tmp_path, [
         {**base, "load": cut["state"]},
         {**base, "load": cut1["state"]},
-        {**base, "load": at_end["state"]},
+        {**base, "load": at_end["state"], "epochs": 2},
         {**base, "augment": True, "load": cut_aug["state"]},
     ])
     epoch0, epoch1 = full["epochs"]
     assert_same_batches(cut["epochs"][0] + resumed["epochs"][0], epoch0)
     assert_same_batches(cut1["epochs"][0] + resumed1["epochs"][0], epoch1)
-    assert_same_batches(next_epoch["epochs"][0], epoch1)
+    assert next_epoch["epochs"][0] == []  # the rest of epoch 0: nothing, then epoch 1
+    assert_same_batches(next_epoch["epochs"][1], epoch1)
     assert_same_batches(cut_aug["epochs"][0] + resumed_aug["epochs"][0], full_aug["epochs"][0])
-    # the resumed epoch counts from the cut, and its end state points at the next epoch
+    # the resumed epoch counts from the cut, and once it ran to its end the state points
+    # at the next epoch
     assert resumed["samples_yielded"] == N
     assert (resumed["state"]["epoch"], resumed["state"]["batch"]) == (1, 0)
     # the stage really drew per batch: two batches of one epoch got different parameters
@@ -187,6 +189,36 @@ def test_set_epoch_of_the_resumed_epoch_yields_the_rest_of_it(folder, mid_epoch_
     loader.load_state_dict(mid_epoch_state)
     loader.set_epoch(mid_epoch_state["epoch"])
     assert [y.tolist() for _, y in loader] == whole[mid_epoch_state["batch"]:]
+
+
+def test_a_checkpoint_after_an_epochs_last_batch_resumes_with_either_epoch_counter(folder):
+    """A step-based checkpoint that lands on an epoch's last batch is taken inside the loop,
+    where the training loop's counter is still that epoch: `for epoch in range(ckpt_epoch,
+    E): set_epoch(epoch)` replayed the whole epoch when the state said "epoch + 1, batch 0"."""
+    whole = torch_loader(folder)
+    epochs = []
+    for epoch in range(3):
+        whole.set_epoch(epoch)
+        epochs.append([y.tolist() for _, y in whole])
+    first = torch_loader(folder)
+    first.set_epoch(0)
+    for k, _ in enumerate(first):
+        if k == len(first) - 1:  # the checkpoint, in the loop body after the last batch
+            state = first.state_dict()
+    assert (state["epoch"], state["batch"]) == (0, len(first))
+    closed = first.state_dict()  # after the loop ran to its end: the next epoch's start
+    assert (closed["epoch"], closed["batch"]) == (1, 0)
+    for counter in (0, 1):  # the loop's own epoch, saved before or after it was advanced
+        loader = torch_loader(folder)
+        loader.load_state_dict(state)
+        got = []
+        for epoch in range(counter, 3):
+            loader.set_epoch(epoch)
+            got.append([y.tolist() for _, y in loader])
+        assert [b for e in got for b in e] == [b for e in epochs[1:] for b in e]
+    plain = torch_loader(folder)  # a loop that never calls set_epoch, its counter at epoch 0
+    plain.load_state_dict(state)
+    assert [[y.tolist() for _, y in plain] for _ in range(3)] == [[], epochs[1], epochs[2]]
 
 
 def test_a_dataset_copied_elsewhere_accepts_the_state(folder, mid_epoch_state, tmp_path):
