@@ -42,6 +42,15 @@ def shared_memory_free(path: str = "/dev/shm") -> int | None:
     return stat.f_bavail * stat.f_frsize
 
 
+def ranks_on_this_machine() -> int:
+    """The processes of a distributed job on this machine (torchrun's ``LOCAL_WORLD_SIZE``;
+    1 outside torchrun): each holds its own cache."""
+    try:
+        return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    except ValueError:
+        return 1
+
+
 class RamCache(SampleSource):
     """Any :class:`~gpufeed.datasets.samples.SampleSource`, read once into shared memory.
 
@@ -51,6 +60,10 @@ class RamCache(SampleSource):
 
     Files that are not images are cached as they are: the loaders judge the bytes at
     read time, and report the skipped files per epoch as they do without a cache.
+
+    Under torchrun every rank holds a whole copy (each rank's slice changes every epoch,
+    so each needs every sample): the size check counts the copies of all the ranks on
+    this machine (``LOCAL_WORLD_SIZE``), since each rank alone would pass it.
 
     Args:
         source: the dataset to cache.
@@ -75,18 +88,22 @@ class RamCache(SampleSource):
         self.kind = source.kind  # type: ignore[misc]  # the wrapped source's, per instance
         self.labels, self.classes, self.storage = source.labels, source.classes, source.storage
         need = int(source.nbytes())
+        copies = ranks_on_this_machine()
+        # Each rank checks before any of them has filled its copy: all the copies must fit.
+        total = need * copies
+        of = f" ({copies} ranks on this machine, a copy each)" if copies > 1 else ""
         have = available_memory()
-        if need > headroom * have:
+        if total > headroom * have:
             raise ValueError(
-                f"cache='ram': the dataset needs {need / _GB:.2f} GB, but only {have / _GB:.2f} GB of "
+                f"cache='ram': the dataset needs {total / _GB:.2f} GB{of}, but only {have / _GB:.2f} GB of "
                 f"memory are available ({headroom:.0%} of it may be used: {headroom * have / _GB:.2f} GB); "
                 "use cache='none' (the page cache still helps), a raw cache on a fast disk, or fewer samples"
             )
         shm = shared_memory_free()
-        if shm is not None and need > headroom * shm:
+        if shm is not None and total > headroom * shm:
             raise ValueError(
-                f"cache='ram': the dataset needs {need / _GB:.2f} GB of shared memory, but /dev/shm has only "
-                f"{shm / _GB:.2f} GB free ({headroom:.0%} of it may be used); give the container more "
+                f"cache='ram': the dataset needs {total / _GB:.2f} GB of shared memory{of}, but /dev/shm has "
+                f"only {shm / _GB:.2f} GB free ({headroom:.0%} of it may be used); give the container more "
                 "(docker run --shm-size=...) or use cache='none'"
             )
         n = len(source)

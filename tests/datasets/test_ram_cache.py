@@ -147,6 +147,15 @@ def test_a_dataset_too_big_for_memory_is_refused_up_front(monkeypatch, image_fol
         load(image_folder, "torch", train=False, batch_size=8, cache="ram")
 
 
+def test_under_torchrun_the_copies_of_every_rank_on_the_machine_must_fit(monkeypatch):
+    # 5 GB fits in 80% of 10 GB once; four ranks each passing that check alone needed 20 GB.
+    monkeypatch.setattr(ram_cache, "available_memory", lambda: 10_000_000_000)
+    monkeypatch.setattr(ram_cache, "shared_memory_free", lambda: None)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    with pytest.raises(ValueError, match=r"needs 20\.00 GB \(4 ranks on this machine, a copy each\)"):
+        RamCache(_Huge())
+
+
 def test_available_memory_is_what_the_system_says():
     have = available_memory()
     meminfo = Path("/proc/meminfo").read_text().splitlines()
