@@ -8,6 +8,7 @@ device augmentation live here.
 from __future__ import annotations
 
 import numbers
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -64,6 +65,12 @@ class ClassificationLoader:
             shard_id=options.shard_id, num_shards=options.num_shards, last_batch=options.last_batch,
             groups=samples.groups, shuffle_buffer=options.shuffle_buffer,
         )
+        if len(self.plan) == 0 and self.plan.shard_size > 0:
+            warnings.warn(
+                f"gpufeed: rank slice {self.plan.shard_id} of {self.plan.num_shards} has {self.plan.shard_size} "
+                f"sample(s), fewer than batch_size={options.batch_size}, and last_batch='drop' drops that "
+                "incomplete batch: this loader yields no batch; use a smaller batch_size or "
+                "last_batch='partial' / 'fill'", stacklevel=3)
         self.log = SkipLog(options.on_error)
         self.epoch = -1
         self.samples_yielded = 0
@@ -77,6 +84,8 @@ class ClassificationLoader:
         # Whether the last iter() ran to its end (StopIteration): the epoch is closed, and
         # a state taken now is the next epoch's start, not this epoch's end.
         self._closed = False
+        # Counts iter() calls: an iterator resumed after a newer one started is refused.
+        self._iterations = 0
 
     @property
     def classes(self) -> tuple[str, ...]:
@@ -231,7 +240,10 @@ class ClassificationLoader:
         return len(self.plan)
 
     def __iter__(self) -> Iterator[Batch]:
+        self._iterations += 1
+        this = self._iterations
         self.epoch += 1
+        mine = self.epoch
         start, self._start_at = self._start_at, 0
         self._closed = False
         self._next_batch = start
@@ -253,6 +265,14 @@ class ClassificationLoader:
                 images, labels = self.gpu_augment(images, labels)
             self._next_batch = number + 1
             yield images, labels
+            if self._iterations != this:
+                # The newer iterator reset the workers or the pipeline this one reads from:
+                # going on would hand out another epoch's batches, some twice, some never.
+                raise RuntimeError(
+                    "this iterator of the loader was superseded: a newer iter(loader) started epoch "
+                    f"{self.epoch} while it was in epoch {mine} "
+                    "(a loader runs one epoch at a time, as a DataLoader with persistent workers does); "
+                    "for two streams (zip(loader, loader)), build two loaders")
         self._next_batch = len(self.plan)
         self._closed = True
         self.log.warn_new(self.epoch, self.plan.shard_size)

@@ -65,8 +65,13 @@ class EpochPlan:
     def __init__(self, num_samples: int, batch_size: int, *, shuffle: bool, seed: int,
                  shard_id: int, num_shards: int, last_batch: LastBatch,
                  groups: np.ndarray | None = None, shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER) -> None:
-        if num_samples < num_shards:
-            raise ValueError(f"{num_samples} samples cannot fill {num_shards} shards")
+        if num_samples < num_shards and LastBatch(last_batch) == LastBatch.FILL:
+            # partial and drop give such a rank no batch (a small validation set under DDP):
+            # fill would have to pad a slice with no sample to repeat.
+            raise ValueError(
+                f"{num_samples} samples cannot fill {num_shards} rank slices with last_batch='fill': a rank "
+                "would have no sample to repeat; use last_batch='partial' (a rank without samples then has "
+                "no batch: wrap the loop in DDP's join()) or fewer ranks")
         if groups is not None and int(np.sum(groups)) != num_samples:
             raise ValueError(f"groups hold {int(np.sum(groups))} samples, not {num_samples}")
         self.num_samples, self.batch_size = num_samples, batch_size

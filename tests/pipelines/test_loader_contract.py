@@ -9,6 +9,7 @@ from PIL import Image
 from torchvision.transforms.v2 import functional as F
 
 from gpufeed.backends import dali_installed
+from gpufeed.datasets.images import generate_image_folder
 from gpufeed.pipelines import classification_loader
 from gpufeed.pipelines.options import IMAGENET_MEAN, IMAGENET_STD
 from tests.helpers import indexed_file_list
@@ -444,3 +445,27 @@ def test_dali_builds_its_pipeline_once_for_consecutive_epochs(image_folder, monk
     loader.set_epoch(1)  # ...and a jump: a fresh pipeline, and epoch 1's pixels again
     assert all(torch.equal(a, b) for a, b in zip([x for x, _ in loader], epochs[1], strict=True))
     assert len(builds) == 2
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_iterator_superseded_by_a_newer_one_is_refused_not_mixed(image_folder, backend):
+    """zip(loader, loader) gave 7 pairs of 13, with duplicates, each iterator seeing about
+    half the samples: the newer iter() resets the workers or pipeline the older reads."""
+    loader = load(image_folder, backend, train=False, batch_size=8, size=32, num_workers=2)
+    with pytest.raises(RuntimeError, match=r"superseded: a newer iter\(loader\) started epoch 1 while it was in "
+                                           r"epoch 0.*build two loaders"):
+        list(zip(loader, loader, strict=False))
+    assert sum(len(y) for _, y in loader) == 40  # a single loop afterwards: a whole epoch
+    peek = next(iter(loader))  # an abandoned iterator is never resumed: nothing to refuse
+    assert len(peek[1]) == 8 and sum(len(y) for _, y in loader) == 40
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_set_smaller_than_the_rank_count_leaves_ranks_without_batches(tmp_path, backend):
+    root = generate_image_folder(tmp_path / "train", num_images=1, num_classes=1, seed=1, min_side=40, max_side=48)
+    got = [[len(y) for _, y in load(root, backend, train=False, batch_size=2, size=16, shard_id=rank,
+                                    num_shards=2, last_batch="partial")] for rank in range(2)]
+    assert got == [[], [1]]  # the one sample once; the other rank has no batch (DDP's join())
+    with pytest.warns(UserWarning, match="has 1 sample.*fewer than batch_size=2.*yields no batch"):
+        loader = load(root, backend, train=False, batch_size=2, size=16, last_batch="drop")
+    assert list(loader) == []

@@ -76,9 +76,14 @@ def test_grouped_order_reads_units_whole_and_covers_every_sample(shards):
     assert not np.array_equal(make[0].order(0), make[0].order(1))
 
 
-def test_more_shards_than_samples_is_refused():
-    with pytest.raises(ValueError, match="cannot fill 5 shards"):
-        plans(3, 1, 5, "partial")
+def test_more_ranks_than_samples_leaves_ranks_empty_and_fill_is_refused():
+    # a small validation set under DDP: every sample once, the ranks beyond them get none
+    made = plans(3, 2, 5, "partial")
+    assert [len(p) for p in made] == [0, 1, 0, 1, 1]
+    assert sorted(np.concatenate([np.concatenate(p.batches(0) or [np.array([], int)]) for p in made])) == [0, 1, 2]
+    assert [len(p) for p in plans(3, 2, 5, "drop")] == [0] * 5
+    with pytest.raises(ValueError, match="3 samples cannot fill 5 rank slices with last_batch='fill'.*'partial'"):
+        plans(3, 1, 5, "fill")
 
 
 def test_seed_streams_of_different_purposes_never_coincide():
