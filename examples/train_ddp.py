@@ -112,6 +112,11 @@ def main(argv: list[str] | None = None) -> int:
     ckpt = Path(args.checkpoint or ".") / f"rank{rank}.pt"
     step, first_epoch = 0, 0
     if args.resume:
+        if not ckpt.exists():  # e.g. resumed with more ranks than saved: say so on every rank
+            saved_ranks = len(list(ckpt.parent.glob("rank*.pt")))
+            hint = (f"{saved_ranks} rank(s) saved checkpoints there; resume with --nproc_per_node={saved_ranks} "
+                    "(each rank resumes its own)" if saved_ranks else "none was saved: run once without --resume")
+            raise SystemExit(f"rank {rank}: no checkpoint {ckpt}: {hint}")
         # map_location: the tensors come back to this rank's device, whatever saved them.
         saved = torch.load(ckpt, map_location=device, weights_only=True)
         model.module.load_state_dict(saved["model"])

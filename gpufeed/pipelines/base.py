@@ -216,12 +216,17 @@ class ClassificationLoader:
                     + differences("settings", state["settings"], settings_of(self.options, _STATE_SETTINGS)))
         if problems:
             raise ValueError("this loader state belongs to another dataset or plan: " + "; ".join(problems))
+        # Whole numbers as saved, not coerced: "3", 2.7 or True for a batch is a damaged
+        # or hand-made state, and int() would resume from a position nobody saved.
+        counts = {k: state.get(k, 0) for k in ("epoch", "batch", "samples_yielded")}
+        bad = {k: v for k, v in counts.items() if isinstance(v, bool) or not isinstance(v, numbers.Integral)}
+        if bad:
+            raise ValueError(f"not a gpufeed loader state: {bad} (each must be a whole number)")
+        epoch, batch, yielded = (int(v) for v in counts.values())
         try:
-            epoch, batch = int(state["epoch"]), int(state["batch"])
-            yielded = int(state.get("samples_yielded", 0))
             skipped = [Skipped(str(path), str(reason)) for path, reason in state.get("skipped", [])]
         except (TypeError, ValueError) as exc:
-            raise ValueError(f"not a gpufeed loader state: bad position ({exc})") from None
+            raise ValueError(f"not a gpufeed loader state: bad skipped list ({exc})") from None
         if epoch < 0 or not 0 <= batch <= len(self.plan):
             raise ValueError(f"state epoch {epoch}, batch {batch} is outside this plan "
                              f"({len(self.plan)} batches per epoch)")

@@ -263,5 +263,9 @@ def test_garbage_is_refused_as_not_a_loader_state(folder, garbage):
 def test_a_position_outside_the_plan_is_refused(folder, mid_epoch_state):
     with pytest.raises(ValueError, match="outside this plan"):
         torch_loader(folder).load_state_dict({**mid_epoch_state, "batch": 9})
-    with pytest.raises(ValueError, match="bad position"):
-        torch_loader(folder).load_state_dict({**mid_epoch_state, "epoch": "zero"})
+    for key, value in [("epoch", "zero"), ("batch", "1"), ("batch", 1.7), ("batch", True), ("samples_yielded", None)]:
+        with pytest.raises(ValueError, match=rf"not a gpufeed loader state: {{'{key}': .*whole number"):
+            torch_loader(folder).load_state_dict({**mid_epoch_state, key: value})
+    import numpy as np  # a state kept in numpy ints (a checkpoint library's) is fine
+
+    torch_loader(folder).load_state_dict({**mid_epoch_state, "batch": np.int64(1)})
