@@ -253,6 +253,23 @@ def test_a_state_from_other_files_is_refused_naming_the_dataset(mid_epoch_state,
         torch_loader(renamed).load_state_dict(mid_epoch_state)
 
 
+def test_a_state_from_a_raw_cache_of_other_images_with_the_same_labels_is_refused(tmp_path):
+    from gpufeed.datasets.shards.convert import convert
+
+    caches = []
+    for name, seed in (("one", 2), ("other", 3)):  # the same names and labels, other pixels
+        folder = generate_image_folder(tmp_path / name / "train", num_images=N, num_classes=N, seed=seed,
+                                       min_side=40, max_side=64)
+        convert(folder, tmp_path / name / "raw", format="raw", raw_size=32, progress=False)
+        caches.append(tmp_path / name / "raw")
+    first = torch_loader(caches[0])
+    next(iter(first))
+    state = first.state_dict()
+    torch_loader(caches[0]).load_state_dict(state)  # the same cache: accepted
+    with pytest.raises(ValueError, match=r"dataset digest"):
+        torch_loader(caches[1]).load_state_dict(state)
+
+
 @pytest.mark.parametrize("garbage", [None, 3, "state", {}, {"format": "something else"},
                                      {"format": "gpufeed.loader/1"}, [("epoch", 0)]])
 def test_garbage_is_refused_as_not_a_loader_state(folder, garbage):

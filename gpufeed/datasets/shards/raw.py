@@ -368,6 +368,11 @@ class RawCache(SampleSource):
         digest = hashlib.sha1(self.labels.tobytes())
         if self.extents is not None:
             digest.update(self.extents.tobytes())
+        # The first row of up to 64 images spread over the cache: a cache of other images
+        # with the same labels (a re-conversion of other photos) was taken for this one.
+        images = self._map()
+        for i in np.unique(np.linspace(0, self.count - 1, min(64, self.count)).astype(np.int64)):
+            digest.update(images[i, 0].tobytes())
         return {"kind": "raw", "samples": self.count, "classes": len(self.classes), "size": self.size,
                 "mode": self.mode, "digest": digest.hexdigest()}
 
