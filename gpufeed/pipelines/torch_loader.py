@@ -39,6 +39,7 @@ from gpufeed.pipelines.options import LoaderOptions
 from gpufeed.pipelines.plan import EpochPlan
 from gpufeed.pipelines.seeds import sample_rng
 from gpufeed.pipelines.threads import SamplePool, prefetched
+from gpufeed.policies import OnError
 
 # torchvision 0.29 deprecates its image codecs in favour of TorchCodec, warning on every
 # call; they remain the fastest decoder a DataLoader user has today, so the kit keeps
@@ -125,14 +126,21 @@ class _Files(Dataset):
         reads = self._reader[1].map(self.source.read_or_reason, [i for _, _, i in keys])  # all queued now
         items = [self._sample(key, data) for key, data in zip(keys, reads, strict=True)]
         bad = sum(image is None for _, _, image, _ in items)
-        if bad and self.plan.replaces_bad:  # drop/fill: stand-ins keep the batch full
+        # drop/fill: stand-ins keep the batch full (on_error="raise": the main process
+        # raises on the first bad file it is handed).
+        if bad and self.plan.replaces_bad and self.options.on_error == OnError.SKIP:
             epoch, number, _ = keys[0]
 
             def take(i: int) -> bool:
                 items.append(self._sample((epoch, number, i), self.source.read_or_reason(i)))
                 return items[-1][2] is not None
 
-            self.plan.fill_places(epoch, number, bad, take)
+            try:
+                self.plan.fill_places(epoch, number, bad, take)
+            except RuntimeError as exc:  # raised here, in a worker: the reasons go with it
+                failed = [(i, why) for _, i, image, why in items if image is None][:3]
+                shown = "; ".join(f"{self.source.name(i)}: {why}" for i, why in failed)
+                raise RuntimeError(f"{exc}, e.g. {shown}") from None
         return items
 
     def __getitem__(self, key: tuple[int, int, int]) -> tuple[int, int, torch.Tensor | None, str | None]:

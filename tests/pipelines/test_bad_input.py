@@ -307,3 +307,28 @@ def test_a_rank_whose_files_are_all_bad_is_named_not_left_short(tmp_path, backen
     with warnings.catch_warnings(), pytest.raises(RuntimeError, match="no sample of epoch 0 could be read"):
         warnings.simplefilter("ignore")
         list(loader)
+    if backend == "torch":  # raised in the worker: the files and reasons travel in the error
+        with warnings.catch_warnings(), pytest.raises(RuntimeError, match=r"e\.g\. .*[0-3]\.jpg: empty file"):
+            warnings.simplefilter("ignore")
+            list(load(root, backend, train=True, batch_size=2, size=16, last_batch="drop"))
+    with pytest.raises(BadImageError, match="empty file"):  # on_error="raise": the first bad file, named
+        list(load(root, backend, train=True, batch_size=2, size=16, last_batch="drop", on_error="raise"))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_known_bad_file_met_as_a_stand_in_is_reported_every_epoch(tmp_path, backend):
+    # the DALI feed remembered it from epoch 0 and left it out of later epochs' reports
+    root = tmp_path / "train"
+    generate_image_folder(root, num_images=9, num_classes=1, seed=2, min_side=40, max_side=48)
+    names = sorted(p.name for p in (root / "class_000").iterdir())
+    for bad in (names[5], names[6], names[-1]):  # two in the second batch, one in the dropped tail
+        (root / "class_000" / bad).write_bytes(b"")
+    loader = load(root, backend, train=False, batch_size=4, size=16, last_batch="drop", shuffle=False)
+    reports = []
+    for epoch in range(3):
+        loader.set_epoch(epoch)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            assert [len(y) for _, y in loader] == [4, 4]
+        reports.append(sorted(os.path.basename(s.path) for s in loader.skipped))
+    assert reports == [sorted([names[5], names[6], names[-1]])] * 3
