@@ -120,4 +120,16 @@ def fill_columns(native: Any, values: dict[str, float]) -> NwFrame:
     was most of the op's time)."""
     gaps = [c for c in values if has_nan(native[c].to_numpy())]
     filled = fill_nan([native[c].to_numpy() for c in gaps], [float(values[c]) for c in gaps])
-    return wrap(assign(native, {c: as_column(native, out) for c, out in zip(gaps, filled, strict=True)}))
+    out = {c: as_column(native, x) for c, x in zip(gaps, filled, strict=True)}
+    if not _copy_on_write():
+        # pandas 2 without copy-on-write: a kept column would be the input's own array, and
+        # a write into the output would change the caller's frame.
+        out.update({c: native[c].copy() for c in values if c not in out})
+    return wrap(assign(native, out))
+
+
+def _copy_on_write() -> bool:
+    """Whether pandas copies a shared column before a write (always from pandas 3)."""
+    import pandas as pd
+
+    return int(pd.__version__.split(".")[0]) >= 3 or pd.get_option("mode.copy_on_write") is True

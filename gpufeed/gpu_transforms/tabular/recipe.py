@@ -41,6 +41,7 @@ from gpufeed.gpu_transforms.tabular.frames import (
     wrap,
     write_back,
 )
+from gpufeed.gpu_transforms.tabular.numpy_kernels import release_pooled
 from gpufeed.gpu_transforms.tabular.ops import (
     OPS,
     TableOp,
@@ -148,6 +149,7 @@ class Recipe:
             EmptyTableError, NonFiniteError: naming the op and column.
         """
         self._fit(df, transform_last=False)
+        release_pooled()
         return self
 
     def _fit(self, df: Frame, *, transform_last: bool) -> NwFrame:
@@ -183,12 +185,15 @@ class Recipe:
             require_numbers(frame, op, f"recipe op {i} ({op.kind})")
             frame = all_missing_as_float(frame, op)
             frame = _step(frame, backend, op, op.transform)
+        release_pooled()
         return nw.to_native(frame)
 
     def fit_transform(self, df: Frame) -> Frame:
         """Fit on ``df`` and return ``df`` transformed: what ``fit(df).transform(df)`` gives,
         in one pass (fitting already computes each op's output for the next op)."""
-        return nw.to_native(self._fit(df, transform_last=True))
+        out = nw.to_native(self._fit(df, transform_last=True))
+        release_pooled()
+        return out
 
     def to_json(self) -> str:
         """The recipe and its fitted statistics as JSON (serving loads it with :meth:`from_json`)."""
