@@ -142,12 +142,20 @@ def jpeg_without_stray_bytes(data: bytes | memoryview | np.ndarray) -> bytes | m
     Why: libjpeg (torchvision, PIL) decodes such a file with a warning, while DALI's
     parser refuses it ("Invalid marker"), so the DALI backend skipped files the torch
     backend yielded. Removing bytes that belong to no segment changes nothing libjpeg
-    decodes.
+    decodes; nor does removing an APPn or comment segment whose length field is under 2,
+    which DALI's parser refuses too.
     """
     mv = memoryview(data).cast("B")
     if image_format(mv) != "jpeg":
         return data
-    gaps = [(lo, hi) for _, _, (lo, hi) in _jpeg_markers(mv) if hi > lo]
+    gaps = []
+    for marker, pos, (lo, hi) in _jpeg_markers(mv):
+        if hi > lo:
+            gaps.append((lo, hi))
+        if (0xE0 <= marker <= 0xEF or marker == 0xFE) and int.from_bytes(mv[pos + 2: pos + 4], "big") < 2:
+            # An APPn or comment segment whose length field is under 2 (it counts itself):
+            # libjpeg skips nothing more, DALI's parser refuses the file. It holds nothing.
+            gaps.append((pos, pos + 4))
     if not gaps:
         return data
     pieces, last = [], 0

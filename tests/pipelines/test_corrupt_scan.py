@@ -205,8 +205,10 @@ def test_fill_bytes_and_short_segments_are_kept_only_stray_bytes_go():
     assert jpeg_without_stray_bytes(stray_then_fill) == data[:dqt] + b"\xff\xff" + data[dqt:]
     short_app = data[:dqt] + b"\xff\xe5\x00\x00" + data[dqt:]  # APP5 of length 0: libjpeg skips nothing more
     assert undecodable_reason(short_app) is None
-    assert jpeg_without_stray_bytes(short_app) is short_app  # its length field is no stray byte
-    for variant in (stray_then_fill, short_app):
+    assert jpeg_without_stray_bytes(short_app) == data  # an empty segment DALI refuses: dropped whole
+    short_com = data[:dqt] + b"\xff\xfe\x00\x01\x00\x12" + data[dqt:]  # COM of length 1, then stray bytes
+    assert jpeg_without_stray_bytes(short_com) == data
+    for variant in (stray_then_fill, short_app, short_com):
         cleaned = jpeg_without_stray_bytes(variant)
         assert np.array_equal(np.asarray(Image.open(io.BytesIO(cleaned))), np.asarray(Image.open(io.BytesIO(data))))
         assert image_size(np.frombuffer(variant, dtype=np.uint8)) == (96, 160)
@@ -228,9 +230,10 @@ def test_both_backends_yield_a_jpeg_with_stray_bytes_between_segments(tmp_path, 
     (root / "cls" / "b.jpg").write_bytes(_with_stray_bytes(data))
     (root / "cls" / "c.jpg").write_bytes(data[:dqt] + b"\x00\x12\xff\xff" + data[dqt:])  # stray, then fill
     (root / "cls" / "d.jpg").write_bytes(impossible_huffman(data))
-    loader = load(root, backend, train=train, batch_size=4, size=32, shuffle=False)
+    (root / "cls" / "e.jpg").write_bytes(data[:dqt] + b"\xff\xe1\x00\x01" + data[dqt:])  # APP1 of length 1
+    loader = load(root, backend, train=train, batch_size=5, size=32, shuffle=False)
     (x, _), = list(loader)
     assert [os.path.basename(s.path) for s in loader.skipped] == ["d.jpg"]
-    assert len(x) == 3
+    assert len(x) == 4
     if not train:  # the same pixels as the intact file
-        assert torch.equal(x[0], x[1]) and torch.equal(x[0], x[2])
+        assert all(torch.equal(x[0], x[k]) for k in (1, 2, 3))
