@@ -133,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
           flush=True)
     loss = torch.zeros(())
     for epoch in range(first_epoch, args.epochs):
+        before = step
         # With "partial" ranks may get one batch more than others: join() lets DDP finish.
         with model.join(enable=args.last_batch == "partial"):
             for images, labels in loader:  # this epoch (after a resume, the rest of it)
@@ -146,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
                         record.write(json.dumps({"epoch": epoch, "step": step, "labels": labels.tolist()}) + "\n")
                 if step == args.stop_after:
                     break
-        if rank == 0:
+        if rank == 0 and step > before:  # a resumed epoch's rest may be empty (a checkpoint at its end)
             print(f"epoch {epoch}  step {step}  loss {loss.item():.3f}", flush=True)
         if step == args.stop_after:
             break

@@ -241,6 +241,16 @@ def test_convert_between_formats_reports_rows(table, tmp_path):
     _numeric_equal(table, read_table(dst, backend="pandas"))
 
 
+def test_skiprows_takes_numpy_ints_and_a_headerless_dtype_error_names_no_header(tmp_path):
+    import numpy as np
+
+    path = tmp_path / "x.csv"
+    path.write_text("preamble\na,b\n1,2\n")
+    assert read_table(path, backend="pandas", skiprows=np.int64(1))["b"].tolist() == [2]
+    with pytest.raises(ValueError, match=r"\['5'\] the file does not have \(header=None"):
+        read_table(path, backend="pandas", skiprows=1, header=None, dtype={"5": "str"})
+
+
 def test_convert_takes_every_csv_option_of_read_table(tmp_path):
     src = tmp_path / "export.csv"
     src.write_text("Exported 2024-01-01\n\ncode;price;country\n007;1,5;NA\n010;2,25;DE\n")

@@ -273,7 +273,8 @@ def _read_csv_arrow(
     names = _header_names(table.column_names)
     unknown = [name for name, _ in dtypes if name not in table.column_names]
     if unknown:
-        raise ValueError(f"{path}: dtype= names column(s) {unknown} the header does not have; it has "
+        where = "the header does not have" if header else "the file does not have (header=None: '0', '1', ...)"
+        raise ValueError(f"{path}: dtype= names column(s) {unknown} {where}; it has "
                          f"{table.column_names[:8]}{' ...' if table.num_columns > 8 else ''}")
     duplicated = repeated(names)
     if duplicated:

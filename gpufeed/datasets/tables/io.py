@@ -11,6 +11,7 @@ Pickle runs code while loading: read only pickles you wrote yourself.
 
 from __future__ import annotations
 
+import numbers
 import os
 import warnings
 from collections.abc import Mapping, Sequence
@@ -83,7 +84,7 @@ def read_table_with_report(
         sep, encoding = fmt.text_options(src, sep, encoding)
         decimal = _decimal_mark(src, decimal, sep)
     options = ReadOptions(target, bad_lines, mixed, sep, encoding, decimal or ".", sep_given, missing_spellings, dtypes,
-                          skiprows, has_header)
+                          int(skiprows), has_header)
     frame = fmt.reader(target)(src, options, report)
     if backend_of(frame) == "pandas":
         frame = _text_names(frame, src)
@@ -129,7 +130,7 @@ def _csv_layout(skiprows: int, header: int | None) -> bool:
     ``False`` are refused as pandas refuses them: ``header=False`` equals 0 in Python and
     read the first line as the header, the opposite of what it says.
     """
-    if isinstance(skiprows, bool) or not isinstance(skiprows, int):
+    if isinstance(skiprows, bool) or not isinstance(skiprows, numbers.Integral):  # numpy ints too
         raise TypeError(f"skiprows must be a number of lines (an int), got {skiprows!r}")
     if skiprows < 0:
         raise ValueError(f"skiprows must be 0 or more lines, got {skiprows}")
