@@ -327,11 +327,12 @@ def _named_decode_error(feed: FileFeed | None, exc: RuntimeError) -> RuntimeErro
     if feed is None or not feed.in_flight:
         return exc
     epoch, number, indices = feed.in_flight[0]
-    def why(i: int) -> str | None:  # a file gone since it was fed is named, not raised on
+
+    def reason(i: int) -> str | None:  # a file gone since it was fed is named, not raised on
         data = feed.samples.read_or_reason(i)
         return data if isinstance(data, str) else pil_reason(data)
 
-    bad = [(feed.samples.name(i), why(i)) for i in indices]
+    bad = [(feed.samples.name(i), reason(i)) for i in indices]
     bad = [(path, why) for path, why in bad if why] or [(feed.samples.name(i), None) for i in indices]
     shown = "; ".join(f"{path}" + (f" (PIL: {why})" if why else "") for path, why in bad[:3])
     return RuntimeError(

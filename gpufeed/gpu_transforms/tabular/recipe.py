@@ -149,7 +149,6 @@ class Recipe:
             EmptyTableError, NonFiniteError: naming the op and column.
         """
         self._fit(df, transform_last=False)
-        release_pooled()
         return self
 
     def _fit(self, df: Frame, *, transform_last: bool) -> NwFrame:
@@ -162,6 +161,7 @@ class Recipe:
                 frame = _step(frame, backend, op, op.fit_transform)
             else:
                 _step(frame, backend, op, op.fit)
+        release_pooled()  # the earlier ops' columns, freed into the pool
         return frame
 
     def transform(self, df: Frame) -> Frame:
@@ -185,15 +185,13 @@ class Recipe:
             require_numbers(frame, op, f"recipe op {i} ({op.kind})")
             frame = all_missing_as_float(frame, op)
             frame = _step(frame, backend, op, op.transform)
-        release_pooled()
+        release_pooled()  # the earlier ops' columns, freed into the pool
         return nw.to_native(frame)
 
     def fit_transform(self, df: Frame) -> Frame:
         """Fit on ``df`` and return ``df`` transformed: what ``fit(df).transform(df)`` gives,
         in one pass (fitting already computes each op's output for the next op)."""
-        out = nw.to_native(self._fit(df, transform_last=True))
-        release_pooled()
-        return out
+        return nw.to_native(self._fit(df, transform_last=True))
 
     def to_json(self) -> str:
         """The recipe and its fitted statistics as JSON (serving loads it with :meth:`from_json`)."""
