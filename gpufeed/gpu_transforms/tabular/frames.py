@@ -118,8 +118,16 @@ def nan_as_null(frame: NwFrame, columns: Iterable[str], *, backend: str | None =
     if not floats:
         return frame
     if not is_lazy(frame):
-        found = first_row(frame.select(*[nw.col(c).is_nan().any().alias(c) for c in floats]))
-        floats = [c for c in floats if found[c]]
+        if (backend or backend_of(frame)) == "polars":
+            import polars as pl
+
+            # polars' own expressions: through narwhals this check cost ~0.1 ms a call, 15 us
+            # here, and a recipe makes it for every op (a 1M-row column's whole op takes ~1 ms).
+            row = nw.to_native(frame).select(pl.col(c).is_nan().any() for c in floats).row(0)
+            floats = [c for c, nan in zip(floats, row, strict=True) if nan]
+        else:
+            found = first_row(frame.select(*[nw.col(c).is_nan().any().alias(c) for c in floats]))
+            floats = [c for c in floats if found[c]]
     if not floats:
         return frame
     if (backend or backend_of(frame)) == "cudf":

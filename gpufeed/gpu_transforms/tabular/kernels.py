@@ -41,7 +41,7 @@ in :mod:`.pandas_kernels`. Measurements behind these choices: ``docs/tabular.md`
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import narwhals as nw
@@ -55,7 +55,7 @@ from gpufeed.gpu_transforms.tabular.frames import (
     small_rows,
     wrap,
 )
-from gpufeed.gpu_transforms.tabular.numpy_kernels import log_offset, spread
+from gpufeed.gpu_transforms.tabular.numpy_kernels import affine, log_offset, log_offset_lows, spread
 from gpufeed.gpu_transforms.tabular.pandas_kernels import as_column, assign
 from gpufeed.gpu_transforms.tabular.stats import (
     aggregate,
@@ -70,13 +70,18 @@ from gpufeed.gpu_transforms.tabular.stats import (
 _NUMPY_READABLE = ("Int8", "Int16", "Int32", "Int64", "UInt8", "UInt16", "UInt32", "UInt64", "Float32", "Float64")
 
 
-def polars_log(frame: NwFrame, columns: Sequence[str], offset: float) -> NwFrame | None:
+def polars_log(frame: NwFrame, columns: Sequence[str], offset: float, *, checked: bool = False) -> NwFrame | None:
     """``log(x + offset)`` of the int or float ``columns`` of a polars frame in float64, by
     :func:`.numpy_kernels.log_offset`, as on pandas, so the backends agree to the bit; None
     when a column is of another type (booleans, Int128: polars' own ``log`` then).
 
     An eager frame through :func:`_numpy_series`; a lazy one runs the same kernel per
     batch of the query.
+
+    ``checked`` (an eager frame): None too unless the outputs prove, in the kernel's own
+    pass, that no value was NaN or at or below ``-offset`` (:func:`.numpy_kernels.log_offset_lows`;
+    a value under a missing slot can only raise a false alarm), so the caller skips its
+    NaN and domain passes and makes them only after a None.
     """
     import polars as pl
 
@@ -85,16 +90,74 @@ def polars_log(frame: NwFrame, columns: Sequence[str], offset: float) -> NwFrame
     if not all(str(schema[c]) in _NUMPY_READABLE for c in columns):
         return None
     offset = float(offset)
+    lows: list[float] = []
 
     def kernel(values: list[np.ndarray]) -> list[np.ndarray]:
-        return log_offset(values, offset)
+        if not checked:
+            return log_offset(values, offset)
+        outs, found = log_offset_lows(values, offset)
+        lows.extend(found)
+        return outs
 
     if is_lazy(frame):
         return wrap(native.with_columns(
             pl.col(c).map_batches(lambda s: _numpy_series([s], kernel)[0], return_dtype=pl.Float64,
                                   is_elementwise=True)
             for c in columns))
-    return wrap(native.with_columns(_numpy_series([native.get_column(c) for c in columns], kernel)))
+    logged = _numpy_series([native.get_column(c) for c in columns], kernel)
+    if checked and not all(low > -math.inf for low in lows):  # NaN or -inf: a NaN or x <= -offset somewhere
+        return None
+    return wrap(native.with_columns(logged))
+
+
+def polars_affine(frame: NwFrame, params: Mapping[str, Sequence[float]]) -> NwFrame | None:
+    """Each column ``c`` of an eager polars frame as float64 ``(x - sub) * (1 / div)`` for
+    ``params[c] = (sub, div)``, by :func:`.numpy_kernels.affine` on the columns' own buffers
+    (the same bits as polars' expression and as pandas); None when a column is not an int
+    or float (polars' expression then).
+
+    Why not polars' expression: it makes the difference and then the product as two new
+    columns on one thread per column, where the kernel writes one pooled output per column
+    on every core.
+    """
+    native = nw.to_native(frame)
+    schema = native.collect_schema()
+    if not all(str(schema[c]) in _NUMPY_READABLE for c in params):
+        return None
+    series = [native.get_column(c) for c in params]
+    # The kernel gets every chunk of every column: each chunk takes its column's parameters.
+    per_chunk = [(float(sub), float(div)) for s, (sub, div) in zip(series, params.values(), strict=True)
+                 for _ in range(s.n_chunks())]
+    return wrap(native.with_columns(_numpy_series(series, lambda arrays: affine(arrays, per_chunk))))
+
+
+def polars_min_max(frame: NwFrame, columns: Sequence[str]) -> dict[str, list[float]] | None:
+    """``{column: [min, max]}`` of an eager polars frame's int or float ``columns``, missing
+    values skipped, by Arrow's ``min_max`` on the columns' own buffers: one read of each
+    column (polars reads a column once for ``min`` and again for ``max``: 37 columns of 1M
+    values took 12 ms against 20 ms, 2 cores), the columns spread over the usable cores.
+
+    None when a column is of another type or a bound is not finite (inf, or no value): the
+    caller's narwhals path then names the column. NaN must be missing already (Arrow's
+    ``min_max`` skips NaN, but ~20x slower than other values).
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    native = nw.to_native(frame)
+    schema = native.collect_schema()
+    if not all(str(schema[c]) in _NUMPY_READABLE for c in columns):
+        return None
+
+    def bounds(column: str) -> tuple[Any, Any]:
+        found = pc.min_max(pa.chunked_array([chunk.to_arrow() for chunk in native.get_column(column).get_chunks()]))
+        return found["min"].as_py(), found["max"].as_py()
+
+    found = spread(bounds, columns)
+    if not all(low is not None and high is not None and math.isfinite(low) and math.isfinite(high)
+               for low, high in found):
+        return None
+    return {c: [float(low), float(high)] for c, (low, high) in zip(columns, found, strict=True)}
 
 
 def _numpy_series(series: Sequence[Any], kernel: Callable[[list[np.ndarray]], list[np.ndarray]]) -> list[Any]:
@@ -127,7 +190,8 @@ def cudf_log(frame: NwFrame, columns: Sequence[str], offset: float) -> NwFrame:
     for c in columns:
         # np.log dispatches to cuDF's __array_ufunc__, which runs cupy on the values and puts
         # the null mask back (cuDF Series has had no .log() since 22.04).
-        native[c] = np.log(native[c].astype("float64") + offset)
+        values = native[c].astype("float64")
+        native[c] = np.log1p(values) if offset == 1 else np.log(values + offset)  # as on the CPU
     return wrap(native)
 
 

@@ -9,6 +9,9 @@ GIL, so long columns are cut into pieces computed on the usable cores.
 
 from __future__ import annotations
 
+import math
+import os
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
@@ -20,20 +23,43 @@ from gpufeed.machine import usable_cpus
 _Item, _Result = TypeVar("_Item"), TypeVar("_Result")
 
 
+#: The kept thread pools, by size (see :func:`spread`); a forked child starts with none.
+_POOLS: dict[int, ThreadPoolExecutor] = {}
+_POOLS_LOCK = threading.Lock()
+_THREAD_NAME = "gpufeed-table"
+
+
+def _forget_pools() -> None:
+    # A forked child (a DataLoader worker) inherits the pool objects but not their threads:
+    # it starts pools of its own when it first needs them.
+    global _POOLS_LOCK
+    _POOLS.clear()
+    _POOLS_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pools)
+
+
 def spread(function: Callable[[_Item], _Result], items: Iterable[_Item],
            threads: int | None = None) -> list[_Result]:
     """``[function(item) for item in items]``, in order, on up to ``threads`` threads (the
     usable cores by default): for work that releases the GIL (numpy ufuncs and ``take``,
-    polars, pyarrow). One item, or one thread, runs here without a pool.
+    polars, pyarrow). One item, one thread, or a call from one of these threads runs here;
+    more run on a pool kept for the process, each thread taking the next item when free.
+
+    Why a kept pool: starting one per call cost 0.1-0.3 ms, as much as the second core
+    saves on a 1M-value column's ``log``; a call from a pool thread runs inline, since
+    waiting there on the pool's own threads could wait for ever.
     """
     items = list(items)
     threads = min(threads or usable_cpus(), len(items))
-    if threads <= 1:
+    if threads <= 1 or threading.current_thread().name.startswith(_THREAD_NAME):
         return [function(item) for item in items]
-    # A pool per call, not one kept: a process forked later (DataLoader workers) would
-    # inherit a pool whose threads it does not have.
-    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="gpufeed-table") as pool:
-        return list(pool.map(function, items))
+    with _POOLS_LOCK:
+        pool = _POOLS.get(threads)
+        if pool is None:
+            pool = _POOLS[threads] = ThreadPoolExecutor(max_workers=threads, thread_name_prefix=_THREAD_NAME)
+    return list(pool.map(function, items))
 
 
 def pooled_empty(length: int, dtype: np.typing.DTypeLike = np.float64) -> np.ndarray:
@@ -65,9 +91,8 @@ def release_pooled() -> None:
         pa.default_memory_pool().release_unused()
 
 
-#: Values per piece of work, and per thread at least: a column of 1M float64 values took
-#: 0.87 ms on two threads and 0.70 ms on one, 10M 9.2 ms and 12.2 ms (2 cores).
-PIECE = 1 << 20
+#: Values per piece of work, and per thread at least. MEASURE
+PIECE = 1 << 18
 
 
 def float64_pieces(arrays: Sequence[np.ndarray],
@@ -80,30 +105,60 @@ def float64_pieces(arrays: Sequence[np.ndarray],
     the callers check the values they keep). One output per input and no temporary: each
     step after the first works in place in ``out``.
     """
+    return _pieces(arrays, compute)[0]
+
+
+def _pieces(arrays: Sequence[np.ndarray], compute: Callable[[int, np.ndarray, np.ndarray], _Result]
+            ) -> tuple[list[np.ndarray], list[list[_Result]]]:
+    """:func:`float64_pieces`, with what ``compute`` returned for each piece, per array."""
     outs = [pooled_empty(len(a)) for a in arrays]
     pieces = [(i, lo, min(lo + PIECE, len(a))) for i, a in enumerate(arrays) for lo in range(0, len(a), PIECE)]
 
-    def run(piece: tuple[int, int, int]) -> None:
+    def run(piece: tuple[int, int, int]) -> _Result:
         i, lo, hi = piece
         with np.errstate(divide="ignore", invalid="ignore"):  # per thread: errstate is thread-local
-            compute(i, arrays[i][lo:hi], outs[i][lo:hi])
+            return compute(i, arrays[i][lo:hi], outs[i][lo:hi])
 
-    spread(run, pieces, threads=max(1, min(usable_cpus(), sum(len(a) for a in arrays) // PIECE)))
-    return outs
+    done = spread(run, pieces, threads=max(1, min(usable_cpus(), sum(len(a) for a in arrays) // PIECE)))
+    results: list[list[_Result]] = [[] for _ in arrays]
+    for (i, _, _), result in zip(pieces, done, strict=True):
+        results[i].append(result)
+    return outs, results
 
 
-def log_offset(arrays: Sequence[np.ndarray], offset: float) -> list[np.ndarray]:
-    """``log(a + offset)`` of each array as a new float64 array.
-
-    The sum is taken in float64 (integers converted exactly, narrow floats widened), then
-    its log in place. Values whose log is undefined give NaN or -inf without a warning (the
-    caller has checked the domain of the values it keeps).
-    """
-    def compute(_: int, values: np.ndarray, out: np.ndarray) -> None:
+def _log_into(values: np.ndarray, out: np.ndarray, offset: float) -> None:
+    if offset == 1.0:  # log1p: one pass, and exact where 1 + x would round (x near 0)
+        np.log1p(values, out=out, dtype=np.float64)
+    else:
         np.add(values, offset, out=out, dtype=np.float64)
         np.log(out, out=out)
 
-    return float64_pieces(arrays, compute)
+
+def log_offset(arrays: Sequence[np.ndarray], offset: float) -> list[np.ndarray]:
+    """``log(a + offset)`` of each array as a new float64 array (``log1p(a)`` for offset 1).
+
+    Computed in float64 (integers converted exactly, narrow floats widened). Values whose
+    log is undefined give NaN or -inf without a warning (the caller has checked the domain
+    of the values it keeps, or checks the outputs: :func:`log_offset_lows`).
+    """
+    return float64_pieces(arrays, lambda _, values, out: _log_into(values, out, offset))
+
+
+def log_offset_lows(arrays: Sequence[np.ndarray], offset: float) -> tuple[list[np.ndarray], list[float]]:
+    """:func:`log_offset`, with each output's smallest value, NaN when the output holds a
+    NaN (NaN propagates through ``min``).
+
+    A finite smallest output proves, in the same pass while the values are in cache, that
+    every input value ``x`` had ``x + offset > 0`` and none was NaN: a caller can skip both
+    checks (two more reads of every column) and make them only when it is not finite.
+    """
+    def compute(_: int, values: np.ndarray, out: np.ndarray) -> float:
+        _log_into(values, out, offset)
+        return float(out.min()) if len(out) else math.inf
+
+    outs, lows = _pieces(arrays, compute)
+    return outs, [min(piece_lows, default=math.inf) if not any(map(math.isnan, piece_lows)) else math.nan
+                  for piece_lows in lows]
 
 
 def affine(arrays: Sequence[np.ndarray], params: Sequence[tuple[float, float]]) -> list[np.ndarray]:

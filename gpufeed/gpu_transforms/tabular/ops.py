@@ -22,12 +22,21 @@ import narwhals as nw
 import numpy as np
 
 from gpufeed.gpu_transforms.tabular.errors import ColumnTypeError, NonFiniteError
-from gpufeed.gpu_transforms.tabular.frames import NwFrame, first_value, is_missing, time_value
+from gpufeed.gpu_transforms.tabular.frames import (
+    NwFrame,
+    first_value,
+    is_lazy,
+    is_missing,
+    nan_as_null,
+    time_value,
+)
 from gpufeed.gpu_transforms.tabular.kernels import (
     GROUP_CODE,
     cudf_log,
     group_stats_f64,
+    polars_affine,
     polars_log,
+    polars_min_max,
     pooled_stats,
     quantile_bounds,
     standardize_by_code,
@@ -76,6 +85,10 @@ class TableOp:
     #: True for an op with a fast path on eager polars frames: the recipe then hands an
     #: eager frame over as it is instead of the op's lazy query.
     polars_eager: ClassVar[bool] = False
+    #: True for an op that, on an eager polars frame, makes NaN in the float columns it
+    #: reads missing itself (:func:`.frames.nan_as_null`) where its fast path cannot prove
+    #: there is none: the recipe then skips its own pass that looks for NaN.
+    polars_finds_nan: ClassVar[bool] = False
     #: What :meth:`numeric_columns` must hold: ``"any"`` (no check), ``"numbers"`` (integers,
     #: floats) or ``"numbers or booleans"`` (read as 0/1, for ops that give float64 on
     #: every backend alike).
@@ -392,6 +405,7 @@ class Log(TableOp):
     stateless: ClassVar[bool] = True
     takes: ClassVar[str] = "numbers or booleans"
     polars_eager: ClassVar[bool] = True  # polars_log reads the columns' Arrow buffers
+    polars_finds_nan: ClassVar[bool] = True  # polars_log's outputs show a NaN in the inputs
 
     def _check_domain(self, frame: NwFrame, backend: str) -> None:
         # Each column's minimum decides (adding the offset is monotonic, rounding included):
@@ -409,15 +423,26 @@ class Log(TableOp):
                 f"{bad} (count per column); clip them first or raise the offset"
             )
 
+    def _nan_as_null(self, frame: NwFrame, backend: str) -> NwFrame:
+        # The recipe left NaN to this op on an eager polars frame (polars_finds_nan).
+        return nan_as_null(frame, self.columns, backend=backend) if backend == "polars" and not is_lazy(frame) else frame
+
     def fit(self, frame: NwFrame, backend: str) -> None:
-        self._check_domain(frame, backend)
+        self._check_domain(self._nan_as_null(frame, backend), backend)
 
     def transform(self, frame: NwFrame, backend: str) -> NwFrame:
-        self._check_domain(frame, backend)
-        return self._log(frame, backend)
+        return self.fit_transform(frame, backend)  # stateless: the same checks, the same log
 
     def fit_transform(self, frame: NwFrame, backend: str) -> NwFrame:
-        """Check the domain once (fit and transform would check the same table), then log."""
+        """Check the domain once (fit and transform would check the same table), then log.
+
+        On an eager polars frame the log comes first: when its outputs hold no NaN and no
+        ``-inf`` they prove both the domain and the absence of NaN, and the two passes
+        that check them are skipped (:func:`.kernels.polars_log`)."""
+        if backend == "polars" and not is_lazy(frame):
+            if (logged := polars_log(frame, self.columns, self.offset, checked=True)) is not None:
+                return logged
+            frame = self._nan_as_null(frame, backend)
         self._check_domain(frame, backend)
         return self._log(frame, backend)
 
@@ -510,10 +535,12 @@ class MinMax(TableOp):
 
     kind: ClassVar[str] = "minmax"
     takes: ClassVar[str] = "numbers or booleans"
+    polars_eager: ClassVar[bool] = True  # polars_min_max reads the columns' Arrow buffers
 
     def fit(self, frame: NwFrame, backend: str) -> None:
         native = numpy_columns(frame, self.columns) if backend == "pandas" else None
-        found = min_max(native, self.columns) if native is not None else None
+        found = (min_max(native, self.columns) if native is not None
+                 else polars_min_max(frame, self.columns) if backend == "polars" and not is_lazy(frame) else None)
         if found is not None:
             self.state = found
             return
@@ -529,12 +556,13 @@ class MinMax(TableOp):
 
 def affine_columns(frame: NwFrame, backend: str, params: Mapping[str, Sequence[float]]) -> NwFrame:
     """Each column ``c`` as float64 ``(x - sub) * (1 / div)`` for ``params[c] = (sub, div)``:
-    numpy's kernel on pandas' numpy columns, the expression elsewhere (times the reciprocal
-    on every backend, so the bits agree: see :func:`.numpy_kernels.affine`). Why not numpy
-    on polars too: reading polars' buffers in place, ``MinMax`` over 37 columns ran 1.5x
-    slower than polars' own expression at 1M and 10M rows in the benchmark."""
+    numpy's kernel on pandas' numpy columns and on an eager polars frame's buffers
+    (:func:`.kernels.polars_affine`), the expression elsewhere (times the reciprocal on
+    every backend, so the bits agree: see :func:`.numpy_kernels.affine`)."""
     native = numpy_columns(frame, list(params)) if backend == "pandas" else None
     if native is not None:
         return scale_columns(native, params)
+    if backend == "polars" and not is_lazy(frame) and (scaled := polars_affine(frame, params)) is not None:
+        return scaled
     schema = frame.collect_schema()
     return frame.with_columns(*[((f64(c, schema) - sub) * (1.0 / div)).alias(c) for c, (sub, div) in params.items()])

@@ -59,8 +59,9 @@ def _step(frame: NwFrame, backend: str, op: TableOp, run: Callable[[NwFrame, str
 
     NaN: pandas and Dask already treat it as missing; on cuDF and on an eager polars frame
     one read-only pass finds the columns holding NaN, and only those are rewritten
-    (:func:`nan_as_null`), once for the op's fit and transform; on a lazy polars frame
-    ``fill_nan(None)`` joins the op's query.
+    (:func:`nan_as_null`), once for the op's fit and transform, unless the op finds NaN
+    itself (``polars_finds_nan``, on polars); on a lazy polars frame ``fill_nan(None)``
+    joins the op's query.
 
     An eager polars frame: the op sees only the columns it reads (``op.needs()``), as a
     lazy query (an op whose ``polars_eager`` is True, ``Categorify``, gets them as an eager
@@ -70,8 +71,9 @@ def _step(frame: NwFrame, backend: str, op: TableOp, run: Callable[[NwFrame, str
     """
     columns = op.needs()
     if backend != "polars" or not is_lazy(frame):
-        read = nan_as_null(frame.select(*dict.fromkeys(columns)) if backend == "polars" else frame,
-                           columns, backend=backend)
+        read = frame.select(*dict.fromkeys(columns)) if backend == "polars" else frame
+        if backend != "polars" or not op.polars_finds_nan:
+            read = nan_as_null(read, columns, backend=backend)
     if backend == "pandas":
         out = run(read, backend)
         return None if out is None else _numpy_floats(out, op.columns)

@@ -1,0 +1,103 @@
+"""The numpy kernels' thread pool and Log's one-pass checks on polars: what the outputs of
+the kernel prove (no NaN, every value above -offset) and what they cannot (values under
+missing slots), each against pandas."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import numpy as np
+import pandas as pd
+import polars as pl
+import pyarrow as pa
+import pytest
+
+from gpufeed.gpu_transforms.tabular import EmptyTableError, Log, MinMax, NonFiniteError, Recipe
+from gpufeed.gpu_transforms.tabular import numpy_kernels as nk
+
+
+def _with_values_under_nulls(values: list[float], valid: list[bool]) -> pl.Series:
+    """A float64 Series whose missing slots keep ``values`` in its Arrow buffer, as a
+    Parquet reader or ``fill_nan(None)`` leaves them (polars' constructors write zeros)."""
+    bits = np.packbits(np.array(valid, dtype=np.uint8), bitorder="little")
+    array = pa.Array.from_buffers(pa.float64(), len(values),
+                                  [pa.py_buffer(bits.tobytes()), pa.py_buffer(np.array(values).tobytes())],
+                                  null_count=valid.count(False))
+    return pl.Series("x", array)
+
+
+def test_spread_keeps_order_runs_nested_calls_inline_and_works_in_a_forked_child():
+    assert nk.spread(lambda i: i * i, range(50), threads=2) == [i * i for i in range(50)]
+    # A call from a pool thread must not wait on the pool's own (busy) threads.
+    nested = nk.spread(lambda i: sum(nk.spread(lambda j: j, range(i), threads=2)), range(8), threads=2)
+    assert nested == [sum(range(i)) for i in range(8)]
+    names = set(nk.spread(lambda _: threading.current_thread().name, range(20), threads=2))
+    assert any(n.startswith("gpufeed-table") for n in names)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child inherits the pool object, not its threads: it needs a new one
+        ok = nk.spread(lambda i: i + 1, range(10), threads=2) == list(range(1, 11))
+        os.write(write, b"1" if ok else b"0")
+        os._exit(0)
+    os.close(write)
+    assert os.read(read, 1) == b"1"
+    os.waitpid(pid, 0)
+
+
+def test_log_offset_lows_reports_nan_and_minus_inf_from_any_piece(monkeypatch):
+    monkeypatch.setattr(nk, "PIECE", 4)  # several pieces per array
+    a = np.arange(1.0, 11.0)
+    b = a.copy()
+    b[7] = np.nan
+    c = a.copy()
+    c[9] = -1.0  # log1p(-1) = -inf
+    outs, lows = nk.log_offset_lows([a, b, c, a[:0]], 1.0)
+    np.testing.assert_array_equal(outs[0], np.log1p(a))
+    assert lows[0] == np.log1p(1.0) and np.isnan(lows[1]) and lows[2] == -np.inf and lows[3] == np.inf
+
+
+def test_log_on_polars_makes_nan_missing_and_matches_pandas():
+    values = [1.0, float("nan"), 3.0, None, 0.5]
+    frame = pl.DataFrame({"x": pl.Series(values, dtype=pl.Float64, nan_to_null=False)})
+    assert frame["x"].is_nan().sum() == 1
+    got = Recipe([Log(["x"])]).fit_transform(frame)["x"]
+    want = Recipe([Log(["x"])]).fit_transform(pd.DataFrame({"x": [1.0, np.nan, 3.0, np.nan, 0.5]}))["x"]
+    assert got.null_count() == 2 and not got.is_nan().any()  # NaN is missing, as on pandas
+    np.testing.assert_array_equal(got.to_numpy(), want.to_numpy())
+
+
+def test_log_on_polars_refuses_values_at_or_below_minus_offset():
+    for bad in (-1.0, -3.0):
+        with pytest.raises(NonFiniteError, match=r"'x': 1"):
+            Recipe([Log(["x"])]).fit_transform(pl.DataFrame({"x": [0.0, bad, 2.0]}))
+    with pytest.raises(NonFiniteError, match="values <= -2.0"):
+        Recipe([Log(["x"], offset=2.0)]).fit_transform(pl.DataFrame({"x": [1, -2, 5]}))
+
+
+@pytest.mark.parametrize("under", [-5.0, -1.0, float("nan")])
+def test_log_on_polars_ignores_what_lies_under_missing_slots(under):
+    # The kernel sees the buffer's value under a missing slot; it may only cost a second
+    # look, never an error or a value.
+    series = _with_values_under_nulls([under, 2.0, 0.0], [False, True, True])
+    got = Recipe([Log(["x"])]).fit_transform(series.to_frame())["x"]
+    assert got.to_list()[0] is None
+    np.testing.assert_array_equal(got.to_numpy()[1:], np.log1p([2.0, 0.0]))
+    again = Recipe([Log(["x"])]).fit(series.to_frame()).transform(series.to_frame())["x"]
+    assert again.to_list() == got.to_list()
+
+
+def test_minmax_on_polars_fits_on_present_values_only_in_chunks_and_slices():
+    # Arrow's min_max reads the buffers: a value under a missing slot must not become a bound.
+    series = _with_values_under_nulls([-1e300, 2.0, 5.0, 1e300, -3.0], [False, True, True, False, True])
+    frame = pl.concat([series[:2].to_frame(), series[2:].to_frame()[1:], series[2:3].to_frame()], rechunk=False)
+    frame = frame.with_columns(pl.Series("i", [7, -2, 40, 3, 0], dtype=pl.Int32))
+    assert frame["x"].n_chunks() == 3
+    recipe = Recipe([MinMax(["x", "i"])])
+    out = recipe.fit_transform(frame)
+    assert recipe.ops[0].state == {"x": [-3.0, 5.0], "i": [-2.0, 40.0]}
+    want = Recipe([MinMax(["x", "i"])]).fit_transform(frame.to_pandas())
+    np.testing.assert_array_equal(out["x"].to_numpy(), want["x"].to_numpy())
+    np.testing.assert_array_equal(out["i"].to_numpy(), want["i"].to_numpy())
+    with pytest.raises(EmptyTableError, match="'x'"):
+        Recipe([MinMax(["x"])]).fit(_with_values_under_nulls([1.0, 2.0], [False, False]).to_frame())
