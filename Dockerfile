@@ -1,6 +1,6 @@
 # Containers that run the gpufeed benchmarks: a GPU image (default) and a CPU variant.
 #
-#   docker build -t gpufeed .                                           # GPU: CUDA 13 base, DALI + cupy + cuDF
+#   docker build -t gpufeed --build-arg GIT_COMMIT="$(git rev-parse HEAD)" .   # GPU: CUDA 13 base, DALI + cupy + cuDF
 #   mkdir -p results   # then the container (as you, with room in /dev/shm) writes there:
 #   docker run --gpus all --rm --shm-size=16g --user "$(id -u):$(id -g)" -v "$PWD/results:/results" gpufeed
 #   docker run --gpus all --rm gpufeed gpufeed doctor
@@ -36,6 +36,9 @@ COPY --chown=gpufeed:gpufeed gpufeed/__init__.py gpufeed/__init__.py
 RUN make install VENV=/opt/venv EXTRAS="${EXTRAS}"
 COPY --chown=gpufeed:gpufeed . .
 RUN pip check
+# The image holds no .git: results name the commit the build was given (--build-arg GIT_COMMIT=...).
+ARG GIT_COMMIT=
+ENV GPUFEED_GIT_COMMIT=${GIT_COMMIT}
 
 VOLUME ["/results"]
 CMD ["gpufeed", "bench", "all", "--out", "/results"]

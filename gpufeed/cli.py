@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 import warnings
 from collections.abc import Callable, Sequence
@@ -202,6 +203,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     warnings.formatwarning = _plain_warning(formatted)
     try:
         return _run(args)
+    except BrokenPipeError:
+        # The reader went away (`gpufeed doctor | head`): nothing to report. stdout goes to
+        # devnull, or Python's own flush at exit would fail on the closed pipe again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except (OSError, ValueError, RuntimeError) as exc:
         # What a user can fix (a missing folder, a bad argument, no GPU): one line, no traceback.
         print(f"gpufeed: error: {exc}", file=sys.stderr)

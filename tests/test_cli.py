@@ -332,3 +332,13 @@ def test_make_bench_writes_an_untracked_folder_unless_told_to_record():
                                  capture_output=True, text=True, timeout=60)
             assert dry.returncode == 0, dry.stderr
             assert dry.stdout.strip().splitlines()[-1] == f"/nonexistent-venv/bin/gpufeed bench --out {out}"
+
+
+def test_output_piped_into_a_reader_that_stops_early_is_not_an_error():
+    # `gpufeed doctor | head -1`: the reader closes the pipe before the report is written.
+    proc = subprocess.Popen([sys.executable, "-m", "gpufeed", "doctor"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    proc.wait(timeout=120)
+    assert "Broken pipe" not in err and "Traceback" not in err, err

@@ -273,6 +273,9 @@ def run_isolated(target: Callable[..., dict], *args: Any, timeout: float = 3600,
 
 
 def _git_commit() -> str | None:
+    """The source's commit (``+dirty`` with uncommitted changes); where there is no git
+    checkout (a container image, a wheel) the ``GPUFEED_GIT_COMMIT`` the build recorded."""
+    recorded = os.environ.get("GPUFEED_GIT_COMMIT") or None
     try:
         out = subprocess.run(
             ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
@@ -283,9 +286,9 @@ def _git_commit() -> str | None:
             text=True, timeout=5, cwd=Path(__file__).resolve().parent,
         )
     except (OSError, subprocess.SubprocessError):
-        return None
+        return recorded
     if out.returncode != 0:
-        return None
+        return recorded
     return out.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 

@@ -77,3 +77,14 @@ def test_timing_work_that_never_imported_torch_does_not_import_it():
             "measure(lambda: 1.0, warmup=0, repeats=2)\nprint('torch' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "False", out.stdout + out.stderr
+
+
+def test_results_name_the_commit_a_container_build_recorded_where_there_is_no_git(monkeypatch):
+    def no_git(*args, **kwargs):
+        raise FileNotFoundError("git")
+
+    monkeypatch.setattr(harness.subprocess, "run", no_git)
+    monkeypatch.setenv("GPUFEED_GIT_COMMIT", "0123abc")
+    assert harness.machine_metadata()["git_commit"] == "0123abc"
+    monkeypatch.delenv("GPUFEED_GIT_COMMIT")
+    assert harness.machine_metadata()["git_commit"] is None
