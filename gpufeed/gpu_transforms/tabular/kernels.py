@@ -41,7 +41,7 @@ in :mod:`.pandas_kernels`. Measurements behind these choices: ``docs/tabular.md`
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import narwhals as nw
@@ -55,7 +55,7 @@ from gpufeed.gpu_transforms.tabular.frames import (
     small_rows,
     wrap,
 )
-from gpufeed.gpu_transforms.tabular.numpy_kernels import affine, log_offset, log_offset_lows, spread
+from gpufeed.gpu_transforms.tabular.numpy_kernels import log_offset, log_offset_lows, spread
 from gpufeed.gpu_transforms.tabular.pandas_kernels import as_column, assign
 from gpufeed.gpu_transforms.tabular.stats import (
     aggregate,
@@ -108,27 +108,6 @@ def polars_log(frame: NwFrame, columns: Sequence[str], offset: float, *, checked
     if checked and not all(low > -math.inf for low in lows):  # NaN or -inf: a NaN or x <= -offset somewhere
         return None
     return wrap(native.with_columns(logged))
-
-
-def polars_affine(frame: NwFrame, params: Mapping[str, Sequence[float]]) -> NwFrame | None:
-    """Each column ``c`` of an eager polars frame as float64 ``(x - sub) * (1 / div)`` for
-    ``params[c] = (sub, div)``, by :func:`.numpy_kernels.affine` on the columns' own buffers
-    (the same bits as polars' expression and as pandas); None when a column is not an int
-    or float (polars' expression then).
-
-    Why not polars' expression: it makes the difference and then the product as two new
-    columns on one thread per column, where the kernel writes one pooled output per column
-    on every core.
-    """
-    native = nw.to_native(frame)
-    schema = native.collect_schema()
-    if not all(str(schema[c]) in _NUMPY_READABLE for c in params):
-        return None
-    series = [native.get_column(c) for c in params]
-    # The kernel gets every chunk of every column: each chunk takes its column's parameters.
-    per_chunk = [(float(sub), float(div)) for s, (sub, div) in zip(series, params.values(), strict=True)
-                 for _ in range(s.n_chunks())]
-    return wrap(native.with_columns(_numpy_series(series, lambda arrays: affine(arrays, per_chunk))))
 
 
 def polars_min_max(frame: NwFrame, columns: Sequence[str]) -> dict[str, list[float]] | None:

@@ -91,7 +91,10 @@ def release_pooled() -> None:
         pa.default_memory_pool().release_unused()
 
 
-#: Values per piece of work, and per thread at least. MEASURE
+#: Values per piece of work, and per thread at least. ``log1p`` (fastest of 40-run A/Bs,
+#: 2 cores, kept pool): one column of 1M values 0.42 ms in 2**18 pieces, 0.66 ms as one
+#: piece on one thread; 18 such columns 10.7 ms (2**17: 11.7, 2**20: 10.8); 10M values
+#: 5.9 ms (2**20: 6.1). Smaller pieces pay more in hand-offs than they gain.
 PIECE = 1 << 18
 
 

@@ -34,7 +34,6 @@ from gpufeed.gpu_transforms.tabular.kernels import (
     GROUP_CODE,
     cudf_log,
     group_stats_f64,
-    polars_affine,
     polars_log,
     polars_min_max,
     pooled_stats,
@@ -556,13 +555,13 @@ class MinMax(TableOp):
 
 def affine_columns(frame: NwFrame, backend: str, params: Mapping[str, Sequence[float]]) -> NwFrame:
     """Each column ``c`` as float64 ``(x - sub) * (1 / div)`` for ``params[c] = (sub, div)``:
-    numpy's kernel on pandas' numpy columns and on an eager polars frame's buffers
-    (:func:`.kernels.polars_affine`), the expression elsewhere (times the reciprocal on
-    every backend, so the bits agree: see :func:`.numpy_kernels.affine`)."""
+    numpy's kernel on pandas' numpy columns, the expression elsewhere (times the reciprocal
+    on every backend, so the bits agree: see :func:`.numpy_kernels.affine`). Why not numpy
+    on polars too: reading polars' buffers in place with the kept pool and pooled outputs,
+    ``MinMax`` still took 23 ms over 37 columns of 1M rows against 21 ms for polars' own
+    expression, and 0.9 against 0.8 ms for one column (a 30-run A/B, 2 cores)."""
     native = numpy_columns(frame, list(params)) if backend == "pandas" else None
     if native is not None:
         return scale_columns(native, params)
-    if backend == "polars" and not is_lazy(frame) and (scaled := polars_affine(frame, params)) is not None:
-        return scaled
     schema = frame.collect_schema()
     return frame.with_columns(*[((f64(c, schema) - sub) * (1.0 / div)).alias(c) for c, (sub, div) in params.items()])
