@@ -309,3 +309,126 @@ def test_categorify_of_narrow_integers_spanning_their_type_codes_like_pandas(dty
     out = {"polars": recipes["polars"].fit_transform(frame), "pandas": recipes["pandas"].fit_transform(frame.to_pandas())}
     assert recipes["polars"].ops[0].state == recipes["pandas"].ops[0].state == {"k": sorted(v for v in values if v is not None)}
     assert out["polars"]["k"].to_list() == out["pandas"]["k"].tolist() == [2, 4, 1, 3]
+
+
+def _inline_texts(n: int, seed: int) -> pd.DataFrame:
+    """Text columns for the views' path (values of 12 bytes or fewer) and beside it."""
+    rng = np.random.default_rng(seed)
+
+    def gappy(values: list[str], share: float = 0.1) -> np.ndarray:
+        column = rng.choice(np.array(values, dtype=object), n)
+        column[rng.random(n) < share] = None
+        return column
+
+    ids = gappy([f"cit_{i:05d}" for i in range(40)])  # one length and prefix: the key is the tail
+    ids[: n // 3] = None  # the first slices: missing only
+    return pd.DataFrame({
+        "ids": ids,
+        # 7 bytes or fewer, lengths apart: "" and a trailing NUL are values of their own.
+        "short": gappy(["north", "south", "central", "", "a", "a\x00", "Zürich", "é", "ab"]),
+        "mixed": gappy(["abcdefgh", "abcdefghij", "zz", "12 bytes abc"]),  # 8-12 bytes, prefixes apart: cast
+        "long": gappy(["a value longer than twelve bytes", "b"]),  # a data buffer: cast
+        "many": gappy([f"m{i}" for i in range(3000)], 0.02),  # past the sample's few: dictionary
+        "none": pd.Series([None] * n, dtype=object),
+    })
+
+
+@pytest.mark.parametrize("cores", [1, 2, 3])
+@pytest.mark.parametrize("layout", ["whole", "chunked", "offset"])
+def test_categorify_from_inline_views_codes_like_pandas(monkeypatch, cores, layout):
+    """The views' path (one exact 64-bit key per value, a perfect hash or Arrow's dictionary)
+    against pandas: missing values (whatever their views hold), "" and a trailing NUL, UTF-8,
+    a column with none, the cast beside it, in slices, chunks and at an Arrow offset."""
+    from gpufeed.gpu_transforms.tabular import category_codes
+
+    monkeypatch.setattr(category_codes, "SLICE_ROWS", 64)
+    monkeypatch.setattr(category_codes, "usable_cpus", lambda: cores)
+    df = _inline_texts(3000, cores)
+    frame = to_backend(df, "polars")
+    if layout == "chunked":
+        frame = _chunked(df, 3)
+    elif layout == "offset":  # a slice of a longer frame: the views start past the buffer's start
+        frame = pl.concat([frame[:7], frame], rechunk=True)[7:]
+    viewed = {c: category_codes._inline_ids(frame[c].rechunk()) for c in df.columns}
+    assert {c for c, v in viewed.items() if v is not None} == {"ids", "short", "many", "none"}
+    assert viewed["short"].slots is not None and viewed["many"].slots is None  # hash; dictionary
+    columns = list(df.columns)
+    recipes = {b: Recipe([Categorify(columns)]) for b in ("pandas", "polars")}
+    out = {"pandas": recipes["pandas"].fit_transform(df), "polars": recipes["polars"].fit_transform(frame)}
+    assert recipes["polars"].ops[0].state == recipes["pandas"].ops[0].state
+    assert recipes["polars"].ops[0].state["short"] == sorted(set(df["short"].dropna()))
+    for c in columns:
+        assert out["polars"][c].dtype == pl.Int32
+        assert out["polars"][c].to_list() == out["pandas"][c].tolist(), c
+    assert out["polars"]["none"].to_list() == [MISSING_INDEX] * len(df)
+    # Fitted on the views, the vocabulary maps another table as pandas' does (unseen: 0).
+    later = pd.DataFrame({c: ["zzz", None, df[c].dropna().iloc[0] if df[c].notna().any() else "x"]
+                          for c in columns})
+    moved = recipes["polars"].transform(to_backend(later, "polars"))
+    expected = recipes["pandas"].transform(later)
+    for c in columns:
+        assert moved[c].to_list() == expected[c].tolist(), c
+    assert moved["short"].to_list()[:2] == [UNSEEN_INDEX, MISSING_INDEX]
+
+
+def test_categorify_from_views_with_a_missing_values_view_left_anything():
+    """A missing value's view may hold another value's bytes (Arrow leaves it to the writer):
+    it joins no vocabulary and codes as missing."""
+    import pyarrow as pa
+
+    views = np.array([[5 | int.from_bytes(b"nort", "little") << 32, int.from_bytes(b"h", "little")],
+                      [2 | int.from_bytes(b"zz", "little") << 32, 0],  # missing, "zz" left in its view
+                      [5 | int.from_bytes(b"nort", "little") << 32, int.from_bytes(b"h", "little")]],
+                     dtype=np.uint64)
+    validity = pa.py_buffer(np.packbits(np.array([True, False, True]), bitorder="little"))
+    array = pa.Array.from_buffers(pa.string_view(), 3, [validity, pa.py_buffer(views)], null_count=1)
+    frame = pl.DataFrame({"t": pl.from_arrow(array)})
+    assert frame["t"].to_list() == ["north", None, "north"]
+    recipe = Recipe([Categorify(["t"])])
+    assert recipe.fit_transform(frame)["t"].to_list() == [2, MISSING_INDEX, 2]
+    assert recipe.ops[0].state == {"t": ["north"]}
+
+
+def test_categorify_from_views_not_zero_padded_falls_back_to_the_cast():
+    """Two views of one value (padding past its bytes not zeroed by its writer) would be two
+    keys: the repeated decoded value sends the slice to the cast."""
+    import pyarrow as pa
+
+    from gpufeed.gpu_transforms.tabular import category_codes
+
+    head = 3 | int.from_bytes(b"abc", "little") << 32
+    views = np.array([[head, 0], [head | 0xFF << 56, 0], [head, 7]], dtype=np.uint64)  # "abc" thrice
+    array = pa.Array.from_buffers(pa.string_view(), 3, [None, pa.py_buffer(views)])
+    series = pl.from_arrow(array)
+    if series.to_list() != ["abc"] * 3:  # this polars rewrote the views: nothing to test
+        pytest.skip("polars normalised the views")
+    assert category_codes._inline_ids(series) is None
+    recipe = Recipe([Categorify(["t"])])
+    assert recipe.fit_transform(pl.DataFrame({"t": series}))["t"].to_list() == [2, 2, 2]
+    assert recipe.ops[0].state == {"t": ["abc"]}
+
+
+def test_categorify_from_views_when_no_multiplier_hashes_without_collisions(monkeypatch):
+    """A multiply-shift hash that collides on every try: the keys go to ``dictionary_encode``."""
+    from gpufeed.gpu_transforms.tabular import category_codes
+
+    monkeypatch.setattr(category_codes, "_MULTIPLIERS", (np.uint64(1),))  # the keys' top bits: all 0
+    df = pd.DataFrame({"t": ["b", "a", None, "c", "a", "bb"] * 50})
+    viewed = category_codes._inline_ids(to_backend(df, "polars")["t"])
+    assert viewed is not None and viewed.slots is None
+    recipes = {b: Recipe([Categorify(["t"])]) for b in ("pandas", "polars")}
+    out = {b: r.fit_transform(to_backend(df, b)) for b, r in recipes.items()}
+    assert recipes["polars"].ops[0].state == recipes["pandas"].ops[0].state == {"t": ["a", "b", "bb", "c"]}
+    assert out["polars"]["t"].to_list() == out["pandas"]["t"].tolist()
+
+
+def test_categorify_of_a_lazy_polars_frame_equals_the_eager_views_path():
+    df = _inline_texts(500, 9)
+    columns = ["ids", "short", "many", "none"]
+    eager, lazy = Recipe([Categorify(columns)]), Recipe([Categorify(columns)])
+    out = eager.fit_transform(to_backend(df, "polars"))
+    lazy_out = lazy.fit_transform(to_backend(df, "polars").lazy())
+    lazy_out = lazy_out.collect() if isinstance(lazy_out, pl.LazyFrame) else lazy_out
+    assert eager.ops[0].state == lazy.ops[0].state
+    for c in columns:
+        assert lazy_out[c].to_list() == out[c].to_list(), c
