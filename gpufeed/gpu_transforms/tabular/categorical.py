@@ -32,6 +32,7 @@ from gpufeed.gpu_transforms.tabular.kernels import (
     pandas_factorize,
     vocabulary_codes,
 )
+from gpufeed.gpu_transforms.tabular.numpy_kernels import spread
 from gpufeed.gpu_transforms.tabular.ops import TableOp
 from gpufeed.gpu_transforms.tabular.pandas_kernels import as_column, assign
 from gpufeed.gpu_transforms.tabular.stats import aggregate, json_key, lookup
@@ -147,18 +148,22 @@ class Categorify(TableOp):
         if backend != "pandas":
             return super().fit_transform(frame, backend)
         native = nw.to_native(frame)
-        state, codes = {}, {}
-        for c in self.columns:
+
+        def fit_codes(c: str) -> tuple[list[Any], np.ndarray]:
             # Every distinct value is seen at least once: counting only matters above 1.
             try:
                 found, uniques, counts = pandas_factorize(native[c], counts=self.min_count > 1)
             except TypeError as exc:
                 _name_unhashable(frame, [c], exc)
             kept = uniques if counts is None else uniques[counts >= self.min_count]
-            state[c] = _vocabulary(kept.tolist(), c)
-            codes[c] = pandas_codes(found, uniques, state[c], UNSEEN_INDEX, MISSING_INDEX)
-        self.state = state
-        return wrap(assign(native, {c: as_column(native, v) for c, v in codes.items()}))
+            vocabulary = _vocabulary(kept.tolist(), c)
+            return vocabulary, pandas_codes(found, uniques, vocabulary, UNSEEN_INDEX, MISSING_INDEX)
+
+        # A column per thread: pandas' Arrow-backed text factorises in Arrow, which releases
+        # the GIL (the transactions table's 4 text columns, 1M rows: 48 -> 28 ms on 2 cores).
+        fitted = dict(zip(self.columns, spread(fit_codes, self.columns), strict=True))
+        self.state = {c: vocabulary for c, (vocabulary, _) in fitted.items()}
+        return wrap(assign(native, {c: as_column(native, codes) for c, (_, codes) in fitted.items()}))
 
     def num_embeddings(self, column: str) -> int:
         """Rows an embedding table for ``column`` needs (vocabulary + the two reserved indices)."""

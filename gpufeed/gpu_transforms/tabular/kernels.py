@@ -169,8 +169,7 @@ def cudf_log(frame: NwFrame, columns: Sequence[str], offset: float) -> NwFrame:
     for c in columns:
         # np.log dispatches to cuDF's __array_ufunc__, which runs cupy on the values and puts
         # the null mask back (cuDF Series has had no .log() since 22.04).
-        values = native[c].astype("float64")
-        native[c] = np.log1p(values) if offset == 1 else np.log(values + offset)  # as on the CPU
+        native[c] = np.log(native[c].astype("float64") + offset)
     return wrap(native)
 
 
@@ -441,7 +440,9 @@ def vocabulary_codes(frame: NwFrame, backend: str, exprs: dict[str, nw.Expr],
             found, uniques, _ = pandas_factorize(native[column], counts=False)
             return pandas_codes(found, uniques, vocabularies[column], unseen, missing, start)
 
-        return wrap(assign(native, {names[c]: as_column(native, codes(c)) for c in vocabularies}))
+        columns = list(vocabularies)  # a column per thread, as in Categorify.fit_transform
+        return wrap(assign(native, {names[c]: as_column(native, codes) for c, codes in
+                                    zip(columns, spread(codes, columns), strict=True)}))
     if backend == "polars" and all(vocabularies.values()) and all(
             isinstance(v, str) for vocab in vocabularies.values() for v in vocab):
         import polars as pl
