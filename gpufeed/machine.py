@@ -104,6 +104,29 @@ def usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
+def peak_rss_bytes() -> int:
+    """This process's own peak resident memory, in bytes.
+
+    ``VmHWM`` of ``/proc/self/status`` on Linux, not ``getrusage``'s ``ru_maxrss``: a
+    process started by ``fork``/``vfork`` then ``exec`` (a multiprocessing "spawn" worker)
+    keeps its parent's peak in ``ru_maxrss``, so a benchmark worker started by a parent that
+    had just generated a 10M-row table reported the parent's 3.3 GB as its own. Elsewhere
+    ``ru_maxrss`` (KiB on Linux and BSD, bytes on macOS).
+    """
+    import resource
+    import sys
+
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024
+
+
 def cpu_model() -> str:
     """The CPU model name."""
     try:

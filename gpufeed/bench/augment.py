@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 from collections.abc import Callable
 from typing import Any
 
@@ -35,7 +34,7 @@ from gpufeed.bench.harness import (
     run_isolated,
     write_results,
 )
-from gpufeed.machine import usable_cpus
+from gpufeed.machine import peak_rss_bytes, usable_cpus
 from gpufeed.progress import stage
 
 BASELINE = "torchvision-per-sample"
@@ -152,8 +151,8 @@ def _contender(name: str, batch_size: int, size: int, input_size: int, batches: 
     timing = measure(run, warmup=0, repeats=repeats)
     if cuda:
         peak = (torch.cuda.max_memory_allocated() - base) / 2**20
-    else:  # ru_maxrss is the process's high-water mark, in KiB on Linux
-        peak = max(0.0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - base)
+    else:  # the process's own high-water mark (not its parent's: see peak_rss_bytes)
+        peak = max(0.0, peak_rss_bytes() / 2**20 - base)
     # Correctness after timing: the output contract, finite values in the normalised range.
     out = fn(data[0])
     lo = min((0 - m) / s for m, s in zip(MEAN, STD, strict=True)) - 1e-3

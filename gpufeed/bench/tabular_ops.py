@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import copy
 import math
-import resource
 from collections.abc import Callable
 from typing import Any
 
 from gpufeed.bench.harness import markdown_table, measure
+from gpufeed.machine import peak_rss_bytes
 
 #: Tables the recipe part runs on.
 TABLES = ("sensor", "transactions")
@@ -182,8 +182,8 @@ def load_table(path: str, backend: str, rows: int | None = None) -> Any:
 
 
 def peak_rss_gb() -> float:
-    """This process's peak resident memory so far, in GiB."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
+    """This process's own peak resident memory so far, in GiB (:func:`~gpufeed.machine.peak_rss_bytes`)."""
+    return peak_rss_bytes() / 2**30
 
 
 def column_checksums(df: Any) -> dict[str, list[float]]:

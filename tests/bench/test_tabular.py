@@ -88,3 +88,18 @@ def test_recommendation_prefers_portable_formats_and_flags_losers():
     ]
     text = recommend(rows)
     assert "All-round: parquet" in text and "Fastest read: pickle" in text and "larger than CSV: json" in text
+
+
+def test_a_workers_peak_memory_is_its_own_not_its_parents():
+    # A spawned benchmark worker kept its parent's peak in ru_maxrss: after the parent had
+    # generated a large table, every worker reported the parent's 3.3 GB as its own.
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    held = np.ones(400 * 2**20 // 8)  # 400 MiB, touched: the parent's peak
+    child = subprocess.run([sys.executable, "-c", "from gpufeed.machine import peak_rss_bytes; print(peak_rss_bytes())"],
+                           capture_output=True, text=True, check=True)
+    assert held.sum() > 0
+    assert int(child.stdout) < 300 * 2**20
