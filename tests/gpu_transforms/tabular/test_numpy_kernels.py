@@ -13,7 +13,7 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
-from gpufeed.gpu_transforms.tabular import EmptyTableError, Log, MinMax, NonFiniteError, Recipe
+from gpufeed.gpu_transforms.tabular import Clip, EmptyTableError, Log, MinMax, NonFiniteError, Recipe
 from gpufeed.gpu_transforms.tabular import numpy_kernels as nk
 
 
@@ -101,3 +101,19 @@ def test_minmax_on_polars_fits_on_present_values_only_in_chunks_and_slices():
     np.testing.assert_array_equal(out["i"].to_numpy(), want["i"].to_numpy())
     with pytest.raises(EmptyTableError, match="'x'"):
         Recipe([MinMax(["x"])]).fit(_with_values_under_nulls([1.0, 2.0], [False, False]).to_frame())
+
+
+@pytest.mark.parametrize("bounds", [{"quantiles": (0.05, 0.95)}, {"lower": 0.2}, {"upper": 0.7}])
+def test_clip_on_pandas_keeps_missing_values_and_gives_pandas_clip_to_the_bit(bounds, monkeypatch):
+    monkeypatch.setattr(nk, "PIECE", 64)  # many pieces on two threads
+    rng = np.random.default_rng(7)
+    x = rng.random(1000)
+    x[rng.random(1000) < 0.1] = np.nan
+    df = pd.DataFrame({"x": x, "n": rng.integers(0, 9, 1000)})
+    recipe = Recipe([Clip(["x"], **bounds)])
+    got = recipe.fit_transform(df)["x"].to_numpy()
+    low, high = recipe.ops[0].state["x"]
+    if "quantiles" in bounds:  # pandas' own quantile of the present values
+        assert [low, high] == df["x"].quantile(list(bounds["quantiles"])).tolist()
+    np.testing.assert_array_equal(got, df["x"].clip(low, high).to_numpy())  # NaN where it was
+    assert np.isnan(got).sum() == np.isnan(x).sum()
