@@ -203,7 +203,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     warnings.formatwarning = _plain_warning(formatted)
     try:
         return _run(args)
-    except BrokenPipeError:
+    except BrokenPipeError as exc:
+        if not _stdout_reader_gone():  # another pipe (a worker's): an error like any other
+            print(f"gpufeed: error: {exc}", file=sys.stderr)
+            return 2
         # The reader went away (`gpufeed doctor | head`): nothing to report. stdout goes to
         # devnull, or Python's own flush at exit would fail on the closed pipe again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -214,6 +217,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     finally:
         warnings.formatwarning = formatted
+
+
+def _stdout_reader_gone() -> bool:
+    """Whether stdout is a pipe whose reading end is closed (poll reports an error on it)."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll (Windows), no real stdout
+        return False
 
 
 #: Commands whose input must be an existing folder: the argument naming it, by (command, suite).

@@ -342,3 +342,14 @@ def test_output_piped_into_a_reader_that_stops_early_is_not_an_error():
     err = proc.stderr.read().decode()
     proc.wait(timeout=120)
     assert "Broken pipe" not in err and "Traceback" not in err, err
+
+
+def test_a_broken_pipe_that_is_not_stdouts_is_reported(monkeypatch, capsys):
+    import gpufeed.cli as cli
+
+    def worker_pipe_broke(args):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(cli, "_run", worker_pipe_broke)
+    assert main(["doctor"]) == 2
+    assert "gpufeed: error:" in capsys.readouterr().err

@@ -74,8 +74,14 @@ def pooled_empty(length: int, dtype: np.typing.DTypeLike = np.float64) -> np.nda
     """
     import pyarrow as pa
 
+    global _POOLED
+    _POOLED = True
     dtype = np.dtype(dtype)
     return np.frombuffer(pa.allocate_buffer(length * dtype.itemsize), dtype=dtype)
+
+
+#: Whether :func:`pooled_empty` has run in this process (so pyarrow is imported, whole).
+_POOLED = False
 
 
 def release_pooled() -> None:
@@ -84,10 +90,12 @@ def release_pooled() -> None:
     torch cannot reuse them. Columns still held are not touched; the output's pages stay
     in the pool once it is freed, until the pool's next purge or this call
     (``pyarrow.default_memory_pool().release_unused()`` does the same)."""
-    import sys
+    # Not "is pyarrow in sys.modules": while another thread is still importing it, the
+    # module is there half made, without default_memory_pool (a recipe on one thread and a
+    # Categorify importing pyarrow on another failed so).
+    if _POOLED:
+        import pyarrow as pa
 
-    pa = sys.modules.get("pyarrow")  # not imported: nothing was pooled
-    if pa is not None:
         pa.default_memory_pool().release_unused()
 
 

@@ -29,6 +29,7 @@ from gpufeed.gpu_transforms.tabular.frames import (
     is_lazy,
     is_missing,
     nan_as_null,
+    repeated,
     time_value,
 )
 from gpufeed.gpu_transforms.tabular.kernels import (
@@ -108,6 +109,9 @@ class TableOp:
         if isinstance(self.columns, str) or not self.columns:
             raise ValueError(f"{type(self).__name__}: columns must be a non-empty list of names, got {self.columns!r}")
         self.columns = list(self.columns)
+        twice = repeated(self.columns)
+        if twice:  # pandas computed such a column twice, polars refused it in its own words
+            raise ValueError(f"{type(self).__name__}: column(s) {twice} named more than once in columns")
 
     @property
     def fitted(self) -> bool:
@@ -355,6 +359,9 @@ class Clip(TableOp):
                 setattr(self, name, None)  # +-inf means no bound (and keeps the JSON strict)
         if self.quantiles is None and self.lower is None and self.upper is None:
             raise ValueError("Clip needs lower=, upper= or quantiles=(low, high)")
+        if self.lower is not None and self.upper is not None and self.lower > self.upper:
+            # pandas swaps such bounds, polars and numpy apply them in turn: three answers.
+            raise ValueError(f"Clip: lower={self.lower} is above upper={self.upper}")
         if self.quantiles is not None:
             low, high = self.quantiles
             if not 0.0 <= low < high <= 1.0:

@@ -13,7 +13,14 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
-from gpufeed.gpu_transforms.tabular import Clip, EmptyTableError, Log, MinMax, NonFiniteError, Recipe
+from gpufeed.gpu_transforms.tabular import (
+    Clip,
+    EmptyTableError,
+    Log,
+    MinMax,
+    NonFiniteError,
+    Recipe,
+)
 from gpufeed.gpu_transforms.tabular import numpy_kernels as nk
 
 
@@ -117,3 +124,41 @@ def test_clip_on_pandas_keeps_missing_values_and_gives_pandas_clip_to_the_bit(bo
         assert [low, high] == df["x"].quantile(list(bounds["quantiles"])).tolist()
     np.testing.assert_array_equal(got, df["x"].clip(low, high).to_numpy())  # NaN where it was
     assert np.isnan(got).sum() == np.isnan(x).sum()
+
+
+_TWO_RECIPES_AT_ONCE = """
+import threading, numpy as np, polars as pl
+from gpufeed.gpu_transforms.tabular import Categorify, Log, Recipe
+df = pl.DataFrame({"x": np.random.default_rng(0).random(1000), "s": ["ab", "cd"] * 500})
+errors, barrier = [], threading.Barrier(2)
+def go(frame, ops):
+    barrier.wait()
+    try:
+        Recipe(ops).fit_transform(frame)
+    except Exception as exc:
+        errors.append(repr(exc))
+threads = [threading.Thread(target=go, args=(df.lazy(), [Log(["x"])])),
+           threading.Thread(target=go, args=(df, [Categorify(["s"])]))]
+[t.start() for t in threads]
+[t.join() for t in threads]
+print(errors)
+"""
+
+
+def test_two_threads_starting_recipes_in_a_fresh_process_both_finish():
+    # One thread's recipe released Arrow's pool while the other was still importing
+    # pyarrow: "partially initialized module 'pyarrow' has no attribute ..." (5 runs in 6).
+    import subprocess
+    import sys
+
+    for _ in range(3):
+        run = subprocess.run([sys.executable, "-c", _TWO_RECIPES_AT_ONCE], capture_output=True, text=True,
+                             timeout=120)
+        assert run.returncode == 0 and run.stdout.strip() == "[]", run.stdout + run.stderr
+
+
+def test_ops_refuse_a_column_named_twice_and_clip_bounds_the_wrong_way_round():
+    with pytest.raises(ValueError, match=r"\['x'\] named more than once"):
+        MinMax(["x", "y", "x"])
+    with pytest.raises(ValueError, match="lower=4.0 is above upper=2.0"):
+        Clip(["x"], lower=4.0, upper=2.0)
