@@ -111,14 +111,15 @@ def nan_as_null(frame: NwFrame, columns: Iterable[str], *, backend: str | None =
     NaN and a frame without NaN is returned as it is. ``backend``: the frame's, when the
     caller already knows it.
     """
-    if (backend or backend_of(frame)) not in ("polars", "cudf"):
+    backend = backend or backend_of(frame)
+    if backend not in ("polars", "cudf"):
         return frame
     schema = frame.collect_schema()
     floats = [c for c in dict.fromkeys(columns) if c in schema and schema[c].is_float()]
     if not floats:
         return frame
     if not is_lazy(frame):
-        if (backend or backend_of(frame)) == "polars":
+        if backend == "polars":
             import polars as pl
 
             # polars' own expressions: through narwhals this check cost ~0.1 ms a call, 15 us
@@ -130,7 +131,7 @@ def nan_as_null(frame: NwFrame, columns: Iterable[str], *, backend: str | None =
             floats = [c for c in floats if found[c]]
     if not floats:
         return frame
-    if (backend or backend_of(frame)) == "cudf":
+    if backend == "cudf":
         # narwhals' fill_nan is not implemented for cuDF; cuDF's own nans_to_nulls is.
         native = nw.to_native(frame).copy(deep=False)
         for c in floats:

@@ -70,6 +70,12 @@ from gpufeed.gpu_transforms.tabular.stats import (
 _NUMPY_READABLE = ("Int8", "Int16", "Int32", "Int64", "UInt8", "UInt16", "UInt32", "UInt64", "Float32", "Float64")
 
 
+def _numpy_readable(native: Any, columns: Sequence[str]) -> bool:
+    """Whether every one of ``columns`` of the polars frame ``native`` has a numpy type."""
+    schema = native.collect_schema()
+    return all(str(schema[c]) in _NUMPY_READABLE for c in columns)
+
+
 def polars_log(frame: NwFrame, columns: Sequence[str], offset: float, *, checked: bool = False) -> NwFrame | None:
     """``log(x + offset)`` of the int or float ``columns`` of a polars frame in float64, by
     :func:`.numpy_kernels.log_offset`, as on pandas, so the backends agree to the bit; None
@@ -86,8 +92,7 @@ def polars_log(frame: NwFrame, columns: Sequence[str], offset: float, *, checked
     import polars as pl
 
     native = nw.to_native(frame)
-    schema = native.collect_schema()
-    if not all(str(schema[c]) in _NUMPY_READABLE for c in columns):
+    if not _numpy_readable(native, columns):
         return None
     offset = float(offset)
     lows: list[float] = []
@@ -124,8 +129,7 @@ def polars_min_max(frame: NwFrame, columns: Sequence[str]) -> dict[str, list[flo
     import pyarrow.compute as pc
 
     native = nw.to_native(frame)
-    schema = native.collect_schema()
-    if not all(str(schema[c]) in _NUMPY_READABLE for c in columns):
+    if not _numpy_readable(native, columns):
         return None
 
     def bounds(column: str) -> tuple[Any, Any]:

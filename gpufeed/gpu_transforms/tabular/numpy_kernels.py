@@ -189,14 +189,11 @@ def affine(arrays: Sequence[np.ndarray], params: Sequence[tuple[float, float]]) 
 
 
 def clip_to(arrays: Sequence[np.ndarray], bounds: Sequence[Sequence[float | None]]) -> list[np.ndarray]:
-    """Each float array clipped to its ``bounds[i] = [low, high]`` (None: no bound) as new
-    float64 arrays; NaN stays NaN (``np.clip`` is ``minimum(maximum(...))``, which carries it)."""
+    """Each float array clipped to its ``bounds[i] = [low, high]`` (None: no bound; a
+    ``Clip`` always has one) as new float64 arrays; NaN stays NaN (``np.clip`` is
+    ``minimum(maximum(...))``, which carries it)."""
     def compute(i: int, values: np.ndarray, out: np.ndarray) -> None:
-        low, high = bounds[i]
-        if low is None and high is None:
-            np.copyto(out, values)
-        else:
-            np.clip(values, low, high, out=out)
+        np.clip(values, *bounds[i], out=out)
 
     return float64_pieces(arrays, compute)
 
