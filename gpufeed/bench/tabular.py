@@ -23,6 +23,7 @@ reported instead of swapping.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -36,6 +37,7 @@ from gpufeed.bench.harness import (
     run_isolated,
     write_results,
 )
+from gpufeed.bench.own_table import OwnTable, own_table
 from gpufeed.bench.tabular_ops import (
     BASELINE,
     TABLES,
@@ -81,6 +83,18 @@ def _names_from(choices: Sequence[str]) -> Callable[[str], str]:
     return parse
 
 
+def _table_list(text: str) -> str:
+    """An argparse ``type`` for ``--tables``: built-in table names and existing table files
+    (kept as text; :func:`_tables` reads the files)."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in TABLES and not os.path.isfile(n)]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"{'unknown ' + ', '.join(map(repr, unknown)) if unknown else 'none given'}: "
+            f"neither {' nor '.join(TABLES)} nor a table file")
+    return text
+
+
 def _row_counts(text: str) -> str:
     """An argparse ``type`` for ``--rows``: a comma list of whole numbers >= 1 (kept as text)."""
     counts = [n.strip() for n in text.split(",") if n.strip()]
@@ -98,9 +112,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``gpufeed bench tabular``."""
     parser.add_argument("--parts", type=_names_from(PARTS), default=",".join(PARTS),
                         help="comma list of rule, recipe, downcast (default: %(default)s)")
-    parser.add_argument("--tables", type=_names_from(TABLES), default="sensor,transactions",
-                        help="tables of the rule and recipe parts, comma list of sensor, transactions "
-                             "(default: %(default)s)")
+    parser.add_argument("--tables", type=_table_list, default="sensor,transactions",
+                        help="tables of the rule and recipe parts, comma list of sensor, transactions and "
+                             "table files of your own (CSV, Parquet, Feather, pickle, HDF5, JSON: the recipe "
+                             "part plans a recipe from their column types and repeats their rows up to "
+                             "--rows) (default: %(default)s)")
     parser.add_argument("--rows", type=_row_counts, default="1000000,10000000",
                         help="recipe table sizes, comma list (default: %(default)s)")
     parser.add_argument("--rule-rows", type=at_least(1), default=1_000_000, help="rows for vectorised rule runs")
@@ -269,12 +285,21 @@ def _rate_rows(results: dict[str, dict], base_key: str) -> list[dict[str, Any]]:
     return rows
 
 
-def _tables(args: argparse.Namespace) -> list[str]:
-    tables = [t.strip() for t in args.tables.split(",") if t.strip()]
-    unknown = sorted(set(tables) - set(TABLES))
-    if unknown:
-        raise ValueError(f"--tables: unknown {unknown}; choose from {', '.join(TABLES)}")
+def _tables(args: argparse.Namespace) -> list[str | OwnTable]:
+    """The built-in table names and the user's tables (read and planned) of ``--tables``."""
+    tables: list[str | OwnTable] = []
+    for name in [t.strip() for t in args.tables.split(",") if t.strip()]:
+        if name in TABLES:
+            tables.append(name)
+        elif os.path.isfile(name):
+            tables.append(own_table(name))
+        else:  # refused when parsed (_table_list); this is for a Namespace built by hand
+            raise ValueError(f"--tables: unknown {name!r}: neither {' nor '.join(TABLES)} nor a table file")
     return tables
+
+
+def _table_name(table: str | OwnTable) -> str:
+    return table.name if isinstance(table, OwnTable) else table
 
 
 def _repeats(args: argparse.Namespace) -> str:
@@ -312,15 +337,26 @@ def _run_rule_on(table: str, args: argparse.Namespace, data_dir: str | None) -> 
     return results, f"### {table}\n\n" + md
 
 
-def _run_rule(args: argparse.Namespace, data_dir: str | None) -> tuple[dict, str]:
+def _run_rule(args: argparse.Namespace, data_dir: str | None,
+              tables: list[str | OwnTable]) -> tuple[dict, str]:
     results, sections = {}, []
-    for table in _tables(args):
+    for table in tables:
+        if isinstance(table, OwnTable):  # a rule is written for its table's columns
+            sections.append(f"### {table.name}\n\nno rule: the rule part runs on the built-in tables only")
+            continue
         results[table], md = _run_rule_on(table, args, data_dir)
         sections.append(md)
     return results, "## Rule: a weight from text membership, a numeric band and thresholds\n\n" + "\n\n".join(sections)
 
 
-def _run_recipe(args: argparse.Namespace, data_dir: str | None) -> tuple[dict, str]:
+def _bytes_per_row(table: str | OwnTable, backend: str) -> float:
+    if isinstance(table, OwnTable):
+        return table.bytes_per_row(backend)
+    return _BYTES_PER_ROW[table].get(backend, 3000)
+
+
+def _run_recipe(args: argparse.Namespace, data_dir: str | None,
+                tables: list[str | OwnTable]) -> tuple[dict, str]:
     backends, skipped = _backends(args.backends)
     if BASELINE not in backends:
         backends.insert(0, BASELINE)  # every ratio is to it
@@ -328,39 +364,51 @@ def _run_recipe(args: argparse.Namespace, data_dir: str | None) -> tuple[dict, s
     limit = args.max_ram_gb or _available_gb() - 1.0
     results: dict[str, Any] = {}
     sections = []
-    for table in _tables(args):
-        results[table] = {}
+    for table in tables:
+        name = _table_name(table)
+        results[name] = {}
+        if isinstance(table, OwnTable):
+            sections.append(f"### {name}: the recipe planned from its column types\n\n{table.describe()}\n\n"
+                            f"{table.rows:,} rows in the file, repeated (or cut) to each size.")
         for rows in [int(r) for r in args.rows.split(",") if r.strip()]:
             per: dict[str, dict] = {b: {"skipped": why} for b, why in skipped.items()}
-            need = {b: rows * _BYTES_PER_ROW[table].get(b, 3000) / 2**30 for b in backends}
+            need = {b: rows * _bytes_per_row(table, b) / 2**30 for b in backends}
             path = table_file(table, rows, data_dir) if any(n <= limit for n in need.values()) else ""
             for b in backends:
                 if need[b] > limit:
                     per[b] = {"skipped": f"needs ~{need[b]:.1f} GB RAM, {limit:.1f} GB allowed (--max-ram-gb)"}
                     continue
-                stage(f"[tabular] recipe on {table}: {b}, {rows:,} rows ...")
+                stage(f"[tabular] recipe on {name}: {b}, {rows:,} rows ...")
                 per[b] = run_isolated(recipe_worker, path, table, b, args.warmup, args.repeats,
                                              args.min_seconds)
-            results[table][str(rows)] = per
-            sections.append(section(f"{table}, {rows:,} rows", per))
+            results[name][str(rows)] = per
+            sections.append(section(f"{name}, {rows:,} rows", per))
     return results, ("## Recipe op by op (fit + transform each)\n\nEach op timed alone ("
                      f"{_repeats(args)}) on the output of the ops before it; the whole "
                      "recipe is the sum of its ops; ratios are the hand-written pandas time over the kit's "
                      "(> 1: faster than pandas by hand).\n\n" + "\n\n".join(sections))
 
 
-def _run_downcast(args: argparse.Namespace, data_dir: str | None) -> tuple[dict, str]:
-    path = table_file("sensor", args.downcast_rows, data_dir)
+def _run_downcast(args: argparse.Namespace, data_dir: str | None,
+                  tables: list[str | OwnTable]) -> tuple[dict, str]:
+    # Each of the user's tables, else the sensor table (the transactions table's text
+    # columns have nothing to downcast).
+    own = [t for t in tables if isinstance(t, OwnTable)] or ["sensor"]
     backends, _ = _backends("pandas,polars,cudf")
-    stage(f"[tabular] downcast: {', '.join(backends)}, {args.downcast_rows:,} rows ...")
-    results = {b: run_isolated(_downcast_worker, path, b) for b in backends}
-    rows = [{"backend": b, "before": r.get("bytes_before", 0) / 2**20, "after": r.get("bytes_after", 0) / 2**20,
-             "saved": 100 * r.get("saved_fraction", 0.0), "seconds": r.get("seconds"),
-             "check": "values equal" if r.get("checksum_equal") else r.get("error", "see JSON")[:80]}
-            for b, r in results.items()]
-    return results, f"## Lossless downcast, {args.downcast_rows:,} rows\n\n" + markdown_table(rows, [
-        ("backend", "backend"), ("before", "MiB before"), ("after", "MiB after"), ("saved", "% saved"),
-        ("seconds", "downcast s"), ("check", "check")])
+    results, sections = {}, []
+    for table in own:
+        name = _table_name(table)
+        path = table_file(table, args.downcast_rows, data_dir)
+        stage(f"[tabular] downcast {name}: {', '.join(backends)}, {args.downcast_rows:,} rows ...")
+        results[name] = per = {b: run_isolated(_downcast_worker, path, b) for b in backends}
+        rows = [{"backend": b, "before": r.get("bytes_before", 0) / 2**20, "after": r.get("bytes_after", 0) / 2**20,
+                 "saved": 100 * r.get("saved_fraction", 0.0), "seconds": r.get("seconds"),
+                 "check": "values equal" if r.get("checksum_equal") else r.get("error", "see JSON")[:80]}
+                for b, r in per.items()]
+        sections.append(f"### {name}\n\n" + markdown_table(rows, [
+            ("backend", "backend"), ("before", "MiB before"), ("after", "MiB after"), ("saved", "% saved"),
+            ("seconds", "downcast s"), ("check", "check")]))
+    return results, f"## Lossless downcast, {args.downcast_rows:,} rows\n\n" + "\n\n".join(sections)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -370,16 +418,25 @@ def run(args: argparse.Namespace) -> int:
     if unknown:  # refused when parsed (_names_from); this is for a Namespace built by hand
         raise ValueError(f"--parts: unknown {sorted(unknown)}; choose from {', '.join(PARTS)}")
     data_dir = args.data_dir
-    _tables(args)  # a bad name fails before anything runs
+    tables = _tables(args)  # a bad name or an unreadable file fails before anything runs
     payload: dict[str, Any] = {"config": vars(args) | {"_run": None}, "cpu_threads": usable_cpus()}
+    own = [t for t in tables if isinstance(t, OwnTable)]
+    if own:
+        payload["own_tables"] = {t.name: {"path": os.path.abspath(t.path), "rows": t.rows,
+                                          "ops": [[kind, list(cols), dict(kw)] for kind, cols, kw in t.ops],
+                                          "untouched": list(t.untouched)} for t in own}
     summaries = []
     for part in parts:
-        result, md = {"rule": _run_rule, "recipe": _run_recipe, "downcast": _run_downcast}[part](args, data_dir)
+        result, md = {"rule": _run_rule, "recipe": _run_recipe, "downcast": _run_downcast}[part](args, data_dir, tables)
         payload[part] = result
         summaries.append(md)
         print(md + "\n", flush=True)
-    summary = ("Tables: sensor (station, region, timestamp, 95 int/float features, label) and "
-               "transactions (20 columns: text from 3 to 5,000 values, a ~1M-distinct id, gaps, a timestamp); "
+    described = {"sensor": "sensor (station, region, timestamp, 95 int/float features, label)",
+                 "transactions": "transactions (20 columns: text from 3 to 5,000 values, a ~1M-distinct id, "
+                                 "gaps, a timestamp)"}
+    names = [described.get(t, t) if isinstance(t, str) else f"{t.name} (yours: {t.rows:,} rows in the file)"
+             for t in tables]
+    summary = (f"Tables: {'; '.join(names)}; "
                "baseline: idiomatic vectorised pandas; each variant in its own process; "
                f"{_repeats(args)}.\n\n" + "\n\n".join(summaries))
     json_path, md_path = write_results("tabular", payload, summary, args.out)

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gpufeed.bench.harness import markdown_table, measure
+from gpufeed.bench.own_table import OwnTable, sized_file
 from gpufeed.machine import peak_rss_bytes
 
 #: Tables the recipe part runs on.
@@ -50,8 +51,9 @@ def sensor_columns() -> dict[str, list[str]]:
     }
 
 
-def recipe_ops(table: str) -> list[Any]:
-    """The recipe timed on ``table`` (``"sensor"`` or ``"transactions"``), as a list of fresh ops."""
+def recipe_ops(table: str | OwnTable) -> list[Any]:
+    """The recipe timed on ``table`` (``"sensor"``, ``"transactions"`` or a user's
+    :class:`~gpufeed.bench.own_table.OwnTable`), as a list of fresh ops."""
     from gpufeed.gpu_transforms.tabular import (
         Categorify,
         Clip,
@@ -61,6 +63,8 @@ def recipe_ops(table: str) -> list[Any]:
         Standardize,
     )
 
+    if isinstance(table, OwnTable):
+        return table.recipe_ops()
     if table == "sensor":
         cols = sensor_columns()
         return [
@@ -86,8 +90,11 @@ def bench_recipe(table: str = "sensor") -> Any:
     return Recipe(recipe_ops(table))
 
 
-def table_file(table: str, rows: int, data_dir: str | None = None) -> str:
-    """The cached Parquet file of ``table`` with ``rows`` rows (generated once)."""
+def table_file(table: str | OwnTable, rows: int, data_dir: str | None = None) -> str:
+    """The cached Parquet file of ``table`` with ``rows`` rows (generated, or for a user's
+    table sized from its file, once)."""
+    if isinstance(table, OwnTable):
+        return sized_file(table, rows, data_dir)
     if table == "sensor":
         from gpufeed.datasets.sensor import cached_sensor_file
 
@@ -122,6 +129,10 @@ def _standardize(df: Any, op: Any) -> Any:
     # Column by column with a gather per row: frame-wise forms (`(x - means.loc[key]) /
     # stds.loc[key]`) build rows x columns temporaries that pushed the 10M-row sensor run
     # past this machine's RAM, and the gather was 2.5x faster than the `.loc` row lookup.
+    if op.by is None:
+        values = df[op.columns].astype("float64")
+        stds = values.std(ddof=0)
+        return df.assign(**((values - values.mean()) / stds.where(stds > 0, 1.0)))
     grouped = df.groupby(op.by, observed=True, dropna=False)[op.columns]
     means, stds = grouped.mean(), grouped.std(ddof=0)
     stds = stds.where(stds > 0, 1.0)
@@ -154,7 +165,7 @@ HAND: dict[str, Callable[[Any, Any], Any]] = {
 }
 
 
-def hand_recipe(df: Any, table: str) -> Any:
+def hand_recipe(df: Any, table: str | OwnTable) -> Any:
     """The baseline: ``table``'s recipe in hand-written pandas, fitted on ``df`` and applied to it."""
     for op in recipe_ops(table):
         df = HAND[type(op).__name__](df, op)
@@ -221,7 +232,7 @@ def timed(compute: Callable[[], Any], work: int, warmup: int, repeats: int,
     return measure(run, warmup=warmup, repeats=repeats, min_seconds=min_seconds).as_dict(), box["out"]
 
 
-def recipe_worker(path: str, table: str, backend: str, warmup: int, repeats: int,
+def recipe_worker(path: str, table: str | OwnTable, backend: str, warmup: int, repeats: int,
                   min_seconds: float = 0.0) -> dict[str, Any]:
     """Time each op of ``table``'s recipe on ``backend`` (``pandas-baseline``: by hand), op after op.
 

@@ -103,3 +103,78 @@ def test_a_workers_peak_memory_is_its_own_not_its_parents():
                            capture_output=True, text=True, check=True)
     assert held.sum() > 0
     assert int(child.stdout) < 300 * 2**20
+
+
+def _own_table_file(tmp_path, rows: int = 600):
+    rng = np.random.default_rng(4)
+    frame = pd.DataFrame({
+        "origin": rng.choice(["EWR", "JFK", "LGA"], rows),
+        "tailnum": [f"N{i}" if i % 40 else None for i in rng.integers(0, 300, rows)],
+        "single": "same",  # one value: no group key
+        "delay": np.where(rng.random(rows) < 0.05, np.nan, rng.normal(10, 30, rows)),
+        "distance": rng.integers(50, 5000, rows),
+        "arr_delay": rng.integers(-60, 300, rows),
+        "when": pd.date_range("2013-01-01", periods=rows, freq="h"),
+        "cancelled": rng.random(rows) < 0.1,
+    })
+    path = tmp_path / "flights.csv"
+    frame.to_csv(path, index=False)
+    return path, frame
+
+
+def test_a_users_table_gets_a_recipe_from_its_column_types(tmp_path):
+    from gpufeed.bench.own_table import own_table, plan_recipe, sized_file
+
+    path, frame = _own_table_file(tmp_path)
+    table = own_table(str(path))
+    assert table.name == "flights.csv" and table.rows == len(frame)
+    assert {kind: (cols, dict(kw)) for kind, cols, kw in table.ops} == {
+        "FillMissing": (("delay",), {}),
+        "Clip": (("delay",), {"quantiles": (0.001, 0.999)}),
+        "Log": (("distance",), {}),  # non-negative integers
+        "Standardize": (("delay",), {"by": "origin"}),  # the text column with the fewest values (>= 2)
+        "MinMax": (("arr_delay",), {}),  # integers with negatives
+        "Categorify": (("origin", "tailnum", "single"), {}),
+    }
+    assert table.untouched == ("when", "cancelled")
+    # Sized files keep the file's values: its rows repeated, or its first rows.
+    import pyarrow.parquet as pq
+
+    big = pq.read_table(sized_file(table, 1500, str(tmp_path / "data"))).to_pandas()
+    assert len(big) == 1500 and big["distance"].tolist() == (frame["distance"].tolist() * 3)[:1500]
+    small = pq.read_table(sized_file(table, 7, str(tmp_path / "data"))).to_pandas()
+    assert small["origin"].tolist() == frame["origin"][:7].tolist()
+    import pyarrow as pa
+
+    with pytest.raises(ValueError, match="no number or text column"):
+        plan_recipe("t", "t.csv", pa.table({"flag": [True, False]}))
+    with pytest.raises(ValueError, match="no rows"):
+        plan_recipe("t", "t.csv", pa.table({"x": pa.array([], pa.float64())}))
+
+
+def test_recipe_part_runs_on_a_users_table_file(tmp_path):
+    path, _ = _own_table_file(tmp_path)
+    parser = argparse.ArgumentParser()
+    tabular.add_arguments(parser)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--tables", f"sensor,{tmp_path / 'missing.csv'}"])
+    args = parser.parse_args(["--tables", str(path), "--rows", "400,1000", "--downcast-rows", "300",
+                              "--backends", "pandas,polars", "--repeats", "1", "--warmup", "0",
+                              "--min-seconds", "0", "--data-dir", str(tmp_path / "data"),
+                              "--out", str(tmp_path / "out")])
+    assert tabular.run(args) == 0
+    doc = json.loads(next((tmp_path / "out").glob("tabular-*.json")).read_text())
+    assert doc["own_tables"]["flights.csv"]["ops"][0] == ["FillMissing", ["delay"], {}]
+    assert doc["rule"] == {}
+    for rows in ("400", "1000"):
+        per = doc["recipe"]["flights.csv"][rows]
+        assert set(per) == {"pandas-baseline", "pandas", "polars"}
+        assert all(r["rows_out"] == int(rows) for r in per.values())
+    md = next((tmp_path / "out").glob("tabular-*.md")).read_text()
+    assert "flights.csv, 1,000 rows" in md and "`Standardize` by 'origin': delay" in md
+    assert md.count("same as baseline") == 4 and "DIFFERS" not in md
+    assert "recipe flights.csv 1,000: polars" in suite_ratios(doc)
+    # Downcast runs on the user's table, not the sensor table.
+    assert set(doc["downcast"]) == {"flights.csv"}
+    shrunk = doc["downcast"]["flights.csv"]["pandas"]
+    assert shrunk["bytes_after"] < shrunk["bytes_before"] and shrunk["checksum_equal"]

@@ -1,0 +1,165 @@
+"""A user's own table in ``gpufeed bench tabular``: the recipe benchmark on any table file.
+
+The built-in tables (sensor, transactions) are generated; a user deciding whether the kit
+pays on their data wants the same per-op comparison on their table. Given a file the kit
+reads (CSV, Parquet, Feather, pickle, HDF5, JSON), this module
+
+- plans a recipe from the column types (:func:`plan_recipe`): missing numbers filled,
+  float columns clipped to quantiles and standardised per group of the text column with
+  the fewest values, non-negative integers logged, other integers min-max scaled, text
+  categorified; other columns (dates, booleans, nested) are left untouched and listed;
+- writes the table once as Parquet at each benchmark size (:func:`sized_file`): its rows
+  repeated to reach the size, or its first rows when it is larger, so the distinct values
+  of every column stay the file's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpufeed.datasets.cache import cache_dir
+
+#: A group key for ``Standardize(by=)`` has at most this many distinct values (a key with
+#: more is an id, not a group).
+MAX_GROUPS = 10_000
+
+
+@dataclass(frozen=True)
+class OwnTable:
+    """A user's table file and the recipe planned for it (picklable: it travels to the
+    benchmark's worker processes)."""
+
+    #: The file's name, as the report names the table.
+    name: str
+    #: The file as given.
+    path: str
+    #: Rows and in-memory bytes (Arrow) of the file.
+    rows: int
+    nbytes: int
+    #: ``(op class name, columns, keyword arguments)`` per op, in recipe order.
+    ops: tuple[tuple[str, tuple[str, ...], tuple[tuple[str, Any], ...]], ...]
+    #: Columns no op reads (dates, booleans, nested or binary values).
+    untouched: tuple[str, ...]
+
+    def recipe_ops(self) -> list[Any]:
+        """Fresh kit ops of the planned recipe."""
+        from gpufeed.gpu_transforms import tabular
+
+        return [getattr(tabular, kind)(list(columns), **dict(kwargs)) for kind, columns, kwargs in self.ops]
+
+    def bytes_per_row(self, backend: str) -> float:
+        """Peak RSS per row of one recipe process on ``backend``, estimated from the table's
+        Arrow size: the built-in tables peaked at ~2.7x it for pandas (by hand or the kit)
+        and ~2.2x for polars; the margin covers object-backed text."""
+        per_row = self.nbytes / max(self.rows, 1)
+        return 200 + per_row * (2.6 if backend == "polars" else 3.5)
+
+    def describe(self) -> str:
+        """One Markdown line per op: which columns the planned recipe gives it."""
+        lines = [f"- `{kind}`{' by ' + repr(dict(kw)['by']) if dict(kw).get('by') else ''}: "
+                 f"{', '.join(columns)}" for kind, columns, kw in self.ops]
+        if self.untouched:
+            lines.append(f"- untouched: {', '.join(self.untouched)}")
+        return "\n".join(lines)
+
+
+def _arrow_table(path: str) -> Any:
+    """The file read by the kit (its formats and checks), as an Arrow table."""
+    import pyarrow as pa
+
+    from gpufeed.datasets.tables import read_table
+    from gpufeed.machine import installed
+
+    if installed("polars"):
+        return read_table(path, backend="polars").to_arrow()
+    return pa.Table.from_pandas(read_table(path, backend="pandas"), preserve_index=False)
+
+
+def plan_recipe(name: str, path: str, table: Any) -> OwnTable:
+    """The benchmark recipe of an Arrow ``table`` read from ``path``, from its column types.
+
+    Raises:
+        ValueError: the table has no rows, or no number or text column for any op.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if table.num_rows == 0:
+        raise ValueError(f"{path}: the table has no rows to benchmark")
+    floats, logs, scaled, texts, gaps, untouched = [], [], [], [], [], []
+    for field, column in zip(table.schema, table.columns, strict=True):
+        kind, name_ = field.type, field.name
+        if pa.types.is_dictionary(kind):
+            kind = kind.value_type
+        if pa.types.is_floating(kind):
+            floats.append(name_)
+            if column.null_count or pc.any(pc.is_nan(column)).as_py():
+                gaps.append(name_)
+        elif pa.types.is_integer(kind):
+            low = pc.min(column).as_py()
+            (logs if low is not None and low >= 0 else scaled).append(name_)
+            if column.null_count:
+                gaps.append(name_)
+        elif pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind):
+            texts.append(name_)
+        else:
+            untouched.append(name_)
+    # The group key: the text column with the fewest distinct values (at least two).
+    counts = {c: pc.count_distinct(table[c]).as_py() for c in texts}
+    keys = sorted((n, c) for c, n in counts.items() if 2 <= n <= MAX_GROUPS)
+    by = keys[0][1] if keys else None
+    ops: list[tuple[str, tuple[str, ...], tuple[tuple[str, Any], ...]]] = []
+    for kind, columns, kwargs in [
+        ("FillMissing", gaps, ()),
+        ("Clip", floats, (("quantiles", (0.001, 0.999)),)),
+        ("Log", logs, ()),
+        ("Standardize", floats, (("by", by),) if by else ()),
+        ("MinMax", scaled, ()),
+        ("Categorify", texts, ()),
+    ]:
+        if columns:
+            ops.append((kind, tuple(columns), kwargs))
+    if not ops:
+        raise ValueError(f"{path}: no number or text column for the recipe's ops "
+                         f"(columns: {', '.join(table.column_names)})")
+    return OwnTable(name=name, path=path, rows=table.num_rows, nbytes=table.nbytes, ops=tuple(ops),
+                    untouched=tuple(untouched))
+
+
+def own_table(path: str) -> OwnTable:
+    """Read the table file at ``path`` and plan its benchmark recipe (:func:`plan_recipe`).
+
+    Raises:
+        FileNotFoundError, ValueError: as :func:`gpufeed.datasets.tables.read_table` raises
+            for the file, or :func:`plan_recipe` for its columns.
+    """
+    return plan_recipe(os.path.basename(os.path.normpath(path)), path, _arrow_table(path))
+
+
+def sized_file(table: OwnTable, rows: int, data_dir: str | None = None) -> str:
+    """The table as a Parquet file of ``rows`` rows (written once, cached under ``data_dir``
+    or the kit's cache folder; a changed source file is written again)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    stat = os.stat(table.path)
+    key = hashlib.sha1(f"{os.path.abspath(table.path)}\0{stat.st_size}\0{stat.st_mtime_ns}".encode()).hexdigest()[:12]
+    folder = Path(data_dir) if data_dir else cache_dir("tables", "own")
+    target = folder / f"{Path(table.name).stem}-{key}-{rows}.parquet"
+    if target.exists():
+        return str(target)
+    source = _arrow_table(table.path)
+    # Views and large text become plain Arrow types every Parquet reader takes.
+    source = source.cast(pa.schema([
+        pa.field(f.name, pa.large_string() if pa.types.is_string_view(f.type) else f.type) for f in source.schema]))
+    repeats = -(-rows // source.num_rows)
+    sized = pa.concat_tables([source] * repeats).slice(0, rows)
+    folder.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(target.name + ".partial")
+    pq.write_table(sized, partial, row_group_size=1_000_000)
+    os.replace(partial, target)  # an interrupted write leaves no half table under the real name
+    return str(target)
