@@ -5,9 +5,10 @@ pays on their data wants the same per-op comparison on their table. Given a file
 reads (CSV, Parquet, Feather, pickle, HDF5, JSON), this module
 
 - plans a recipe from the column types (:func:`plan_recipe`): missing numbers filled,
-  float columns clipped to quantiles and standardised per group of the text column with
-  the fewest values, non-negative integers logged, other integers min-max scaled, text
-  categorified; other columns (dates, booleans, nested) are left untouched and listed;
+  float columns (with none, the integer columns holding negatives) clipped to quantiles
+  and standardised per group of the text column with the fewest values, non-negative
+  integers logged, other integers min-max scaled, text categorified; other columns
+  (dates, booleans, nested) are left untouched and listed;
 - writes the table once as Parquet at each benchmark size (:func:`sized_file`): its rows
   repeated to reach the size, or its first rows when it is larger, so the distinct values
   of every column stay the file's.
@@ -113,11 +114,14 @@ def plan_recipe(name: str, path: str, table: Any) -> OwnTable:
     keys = sorted((n, c) for c, n in counts.items() if 2 <= n <= MAX_GROUPS)
     by = keys[0][1] if keys else None
     ops: list[tuple[str, tuple[str, ...], tuple[tuple[str, Any], ...]]] = []
+    # A table of integers only (counts, codes and signed deltas) clips and standardises its
+    # signed integers, so that every op is timed.
+    spread = floats or scaled
     for kind, columns, kwargs in [
         ("FillMissing", gaps, ()),
-        ("Clip", floats, (("quantiles", (0.001, 0.999)),)),
+        ("Clip", spread, (("quantiles", (0.001, 0.999)),)),
         ("Log", logs, ()),
-        ("Standardize", floats, (("by", by),) if by else ()),
+        ("Standardize", spread, (("by", by),) if by else ()),
         ("MinMax", scaled, ()),
         ("Categorify", texts, ()),
     ]:
