@@ -171,6 +171,13 @@ def _named(result: dict[str, Any]) -> str:
     return f" ({', '.join(differ[:3])}{', ...' if len(differ) > 3 else ''})"
 
 
+def _than_csv(ratio: float) -> str:
+    """A speed ratio to CSV in words: "2.0× faster than CSV", "2.0× slower than CSV"."""
+    if ratio >= 1:
+        return f"{ratio:.1f}× faster than CSV"
+    return f"{1 / ratio:.1f}× slower than CSV" if ratio > 0 else "slower than CSV"
+
+
 def recommend(rows: list[dict[str, Any]]) -> str:
     """A recommendation from measured ratios: best read, write and size, and an all-round pick.
 
@@ -191,8 +198,8 @@ def recommend(rows: list[dict[str, Any]]) -> str:
     overall = max(typed, key=lambda r: (r["read_x"] * r["write_x"] / r["size_x"]) ** (1 / 3))
     fastest_read, fastest_write, smallest = best("read_x"), best("write_x"), best("size_x", largest=False)
     lines = [
-        f"- **All-round: {overall['format']}** (reads {overall['read_x']:.1f}× and writes {overall['write_x']:.1f}× "
-        f"faster than CSV at {overall['size_x']:.2f}× its size, dtypes kept).",
+        f"- **All-round: {overall['format']}** (reads {_than_csv(overall['read_x'])} and writes "
+        f"{_than_csv(overall['write_x'])} at {overall['size_x']:.2f}× its size, dtypes kept).",
         f"- Fastest read: {fastest_read['format']} ({fastest_read['read_x']:.1f}× CSV); fastest write: "
         f"{fastest_write['format']} ({fastest_write['write_x']:.1f}× CSV); smallest on disk: "
         f"{smallest['format']} ({smallest['size_x']:.2f}× CSV).",

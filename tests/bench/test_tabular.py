@@ -88,6 +88,10 @@ def test_recommendation_prefers_portable_formats_and_flags_losers():
     ]
     text = recommend(rows)
     assert "All-round: parquet" in text and "Fastest read: pickle" in text and "larger than CSV: json" in text
+    assert "reads 5.0× faster than CSV and writes 10.0× faster than CSV" in text
+    # A pick slower than CSV (polars' CSV reader is fast) is not called faster.
+    rows[1] |= {"read_x": 0.5, "write_x": 0.8, "size_x": 0.3}
+    assert "reads 2.0× slower than CSV and writes 1.2× slower than CSV" in recommend(rows)
 
 
 def test_a_workers_peak_memory_is_its_own_not_its_parents():
