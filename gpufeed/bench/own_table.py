@@ -43,7 +43,7 @@ class OwnTable:
     nbytes: int
     #: ``(op class name, columns, keyword arguments)`` per op, in recipe order.
     ops: tuple[tuple[str, tuple[str, ...], tuple[tuple[str, Any], ...]], ...]
-    #: Columns no op reads (dates, booleans, nested or binary values).
+    #: Columns no op reads (dates, booleans, nested or binary values, no value at all, inf).
     untouched: tuple[str, ...]
 
     def recipe_ops(self) -> list[Any]:
@@ -96,7 +96,9 @@ def plan_recipe(name: str, path: str, table: Any) -> OwnTable:
         kind, name_ = field.type, field.name
         if pa.types.is_dictionary(kind):
             kind = kind.value_type
-        if pa.types.is_floating(kind):
+        if column.null_count == len(column) or (pa.types.is_floating(kind) and pc.any(pc.is_inf(column)).as_py()):
+            untouched.append(name_)  # no value to fit on, or inf (which the ops refuse by name)
+        elif pa.types.is_floating(kind):
             floats.append(name_)
             if column.null_count or pc.any(pc.is_nan(column)).as_py():
                 gaps.append(name_)

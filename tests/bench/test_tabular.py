@@ -120,6 +120,8 @@ def _own_table_file(tmp_path, rows: int = 600):
         "arr_delay": rng.integers(-60, 300, rows),
         "when": pd.date_range("2013-01-01", periods=rows, freq="h"),
         "cancelled": rng.random(rows) < 0.1,
+        "never": np.nan,  # no value to fit on
+        "spiky": np.where(np.arange(rows) == 3, np.inf, 1.0),  # the ops refuse inf
     })
     path = tmp_path / "flights.csv"
     frame.to_csv(path, index=False)
@@ -140,7 +142,7 @@ def test_a_users_table_gets_a_recipe_from_its_column_types(tmp_path):
         "MinMax": (("arr_delay",), {}),  # integers with negatives
         "Categorify": (("origin", "tailnum", "single"), {}),
     }
-    assert table.untouched == ("when", "cancelled")
+    assert table.untouched == ("when", "cancelled", "never", "spiky")
     # Sized files keep the file's values: its rows repeated, or its first rows.
     import pyarrow.parquet as pq
 
