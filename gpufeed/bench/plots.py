@@ -195,8 +195,8 @@ def draw_figures(doc: dict[str, Any], base: str | os.PathLike[str]) -> list[Path
     """The figures of one result document, written as ``<base>.png``.
 
     Images and augment: rates per pipeline with whiskers and the ceiling (decode-only,
-    or the conversion floor) as a line; tune: the sweep's curves; other suites: their
-    ratios to the baseline.
+    or the conversion floor) as a line; tune: the sweep's curves; stall: the timeline;
+    other suites: their ratios to the baseline.
 
     Args:
         doc: a result document (``suite`` and the suite's own keys).
@@ -221,6 +221,10 @@ def draw_figures(doc: dict[str, Any], base: str | os.PathLike[str]) -> list[Path
                            ceiling=("floor: convert + normalise", floor["rate"]) if floor else None)]
     if suite.startswith("tune"):
         return [plot_tuning(doc, path)]
+    if suite.startswith("stall"):
+        from gpufeed.profile.report import StallReport
+
+        return [StallReport.from_dict(doc["report"]).plot(path, title=doc.get("title"))]
     ratios = suite_ratios(doc)
     if not ratios:
         return []

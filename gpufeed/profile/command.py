@@ -30,7 +30,7 @@ def _loader_alone(name: str, root: str, batch_size: int, size: int, device: str,
 def run(args: argparse.Namespace) -> int:
     """Run ``gpufeed stall`` with parsed ``args``; returns the exit status."""
     from gpufeed.backends import resolve_device
-    from gpufeed.bench.harness import run_isolated, write_results
+    from gpufeed.bench.harness import results_line, run_isolated, write_results
     from gpufeed.datasets.images import default_image_dataset
     from gpufeed.datasets.shards import is_shard_spec
     from gpufeed.machine import usable_cpus
@@ -72,12 +72,11 @@ def run(args: argparse.Namespace) -> int:
     setup = {"data": str(root), "model": args.model, "classes": built.classes, "loader": built.description,
              **measure, "compared": compare}
     suite = f"stall-{args.model}-{built.name}"
-    json_path, md_path = write_results(
-        suite, {"setup": setup, "report": result.actual.as_dict(), "what_if": result.as_dict()},
-        f"```\n{text}\n```\n\nTimeline: the PNG of the same name.", out, command="gpufeed stall:",
+    title = (f"{args.model} on {device}, {built.name} loader: stall {result.actual.stall_pct:.1f} % "
+             f"({result.verdict.split(':')[0]})")
+    json_path, _ = write_results(
+        suite, {"setup": setup, "title": title, "report": result.actual.as_dict(), "what_if": result.as_dict()},
+        f"```\n{text}\n```", out, command="gpufeed stall:",
     )
-    png = result.actual.plot(json_path.with_suffix(".png"),
-                             title=f"{args.model} on {device}, {built.name} loader: stall "
-                                   f"{result.actual.stall_pct:.1f} % ({result.verdict.split(':')[0]})")
-    print(f"results: {json_path}, {md_path.name}, {png.name}")
+    print(results_line(json_path))  # the JSON, the Markdown and the timeline
     return 0

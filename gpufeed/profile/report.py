@@ -126,6 +126,16 @@ class StallReport:
                          **({"gpu_s": list(self.gpu)} if self.gpu is not None else {})},
         }
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> StallReport:
+        """The report :meth:`as_dict` (or its JSON, e.g. ``gpufeed stall``'s ``report``) holds."""
+        timeline = data["timeline"]
+        gpu = timeline.get("gpu_s")
+        return cls(wait=tuple(timeline["wait_s"]), step=tuple(timeline["step_s"]),
+                   samples=tuple(int(n) for n in timeline["samples"]), warmup=int(data["warmup_steps"]),
+                   clock=data["clock"], device=data["device"], gpu=tuple(gpu) if gpu is not None else None,
+                   unit=data.get("unit", "images"))
+
     def to_json(self, indent: int | None = 2) -> str:
         """:meth:`as_dict` as a JSON string."""
         return json.dumps(self.as_dict(), indent=indent)

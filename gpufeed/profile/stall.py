@@ -125,10 +125,12 @@ class StallMeter:
         return len(self.batches)  # type: ignore[arg-type]
 
     def __iter__(self) -> Iterator[Any]:
-        return self._measure(iter(self.batches))
-
-    def _measure(self, batches: Iterator[Any]) -> Iterator[Any]:
+        # The clock starts before iter(): a DataLoader starts its worker processes there
+        # (every epoch, without persistent_workers), a wait the first batch must count.
         asked = self._clock.now()
+        return self._measure(iter(self.batches), asked)
+
+    def _measure(self, batches: Iterator[Any], asked: float) -> Iterator[Any]:
         while True:
             try:
                 batch = next(batches)

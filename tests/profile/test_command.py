@@ -26,7 +26,9 @@ def test_stall_runs_end_to_end(image_folder, tmp_path):
     assert doc["report"]["steps"] == 3 and 0 <= doc["report"]["stall_pct"] <= 100
     assert doc["what_if"]["bound"] in ("input", "compute") and set(doc["what_if"]["loaders_alone"]) == {"torch", "pil"}
     assert result.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
-    assert result.with_suffix(".md").exists()
+    assert doc["figures"] == [result.with_suffix(".png").name]  # listed, as every suite's figures
+    assert f"![{result.with_suffix('.png').name}]" in result.with_suffix(".md").read_text()
+    assert f"results: {result}, {result.with_suffix('.md').name}, {result.with_suffix('.png').name}" in out.stdout
 
 
 def test_stall_refuses_bad_arguments_in_one_line(tmp_path, capsys):

@@ -86,6 +86,34 @@ def test_an_open_step_is_left_out_and_epochs_add_up():
         meter.report()
 
 
+def test_the_time_iter_takes_is_waiting_for_the_first_batch():
+    # A DataLoader starts its workers in iter(), every epoch without persistent_workers:
+    # a stall the report must show (it was outside both clocks).
+    class SlowStart:
+        def __iter__(self):
+            time.sleep(0.2)
+            return iter([batch()] * 2)
+
+    meter = StallMeter(SlowStart(), warmup=0, device="cpu")
+    for _ in range(3):
+        for _ in meter:
+            time.sleep(0.01)
+    report = meter.report()
+    assert report.wait_s >= 0.6 and len(report.step) == 6
+    assert report.wait[0] >= 0.2 and report.wait[2] >= 0.2 and report.wait[1] < 0.1
+    assert report.stall_pct > 80
+
+
+def test_a_report_comes_back_from_its_json():
+    import json
+
+    from gpufeed.profile.report import StallReport
+
+    report = metered(0.002, 0.001).report()
+    again = StallReport.from_dict(json.loads(report.to_json()))
+    assert again == report and again.as_dict() == report.as_dict()
+
+
 def test_too_few_steps_for_the_warmup_is_refused_clearly():
     meter = StallMeter([batch(), batch()], warmup=2, device="cpu")
     for _ in meter:
