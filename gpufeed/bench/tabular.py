@@ -23,6 +23,7 @@ reported instead of swapping.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -288,11 +289,14 @@ def _rate_rows(results: dict[str, dict], base_key: str) -> list[dict[str, Any]]:
 def _tables(args: argparse.Namespace) -> list[str | OwnTable]:
     """The built-in table names and the user's tables (read and planned) of ``--tables``."""
     tables: list[str | OwnTable] = []
-    for name in [t.strip() for t in args.tables.split(",") if t.strip()]:
+    for name in dict.fromkeys(t.strip() for t in args.tables.split(",") if t.strip()):  # each once
         if name in TABLES:
             tables.append(name)
         elif os.path.isfile(name):
-            tables.append(own_table(name))
+            table = own_table(name)
+            if table.name in {_table_name(t) for t in tables}:  # two files of one name: the paths tell them apart
+                table = dataclasses.replace(table, name=name)
+            tables.append(table)
         else:  # refused when parsed (_table_list); this is for a Namespace built by hand
             raise ValueError(f"--tables: unknown {name!r}: neither {' nor '.join(TABLES)} nor a table file")
     return tables
