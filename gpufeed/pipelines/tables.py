@@ -62,6 +62,14 @@ def _raise_non_finite(columns: Sequence[str], values: np.ndarray) -> None:
                          "which would become inf: scale them (Standardize, MinMax, Log) before the hand-off")
 
 
+def _label_missing_error(column: str, count: int, rows: int) -> NonFiniteError:
+    """Missing labels (pandas' NA, polars' null, NaN), counted: checked before the label's
+    dtype, which a gap makes float64 on the way to numpy (it was reported as "dtype
+    float64, not integers", with a cast to int64 that the gap would fail)."""
+    return NonFiniteError(f"missing values in label column {column!r} ({count} of {rows} rows): a label is a "
+                          "class index for every row; drop those rows (or give them a class) before the hand-off")
+
+
 def _label_error(column: str, dtype: object) -> ColumnTypeError:
     return ColumnTypeError(f"label column {column!r} has dtype {dtype}, not integers: a label here is a class "
                            "index (int64); cast whole-number floats or booleans to int64 first, encode text "
@@ -131,6 +139,8 @@ def _matrix(df: Frame, columns: Sequence[str], dtype: torch.dtype, device: torch
         picked = df[list(columns)]
         nulls = picked.isna().any().to_numpy()
         if nulls.any():
+            if is_label:
+                raise _label_missing_error(columns[0], int(picked.iloc[:, 0].isna().sum()), len(picked))
             raise _missing_error(columns, nulls)
         if is_label and _numpy_kind(picked.dtypes.iloc[0]) not in "iu":
             raise _label_error(columns[0], picked.dtypes.iloc[0])
@@ -162,6 +172,8 @@ def _matrix(df: Frame, columns: Sequence[str], dtype: torch.dtype, device: torch
             bad = [c for i, c in enumerate(columns) if not _converts(array[:, i])]
             raise ColumnTypeError(f"to_tensors needs numeric columns; {bad} hold values that are not numbers "
                             f"({exc}): encode them first (Categorify or HashBucket)") from exc
+    if is_label and array.dtype.kind in "fO" and (gaps := int(np.isnan(values).sum())):
+        raise _label_missing_error(columns[0], gaps, len(values))
     if is_label and array.dtype.kind not in "iu":
         raise _label_error(columns[0], array.dtype)
     if is_label:

@@ -64,6 +64,22 @@ def test_missing_values_and_non_integer_labels_are_rejected(table):
         to_tensors(table, FEATURES, "target", device="cpu")
 
 
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_a_label_with_gaps_is_named_missing_not_float(backend):
+    # A nullable label with a gap becomes float64 on the way to numpy: it was reported as
+    # "dtype float64, not integers ... cast to int64", a cast the gap would fail.
+    df = pd.DataFrame({"x": [0.1, 0.2, 0.3, 0.4], "y": pd.array([0, None, 1, None], dtype="Int64"),
+                       "f": [0.0, np.nan, 1.0, 2.0]})
+    frame = to_backend(df, backend)
+    for label, gaps in (("y", 2), ("f", 1)):
+        with pytest.raises(NonFiniteError, match=rf"missing values in label column '{label}' \({gaps} of 4 rows\)"):
+            to_tensors(frame, ["x"], label, device="cpu")
+    with pytest.raises(NonFiniteError, match=r"missing values in label column 'y' \(1 of 2 rows\)"):
+        list(iter_batches(frame, ["x"], "y", batch_size=2, device="cpu"))
+    _, y = to_tensors(to_backend(df.dropna(), backend), ["x"], "y", device="cpu")
+    assert y.dtype == torch.int64 and y.tolist() == [0, 1]
+
+
 @pytest.mark.gpu
 def test_cudf_hand_off_is_zero_copy_on_the_gpu(table):
     cudf = pytest.importorskip("cudf", reason="cuDF is not installed")
@@ -80,6 +96,9 @@ def test_cudf_hand_off_is_zero_copy_on_the_gpu(table):
         to_tensors(bad, ["a"], device="cuda")
     with pytest.raises(ColumnTypeError, match="label column 'label' has dtype bool"):
         to_tensors(bad, ["f"], "label", device="cuda")
+    gaps = cudf.from_pandas(pd.DataFrame({"a": [1.0, 2.0, 3.0], "y": pd.array([0, None, 1], dtype="Int64")}))
+    with pytest.raises(NonFiniteError, match=r"missing values in label column 'y' \(1 of 3 rows\)"):
+        to_tensors(gaps, ["a"], "y", device="cuda")
     wide = cudf.from_pandas(pd.DataFrame({"a": [1.0, 2.0], "y": np.array([0, 2**63 + 5], dtype=np.uint64)}))
     with pytest.raises(ColumnTypeError, match=r"label column 'y' holds values beyond int64"):
         to_tensors(wide, ["a"], "y", device="cuda")

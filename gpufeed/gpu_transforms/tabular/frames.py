@@ -23,7 +23,7 @@ from typing import Any
 import narwhals as nw
 
 from gpufeed.backends import choose_dataframe_backend
-from gpufeed.gpu_transforms.tabular.errors import BackendError, MissingColumnError
+from gpufeed.gpu_transforms.tabular.errors import BackendError, ColumnTypeError, MissingColumnError
 
 Frame = Any  # a native pandas / polars / cuDF / Dask dataframe
 NwFrame = nw.DataFrame | nw.LazyFrame
@@ -295,6 +295,10 @@ def time_value(value: Any, dtype: Any, column: str, what: str) -> Any:
     date), in the column's time zone; any other value as it is. pandas compares and fills
     datetimes with text, polars and cuDF refuse to (or made the column text).
 
+    Text without an offset is a wall-clock time in the column's zone; text with one
+    (``"2024-03-10T01:00+00:00"``) is an instant, converted to the column's zone (polars
+    refused to compare two zones).
+
     Args:
         value: the user's value (a cutoff, a fill value, a rule's operand).
         dtype: the column's narwhals dtype.
@@ -302,7 +306,10 @@ def time_value(value: Any, dtype: Any, column: str, what: str) -> Any:
         what: what the value is, for the error (e.g. ``"split_by_time: cutoff"``).
 
     Raises:
-        ValueError: text that is not an ISO date/time, naming ``what`` and the column.
+        ValueError: text that is not an ISO date/time, or a wall-clock time that a
+            daylight-saving change skips or repeats in the column's zone, naming ``what``
+            and the column. ColumnTypeError: text with an offset for a column without a
+            time zone.
     """
     if not isinstance(value, str) or dtype not in (nw.Datetime, nw.Date):
         return value
@@ -314,5 +321,47 @@ def time_value(value: Any, dtype: Any, column: str, what: str) -> Any:
         raise ValueError(f"{what} {value!r} for the datetime column {column!r} is not an ISO date/time") from exc
     if dtype == nw.Date:
         return stamp.date()
+    return in_zone(stamp, dtype, column, what, value)
+
+
+def in_zone(stamp: Any, dtype: Any, column: str, what: str, shown: Any) -> Any:
+    """A ``pd.Timestamp`` made comparable with the datetime column ``column`` of narwhals
+    ``dtype``: a naive one is read as wall-clock time in the column's zone, an aware one
+    converted to that zone (the same instant); a naive column takes naive ones only.
+
+    Raises:
+        ValueError: a wall-clock time that a daylight-saving change skips or repeats in
+            the column's zone. ColumnTypeError: an aware time for a naive column. Both name
+            ``what`` (with the user's value, ``shown``), the column and its dtype.
+    """
     zone = getattr(dtype, "time_zone", None)
-    return stamp.tz_localize(zone) if zone and stamp.tzinfo is None else stamp
+    if stamp.tzinfo is None:
+        if not zone:
+            return stamp
+        try:
+            return stamp.tz_localize(zone)
+        except Exception as exc:  # pandas 3: ValueError; pandas 2 with pytz: pytz's own errors
+            raise ValueError(f"{what} {shown!r} for column {column!r} ({dtype}) is a wall-clock time that "
+                             f"does not exist or occurs twice in {zone} (a daylight-saving change): give it "
+                             "a UTC offset (e.g. '2024-03-10T07:30+00:00') or a time-zone-aware timestamp") from exc
+    if not zone:
+        raise ColumnTypeError(f"{what} {shown!r} has a time zone ({stamp.tzinfo}), but column {column!r} ({dtype}) "
+                              "has none: pass a time without a zone or offset, or give the column its zone first "
+                              "(pandas: dt.tz_localize; polars: dt.replace_time_zone)")
+    return stamp.tz_convert(zone)
+
+
+def datetime_dtype(frame: NwFrame, column: str, dtype: Any) -> Any:
+    """``dtype`` (the narwhals dtype of ``column``), or ``Datetime(unit, zone)`` where narwhals
+    says ``Unknown`` for a pandas-like (pandas, cuDF, Dask) time-zone-aware column: its
+    pattern for pandas' dtype names takes zones of letters and ``/`` only, so
+    ``datetime64[us, America/New_York]`` (an underscore) or ``Etc/GMT+5`` came out Unknown,
+    and the column's zone was lost to the ops that read it."""
+    if dtype != nw.Unknown or backend_of(frame) not in ("pandas", "cudf", "dask"):
+        return dtype
+    import pandas as pd
+
+    native = nw.to_native(frame).dtypes[column]
+    if isinstance(native, pd.DatetimeTZDtype):
+        return nw.Datetime(native.unit, str(native.tz))
+    return dtype

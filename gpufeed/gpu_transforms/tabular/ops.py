@@ -59,11 +59,13 @@ from gpufeed.gpu_transforms.tabular.stats import (
     aggregate_finite,
     check_finite,
     f64,
+    integer_range,
     json_key,
     narrow_float,
     no_values,
     number,
     scale,
+    widened_integer,
 )
 
 #: Every op by its ``kind``, the name a recipe's JSON stores (filled as ops are defined).
@@ -242,6 +244,8 @@ def _plain_constant(value: Any) -> Any:
 class FillMissing(TableOp):
     """Fill missing values with the training ``mean`` or ``median``, or a ``constant``.
 
+    A whole-number fill an integer column's type cannot hold widens the column to the
+    smallest integer type that does (int8 filled with 1000: int16), on every backend.
     On Dask the median is Dask's approximate one; use ``mean`` for exact results there.
     """
 
@@ -303,6 +307,8 @@ class FillMissing(TableOp):
         if not fits and not aggregate(frame, [nw.col(column).is_null().all().alias(column)])[column]:
             raise ColumnTypeError(f"FillMissing: constant {value!r} cannot fill column {column!r} ({dtype}): "
                                   f"it needs {wanted}")
+        if fits and dtype.is_integer() and (whole := _whole(value)) is not None:
+            self._integer_fill(column, dtype, whole)  # raises at fit time when no integer type holds it
 
     def transform(self, frame: NwFrame, backend: str) -> NwFrame:
         native = float64_columns(frame, self.columns) if backend == "pandas" else None
@@ -312,33 +318,72 @@ class FillMissing(TableOp):
         exprs = []
         for c in self.columns:
             value = time_value(self.state[c], schema[c], c, "FillMissing: value")
-            if schema[c].is_integer() and isinstance(value, int | float) and not float(value).is_integer():
+            whole = _whole(value)
+            if schema[c].is_integer() and isinstance(value, int | float) and not isinstance(value, bool) and whole is None:
                 # A fractional fill makes an integer column float on every backend (pandas
                 # would keep int64 when nothing is missing, polars always promotes).
                 exprs.append(nw.col(c).cast(nw.Float64).fill_null(value))
-            elif schema[c].is_integer() and isinstance(value, float):
-                exprs.append(nw.col(c).fill_null(int(value)))
+            elif schema[c].is_integer() and whole is not None:
+                exprs.append(self._integer_fill(c, schema[c], whole))
             elif (isinstance(value, int | float) and not isinstance(value, bool) and not schema[c].is_numeric()
                   and schema[c] != nw.Boolean):
                 # A column with no value at all (pandas: object, polars: String or Null) filled
                 # with a number: float64 on every backend, as all_missing_as_float makes it for
                 # the other ops (pandas kept an object column of ints, polars made text).
                 exprs.append(nw.col(c).cast(nw.Float64).fill_null(value))
-            elif narrow_float(c, schema):
+            elif narrow_float(c, schema) and not _beyond_float32(value):
                 # A float32 column stays float32 with its fill rounded to float32, as polars
                 # does it; pandas made the column float64 around the float64 statistic.
                 exprs.append(nw.col(c).fill_null(nw.lit(value, schema[c])))
+            elif narrow_float(c, schema):
+                # A fill beyond float32's range would be inf there: the column widens to
+                # float64, as an integer column widens to hold its fill.
+                exprs.append(nw.col(c).cast(nw.Float64).fill_null(value))
             else:
                 exprs.append(nw.col(c).fill_null(value))
         return frame.with_columns(*exprs)
+
+    @staticmethod
+    def _integer_fill(column: str, dtype: Any, value: int) -> nw.Expr:
+        """An integer column filled with a whole number, widened first to the smallest integer
+        type that holds the number too (:func:`.stats.widened_integer`; an int8 column
+        filled with 1000 becomes int16), whether or not a value is missing, so the dtype is
+        the same on every backend and every split: polars promoted so, pandas raised
+        numpy's OverflowError on a nullable column with a gap and kept a plain one narrow."""
+        target = widened_integer(dtype, value)
+        if target is None:
+            raise ColumnTypeError(
+                f"FillMissing: fill value {value} does not fit column {column!r} ({dtype}), and no integer "
+                "type up to 64 bits holds both: cast the column (e.g. to float64) first, or fill another value")
+        return (nw.col(column) if target == dtype else nw.col(column).cast(target)).fill_null(value)
 
     def params(self) -> dict[str, Any]:
         return {"strategy": self.strategy, "value": self.value}
 
 
+def _beyond_float32(value: Any) -> bool:
+    """True for a finite number that float32 cannot hold (it would round to inf)."""
+    finite = isinstance(value, int) and not isinstance(value, bool) or isinstance(value, float) and math.isfinite(value)
+    return finite and abs(value) > float(np.finfo(np.float32).max)
+
+
+def _whole(value: Any) -> int | None:
+    """A number with no fractional part as an int (``1000.0``: 1000); None for any other value
+    (a fraction, inf or NaN, a boolean, text)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if isinstance(value, int):
+        return value
+    return int(value) if math.isfinite(value) and value.is_integer() else None
+
+
 @dataclass
 class Clip(TableOp):
     """Clip to fixed ``lower``/``upper`` bounds, or to training ``quantiles=(low, high)``.
+
+    On an integer column a whole-number bound beyond the type's range on its own side clips
+    nothing (the column keeps its type); one beyond the other end widens the column to hold
+    it (:func:`_clip_integers`). Fractional bounds make an integer column float64.
 
     Quantiles interpolate linearly: bit-identical on pandas and polars, to the last bit or so on cuDF; approximate on Dask.
     """
@@ -390,6 +435,9 @@ class Clip(TableOp):
         for c in self.columns:
             bounds = self.state[c]
             fractional = any(b is not None and not float(b).is_integer() for b in bounds)
+            if schema[c].is_integer() and not fractional:
+                exprs.append(_clip_integers(c, schema[c], bounds))
+                continue
             # polars would round a fractional bound to the integer column's type (0.5 -> 0,
             # leaving 0 below the bound); clip integers to fractional bounds as floats, as pandas does.
             expr = nw.col(c).cast(nw.Float64) if fractional and schema[c].is_integer() else nw.col(c)
@@ -401,6 +449,31 @@ class Clip(TableOp):
     def params(self) -> dict[str, Any]:
         return {"lower": self.lower, "upper": self.upper,
                 "quantiles": list(self.quantiles) if self.quantiles else None}
+
+
+def _clip_integers(column: str, dtype: Any, bounds: Sequence[float | None]) -> nw.Expr:
+    """An integer column clipped to whole-number ``bounds`` (``[lower, upper]``, None: no
+    bound), the same on every backend.
+
+    A bound beyond the type's range on its own side clips nothing and is dropped, so the
+    column keeps its type (``upper=1000`` on uint8; polars refused to make 1000 a uint8,
+    and a pandas nullable column wrapped it round to 232). A bound beyond the other end
+    (``lower=1000`` on uint8) sets every value to it: the column is widened first to the
+    smallest integer type holding it (:func:`.stats.widened_integer`, as ``FillMissing`` does).
+    """
+    lowest, highest = integer_range(dtype) or (-math.inf, math.inf)
+    low, high = (None if b is None else int(b) for b in bounds)
+    low = None if low is not None and low <= lowest else low
+    high = None if high is not None and high >= highest else high
+    target = dtype
+    for bound in (b for b in (low, high) if b is not None):
+        target = widened_integer(target, bound)
+        if target is None:
+            raise ColumnTypeError(f"Clip: bound {bound} would set every value of column {column!r} ({dtype}) to "
+                                  "a number no integer type up to 64 bits holds beside its values: cast the "
+                                  "column (e.g. to float64) first")
+    expr = nw.col(column) if target == dtype else nw.col(column).cast(target)
+    return expr if low is None and high is None else expr.clip(low, high)
 
 
 @dataclass
@@ -422,7 +495,10 @@ class Log(TableOp):
                 else aggregate(frame, [nw.col(c).min().alias(c) for c in self.columns]))
         if not any(not is_missing(low) and low + self.offset <= 0 for low in lows.values()):
             return
-        counts = aggregate(frame, [(nw.col(c) + self.offset <= 0).sum().alias(c) for c in self.columns])
+        # In float64, as the log itself: on a narrow or unsigned integer column `x + offset`
+        # stayed in the column's type, wrapping round (uint8 255 + 1 gave 0, counted as bad).
+        counts = aggregate(frame, [(nw.col(c).cast(nw.Float64) + float(self.offset) <= 0).sum().alias(c)
+                                   for c in self.columns])
         bad = {c: int(n) for c, n in counts.items() if n}
         if bad:
             raise NonFiniteError(

@@ -13,6 +13,7 @@ on ``split.train`` only, so no validation or test statistic leaks into training 
 from __future__ import annotations
 
 import datetime
+import numbers
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,7 +28,9 @@ from gpufeed.gpu_transforms.tabular.frames import (
     NwFrame,
     backend_of,
     collect_small,
+    datetime_dtype,
     first_value,
+    in_zone,
     is_lazy,
     is_missing,
     nan_as_null,
@@ -153,6 +156,50 @@ def _object_kind(frame: NwFrame, column: str) -> str | None:
     return type(value).__name__
 
 
+def _cutoff(value: Any, dtype: Any, column: str, what: str) -> Any:
+    """A cutoff as the column compares with it, the same on every backend.
+
+    On a datetime column: ISO text (:func:`.frames.time_value`), a ``date`` (midnight), a
+    naive ``datetime``/``pd.Timestamp``/``np.datetime64`` (wall-clock time) are read in the
+    column's time zone, as ISO text without an offset is; an aware one is the same instant
+    in the column's zone (pandas compared instants, polars refused two zones, and read a
+    ``date`` as UTC midnight). On a date column the date of any of them, as of ISO text.
+    On a number column, numbers. None: that part (and the next) is empty.
+
+    Raises:
+        ColumnTypeError: a cutoff of another kind, or an aware time for a column without
+            a zone; ValueError: text that is no date, NaT, or a wall-clock time a
+            daylight-saving change skips or repeats. Each names ``what`` and the column's dtype.
+    """
+    if value is None:
+        return None
+    if dtype in (nw.Datetime, nw.Date):
+        if isinstance(value, str):
+            return time_value(value, dtype, column, what)
+        if not isinstance(value, datetime.date | np.datetime64):  # datetime and pd.Timestamp are dates too
+            raise ColumnTypeError(f"{what} {value!r} ({type(value).__name__}) cannot cut the {_kind(dtype)} column "
+                                  f"{column!r} ({dtype}): pass a datetime, pd.Timestamp, date, np.datetime64 or "
+                                  "ISO text ('2024-03-10', '2024-03-10T06:00')")
+        import pandas as pd
+
+        stamp = pd.Timestamp(value)
+        if stamp is pd.NaT:
+            raise ValueError(f"{what} is missing (NaT); pass None for an empty part")
+        return stamp.date() if dtype == nw.Date else in_zone(stamp, dtype, column, what, value)
+    if dtype.is_numeric() and not (isinstance(value, numbers.Number) and not isinstance(value, bool)):
+        raise ColumnTypeError(f"{what} {value!r} ({type(value).__name__}) cannot cut column {column!r} ({dtype}), "
+                              "which holds numbers: pass numbers")
+    return value
+
+
+def _kind(dtype: Any) -> str:
+    """How an error names a time column: ``date``, ``datetime`` or ``datetime (time zone Z)``."""
+    if dtype == nw.Date:
+        return "date"
+    zone = getattr(dtype, "time_zone", None)
+    return f"datetime (time zone {zone})" if zone else "datetime (no time zone)"
+
+
 def split_by_time(df: Frame, column: str, fractions: Sequence[float] = (0.8, 0.1, 0.1), *,
                   cutoffs: tuple[Any, Any] | None = None) -> Split:
     """Earliest rows to train, then val, then the latest to test.
@@ -163,11 +210,18 @@ def split_by_time(df: Frame, column: str, fractions: Sequence[float] = (0.8, 0.1
         fractions: target shares; rows sharing the cut timestamp stay together, so the
             shares are approximate when timestamps repeat.
         cutoffs: ``(val_start, test_start)``; computed from ``fractions`` when omitted
-            (eager frames only).
+            (eager frames only). For a datetime column: ``datetime``, ``pd.Timestamp``,
+            ``np.datetime64``, ``date`` or ISO text; a time-zone-aware one is an instant,
+            a naive one (or a date: midnight) is read in the column's time zone. For a
+            number column: numbers. ``None`` leaves that part (and the next) empty.
 
     Returns:
         A :class:`Split` with ``train: t < val_start``, ``val: val_start <= t < test_start``,
         ``test: t >= test_start``; rows with a missing time go to train and are counted.
+
+    Raises:
+        ColumnTypeError: a cutoff of another kind than the column, or a time-zone-aware
+            cutoff for a column without one; ValueError: text that is no ISO date/time.
 
     Warns:
         UserWarning: computed cutoffs left a part with a non-zero share empty (a column of
@@ -176,7 +230,7 @@ def split_by_time(df: Frame, column: str, fractions: Sequence[float] = (0.8, 0.1
     _check_fractions(fractions)
     frame = wrap(df)
     require_columns(frame, [column], "split_by_time")
-    dtype = frame.collect_schema()[column]
+    dtype = datetime_dtype(frame, column, frame.collect_schema()[column])
     held = _object_kind(frame, column) if dtype == nw.Object else None
     if dtype in (nw.String, nw.Categorical, nw.Enum) or held == "str":
         # Text sorts alphabetically: "1/10/2024" before "1/2/2024", a split in no time order.
@@ -205,7 +259,13 @@ def split_by_time(df: Frame, column: str, fractions: Sequence[float] = (0.8, 0.1
         # A cut past the last row means that part (and what follows it) is empty.
         at = [round(len(times) * fractions[0]), round(len(times) * (fractions[0] + fractions[1]))]
         cutoffs = tuple(times[i] if i < len(times) else None for i in at)
-    start_val, start_test = (time_value(c, dtype, column, "split_by_time: cutoff") for c in cutoffs)
+    if computed:
+        start_val, start_test = (_cutoff(c, dtype, column, "split_by_time: cutoff") for c in cutoffs)
+    else:
+        if isinstance(cutoffs, str) or len(cutoffs) != 2:
+            raise ValueError(f"split_by_time: cutoffs is (val_start, test_start), got {cutoffs!r}")
+        start_val, start_test = (_cutoff(c, dtype, column, f"split_by_time: cutoffs[{i}]")
+                                 for i, c in enumerate(cutoffs))
     every = t.is_null() | ~t.is_null()  # a row-wise True (filter refuses a literal)
     if start_val is None:
         masks = [every, ~every, ~every]

@@ -111,3 +111,40 @@ def lookup(expr: nw.Expr, old: list[Any], new: list[Any], default: Any, dtype: A
     if not old:
         return nw.lit(default, dtype)
     return expr.replace_strict(old, new, default=default, return_dtype=dtype)
+
+
+#: The integer types an op may widen a column to, smallest first; at each size the column's
+#: own signedness is tried first (uint8 filled with 1000 becomes uint16, as polars does).
+#: Not the 128-bit ones: pandas and cuDF have none, and the result must be one on every backend.
+_WIDENINGS = ((nw.Int8, nw.UInt8), (nw.Int16, nw.UInt16), (nw.Int32, nw.UInt32), (nw.Int64, nw.UInt64))
+
+
+def integer_range(dtype: Any) -> tuple[int, int] | None:
+    """``(lowest, highest)`` value of a narwhals integer dtype; None for any other dtype."""
+    if not dtype.is_integer():
+        return None
+    for bits in (8, 16, 32, 64, 128):
+        if dtype == getattr(nw, f"Int{bits}"):
+            return -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+        if dtype == getattr(nw, f"UInt{bits}"):
+            return 0, (1 << bits) - 1
+    return None
+
+
+def widened_integer(dtype: Any, value: int) -> Any | None:
+    """The integer dtype an integer column of ``dtype`` needs to hold ``value`` too: ``dtype``
+    itself when the value fits, else the smallest type holding every value of ``dtype`` and
+    ``value`` (uint8 and 1000: uint16; uint8 and -1: int16), the type polars' own
+    ``fill_null`` promotes to; None when no 64-bit integer type holds both (uint64 and -1)."""
+    own = integer_range(dtype)
+    if own is None:
+        return None
+    if own[0] <= value <= own[1]:
+        return dtype
+    low, high = min(own[0], value), max(own[1], value)
+    for pair in _WIDENINGS:
+        for candidate in (pair[::-1] if own[0] == 0 else pair):
+            lo, hi = integer_range(candidate)
+            if lo <= low and high <= hi:
+                return candidate
+    return None

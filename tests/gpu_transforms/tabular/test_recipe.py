@@ -27,6 +27,7 @@ from gpufeed.gpu_transforms.tabular import (
     Recipe,
     Standardize,
     UnseenCategoryError,
+    downcast,
     split_by_group,
     split_by_time,
     split_random,
@@ -598,6 +599,71 @@ def test_clip_to_fractional_bounds_makes_integers_float_on_every_backend(backend
     assert list(kept["n"]) == [1, 1, 2, 2] and str(kept["n"].dtype).lower().startswith("int")
 
 
+def _values_and_dtype(series) -> tuple[list, str]:
+    """Values as Python numbers (missing: None) and the dtype's name in lower case, so a
+    pandas (numpy or nullable) and a polars column compare."""
+    values = series.to_list() if isinstance(series, pl.Series) else [None if pd.isna(v) else v for v in series]
+    return [v if v is None else (float(v) if isinstance(v, float | np.floating) else int(v)) for v in values], \
+        str(series.dtype).lower()
+
+
+def test_clip_and_fill_of_small_integer_columns_give_one_answer_on_every_backend():
+    # downcast() makes a count column uint8 and an integer column with gaps Int8. Clip to a
+    # bound beyond uint8 failed on polars in its own words (and a pandas nullable column
+    # wrapped 1000 round to 232); a fill beyond Int8 raised numpy's OverflowError on pandas.
+    df = pd.DataFrame({"n": [0, 3, 7, 250], "g": pd.array([1, None, 3, -100], dtype="Int64")})
+    cases = [
+        (Clip(["n"], upper=1000), [0, 3, 7, 250], "uint8"),          # beyond the type: no clip
+        (Clip(["n"], lower=-1, upper=100), [0, 3, 7, 100], "uint8"),  # one side beyond, one inside
+        (Clip(["n"], lower=1000), [1000] * 4, "uint16"),              # every value becomes the bound
+        (Clip(["n"], upper=-5), [-5] * 4, "int16"),
+        (Clip(["n"], lower=-0.5, upper=100.5), [0.0, 3.0, 7.0, 100.5], "float64"),  # fractional: floats
+        (Clip(["g"], lower=1000), [1000, None, 1000, 1000], "int16"),
+        (FillMissing(["g"], strategy="constant", value=1000), [1, 1000, 3, -100], "int16"),
+        (FillMissing(["g"], strategy="constant", value=1000.0), [1, 1000, 3, -100], "int16"),
+        (FillMissing(["n"], strategy="constant", value=-1), [0, 3, 7, 250], "int16"),  # no gap: same dtype
+        (FillMissing(["g"], strategy="median"), [1, 1, 3, -100], "int8"),
+    ]
+    for backend in ("pandas", "polars"):
+        small, _ = downcast(to_backend(df, backend))
+        assert [str(d).lower() for d in small.dtypes] == ["uint8", "int8"]
+        for op, values, dtype in cases:
+            recipe = Recipe([copy.deepcopy(op)])
+            out = recipe.fit_transform(small)
+            assert _values_and_dtype(out[op.columns[0]]) == (values, dtype), (backend, op)
+            again = Recipe.from_json(recipe.to_json()).transform(small)  # the saved recipe: the same
+            assert _values_and_dtype(again[op.columns[0]]) == (values, dtype), (backend, op)
+        wide = to_backend(pd.DataFrame({"u": pd.array([1, None], dtype="UInt64")}), backend)
+        with pytest.raises(ColumnTypeError, match=r"FillMissing: fill value -1 does not fit column 'u' \(UInt64\)"):
+            Recipe([FillMissing(["u"], strategy="constant", value=-1)]).fit_transform(wide)
+        with pytest.raises(ColumnTypeError, match=r"Clip: bound -5 .* column 'u' \(UInt64\)"):
+            Recipe([Clip(["u"], upper=-5)]).fit_transform(wide)
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int8", "uint16", "uint64"])
+def test_scaling_ops_on_small_integer_columns_agree_with_numpy_on_every_backend(dtype):
+    info = np.iinfo(dtype)
+    values = np.array([info.min, 0, 1, info.max // 2, info.max - 1, info.max], dtype=dtype)
+    wide = values.astype(np.float64)
+    expected = {"minmax": (wide - wide.min()) / (wide.max() - wide.min()),
+                "standardize": (wide - wide.mean()) / wide.std(),
+                "log": np.log(wide - wide.min() + 1.0)}
+    for backend in ("pandas", "polars"):
+        frame = to_backend(pd.DataFrame({"c": values}), backend)
+        offset = 1 - int(info.min)  # Log(offset=1) when the type has no negatives
+        for name, op in (("minmax", MinMax(["c"])), ("standardize", Standardize(["c"])),
+                         ("log", Log(["c"], offset=offset))):
+            out = Recipe([op]).fit_transform(frame)["c"]
+            assert str(out.dtype).lower() == "float64", (backend, name)
+            np.testing.assert_allclose(out.to_numpy(), expected[name], rtol=1e-12, atol=1e-15, err_msg=f"{backend} {name}")
+    # An integer offset added in the column's own type wrapped round (int8 127 + 1 = -128),
+    # so the count of bad values named the maximum too.
+    for backend in ("pandas", "polars"):
+        frame = to_backend(pd.DataFrame({"c": np.array([-1, 5, 127], dtype="int8")}), backend)
+        with pytest.raises(NonFiniteError, match=r"\{'c': 1\}"):
+            Recipe([Log(["c"], offset=1)]).fit(frame)
+
+
 @pytest.mark.parametrize("backend", ["pandas", "polars"])
 def test_clip_quantiles_refuse_inf_at_a_bound(backend):
     df = to_backend(pd.DataFrame({"x": [np.inf, 1.0, 2.0, 3.0, 100.0]}), backend)
@@ -644,6 +710,41 @@ def test_split_by_time_takes_iso_text_cutoffs_on_every_backend(tz):
         assert split_by_time(frame, "t", cutoffs=("2024-01-05", "2024-01-08")).rows == {"train": 4, "val": 3, "test": 3}
     with pytest.raises(ValueError, match="not an ISO date"):
         split_by_time(pl.from_pandas(df), "t", cutoffs=("soon", "later"))
+
+
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_split_by_time_reads_every_kind_of_cutoff_alike_on_every_backend(backend):
+    # A column in New York time, 17:00 on 9 March to 00:00 on 10 March. pandas compared an
+    # aware cutoff in another zone, polars refused it; a date failed on pandas and was UTC
+    # midnight on polars; naive datetimes failed on both in the libraries' words.
+    times = pd.date_range("2024-03-09 22:00", periods=8, freq="h", tz="UTC").tz_convert("America/New_York")
+    frame = to_backend(pd.DataFrame({"t": times, "x": range(8)}), backend)
+    utc = datetime.timezone.utc
+    instants = [(pd.Timestamp("2024-03-10 01:00", tz="UTC"), pd.Timestamp("2024-03-10 03:00", tz="UTC")),
+                (datetime.datetime(2024, 3, 10, 1, tzinfo=utc), datetime.datetime(2024, 3, 10, 3, tzinfo=utc)),
+                ("2024-03-10T01:00+00:00", "2024-03-10T03:00+00:00"),
+                # wall-clock times in the column's zone, as ISO text without an offset
+                ("2024-03-09 20:00", "2024-03-09 22:00"),
+                (datetime.datetime(2024, 3, 9, 20), pd.Timestamp("2024-03-09 22:00")),
+                (np.datetime64("2024-03-09T20:00"), np.datetime64("2024-03-09T22:00:00.000000000"))]
+    for cutoffs in instants:
+        split = split_by_time(frame, "t", cutoffs=cutoffs)
+        assert split.rows == {"train": 3, "val": 2, "test": 3}, cutoffs
+        assert list(split.val["x"]) == [3, 4]
+    for cutoffs in [("2024-03-10", "2024-03-11"), (datetime.date(2024, 3, 10), datetime.date(2024, 3, 11))]:
+        assert split_by_time(frame, "t", cutoffs=cutoffs).rows == {"train": 7, "val": 1, "test": 0}  # local midnight
+    with pytest.raises(ColumnTypeError, match=r"cutoffs\[0\] 1 \(int\) cannot cut the datetime \(time zone America/New_York\)"):
+        split_by_time(frame, "t", cutoffs=(1, 2))
+    with pytest.raises(ValueError, match=r"cutoffs\[1\] is missing \(NaT\)"):
+        split_by_time(frame, "t", cutoffs=("2024-03-10", pd.NaT))
+    with pytest.raises(ValueError, match=r"cutoffs\[0\] '2024-03-10 02:30' .*America/New_York.*daylight-saving"):
+        split_by_time(frame, "t", cutoffs=("2024-03-10 02:30", None))
+    naive = to_backend(pd.DataFrame({"t": times.tz_localize(None)}), backend)
+    assert split_by_time(naive, "t", cutoffs=instants[4]).rows == {"train": 3, "val": 2, "test": 3}  # wall times
+    with pytest.raises(ColumnTypeError, match=r"cutoffs\[0\] .* has a time zone \(UTC\), but column 't' .* has none"):
+        split_by_time(naive, "t", cutoffs=instants[0])
+    with pytest.raises(ColumnTypeError, match=r"cutoffs\[1\] '9' \(str\) cannot cut column 'x'"):
+        split_by_time(frame, "x", cutoffs=(3, "9"))
 
 
 def test_infinite_fixed_clip_bounds_mean_no_bound_and_the_json_stays_strict():
