@@ -20,6 +20,7 @@ Example:
 from __future__ import annotations
 
 import functools
+import warnings
 from types import ModuleType
 from typing import Any
 
@@ -158,6 +159,12 @@ def to_torch(obj: Any, *, device: torch.device | str | None = None, allow_copy: 
     Returns:
         A tensor viewing the same memory when no device change is asked for.
 
+    A read-only numpy array (``np.frombuffer(bytes)``, ``np.load(..., mmap_mode="r")``) is
+    shared as well, with a warning: torch has no read-only tensors, so the tensor must
+    not be written to (writing changes memory numpy protects, or crashes on a read-only
+    mapping). It is not copied, because copying a read-only memory-mapped data set would
+    silently read it all into RAM; ``to_torch(a).clone()`` gives a writable copy.
+
     Example:
         >>> to_torch(np.zeros((2, 3), np.float32)).shape
         torch.Size([2, 3])
@@ -168,7 +175,16 @@ def to_torch(obj: Any, *, device: torch.device | str | None = None, allow_copy: 
     if fam == "torch":
         t = obj
     elif fam == "numpy":
-        t = torch.from_numpy(obj)
+        if not obj.flags.writeable:
+            warnings.warn("to_torch: the numpy array is read-only, and torch has no read-only tensors: the tensor "
+                          "shares its memory, so do not write to it (that would change memory numpy protects, or "
+                          "crash on a read-only mapping); use to_torch(a).clone() for a writable copy",
+                          UserWarning, stacklevel=2)
+            with warnings.catch_warnings():  # torch's own, less specific warning of the same thing
+                warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+                t = torch.from_numpy(obj)
+        else:
+            t = torch.from_numpy(obj)
     elif fam == "cudf":
         t = cudf_to_torch(obj)
     elif fam == "cupy" or hasattr(obj, "__dlpack__"):
@@ -191,12 +207,25 @@ def _same_device(wanted: torch.device, have: torch.device) -> bool:
     return wanted.index is None or wanted.index == have.index
 
 
+@functools.lru_cache(maxsize=64)
+def _numpy_has(dtype: torch.dtype) -> bool:
+    """Whether torch can hand a tensor of ``dtype`` to numpy (bfloat16, float8: no)."""
+    try:
+        torch.empty(0, dtype=dtype).numpy()
+    except TypeError:
+        return False
+    return True
+
+
 def to_numpy(obj: Any, *, allow_copy: bool = False) -> np.ndarray:
     """A numpy array sharing memory with host data; device data needs ``allow_copy``.
 
     Raises:
         TypeError: ``obj`` is none of torch, numpy, cupy, cuDF or DLPack data (a pandas or
-            polars Series has its own ``.to_numpy()``).
+            polars Series has its own ``.to_numpy()``), or a tensor of a dtype numpy lacks
+            (bfloat16, float8: convert it first, e.g. ``t.float()``; the conversion is a
+            copy, which this function never makes behind your back).
+        ValueError: a device tensor without ``allow_copy``, or a meta tensor (no data).
     """
     if isinstance(obj, np.generic):
         return np.asarray(obj)
@@ -204,8 +233,15 @@ def to_numpy(obj: Any, *, allow_copy: bool = False) -> np.ndarray:
     if fam == "numpy":
         return obj
     if fam == "torch":
+        if obj.device.type == "meta":
+            raise ValueError("a meta tensor has no data to convert to numpy (it only records shape and dtype)")
+        if not _numpy_has(obj.dtype):
+            raise TypeError(f"numpy has no {str(obj.dtype).replace('torch.', '')} dtype, so a tensor of it has no numpy "
+                            "view; convert it first, e.g. to_numpy(t.float()) (a copy in float32), or view its raw bits as "
+                            "an integer dtype of its size (t.view(torch.int16) for bfloat16)")
         if obj.device.type != "cpu":
-            _cross("a CUDA tensor to numpy", allow_copy)
+            _cross(f"a {obj.device.type.upper() if obj.device.type == 'cuda' else obj.device.type} tensor to numpy",
+                   allow_copy)
             return obj.detach().cpu().numpy()
         return obj.detach().numpy()
     if fam in ("cupy", "cudf"):

@@ -156,3 +156,31 @@ def test_constants_first_made_under_inference_mode_serve_training_later():
     x = torch.rand(2, 3, 4, 4, requires_grad=True)
     norm.apply(x, {}).pow(2).sum().backward()  # an inference tensor cannot be saved for backward
     assert x.grad is not None and x.grad.shape == x.shape
+
+
+def test_tensors_numpy_cannot_hold_get_errors_that_say_why_and_what_to_do():
+    """A meta tensor was called "a CUDA tensor"; bfloat16 failed with torch's bare
+    "Got unsupported ScalarType BFloat16"."""
+    for kw in ({}, {"allow_copy": True}):
+        with pytest.raises(ValueError, match="meta tensor has no data"):
+            to_numpy(torch.zeros(3, device="meta"), **kw)
+    with pytest.raises(TypeError, match=r"numpy has no bfloat16 dtype.*t\.float\(\)"):
+        to_numpy(torch.zeros(3, dtype=torch.bfloat16))
+    with pytest.raises(TypeError, match="numpy has no float8_e4m3fn"):
+        to_numpy(torch.zeros(3, dtype=torch.float8_e4m3fn))
+    assert to_numpy(torch.zeros(3, dtype=torch.bfloat16).float()).dtype == np.float32  # the hint works
+
+
+def test_a_read_only_array_is_shared_with_a_warning_that_names_the_risk():
+    """Writing through the tensor changed an immutable bytes object with only torch's
+    generic warning; it is still shared (no hidden copy of a read-only memmap), but the
+    warning now points at the caller and says how to get a writable copy."""
+    data = bytes(4)
+    ro = np.frombuffer(data, dtype=np.uint8)
+    with pytest.warns(UserWarning, match=r"read-only.*do not write to it.*\.clone\(\)") as record:
+        t = to_torch(ro)
+    assert len(record) == 1 and record[0].filename == __file__  # ours, at the caller; torch's silenced
+    assert np.shares_memory(to_numpy(t), ro)
+    writable = to_torch(ro.copy())
+    writable[0] = 7
+    assert data == bytes(4)

@@ -9,9 +9,11 @@ is known to be sound.
 from __future__ import annotations
 
 import math
+import numbers
 import warnings
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 #: Image dtypes the stage accepts.
@@ -210,31 +212,75 @@ def check_keypoints(images: torch.Tensor, keypoints: torch.Tensor) -> torch.Tens
     return keypoints
 
 
+def is_number(value: object) -> bool:
+    """A real number, numpy scalars included (a value read from a numpy-based config); not a bool."""
+    return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
+
+
+def check_number(name: str, value: object) -> float:
+    """A finite real number for an op's config; raises naming it."""
+    if not is_number(value) or not math.isfinite(float(value)):
+        raise TypeError(f"{name} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def check_numbers(name: str, value: object, what: str = "a sequence of numbers") -> tuple[float, ...]:
+    """A non-empty sequence of finite numbers (one per channel, a pair...); raises naming it."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, (Sequence, np.ndarray, torch.Tensor)):
+        raise TypeError(f"{name} must be {what}, got {value!r}")
+    values = list(value.tolist() if isinstance(value, (np.ndarray, torch.Tensor)) else value)
+    if not values or not all(is_number(v) and math.isfinite(float(v)) for v in values):
+        raise TypeError(f"{name} must be {what}, got {value!r}")
+    return tuple(float(v) for v in values)
+
+
 def check_range(name: str, value: object, lo: float, hi: float) -> tuple[float, float]:
     """A (min, max) pair inside [lo, hi] for an op's config; raises ValueError naming it."""
-    try:
-        a, b = (float(v) for v in value)  # type: ignore[union-attr]
-    except (TypeError, ValueError):
-        raise TypeError(f"{name} must be a (min, max) pair of numbers, got {value!r}") from None
+    pair = check_numbers(name, value, "a (min, max) pair of numbers")
+    if len(pair) != 2:
+        raise TypeError(f"{name} must be a (min, max) pair of numbers, got {value!r}")
+    a, b = pair
     if not (lo <= a <= b <= hi):
         raise ValueError(f"{name} must satisfy {lo} <= min <= max <= {hi}, got {value!r}")
     return a, b
 
 
+def check_symmetric(name: str, value: object, lo: float, hi: float) -> tuple[float, float]:
+    """A range given as a number d for (-d, d), which must then be >= 0 (as in torchvision),
+    or as a (min, max) pair inside [lo, hi]."""
+    if is_number(value):
+        d = check_number(name, value)
+        if d < 0:
+            raise ValueError(f"{name} must be non-negative when it is a single number (it means (-{name}, "
+                             f"+{name})), got {value!r}; pass a (min, max) pair for a one-sided range")
+        value = (-d, d)
+    return check_range(name, value, lo, hi)
+
+
 def check_probability(name: str, p: object) -> float:
     """A probability in [0, 1] for an op's config."""
-    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= float(p) <= 1.0:
+    if not is_number(p) or not 0.0 <= float(p) <= 1.0:
         raise ValueError(f"{name} must be a probability in [0, 1], got {p!r}")
     return float(p)
 
 
+def check_unit(name: str, value: object, unit: str = "pixel units") -> float:
+    """A number in [0, 1] that is not a probability: a pixel value, a fraction."""
+    if not is_number(value) or not 0.0 <= float(value) <= 1.0:
+        raise ValueError(f"{name} must be a number in [0, 1] ({unit}), got {value!r}")
+    return float(value)
+
+
 def check_size(name: str, size: object) -> tuple[int, int]:
-    """An output size: an int (square) or an (H, W) pair of positive ints."""
-    if isinstance(size, int) and not isinstance(size, bool):
+    """An output size: an int (square) or an (H, W) pair of positive ints (numpy ints too)."""
+    def is_int(v: object) -> bool:
+        return isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_))
+
+    if is_int(size):
         size = (size, size)
     if (
-        not isinstance(size, Sequence) or len(size) != 2
-        or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in size)
+        not isinstance(size, (Sequence, np.ndarray)) or len(size) != 2
+        or not all(is_int(s) and s > 0 for s in size)
     ):
         raise ValueError(f"{name} must be a positive int or an (H, W) pair of positive ints, got {size!r}")
     return int(size[0]), int(size[1])

@@ -21,7 +21,15 @@ import torch.nn.functional as F
 from kornia.geometry.transform import get_perspective_transform, warp_perspective
 
 from gpufeed.gpu_transforms.arrays import constant
-from gpufeed.gpu_transforms.augment.checks import check_probability, check_range, check_size
+from gpufeed.gpu_transforms.augment.checks import (
+    check_numbers,
+    check_probability,
+    check_range,
+    check_size,
+    check_symmetric,
+    check_unit,
+    is_number,
+)
 from gpufeed.gpu_transforms.augment.params import Op, first_fitting_sides, randint, uniform
 
 
@@ -177,9 +185,7 @@ class RandomRotation(GeometricOp):
     num_uniforms = 2
 
     def __init__(self, degrees: float | Sequence[float], p: float = 1.0) -> None:
-        if isinstance(degrees, (int, float)):
-            degrees = (-abs(degrees), abs(degrees))
-        self.degrees = check_range("degrees", degrees, -360.0, 360.0)
+        self.degrees = check_symmetric("degrees", degrees, -360.0, 360.0)
         self.p = check_probability("p", p)
 
     def sample(self, u: torch.Tensor, size: tuple[int, int]) -> dict[str, torch.Tensor]:
@@ -209,23 +215,24 @@ class RandomAffine(GeometricOp):
     def __init__(self, degrees: float | Sequence[float] = 0.0, translate: Sequence[float] | None = None,
                  scale: Sequence[float] | None = None, shear: float | Sequence[float] | None = None,
                  p: float = 1.0) -> None:
-        if isinstance(degrees, (int, float)):
-            degrees = (-abs(degrees), abs(degrees))
-        self.degrees = check_range("degrees", degrees, -360.0, 360.0)
-        translate = (0.0, 0.0) if translate is None else translate
-        if len(translate) != 2 or not all(0.0 <= float(t) <= 1.0 for t in translate):
-            raise ValueError(f"translate must be two fractions in [0, 1], got {translate!r}")
-        self.translate = (float(translate[0]), float(translate[1]))
+        self.degrees = check_symmetric("degrees", degrees, -360.0, 360.0)
+        fractions = (0.0, 0.0) if translate is None else check_numbers(
+            "translate", translate, "a (fx, fy) pair of fractions in [0, 1]")
+        if len(fractions) != 2 or not all(0.0 <= t <= 1.0 for t in fractions):
+            raise ValueError(f"translate must be a (fx, fy) pair of fractions in [0, 1], got {translate!r}")
+        self.translate = (fractions[0], fractions[1])
         self.scale = (1.0, 1.0) if scale is None else check_range("scale", scale, 1e-3, 1e3)
         if shear is None:
-            shear = (0.0, 0.0, 0.0, 0.0)
-        elif isinstance(shear, (int, float)):
-            shear = (-abs(shear), abs(shear), 0.0, 0.0)
-        elif len(shear) == 2:
-            shear = (*shear, 0.0, 0.0)
-        if len(shear) != 4:
-            raise ValueError(f"shear must be a number or 2 or 4 values, got {shear!r}")
-        self.shear = (*check_range("shear (x)", shear[:2], -89.0, 89.0), *check_range("shear (y)", shear[2:], -89.0, 89.0))
+            x_shear, y_shear = (0.0, 0.0), (0.0, 0.0)
+        elif is_number(shear):
+            x_shear, y_shear = check_symmetric("shear", shear, -89.0, 89.0), (0.0, 0.0)
+        else:
+            values = check_numbers("shear", shear, "a number or 2 or 4 numbers")
+            if len(values) not in (2, 4):
+                raise ValueError(f"shear must be a number or 2 or 4 numbers, got {shear!r}")
+            x_shear = check_range("shear (x)", values[:2], -89.0, 89.0)
+            y_shear = check_range("shear (y)", values[2:], -89.0, 89.0) if len(values) == 4 else (0.0, 0.0)
+        self.shear = (*x_shear, *y_shear)
         self.p = check_probability("p", p)
 
     def sample(self, u: torch.Tensor, size: tuple[int, int]) -> dict[str, torch.Tensor]:
@@ -254,7 +261,7 @@ class RandomPerspective(GeometricOp):
     affine = False
 
     def __init__(self, distortion_scale: float = 0.5, p: float = 0.5) -> None:
-        self.distortion_scale = check_probability("distortion_scale", distortion_scale)
+        self.distortion_scale = check_unit("distortion_scale", distortion_scale, "a fraction of half the side")
         self.p = check_probability("p", p)
 
     def sample(self, u: torch.Tensor, size: tuple[int, int]) -> dict[str, torch.Tensor]:
@@ -285,6 +292,73 @@ def compose(ops: Sequence[GeometricOp], params: Sequence[dict[str, torch.Tensor]
     if total is None:
         raise ValueError("compose needs at least one geometric op")
     return total, size
+
+
+def crop_windows(ops: Sequence[GeometricOp], params: Sequence[dict[str, torch.Tensor]],
+                 size: tuple[int, int]) -> list[tuple[torch.Tensor, tuple[int, int]]]:
+    """The intermediate images a fused warp must not look outside of, as torchvision's
+    op-by-op pipeline does not.
+
+    An op that can sample outside its input (rotation, affine, perspective) sees only the
+    previous op's output: after a crop, the corners a rotation uncovers are ``fill`` in
+    torchvision, while the one fused warp would find the original image's pixels there.
+    For each such op after the first, the (B, 3, 3) matrix from output to its input's
+    coordinates and that input's (H, W); :func:`outside_windows` turns them into a mask.
+    The first op's input is the image itself, which the warp's padding already handles,
+    and crops and flips only sample inside their input, so they add nothing.
+    """
+    sizes, matrices = [], []
+    for op, p in zip(ops, params, strict=True):
+        sizes.append(size)
+        matrices.append(op.matrix(p, size))
+        size = op.output_size(size)
+    windows = []
+    after: torch.Tensor | None = None  # stage k -> output
+    for k in range(len(ops) - 1, 0, -1):
+        after = matrices[k] if after is None else after @ matrices[k]
+        if not ops[k].stays_inside:
+            windows.append((torch.linalg.inv(after), sizes[k]))
+    return windows
+
+
+def window_segments(ops: Sequence[GeometricOp], params: Sequence[dict[str, torch.Tensor]],
+                    size: tuple[int, int]) -> list[tuple[torch.Tensor, tuple[int, int]]]:
+    """The op list cut before every op that :func:`crop_windows` checks: per piece, its
+    composed (B, 3, 3) matrix and the (H, W) it ends at (the last piece ends at the
+    output). Boxes clip to each piece's end, as torchvision's op-by-op pipeline clips them."""
+    pieces: list[tuple[torch.Tensor, tuple[int, int]]] = []
+    total: torch.Tensor | None = None
+    for k, (op, p) in enumerate(zip(ops, params, strict=True)):
+        if k > 0 and not op.stays_inside and total is not None:
+            pieces.append((total, size))
+            total = None
+        m = op.matrix(p, size)
+        total = m if total is None else m @ total
+        size = op.output_size(size)
+    if total is not None:
+        pieces.append((total, size))
+    return pieces
+
+
+def outside_windows(windows: Sequence[tuple[torch.Tensor, tuple[int, int]]],
+                    out_size: tuple[int, int]) -> torch.Tensor | None:
+    """(B, 1, H_out, W_out) True where an output pixel's centre maps outside one of the
+    :func:`crop_windows`, or None when there are none."""
+    if not windows:
+        return None
+    oh, ow = out_size
+    dev, dt = windows[0][0].device, windows[0][0].dtype
+    xs = (torch.arange(ow, device=dev, dtype=dt) + 0.5).view(1, 1, ow)
+    ys = (torch.arange(oh, device=dev, dtype=dt) + 0.5).view(1, oh, 1)
+    out = None
+    for inv, (h, w) in windows:
+        m = inv.view(-1, 3, 3, 1, 1)
+        den = m[:, 2, 0] * xs + m[:, 2, 1] * ys + m[:, 2, 2]
+        qx = (m[:, 0, 0] * xs + m[:, 0, 1] * ys + m[:, 0, 2]) / den
+        qy = (m[:, 1, 0] * xs + m[:, 1, 1] * ys + m[:, 1, 2]) / den
+        bad = (qx < 0) | (qx > w) | (qy < 0) | (qy > h)
+        out = bad if out is None else out | bad
+    return out.unsqueeze(1)
 
 
 # Continuous coordinates -> the pixel-index coordinates kornia's warp uses.

@@ -35,12 +35,21 @@ class Op:
     - ``output_range``: the values the op leaves pixels in: ``(0.0, 1.0)``, or None when
       they can be any real number (normalised), which only the last pixel op may do.
     - ``channels``: the channel count the op needs, or None for any.
+    - ``takes_normalised``: the op may come after one that leaves values unbounded
+      (``Normalize``), working in whatever units the values are in (``RandomErasing``, as
+      in torchvision's and timm's recipes); :meth:`check_placement` then refuses a config
+      that does not fit where the op stands.
     """
 
     kind: ClassVar[str] = "pixel"
     num_uniforms: int = 0
     output_range: ClassVar[tuple[float, float] | None] = (0.0, 1.0)
     channels: int | tuple[int, ...] | None = None
+    takes_normalised: ClassVar[bool] = False
+
+    def check_placement(self, normalised: bool) -> None:
+        """Raise ValueError if the config does not fit the op's place in a stage: after an
+        op that leaves values unbounded (``normalised``) or on [0, 1] pixels."""
 
     @property
     def mixes_samples(self) -> bool:
@@ -148,6 +157,37 @@ def randint(u: torch.Tensor, lo: torch.Tensor | int, hi: torch.Tensor | int) -> 
 def normal_pair(u1: torch.Tensor, u2: torch.Tensor) -> torch.Tensor:
     """One standard normal per element from two uniforms (Box-Muller)."""
     return torch.sqrt(-2.0 * torch.log1p(-u1)) * torch.cos(2.0 * math.pi * u2)
+
+
+def _mix32(x: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer hash (Wellons' lowbias32) on int64 tensors holding values < 2**32.
+
+    Products wrap in int64 the same way on every device; the mask keeps the low 32 bits."""
+    mask = 0xFFFFFFFF
+    x = x ^ (x >> 16)
+    x = (x * 0x7FEB352D) & mask
+    x = x ^ (x >> 15)
+    x = (x * 0x846CA68B) & mask
+    return x ^ (x >> 16)
+
+
+def keyed_normal(key: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
+    """(B, *shape) float32 standard normals, a pure function of one key per sample.
+
+    Args:
+        key: (B, 2) uniforms in [0, 1) (a sample's parameters), so the noise is replayed
+            bit for bit from the recorded parameters, on any device and in any chunking.
+
+    Each element hashes its flat index with the key (two 32-bit hashes -> two 24-bit
+    uniforms -> Box-Muller): no generator state, no host round trip.
+    """
+    bits = (key.to(torch.float64) * (1 << 24)).long()  # 24 random bits per uniform
+    k = _mix32(bits[:, 0] ^ _mix32(bits[:, 1] + 0x9E3779B9)).view(-1, *([1] * len(shape)))
+    n = math.prod(shape)
+    idx = torch.arange(n, device=key.device, dtype=torch.int64).view(1, *shape)
+    u1 = (_mix32((2 * idx) ^ k) >> 8).to(torch.float32) * 2.0**-24
+    u2 = (_mix32((2 * idx + 1) ^ k) >> 8).to(torch.float32) * 2.0**-24
+    return normal_pair(u1, u2)
 
 
 #: Candidates per Gamma draw in :func:`gamma`; each is accepted with probability > 0.95,

@@ -9,14 +9,28 @@ so nothing here needs a device sync. Formulas follow ``torchvision.transforms.v2
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 
 from gpufeed.gpu_transforms.arrays import constant
-from gpufeed.gpu_transforms.augment.checks import check_probability, check_range
-from gpufeed.gpu_transforms.augment.params import Op, first_fitting_sides, randint, uniform
+from gpufeed.gpu_transforms.augment.checks import (
+    check_number,
+    check_numbers,
+    check_probability,
+    check_range,
+    check_symmetric,
+    is_number,
+)
+from gpufeed.gpu_transforms.augment.params import (
+    Op,
+    first_fitting_sides,
+    keyed_normal,
+    randint,
+    uniform,
+)
 
 # ITU-R 601-2 luma, as torchvision's rgb_to_grayscale.
 _LUMA = (0.2989, 0.587, 0.114)
@@ -95,6 +109,8 @@ class ColorJitter(Op):
         hue: a number h in [0, 0.5] for shifts in [-h, h] turns, or a pair.
         p: probability that a sample is jittered.
 
+    On a 1-channel batch saturation and hue do nothing, as in torchvision (and PIL).
+
     The four adjustments run in this fixed order (torchvision draws a random order per
     call, kornia per batch); a fixed order keeps the batch one straight pass.
     """
@@ -107,22 +123,21 @@ class ColorJitter(Op):
         self.brightness = self._factor("brightness", brightness)
         self.contrast = self._factor("contrast", contrast)
         self.saturation = self._factor("saturation", saturation)
-        if isinstance(hue, (int, float)):
-            hue = (-abs(hue), abs(hue))
-        self.hue = check_range("hue", hue, -0.5, 0.5)
+        self.hue = check_symmetric("hue", hue, -0.5, 0.5)
         self.p = check_probability("p", p)
-        # Saturation and hue need RGB; contrast a luma, which 1 or 3 channels have (as in
-        # torchvision): a 4-channel batch failed inside a matrix product.
+        # Contrast, saturation and hue need a luma, which 1 or 3 channels have (as in
+        # torchvision, where saturation and hue leave one channel as it is): a 4-channel
+        # batch failed inside a matrix product.
         self.channels: int | tuple[int, ...] | None = (
-            3 if (self.saturation != (1.0, 1.0) or self.hue != (0.0, 0.0))
-            else (1, 3) if self.contrast != (1.0, 1.0) else None)
+            (1, 3) if (self.contrast, self.saturation, self.hue) != ((1.0, 1.0), (1.0, 1.0), (0.0, 0.0)) else None)
 
     @staticmethod
     def _factor(name: str, value: float | Sequence[float]) -> tuple[float, float]:
-        if isinstance(value, (int, float)):
-            if value < 0:
-                raise ValueError(f"{name} must be >= 0, got {value}")
-            value = (max(0.0, 1.0 - value), 1.0 + value)
+        if is_number(value):
+            f = check_number(name, value)
+            if f < 0:
+                raise ValueError(f"{name} must be non-negative when it is a single number, got {value!r}")
+            value = (max(0.0, 1.0 - f), 1.0 + f)
         return check_range(name, value, 0.0, math.inf)
 
     def sample(self, u: torch.Tensor, size: tuple[int, int]) -> dict[str, torch.Tensor]:
@@ -141,6 +156,8 @@ class ColorJitter(Op):
             x = adjust_brightness(x, params["brightness"])
         if self.contrast != (1.0, 1.0):
             x = adjust_contrast(x, params["contrast"])
+        if x.shape[1] == 1:  # torchvision (and PIL): no saturation or hue on one channel
+            return x
         if self.saturation != (1.0, 1.0):
             x = adjust_saturation(x, params["saturation"])
         if self.hue != (0.0, 0.0):
@@ -149,10 +166,11 @@ class ColorJitter(Op):
 
 
 class RandomGrayscale(Op):
-    """Turn a sample to 3-channel grayscale with probability ``p``."""
+    """Turn a sample to grayscale with probability ``p``, keeping its channel count (3
+    equal channels; a 1-channel batch is already gray and is kept as it is, as in torchvision)."""
 
     num_uniforms = 1
-    channels = 3
+    channels = (1, 3)
 
     def __init__(self, p: float = 0.1) -> None:
         self.p = check_probability("p", p)
@@ -202,9 +220,10 @@ class GaussianBlur(Op):
     _IDENTITY_SIGMA = 1e-6
 
     def __init__(self, kernel_size: int, sigma: Sequence[float] = (0.1, 2.0), p: float = 1.0) -> None:
-        if not isinstance(kernel_size, int) or kernel_size < 1 or kernel_size % 2 == 0:
+        if (isinstance(kernel_size, bool) or not isinstance(kernel_size, numbers.Integral) or kernel_size < 1
+                or kernel_size % 2 == 0):
             raise ValueError(f"kernel_size must be a positive odd int, got {kernel_size!r}")
-        self.kernel_size = kernel_size
+        self.kernel_size = int(kernel_size)
         self.sigma = check_range("sigma", sigma, 1e-3, 1e3)
         self.p = check_probability("p", p)
 
@@ -219,12 +238,22 @@ class GaussianBlur(Op):
 
 
 class RandomSolarize(Op):
-    """Invert pixels at or above ``threshold`` (in [0, 1]) with probability ``p``."""
+    """Invert pixels at or above ``threshold`` with probability ``p``.
+
+    ``threshold`` is in [0, 1] pixel units whatever the input's dtype: torchvision takes it
+    in the image's own units (0..1 for float images, 0..255 for uint8), and the stage works
+    on 0..1 values, so torchvision's uint8 threshold 128 is 128 / 255 here.
+    """
 
     num_uniforms = 1
 
     def __init__(self, threshold: float, p: float = 0.5) -> None:
-        self.threshold = check_probability("threshold", threshold)
+        if not is_number(threshold) or not 0.0 <= float(threshold) <= 1.0:
+            hint = (f"; for a 0..255 threshold such as torchvision's uint8 {threshold!r} pass {float(threshold) / 255:.4g}"
+                    if is_number(threshold) and 1.0 < float(threshold) <= 255.0 else "")
+            raise ValueError(f"threshold must be in [0, 1] pixel units (the stage solarises 0..1 values whatever "
+                             f"the input dtype), got {threshold!r}{hint}")
+        self.threshold = float(threshold)
         self.p = check_probability("p", p)
 
     def sample(self, u: torch.Tensor, size: tuple[int, int]) -> dict[str, torch.Tensor]:
@@ -244,9 +273,9 @@ class RandomPosterize(Op):
     num_uniforms = 1
 
     def __init__(self, bits: int, p: float = 0.5) -> None:
-        if not isinstance(bits, int) or not 1 <= bits <= 8:
+        if isinstance(bits, bool) or not isinstance(bits, numbers.Integral) or not 1 <= bits <= 8:
             raise ValueError(f"bits must be an int in [1, 8], got {bits!r}")
-        self.bits = bits
+        self.bits = int(bits)
         self.p = check_probability("p", p)
 
     def sample(self, u: torch.Tensor, size: tuple[int, int]) -> dict[str, torch.Tensor]:
@@ -266,18 +295,49 @@ class RandomErasing(Op):
         p: probability that a sample gets a rectangle.
         scale: (min, max) area of the rectangle as a fraction of the image.
         ratio: (min, max) aspect ratio, sampled log-uniformly.
-        value: fill in [0, 1] pixel units (the stage erases before ``Normalize``).
+        value: the fill, as in torchvision: a number, one number per channel, or
+            ``"random"`` for standard-normal noise per pixel. It is in the units of the
+            values the op sees: [0, 1] pixel units before ``Normalize``, normalised units
+            after it (torchvision's and timm's ImageNet recipes erase after ``Normalize``,
+            where 0 is the dataset's mean colour). ``"random"`` only fits normalised values,
+            so it needs a ``Normalize`` before the op.
+
+    The noise of ``"random"`` is a pure function of each sample's recorded parameters
+    (two uniforms hashed with the pixel's index), so a replay repeats it bit for bit.
     """
 
     tries = 10
+    takes_normalised = True
 
     def __init__(self, p: float = 0.5, scale: Sequence[float] = (0.02, 0.33),
-                 ratio: Sequence[float] = (0.3, 3.3), value: float = 0.0) -> None:
+                 ratio: Sequence[float] = (0.3, 3.3), value: float | Sequence[float] | str = 0.0) -> None:
         self.p = check_probability("p", p)
         self.scale = check_range("scale", scale, 0.0, 1.0)
         self.ratio = check_range("ratio", ratio, 1e-3, 1e3)
-        self.value = check_probability("value", value)
-        self.num_uniforms = 2 * self.tries + 3
+        what = "a number, one number per channel, or 'random'"
+        if isinstance(value, str):
+            if value != "random":
+                raise ValueError(f"value must be {what}, got {value!r}")
+            self.value: float | tuple[float, ...] | str = value
+        elif is_number(value):
+            self.value = check_number("value", value)
+        else:
+            values = check_numbers("value", value, what)
+            self.value = values[0] if len(values) == 1 else values
+            if len(values) > 1:
+                self.channels = len(values)
+        self.num_uniforms = 2 * self.tries + 3 + (2 if self.value == "random" else 0)
+
+    def check_placement(self, normalised: bool) -> None:
+        if normalised:
+            return
+        if self.value == "random":
+            raise ValueError("RandomErasing(value='random') fills with standard-normal noise, which fits normalised "
+                             "values: put it after Normalize (as torchvision's and timm's recipes do)")
+        values = self.value if isinstance(self.value, tuple) else (self.value,)
+        if not all(0.0 <= v <= 1.0 for v in values):
+            raise ValueError(f"RandomErasing value must be in [0, 1] pixel units before Normalize (after Normalize it "
+                             f"is in normalised units), got {self.value!r}")
 
     def sample(self, u: torch.Tensor, size: tuple[int, int]) -> dict[str, torch.Tensor]:
         h, w = size
@@ -287,10 +347,20 @@ class RandomErasing(Op):
         top, left = randint(u[:, 2 * t], 0, h - eh + 1), randint(u[:, 2 * t + 1], 0, w - ew + 1)
         on = (u[:, 2 * t + 2] < self.p) & found
         zero = torch.zeros_like(eh)
-        return {"box": torch.stack([left, top, torch.where(on, ew, zero), torch.where(on, eh, zero)], 1)}
+        params = {"box": torch.stack([left, top, torch.where(on, ew, zero), torch.where(on, eh, zero)], 1)}
+        if self.value == "random":
+            params["noise_key"] = u[:, 2 * t + 3:2 * t + 5]
+        return params
 
     def apply(self, x: torch.Tensor, params: dict[str, torch.Tensor]) -> torch.Tensor:
-        return torch.where(box_mask(params["box"], x.shape[-2:]), self.value, x)
+        inside = box_mask(params["box"], x.shape[-2:])
+        if self.value == "random":
+            fill = keyed_normal(params["noise_key"], x.shape[1:]).to(x.dtype)
+        elif isinstance(self.value, tuple):
+            fill = constant(self.value, x.device, x.dtype).view(1, -1, 1, 1)
+        else:
+            return torch.where(inside, self.value, x)
+        return torch.where(inside, fill, x)
 
 
 def box_mask(box: torch.Tensor, size: Sequence[int]) -> torch.Tensor:
@@ -306,18 +376,26 @@ class Normalize(Op):
     """``(x - mean) / std`` per channel, on values in [0, 1]; makes the output float.
 
     Args:
-        mean, std: one value per channel, in [0, 1] pixel units (e.g. ImageNet's).
+        mean, std: one value per channel, in [0, 1] pixel units (e.g. ImageNet's), as in
+            torchvision, whatever the input's dtype or the stage's ``value_range``: the
+            stage normalises 0..1 values. DALI-style 0..255 values (any above 1) are refused.
     """
 
-    output_range = None  # normalised: any real value, so it is the last pixel op
+    output_range = None  # normalised: any real value, so only ops that take normalised values may follow
 
     def __init__(self, mean: Sequence[float], std: Sequence[float]) -> None:
-        if len(mean) != len(std) or len(mean) == 0:
+        what = "one number per channel, e.g. (0.485, 0.456, 0.406)"
+        mean_, std_ = check_numbers("mean", mean, what), check_numbers("std", std, what)
+        if len(mean_) != len(std_):
             raise ValueError(f"mean and std must have the same non-zero length, got {mean!r} and {std!r}")
-        if any(float(s) <= 0 for s in std):
+        if any(v <= 0 for v in std_):
             raise ValueError(f"std must be positive, got {std!r}")
-        self.mean = tuple(float(m) for m in mean)
-        self.std = tuple(float(s) for s in std)
+        if any(v > 1 for v in (*mean_, *std_)):
+            # The stage always normalises 0..1 pixels: DALI's or mmcv's [123.7, 116.3, 103.5]
+            # here turned every pixel into about -2.1, silently.
+            raise ValueError(f"mean and std are in [0, 1] pixel units, as in torchvision, whatever the input dtype or "
+                             f"value_range (got mean={mean!r}, std={std!r}); divide DALI-style 0..255 values by 255")
+        self.mean, self.std = mean_, std_
         self.channels = len(self.mean)
 
     def apply(self, x: torch.Tensor, params: dict[str, torch.Tensor]) -> torch.Tensor:

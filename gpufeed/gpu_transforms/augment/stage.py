@@ -6,11 +6,20 @@ import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from gpufeed.gpu_transforms.augment import checks
 from gpufeed.gpu_transforms.augment.chunks import ChunkRunner, chunk_parts
-from gpufeed.gpu_transforms.augment.geometric import apply_flips, compose, only_flips, warp
+from gpufeed.gpu_transforms.augment.geometric import (
+    apply_flips,
+    compose,
+    crop_windows,
+    only_flips,
+    outside_windows,
+    warp,
+    window_segments,
+)
 from gpufeed.gpu_transforms.augment.mixing import MIX_UNIFORMS, check_mixers, draw_mix, mix
 from gpufeed.gpu_transforms.augment.params import KINDS, AugmentParams, Op, draw_uniforms
 from gpufeed.gpu_transforms.augment.targets import warp_boxes, warp_keypoints, warp_masks
@@ -32,11 +41,16 @@ def _check_ops(ops: tuple[Op, ...]) -> Op | None:
                 "order ops as geometric, then pixel, then mixing (MixUp, CutMix)"
             )
     pixel = [op for op in ops if op.kind == "pixel"]
-    for op in pixel[:-1]:
-        if op.output_range is None:
-            raise ValueError(f"{type(op).__name__} must be the last pixel op: the ops after it expect values in [0, 1]")
+    unbounded: Op | None = None
+    for op in pixel:
+        if unbounded is not None and not op.takes_normalised:
+            raise ValueError(f"{type(unbounded).__name__} must be the last pixel op: {type(op).__name__} after it "
+                             "expects values in [0, 1] (of the pixel ops only RandomErasing takes normalised values)")
+        op.check_placement(unbounded is not None)
+        if op.output_range is None and unbounded is None:
+            unbounded = op
     check_mixers([op for op in ops if op.mixes_samples])
-    return pixel[-1] if pixel and pixel[-1].output_range is None else None
+    return unbounded
 
 
 @dataclass
@@ -73,10 +87,14 @@ class GpuAugment:
     Args:
         ops: the augmentation ops, e.g. ``[RandomResizedCrop(224), RandomHorizontalFlip(),
             ColorJitter(0.4, 0.4, 0.4, 0.1), Normalize(MEAN, STD)]``.
-        seed: seeds the stage's generators (one per device); None draws a seed from
-            torch's global generator, so ``torch.manual_seed`` makes runs repeatable (in
-            DataLoader workers, each worker's stream comes from torch's seed for that
-            worker and epoch, so workers do not repeat each other).
+        seed: seeds the stage's generators (one per device), an int in [0, 2**64); None
+            draws a seed from torch's global generator, so ``torch.manual_seed`` makes runs
+            repeatable. In DataLoader workers (the stage in a ``collate_fn`` or a dataset),
+            seeded or not, each worker's stream mixes the stage's seed with torch's seed
+            for that worker and epoch, so workers and epochs do not repeat each other and a
+            run is repeatable under ``torch.manual_seed`` (or the DataLoader's
+            ``generator=``), as with torchvision's transforms; a seed set inside a worker
+            (e.g. ``manual_seed`` in a ``worker_init_fn``) is used as given.
             Behind a loader (``gpu_augment=``) a stage without a seed is reseeded by the
             loader before every batch from its ``(seed, shard, epoch, batch)`` (see
             :meth:`seed_stream`), which makes ``set_epoch`` and mid-epoch resumes exact; one with a seed keeps its own stream.
@@ -113,7 +131,13 @@ class GpuAugment:
                  value_range: Sequence[float] = (0.0, 1.0), output_dtype: torch.dtype | None = None,
                  fill: float = 0.0, mask_fill: float = 0, min_box_size: float = 1.0,
                  check_inputs: bool = True, chunk_size: int | None = None) -> None:
-        ops = tuple(ops)
+        try:
+            if isinstance(ops, Op):
+                raise TypeError
+            ops = tuple(ops)
+        except TypeError:
+            raise TypeError(f"ops must be a list of augmentation ops, e.g. [RandomHorizontalFlip()], "
+                            f"got {ops!r}") from None
         unbounded = _check_ops(ops)
         self.value_range = checks.check_value_range(value_range)
         if output_dtype not in _OUTPUT_DTYPES:
@@ -126,10 +150,10 @@ class GpuAugment:
         self.ops = ops
         self.same_on_batch = bool(same_on_batch)
         self.output_dtype = output_dtype
-        self.fill = checks.check_probability("fill", fill)
-        self.mask_fill = float(mask_fill)
-        if min_box_size < 0:
-            raise ValueError(f"min_box_size must be >= 0, got {min_box_size}")
+        self.fill = checks.check_unit("fill", fill)
+        self.mask_fill = checks.check_number("mask_fill", mask_fill)
+        if checks.check_number("min_box_size", min_box_size) < 0:
+            raise ValueError(f"min_box_size must be >= 0, got {min_box_size!r}")
         self.min_box_size = float(min_box_size)
         self.check_inputs = bool(check_inputs)
         if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1):
@@ -145,7 +169,6 @@ class GpuAugment:
         self._reprs = tuple(repr(op) for op in ops)
         if seed is None:
             self.seed_stream(int(torch.randint(0, 2**62, ()).item()))
-            self._drawn = True  # see _generator: DataLoader workers
         else:
             self.manual_seed(seed)
         #: Parameters of the last call; ``stage(x, params=stage.last_params)`` replays it.
@@ -167,27 +190,40 @@ class GpuAugment:
         ``(seed, shard_id, epoch, batch)``, so a loader resumed with ``set_epoch(k)`` or
         ``load_state_dict`` repeats that epoch's (or batch's) augmentation exactly. A stage with its own seed (``seed=`` or
         :meth:`manual_seed`) keeps one stream across epochs instead.
+
+        In a DataLoader worker, a seed set before the workers started is mixed with the
+        worker's seed (see :meth:`_generator`); one set inside the worker is used as given.
         """
         if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
             raise TypeError(f"seed must be an int, got {seed!r}")
+        if not 0 <= seed < 2**64:
+            raise ValueError(f"seed must be in [0, 2**64) (torch.Generator's range), got {seed!r}")
         self.seed = int(seed)
         self.has_own_seed = False
-        self._drawn = False
+        # Set in a worker (worker_init_fn, a dataset's own stage): the caller chose that
+        # worker's seed, so it is not mixed with the worker's again.
+        self._per_worker = torch.utils.data.get_worker_info() is None
         self._worker_seed: int | None = None
         self._generators: dict[torch.device, torch.Generator] = {}
         return self
 
     def _generator(self, device: torch.device) -> torch.Generator:
-        info = torch.utils.data.get_worker_info() if self._drawn else None
+        info = torch.utils.data.get_worker_info() if self._per_worker else None
         if info is not None and info.seed != self._worker_seed:
-            # A stage whose seed was drawn when it was built, copied into DataLoader workers
-            # (collate_fn, a dataset): every worker repeated the same augmentations. Each
-            # worker, each epoch, now takes its stream from torch's seed for that worker, as
-            # torch's own random ops there do (and torchvision's transforms).
+            # A stage copied into DataLoader workers (collate_fn, a dataset) with the seed it
+            # had in the main process: every worker repeated the same augmentations, and
+            # every epoch repeated the first (workers start again from the main process's
+            # copy). Each worker, each epoch, now mixes the stage's seed with torch's seed
+            # for that worker (base seed + worker id, drawn from torch's generator or the
+            # DataLoader's ``generator`` once per epoch), as torch's own random ops there do
+            # and torchvision's transforms: reproducible under torch.manual_seed, different
+            # per worker and per epoch, and still different for different stage seeds.
             self._worker_seed = info.seed
             self._generators = {}
         if device not in self._generators:
-            seed = self.seed if self._worker_seed is None else hash((self.seed, self._worker_seed)) & (2**63 - 1)
+            seed = self.seed
+            if self._worker_seed is not None:
+                seed = int(np.random.SeedSequence([self.seed, self._worker_seed]).generate_state(1, np.uint64)[0])
             self._generators[device] = torch.Generator(device=device).manual_seed(seed)
         return self._generators[device]
 
@@ -198,8 +234,10 @@ class GpuAugment:
         return state
 
     def __setstate__(self, state: dict) -> None:
-        # A stage pickled before per-worker streams existed has neither attribute.
-        self.__dict__.update({"_drawn": False, "_worker_seed": None, **state})
+        # A stage pickled before per-worker streams existed has neither attribute (and an
+        # older one has ``_drawn``: per-worker streams for drawn seeds only).
+        drawn = state.pop("_drawn", None)
+        self.__dict__.update({"_per_worker": True if drawn is None else drawn, "_worker_seed": None, **state})
 
     def __repr__(self) -> str:
         return f"GpuAugment([{', '.join(self._reprs)}], same_on_batch={self.same_on_batch}, seed={self.seed})"
@@ -289,16 +327,18 @@ class GpuAugment:
         self.last_params = params
 
         geo = [p for op, p in zip(self.ops, params.per_op, strict=True) if op.kind == "geometric"]
-        matrix = None
+        matrix, windows = None, []
         if self._geometric and not only_flips(self._geometric):
             matrix, _ = compose(self._geometric, geo, params.input_size)
+            if not self._inside:  # e.g. a crop, then a rotation: its corners are fill, as in torchvision
+                windows = crop_windows(self._geometric, geo, params.input_size)
         b, c = images.shape[:2]
         oh, ow = params.output_size
         parts = chunk_parts(b, c * oh * ow, images.device, self.chunk_size)
         # Without mixing each chunk goes straight to its slice of the output; mixing needs
         # the whole float batch first (partners come from anywhere in the batch).
         if len(parts) == 1:  # a GPU batch, or a small one: no output buffer to fill
-            out = self._augment_chunk(images, params, parts[0], geo, matrix)
+            out = self._augment_chunk(images, params, parts[0], geo, matrix, windows)
             out = out if self._mixers else self._to_output(out, images.dtype)
             if out is images:  # nothing to do (no ops, same dtype): still hand back a new tensor
                 out = out.clone()
@@ -307,7 +347,8 @@ class GpuAugment:
             out = torch.empty((b, c, oh, ow), dtype=dtype, device=images.device)
 
             def work(part: slice) -> None:
-                x = self._augment_chunk(images[part], params, part, geo, None if matrix is None else matrix[part])
+                x = self._augment_chunk(images[part], params, part, geo, None if matrix is None else matrix[part],
+                                        [(m[part], size) for m, size in windows])
                 out[part] = x if self._mixers else self._to_output(x, images.dtype)
 
             self._chunks.run(work, parts, images.device)
@@ -317,7 +358,7 @@ class GpuAugment:
                                 params.mix["use_box"], self._mixers[0].num_classes)
             out = self._to_output(x, images.dtype)
         result = AugmentResult(out, params, out_labels)
-        self._apply_targets(result, matrix, geo, boxes, box_labels, masks, keypoints)
+        self._apply_targets(result, matrix, windows, geo, boxes, box_labels, masks, keypoints)
         return result
 
     def _check_targets(self, images, labels, boxes, box_labels, masks, keypoints) -> None:  # noqa: ANN001
@@ -340,7 +381,8 @@ class GpuAugment:
             checks.check_keypoints(images, keypoints)
 
     def _augment_chunk(self, images: torch.Tensor, params: AugmentParams, part: slice,
-                       geo: list[dict[str, torch.Tensor]], matrix: torch.Tensor | None) -> torch.Tensor:
+                       geo: list[dict[str, torch.Tensor]], matrix: torch.Tensor | None,
+                       windows: list[tuple[torch.Tensor, tuple[int, int]]]) -> torch.Tensor:
         """Geometric and pixel ops on samples ``part`` of the batch; float32, [0, 1] or normalised."""
         x = images.to(torch.float32)
         scale = 255.0 if images.dtype == torch.uint8 else self.value_range[1]
@@ -349,6 +391,9 @@ class GpuAugment:
             x = x.div_(scale) if x.data_ptr() != images.data_ptr() else x / scale
         if matrix is not None:
             x = warp(x, matrix, params.output_size, fill=self.fill, inside=self._inside, affine=self._affine)
+            outside = outside_windows(windows, params.output_size)
+            if outside is not None:
+                x = x.masked_fill_(outside, self.fill)
         elif self._geometric:
             x = apply_flips(x, self._geometric, [{k: v[part] for k, v in p.items()} for p in geo])
         for op, p in zip(self.ops, params.per_op, strict=True):
@@ -371,7 +416,7 @@ class GpuAugment:
         return (x * top if top != 1.0 else x).to(dtype)
 
     def _apply_targets(self, result: AugmentResult, matrix: torch.Tensor | None,
-                       geo: list[dict[str, torch.Tensor]], boxes, box_labels, masks, keypoints) -> None:  # noqa: ANN001
+                       windows: list[tuple[torch.Tensor, tuple[int, int]]], geo: list[dict[str, torch.Tensor]], boxes, box_labels, masks, keypoints) -> None:  # noqa: ANN001
         params = result.params
         if matrix is None and (boxes is not None or keypoints is not None):
             matrix = (compose(self._geometric, geo, params.input_size)[0] if self._geometric
@@ -384,10 +429,15 @@ class GpuAugment:
             else:
                 result.masks = warp_masks(masks, matrix, params.output_size, fill=self.mask_fill,
                                           inside=self._inside, affine=self._affine)
+                outside = outside_windows(windows, params.output_size)
+                if outside is not None:
+                    fill = self.mask_fill if result.masks.dtype != torch.bool else bool(self.mask_fill)
+                    result.masks = result.masks.masked_fill(outside if result.masks.ndim == 4 else outside[:, 0], fill)
         if boxes is not None:
             result.boxes, result.box_labels = warp_boxes(
                 list(boxes), None if box_labels is None else list(box_labels), matrix, params.output_size,
-                self.min_box_size,
+                self.min_box_size, window_segments(self._geometric, geo, params.input_size) if windows else None,
             )
         if keypoints is not None:
-            result.keypoints, result.keypoints_visible = warp_keypoints(keypoints, matrix, params.output_size)
+            result.keypoints, result.keypoints_visible = warp_keypoints(keypoints, matrix, params.output_size,
+                                                                        windows)

@@ -30,12 +30,16 @@ def warp_masks(masks: torch.Tensor, matrix: torch.Tensor, out_size: tuple[int, i
 
 
 def warp_boxes(boxes: list[torch.Tensor], labels: list[torch.Tensor] | None, matrix: torch.Tensor,
-               out_size: tuple[int, int], min_size: float) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
+               out_size: tuple[int, int], min_size: float,
+               segments: list[tuple[torch.Tensor, tuple[int, int]]] | None = None,
+               ) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
     """Move per-image xyxy boxes; clip them to the output and drop the ones left too small.
 
     A box becomes the envelope of its four transformed corners (exact for flips, crops and
     scaling; a tight superset under rotation or perspective). Boxes narrower or shorter
     than ``min_size`` pixels after clipping are dropped together with their labels.
+    ``segments`` (:func:`~.geometric.window_segments`) moves them piece by piece instead,
+    clipping to each piece's end: to a crop before a rotation, as torchvision does.
 
     Returns:
         The boxes (list of (M_i, 4)) and labels (list of (M_i,)) per image.
@@ -48,15 +52,19 @@ def warp_boxes(boxes: list[torch.Tensor], labels: list[torch.Tensor] | None, mat
     # repeat_interleave over device counts waits for the device to learn its length.
     owner_host = torch.repeat_interleave(torch.arange(len(boxes)), torch.tensor(counts))
     owner = owner_host.to(flat.device, non_blocking=True)
-    x1, y1, x2, y2 = flat.unbind(1)
-    corners = torch.stack([x1, y1, x2, y1, x2, y2, x1, y2], 1).view(-1, 4, 2)
-    moved = transform_points(corners, matrix[owner])
-    oh, ow = out_size
-    lo = moved.amin(dim=1)
-    hi = moved.amax(dim=1)
-    xyxy = torch.stack([lo[:, 0].clamp(0, ow), lo[:, 1].clamp(0, oh), hi[:, 0].clamp(0, ow), hi[:, 1].clamp(0, oh)], 1)
-    keep = ((xyxy[:, 2] - xyxy[:, 0]) >= min_size) & ((xyxy[:, 3] - xyxy[:, 1]) >= min_size)
-    xyxy = xyxy.to(boxes[0].dtype)
+    keep = None
+    for m, (oh, ow) in segments or [(matrix, out_size)]:
+        x1, y1, x2, y2 = flat.unbind(1)
+        corners = torch.stack([x1, y1, x2, y1, x2, y2, x1, y2], 1).view(-1, 4, 2)
+        moved = transform_points(corners, m[owner])
+        lo = moved.amin(dim=1)
+        hi = moved.amax(dim=1)
+        flat = torch.stack([lo[:, 0].clamp(0, ow), lo[:, 1].clamp(0, oh), hi[:, 0].clamp(0, ow),
+                            hi[:, 1].clamp(0, oh)], 1)
+        # A box a crop leaves empty stays dropped, even if a later rotation widens its sliver.
+        fits = ((flat[:, 2] - flat[:, 0]) >= min_size) & ((flat[:, 3] - flat[:, 1]) >= min_size)
+        keep = fits if keep is None else keep & fits
+    xyxy = flat.to(boxes[0].dtype)
     # One wait for the device: which boxes are kept. Each image's share then follows from
     # the host's owners (a boolean mask per image waited once per image and per target).
     kept = keep.cpu().nonzero().squeeze(1)
@@ -68,15 +76,20 @@ def warp_boxes(boxes: list[torch.Tensor], labels: list[torch.Tensor] | None, mat
     return out_boxes, list(flat_labels.index_select(0, kept.to(flat_labels.device, non_blocking=True)).split(per_image))
 
 
-def warp_keypoints(keypoints: torch.Tensor, matrix: torch.Tensor,
-                   out_size: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+def warp_keypoints(keypoints: torch.Tensor, matrix: torch.Tensor, out_size: tuple[int, int],
+                   windows: list[tuple[torch.Tensor, tuple[int, int]]] | None = None,
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
     """Move (B, K, 2) keypoints; none are dropped, so indices stay aligned.
 
     Returns:
         The moved keypoints (B, K, 2) and a (B, K) bool that is True where a point lies
-        inside the output image.
+        inside the output image (and inside every crop a later rotation looked beyond:
+        ``windows`` from :func:`~.geometric.crop_windows`).
     """
-    moved = transform_points(keypoints.to(matrix.dtype), matrix).to(keypoints.dtype)
+    moved = transform_points(keypoints.to(matrix.dtype), matrix)
     oh, ow = out_size
     visible = (moved[..., 0] >= 0) & (moved[..., 0] < ow) & (moved[..., 1] >= 0) & (moved[..., 1] < oh)
-    return moved, visible
+    for inv, (h, w) in windows or []:
+        q = transform_points(moved, inv)
+        visible &= (q[..., 0] >= 0) & (q[..., 0] < w) & (q[..., 1] >= 0) & (q[..., 1] < h)
+    return moved.to(keypoints.dtype), visible

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pickle
 
+import numpy as np
 import pytest
 import torch
 
@@ -23,6 +24,7 @@ from gpufeed.gpu_transforms.augment import (
     RandomPerspective,
     RandomResizedCrop,
     RandomRotation,
+    RandomSolarize,
 )
 from gpufeed.gpu_transforms.augment.params import BETA_UNIFORMS, beta
 
@@ -189,6 +191,23 @@ def test_beta_sampler_moments():
     (lambda: MixUp(num_classes=0), "num_classes"),
     (lambda: MixUp(num_classes=3, alpha=0), "alpha"),
     (lambda: RandomAffine(0, translate=(2, 0)), "translate"),
+    # DALI-style 0..255 values turned every pixel into about -2.1, silently.
+    (lambda: Normalize([123.675, 116.28, 103.53], [58.395, 57.12, 57.375]), "divide DALI-style 0..255 values by 255"),
+    # A negative single number was silently made positive; torchvision raises.
+    (lambda: RandomRotation(-10), "degrees must be non-negative when it is a single number"),
+    (lambda: ColorJitter(hue=-0.1), "hue must be non-negative when it is a single number"),
+    (lambda: RandomAffine(0, shear=-10), "shear must be non-negative when it is a single number"),
+    (lambda: ColorJitter(brightness=-0.1), "brightness must be non-negative when it is a single number"),
+    # Python internals leaked out instead of the argument's name.
+    (lambda: RandomAffine(0, translate=0.1), r"translate must be a \(fx, fy\) pair"),
+    (lambda: RandomAffine(0, translate=("a", "b")), r"translate must be a \(fx, fy\) pair"),
+    (lambda: Normalize(0.5, 0.5), "mean must be one number per channel"),
+    (lambda: GpuAugment([], mask_fill="a"), "mask_fill must be a finite number"),
+    (lambda: GpuAugment([], min_box_size="a"), "min_box_size must be a finite number"),
+    (lambda: GpuAugment(RandomHorizontalFlip()), "ops must be a list of augmentation ops"),
+    # Accepted, then a cryptic "Overflow when unpacking long long" on the first batch.
+    (lambda: GpuAugment([RandomHorizontalFlip()], seed=2**64), r"seed must be in \[0, 2\*\*64\)"),
+    (lambda: GpuAugment([RandomHorizontalFlip()], seed=-1), "seed must be in"),
 ])
 def test_bad_config_is_refused_in_the_constructor(make, match):
     with pytest.raises((ValueError, TypeError), match=match):
@@ -204,7 +223,7 @@ def test_bad_config_is_refused_in_the_constructor(make, match):
     (torch.full((2, 3, 8, 8), -1.5), "already normalised"),
     (torch.full((2, 3, 8, 8), float("nan")), "NaN"),
     (torch.full((2, 3, 8, 8), float("inf")), "inf"),
-    (torch.zeros(2, 1, 8, 8), "ColorJitter needs 3"),
+    (torch.zeros(2, 2, 8, 8), "ColorJitter needs 1 or 3"),
     ("not a tensor", "torch.Tensor"),
 ])
 def test_bad_images_are_refused_with_a_clear_error(images, match):
@@ -370,9 +389,141 @@ def test_contrast_on_a_batch_without_a_luma_is_refused_by_name(channels):
 def test_a_stage_pickled_before_per_worker_streams_still_runs():
     stage = GpuAugment([RandomHorizontalFlip()], seed=0)
     state = stage.__getstate__()
-    for name in ("_drawn", "_worker_seed"):  # what an older build's pickle lacks
+    for name in ("_per_worker", "_worker_seed"):  # what an older build's pickle lacks
         state.pop(name)
     old = GpuAugment.__new__(GpuAugment)
     old.__setstate__(state)
     images = u8()
     assert torch.equal(old(images), GpuAugment([RandomHorizontalFlip()], seed=0)(images))
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda: RandomSolarize(128), r"threshold must be in \[0, 1\] pixel units.*pass 0.502"),
+    (lambda: RandomErasing(value="noise"), "value must be a number, one number per channel, or 'random'"),
+    (lambda: GpuAugment([], fill=(0.5, 0.5, 0.5)), r"fill must be a number in \[0, 1\] \(pixel units\)"),
+    (lambda: RandomPerspective(distortion_scale=1.5), "distortion_scale must be a number in"),
+])
+def test_values_that_are_not_probabilities_are_not_called_one(make, match):
+    with pytest.raises((ValueError, TypeError), match=match) as info:
+        make()
+    assert "probability" not in str(info.value)
+
+
+def test_numpy_scalars_are_taken_like_python_numbers():
+    """Values read from numpy-based configs: p=np.float32(0.5) was refused as "not a
+    probability in [0, 1]", size=np.int64(224) as "not a positive int"."""
+    x = u8()
+    for numpy_ops, python_ops in (
+        ([RandomResizedCrop(np.int64(24), scale=(np.float32(0.5), 1.0)), RandomHorizontalFlip(p=np.float32(0.5))],
+         [RandomResizedCrop(24, scale=(0.5, 1.0)), RandomHorizontalFlip(p=0.5)]),
+        ([RandomRotation(np.float64(10.0), p=np.float32(1.0)), GaussianBlur(np.int64(3)), RandomSolarize(np.float32(0.5))],
+         [RandomRotation(10.0, p=1.0), GaussianBlur(3), RandomSolarize(0.5)]),
+        ([ColorJitter(np.float32(0.25), hue=np.float64(0.1)), Normalize(np.array(IMAGENET_MEAN), np.array(IMAGENET_STD))],
+         [ColorJitter(0.25, hue=0.1), Normalize(IMAGENET_MEAN, IMAGENET_STD)]),
+    ):
+        assert torch.equal(GpuAugment(numpy_ops, seed=0)(x), GpuAugment(python_ops, seed=0)(x))
+
+
+def test_a_seeded_stage_in_dataloader_workers_differs_per_worker_and_epoch_yet_repeats():
+    """seed=0 made both workers draw the same parameters and every epoch repeat the first:
+    workers start from the main process's copy of the stage. Now, as torchvision's
+    transforms under torch.manual_seed: repeatable run to run, different per worker and epoch."""
+    from torch.utils.data import DataLoader
+
+    data = [torch.randint(0, 256, (3, 16, 16), dtype=torch.uint8)] * 8  # one image: only the draws differ
+
+    def run(stage_seed: int, torch_seed: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        stage = GpuAugment([RandomResizedCrop(8), RandomHorizontalFlip(), ColorJitter(0.4, 0.4, 0.4, 0.1)],
+                           seed=stage_seed)
+        torch.manual_seed(torch_seed)  # the DataLoader's per-worker seeds come from it
+        loader = DataLoader(data, batch_size=4, num_workers=2, collate_fn=_Augmented(stage),
+                            multiprocessing_context="forkserver")
+        first, second = list(loader), list(loader)
+        assert stage.has_own_seed and stage.seed == stage_seed  # the main process's stage is left as it was
+        return first, second
+
+    epoch1, epoch2 = run(0, 0)
+    assert not torch.equal(epoch1[0], epoch1[1])  # workers 0 and 1
+    assert not any(torch.equal(a, b) for a, b in zip(epoch1, epoch2, strict=True))  # epoch 2 is new
+    again1, again2 = run(0, 0)
+    assert all(torch.equal(a, b) for a, b in zip(epoch1 + epoch2, again1 + again2, strict=True))  # repeatable
+    other, _ = run(1, 0)  # the stage's seed still matters
+    assert not any(torch.equal(a, b) for a, b in zip(epoch1, other, strict=True))
+
+
+def test_a_seed_set_inside_a_worker_is_used_as_given(monkeypatch):
+    """A seed chosen in the worker (worker_init_fn) is the caller's per-worker seed: not mixed again."""
+    from types import SimpleNamespace
+
+    from torch.utils.data import _utils
+
+    x = u8()
+    expected = GpuAugment([ColorJitter(0.4)], seed=5)(x)
+    in_worker = SimpleNamespace(id=0, num_workers=2, seed=1234, dataset=None)
+    monkeypatch.setattr(_utils.worker, "_worker_info", in_worker)
+    assert torch.equal(GpuAugment([ColorJitter(0.4)], seed=5)(x), expected)  # made in the worker
+    monkeypatch.setattr(_utils.worker, "_worker_info", None)
+    made_before = GpuAugment([ColorJitter(0.4)], seed=5)
+    monkeypatch.setattr(_utils.worker, "_worker_info", in_worker)
+    assert not torch.equal(made_before(x), expected)  # copied into a worker: mixed with the worker's seed
+
+
+def test_saturation_hue_and_grayscale_leave_a_single_channel_batch_as_torchvision_does():
+    """torchvision v2 (like PIL) makes saturation and hue no-ops on one channel and keeps a
+    1-channel image as it is under RandomGrayscale; the stage refused both."""
+    x = torch.randint(0, 256, (5, 1, 12, 12), dtype=torch.uint8, generator=torch.Generator().manual_seed(3))
+    assert torch.equal(GpuAugment([ColorJitter(saturation=0.9, hue=0.4), RandomGrayscale(1.0)], seed=0)(x), x)
+    # Brightness and contrast still apply, with the very parameters the full jitter draws.
+    full = GpuAugment([ColorJitter(0.4, 0.4, 0.9, 0.4)], seed=0)(x)
+    assert not torch.equal(full, x)
+    assert torch.equal(full, GpuAugment([ColorJitter(0.4, 0.4)], seed=0)(x))
+    with pytest.raises(ValueError, match="images has 2 channels but RandomGrayscale needs 1 or 3"):
+        GpuAugment([RandomGrayscale(1.0)], seed=0)(torch.zeros(2, 2, 8, 8))
+
+
+def test_erasing_after_normalize_paints_the_mean_colour_as_torchvisions_recipe_does():
+    """[..., Normalize, RandomErasing] (torchvision's and timm's ImageNet recipe) was refused."""
+    import torchvision.transforms.v2.functional as TF
+
+    x = u8()
+    stage = GpuAugment([Normalize(IMAGENET_MEAN, IMAGENET_STD), RandomErasing(p=1.0)], seed=0)
+    out = stage(x)
+    normalised = TF.normalize(x.float() / 255, list(IMAGENET_MEAN), list(IMAGENET_STD))
+    for i, (left, top, w, h) in enumerate(stage.last_params.per_op[1]["box"].long().tolist()):
+        assert w > 0 and h > 0
+        ref = TF.erase(normalised[i], top, left, h, w, torch.tensor(0.0))  # 0 = the mean colour
+        torch.testing.assert_close(out[i], ref, atol=1e-6, rtol=0)
+    with pytest.raises(ValueError, match="Normalize must be the last pixel op: ColorJitter after it"):
+        GpuAugment([Normalize(IMAGENET_MEAN, IMAGENET_STD), ColorJitter(0.4)])
+
+
+def test_erasing_takes_a_per_channel_value_and_random_noise_like_torchvision():
+    x = u8()
+    mean = (0.485, 0.456, 0.406)
+    stage = GpuAugment([RandomErasing(p=1.0, value=mean)], seed=0)
+    out = stage(x.float() / 255)
+    left, top, w, h = stage.last_params.per_op[0]["box"][0].long().tolist()
+    assert torch.equal(out[0, :, top:top + h, left:left + w],
+                       torch.tensor(mean).view(3, 1, 1).expand(3, h, w))
+    with pytest.raises(ValueError, match="images has 1 channels but RandomErasing needs 3"):
+        stage(torch.zeros(2, 1, 8, 8))
+    with pytest.raises(ValueError, match=r"value must be in \[0, 1\] pixel units before Normalize"):
+        GpuAugment([RandomErasing(value=2.0), Normalize(IMAGENET_MEAN, IMAGENET_STD)])
+    with pytest.raises(ValueError, match=r"value='random'\) fills with standard-normal noise.*put it after Normalize"):
+        GpuAugment([RandomErasing(value="random")])
+
+    noisy = GpuAugment([Normalize(IMAGENET_MEAN, IMAGENET_STD), RandomErasing(p=1.0, scale=(0.3, 0.33),
+                                                                              value="random")], seed=0)
+    big = u8(4, 64, 64)
+    out = noisy(big)
+    clean = Normalize(IMAGENET_MEAN, IMAGENET_STD).apply(big.float() / 255, {})
+    inside = torch.zeros_like(out, dtype=torch.bool)
+    for i, (left, top, w, h) in enumerate(noisy.last_params.per_op[1]["box"].long().tolist()):
+        inside[i, :, top:top + h, left:left + w] = True
+    torch.testing.assert_close(out[~inside], clean[~inside], atol=1e-6, rtol=0)
+    noise = out[inside]
+    assert abs(noise.mean().item()) < 0.05 and abs(noise.std().item() - 1.0) < 0.05  # standard normal
+    assert not torch.equal(out[0][inside[0]][:100], out[1][inside[1]][:100])  # per-sample noise
+    assert torch.equal(noisy(big, params=noisy.last_params), out)  # replayed bit for bit
+    chunked = GpuAugment(noisy.ops, seed=0, chunk_size=1)
+    assert torch.equal(chunked(big), out)

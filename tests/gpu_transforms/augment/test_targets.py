@@ -189,3 +189,24 @@ def test_normalised_boxes_are_warned_about_not_silently_dropped():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         stage.apply(images, boxes=[b * 40 for b in boxes])  # pixel boxes: no warning
+
+
+def test_targets_after_a_crop_and_a_rotation_keep_to_the_crop():
+    """As torchvision (crop first, then rotate): masks take the fill outside the crop, a
+    box outside it is dropped (it was rotated into view), and a keypoint there is not visible."""
+    x = torch.rand(2, 3, 40, 40)
+    masks = torch.ones(2, 40, 40, dtype=torch.int64)
+    stage = GpuAugment([RandomResizedCrop(20, scale=(0.25, 0.25), ratio=(1, 1)), RandomRotation((45, 45))], seed=0,
+                       mask_fill=255)
+    params = stage.sample_params(x)
+    boxes, points = [], []
+    for left, top, w, h in params.per_op[0]["box"].long().tolist():
+        # A thin box and a point just beside the crop, which the rotation brings into view.
+        outside = left + w + 1 if left + w + 3 <= 40 else left - 3
+        boxes.append(torch.tensor([[outside, top, outside + 2.0, top + h]]))
+        points.append([[outside + 1.0, top + h / 2], [left + w / 2, top + h / 2]])
+    res = stage.apply(x, boxes=boxes, masks=masks, keypoints=torch.tensor(points), params=params)
+    corners = (res.images == 0).all(dim=1)  # fill, where torchvision's rotation uncovers the corners
+    assert corners.any() and (res.masks[corners] == 255).all() and (res.masks[~corners] == 1).float().mean() > 0.97
+    assert all(len(b) == 0 for b in res.boxes)
+    assert res.keypoints_visible.tolist() == [[False, True], [False, True]]
