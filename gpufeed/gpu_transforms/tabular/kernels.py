@@ -117,13 +117,15 @@ def polars_log(frame: NwFrame, columns: Sequence[str], offset: float, *, checked
 
 def polars_min_max(frame: NwFrame, columns: Sequence[str]) -> dict[str, list[float]] | None:
     """``{column: [min, max]}`` of an eager polars frame's int or float ``columns``, missing
-    values skipped, by Arrow's ``min_max`` on the columns' own buffers: one read of each
-    column (polars reads a column once for ``min`` and again for ``max``: 37 columns of 1M
-    values took 12 ms against 20 ms, 2 cores), the columns spread over the usable cores.
+    values skipped, the columns spread over the usable cores. Integer columns by Arrow's
+    ``min_max`` on the columns' own buffers: one read of each column (polars reads a column
+    once for ``min`` and again for ``max``: 37 columns of 1M values took 12 ms against
+    20 ms, 2 cores). Float columns by polars' ``min`` and ``max``: Arrow's float
+    ``min_max`` minds NaN per value even where there is none, 2.9 ms per 1M values against
+    polars' 0.25 ms for both (3.7 against 0.43 ms with gaps).
 
     None when a column is of another type or a bound is not finite (inf, or no value): the
-    caller's narwhals path then names the column. NaN must be missing already (Arrow's
-    ``min_max`` skips NaN, but ~20x slower than other values).
+    caller's narwhals path then names the column. NaN must be missing already.
     """
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -133,7 +135,10 @@ def polars_min_max(frame: NwFrame, columns: Sequence[str]) -> dict[str, list[flo
         return None
 
     def bounds(column: str) -> tuple[Any, Any]:
-        found = pc.min_max(pa.chunked_array([chunk.to_arrow() for chunk in native.get_column(column).get_chunks()]))
+        series = native.get_column(column)
+        if series.dtype.is_float():
+            return series.min(), series.max()
+        found = pc.min_max(pa.chunked_array([chunk.to_arrow() for chunk in series.get_chunks()]))
         return found["min"].as_py(), found["max"].as_py()
 
     found = spread(bounds, columns)
