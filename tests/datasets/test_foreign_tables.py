@@ -555,3 +555,57 @@ def test_csv_missing_spellings_and_column_types_as_pandas_reads_them(tmp_path, b
         read_table(path, backend=backend, dtype={"zip": "date"})
     with pytest.raises(TypeError, match="na_values must be a list of strings"):
         read_table(path, backend=backend, na_values="NA")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_dataset_polars_partitions_reads_as_polars_reads_it(tmp_path, backend):
+    # polars keeps the key in every file (large_string) and in the folder names (string):
+    # Arrow's dataset discovery refused to merge the two, on every backend.
+    data = pl.DataFrame({"region": ["north", "south", "north", "east"], "year": [2024, 2024, 2025, 2025],
+                         "x": [1.0, 2.0, 3.0, 4.0]})
+    data.write_parquet(tmp_path / "ds", partition_by=["region", "year"])
+    expected = pl.read_parquet(tmp_path / "ds")
+    frame = read_table(tmp_path / "ds", backend=backend)
+    assert list(frame.columns) == expected.columns == ["region", "year", "x"]
+    for column in expected.columns:
+        assert _cells(frame, column) == expected[column].to_list(), column
+    if backend == "polars":
+        assert frame.schema == expected.schema
+    # A pandas-partitioned dataset (keys only in the folder names) still reads, keys last.
+    data.to_pandas().to_parquet(tmp_path / "pd", partition_cols=["region"])
+    frame = read_table(tmp_path / "pd", backend=backend)
+    assert list(frame.columns) == ["year", "x", "region"]
+    assert sorted(zip(_cells(frame, "region"), _cells(frame, "x"), strict=True)) == [
+        ("east", 4.0), ("north", 1.0), ("north", 3.0), ("south", 2.0)]
+
+
+@pytest.mark.parametrize("where", ["o.parquet", "o.feather", "o.arrows", "dataset"])
+def test_ordered_categoricals_keep_their_order_on_polars(tmp_path, where):
+    # polars read them as a plain Categorical (sorted L < M < S), while pandas and
+    # to_backend (an Enum) kept S < M < L.
+    sizes = pd.Categorical(["M", "S", None, "L", "S"], categories=["S", "M", "L", "XL"], ordered=True)
+    df = pd.DataFrame({"size": sizes, "part": [1, 1, 2, 2, 2], "plain": pd.Categorical(list("babab"))})
+    if where == "dataset":
+        df.to_parquet(tmp_path / where, partition_cols=["part"])
+    else:
+        write_table(df, tmp_path / where)
+    back = read_table(tmp_path / where, backend="polars")
+    assert back.schema["size"] == pl.Enum(["S", "M", "L", "XL"]) == to_backend(df, "polars").schema["size"]
+    assert back.sort("size", nulls_last=True)["size"].to_list() == ["S", "S", "M", "L", None]
+    assert back.schema["plain"] == pl.Categorical  # unordered ones stay Categorical
+    on_pandas = read_table(tmp_path / where, backend="pandas")["size"]
+    assert on_pandas.cat.ordered and list(on_pandas.cat.categories) == ["S", "M", "L", "XL"]
+    assert to_backend(back, "pandas")["size"].cat.ordered
+
+
+@pytest.mark.parametrize("suffix", [".json", ".jsonl", ".json.gz", ".pkl", ".h5"])
+def test_a_column_named_empty_keeps_its_name_beside_a_text_column(tmp_path, suffix):
+    # The JSON writer renamed "" to "column_1" when the frame also held text (polars'
+    # conversion from pandas goes through Arrow then), and kept it otherwise; pickle and
+    # HDF5 read on polars failed with a DuplicateError for the same reason.
+    frame = pd.DataFrame({"s": ["a", "b"], "": [5, 6], "column_1": [0.5, None]})
+    path = write_table(frame, tmp_path / f"blank{suffix}")
+    for backend in BACKENDS:
+        out = read_table(path, backend=backend)
+        assert list(out.columns) == ["s", "", "column_1"], backend
+        assert _cells(out, "") == [5, 6] and _cells(out, "s") == ["a", "b"], backend

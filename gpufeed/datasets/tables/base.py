@@ -141,14 +141,150 @@ def checked(name: str, reader: Reader) -> Reader:
 
 
 def _is_blank(path: Path) -> bool:
-    """No bytes, or only whitespace (an empty JSON file is often a lone newline)."""
+    """No bytes, or only whitespace (an empty JSON file is often a lone newline), once
+    decompressed (see :func:`open_decompressed`)."""
     if path.stat().st_size == 0:
         return True
-    with open(path, "rb") as fh:
-        while chunk := fh.read(1 << 20):
-            if chunk.strip():
-                return False
+    try:
+        with open_decompressed(path) as fh:
+            while chunk := fh.read(1 << 20):
+                if chunk.strip():
+                    return False
+    except (TabularError, *decompression_errors()):
+        return False  # an archive the reader names (several files in one zip, cut short)
     return True
+
+
+#: The compressions a text table (CSV, JSON) may come in, by the suffix that names them,
+#: as ``pandas.read_csv`` and ``pandas.read_json`` infer them: ``readings.csv.gz``,
+#: ``flights.csv.zip`` (one file in the archive), ``events.jsonl.zst``.
+COMPRESSION_SUFFIXES = {".gz": "gzip", ".bz2": "bz2", ".xz": "xz", ".zst": "zstd", ".zip": "zip"}
+
+#: The first bytes of a compressed file, whatever its name: a file read with ``format=``
+#: under a name that does not say it is compressed is still decompressed, never parsed as
+#: text. (bz2's, ``BZh``, is told with the block magic after it; see :func:`compression_of`.)
+_MAGIC = ((b"\x1f\x8b", "gzip"), (b"PK\x03\x04", "zip"), (b"PK\x05\x06", "zip"),
+          (b"\xfd7zXZ\x00", "xz"), (b"\x28\xb5\x2f\xfd", "zstd"), (b"\x04\x22\x4d\x18", "lz4"))
+
+
+def compression_of(path: Path) -> str | None:
+    """The compression of ``path`` told by its first bytes (``"gzip"``, ``"zip"``,
+    ``"bz2"``, ``"xz"``, ``"zstd"``, ``"lz4"``), or None for a file that is not
+    compressed: the bytes, not the name, decide, so a misnamed file reads too."""
+    import re
+
+    with open(path, "rb") as fh:
+        head = fh.read(10)
+    for magic, kind in _MAGIC:
+        if head.startswith(magic):
+            return kind
+    # "BZh" + block size + the block (pi) or end-of-stream (sqrt pi) magic: not text.
+    if re.match(rb"BZh[1-9](?:1AY&SY|\x17rE8P\x90)", head):
+        return "bz2"
+    return None
+
+
+def strip_compression(name: str) -> str:
+    """``name`` without a compression suffix (``t.jsonl.gz`` -> ``t.jsonl``)."""
+    lower = name.lower()
+    for suffix in COMPRESSION_SUFFIXES:
+        if lower.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def _zip_member(path: Path, archive: Any) -> str:
+    """The one table file in a zip archive, as pandas reads one (macOS' ``__MACOSX/`` and
+    ``.DS_Store`` entries and folders are not files of the table)."""
+    names = [n for n in archive.namelist()
+             if not n.endswith("/") and not n.startswith("__MACOSX/") and n.rsplit("/", 1)[-1] != ".DS_Store"]
+    if len(names) != 1:
+        shown = ", ".join(map(repr, names[:5])) + (" ..." if len(names) > 5 else "")
+        held = f"{len(names)} files ({shown})" if names else "no file"
+        raise TabularError(f"{path}: the zip archive holds {held}; a table is read from an archive of one "
+                           "file: extract the file you want and read it")
+    return names[0]
+
+
+def open_decompressed(path: Path, *, arrow: bool = False) -> Any:
+    """``path`` opened for reading bytes, decompressed when :func:`compression_of` finds it
+    compressed (gzip, bz2, zstd and lz4 by Arrow's codecs, xz by Python's ``lzma``, a zip
+    archive's one file by ``zipfile``): a Python binary file, read by lines or blocks.
+
+    ``arrow=True``: an Arrow stream where Arrow decompresses (and for a plain file), which
+    Arrow's readers take without going through Python for every block.
+
+    Raises:
+        TabularError: a zip archive holding no file or several, naming the file and them.
+    """
+    import io
+
+    import pyarrow as pa
+
+    kind = compression_of(path)
+    if kind is None:
+        return pa.input_stream(str(path), compression=None) if arrow else open(path, "rb")
+    if kind == "xz":
+        import lzma
+
+        return lzma.open(path, "rb")
+    if kind == "zip":
+        import zipfile
+
+        try:
+            with zipfile.ZipFile(path) as archive:
+                # The member stays readable after the archive is closed (it holds the file).
+                return archive.open(_zip_member(path, archive))
+        except zipfile.BadZipFile as exc:
+            raise TabularError(f"{path}: cannot read it as a zip archive ({exc})") from exc
+    stream = pa.input_stream(str(path), compression=kind)
+    return stream if arrow else io.BufferedReader(stream)
+
+
+def decompression_errors() -> tuple[type[BaseException], ...]:
+    """What reading a damaged compressed file raises (a truncated gzip: EOFError; bad data:
+    zlib's, lzma's, zipfile's or Arrow's errors, which are OSErrors)."""
+    import lzma
+    import zipfile
+    import zlib
+
+    return (OSError, EOFError, zlib.error, lzma.LZMAError, zipfile.BadZipFile)
+
+
+def open_compressed(path: Path) -> Any:
+    """``path`` opened for writing bytes, compressed as its suffix says (see
+    :data:`COMPRESSION_SUFFIXES`; a ``.zip`` archive holds one file named as the archive
+    without ``.zip``, as pandas writes one), or plain. A context manager."""
+    import contextlib
+
+    kind = next((c for s, c in COMPRESSION_SUFFIXES.items() if path.name.lower().endswith(s)), None)
+    if kind is None:
+        return open(path, "wb")
+    if kind == "gzip":
+        import gzip
+
+        return gzip.open(path, "wb")
+    if kind == "bz2":
+        import bz2
+
+        return bz2.open(path, "wb")
+    if kind == "xz":
+        import lzma
+
+        return lzma.open(path, "wb")
+    if kind == "zip":
+        import zipfile
+
+        @contextlib.contextmanager
+        def member() -> Any:
+            with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive, \
+                    archive.open(strip_compression(path.name), "w", force_zip64=True) as fh:
+                yield fh
+
+        return member()
+    import pyarrow as pa
+
+    return pa.output_stream(str(path), compression=kind)
 
 
 def _reader_errors() -> tuple[type[BaseException], ...]:
@@ -165,6 +301,52 @@ def _reader_errors() -> tuple[type[BaseException], ...]:
 
         errors.append(PolarsError)
     return tuple(errors)
+
+
+def keeping_names(pdf: Any, convert: Callable[[Any], Any]) -> Any:
+    """``convert(pdf)`` (a pandas frame to polars or cuDF) with the frame's column names.
+
+    polars' conversion from pandas names a column called ``""`` ``column_<i>`` when the
+    frame also holds text (it goes through Arrow then; beside a real ``column_<i>`` it
+    fails), so the same frame kept ``""`` or not depending on its other columns, where
+    pandas, Arrow and every file format keep the empty name.
+    """
+    names = [str(c) for c in pdf.columns]
+    if "" not in names:
+        return convert(pdf)
+    frame = convert(pdf.set_axis([f"__gpufeed_{i}" for i in range(len(names))], axis=1))
+    frame.columns = names
+    return frame
+
+
+def ordered_as_enums(frame: Any, table: Any) -> Any:
+    """The polars ``frame`` read from the Arrow ``table`` with each ordered categorical of
+    text (an ordered dictionary column: a pandas ``Categorical(ordered=True)`` written to
+    Parquet or Feather, sizes ``S < M < L``) as an ``Enum`` of its categories in order, as
+    :func:`~gpufeed.gpu_transforms.tabular.frames.to_backend` moves one to polars.
+
+    polars reads such a column as a plain ``Categorical``, which has no order: sorting and
+    comparing went by the text (``L < M < S``) on polars while pandas read the same file
+    ordered. ``table`` may hold only the ordered columns (``frame`` holds them all).
+    """
+    import polars as pl
+    import pyarrow as pa
+
+    ordered = [f.name for f in table.schema
+               if pa.types.is_dictionary(f.type) and f.type.ordered
+               and (pa.types.is_string(f.type.value_type) or pa.types.is_large_string(f.type.value_type))
+               and f.name in frame.columns]
+    if not ordered:
+        return frame
+    # One dictionary per column: each chunk (row group, record batch) may have its own; the
+    # first's order comes first, as pandas reads the file.
+    unified = table.select(ordered).unify_dictionaries()
+    enums = {}
+    for name in ordered:
+        chunks = unified.column(name).chunks
+        if chunks:
+            enums[name] = pl.Enum(chunks[0].dictionary.to_pylist())
+    return frame.with_columns(pl.col(name).cast(kind) for name, kind in enums.items()) if enums else frame
 
 
 #: Integers of larger magnitude than this are not all exact in float64 (2**53).

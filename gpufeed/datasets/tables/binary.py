@@ -23,6 +23,7 @@ from gpufeed.datasets.tables.base import (
     TableFormat,
     WriteOptions,
     arrow_to_pandas,
+    ordered_as_enums,
 )
 from gpufeed.gpu_transforms.tabular.errors import TabularError
 from gpufeed.gpu_transforms.tabular.frames import Frame, polars_from_arrow
@@ -46,29 +47,42 @@ def read_parquet_dataset(path: Path) -> Any:
     a column a later file adds is kept (null in the files without it) instead of dropped,
     which is what a dataset built from the first file's schema alone does.
 
+    A partition key that the files also hold as a column (polars' ``write_parquet(dir,
+    partition_by=[...])`` writes it in both places) is read as the files have it, in their
+    column order, as ``pl.read_parquet(dir)`` reads it.
+
     Raises:
-        TabularError: no Parquet file in the directory, or files (or a partition folder and
-            the files) that disagree on a column's type; both name the directory.
+        TabularError: no Parquet file in the directory, or files that disagree on a column's
+            type; both name the directory.
     """
     import pyarrow as pa
     import pyarrow.dataset as ds
+    import pyarrow.fs as pafs
 
+    # The files first, without their folders' keys: their own schemas, unified.
+    plain = ds.dataset(path, format="parquet")
+    if not plain.files:
+        raise TabularError(f"{path}: the directory holds no Parquet files (files named _* or .* are skipped)")
     try:
-        dataset = ds.dataset(path, format="parquet", partitioning="hive")
-        if not dataset.files:
-            raise TabularError(f"{path}: the directory holds no Parquet files (files named _* or .* are skipped)")
         # permissive: int32 in old files and int64 in new ones (or a column all null in some)
         # read as the wider type; text in one file and numbers in another still fail.
-        files = pa.unify_schemas([fragment.physical_schema for fragment in dataset.get_fragments()],
+        files = pa.unify_schemas([fragment.physical_schema for fragment in plain.get_fragments()],
                                  promote_options="permissive")
-        # The partition columns (in the discovered schema, not in the files) go last, as Spark has them.
-        keys = pa.schema([f for f in dataset.schema if f.name not in files.names])
-        schema = pa.unify_schemas([files, keys])
-    except pa.ArrowTypeError as exc:  # from discovery (a partition key the files also hold) or the union
+    except pa.ArrowTypeError as exc:
         raise TabularError(
-            f"{path}: the dataset's files, or a partition folder (key=value) and the files, disagree on "
-            f"a column's type ({exc}); rewrite them with one schema or read the files one by one"
+            f"{path}: the dataset's files disagree on a column's type ({exc}); rewrite them with one "
+            "schema or read the files one by one"
         ) from exc
+    # The key=value folders' keys, typed from the folder names alone (no file inspected).
+    factory = ds.FileSystemDatasetFactory(
+        pafs.LocalFileSystem(), pafs.FileSelector(str(path), recursive=True), ds.ParquetFileFormat(),
+        ds.FileSystemFactoryOptions(str(path), partitioning=ds.HivePartitioning.discover()))
+    keys = factory.inspect(fragments=0)
+    # A key the files also hold (polars' write_parquet(partition_by=...) keeps it in every
+    # file, as large_string, while its folder names read as string) is the files' column,
+    # with their type; Arrow's discovery refused to merge the two types. The other keys
+    # (not in the files) go last, as Spark has them.
+    schema = pa.unify_schemas([files, pa.schema([f for f in keys if f.name not in files.names])])
     return ds.dataset(path, format="parquet", partitioning="hive", schema=schema).to_table()
 
 
@@ -108,10 +122,17 @@ def _read_parquet_polars(path: Path, options: ReadOptions, report: ReadReport) -
 
     # A directory goes through Arrow's dataset reader, as on pandas, so that both backends
     # get the same columns, partition column types and schema union.
+    # Ordered categoricals become Enums (see ordered_as_enums), for a file read with
+    # polars' reader from the Arrow schema stored in it and its ordered columns' dictionaries.
     if path.is_dir():
         table = read_parquet_dataset(path)
-        return _without_pandas_index(polars_from_arrow(table), table.schema, path)
-    return _without_pandas_index(pl.read_parquet(path), pq.read_schema(path), path)
+        return _without_pandas_index(ordered_as_enums(polars_from_arrow(table), table), table.schema, path)
+    schema = pq.read_schema(path)
+    frame = pl.read_parquet(path)
+    ordered = [f.name for f in schema if getattr(f.type, "ordered", False)]
+    if ordered:
+        frame = ordered_as_enums(frame, pq.read_table(path, columns=ordered))
+    return _without_pandas_index(frame, schema, path)
 
 
 def _read_parquet_cudf(path: Path, options: ReadOptions, report: ReadReport) -> Frame:
@@ -170,7 +191,7 @@ def _read_feather_pandas(path: Path, options: ReadOptions, report: ReadReport) -
 def _read_feather_polars(path: Path, options: ReadOptions, report: ReadReport) -> Frame:
 
     table = _read_arrow_ipc(path)
-    return _without_pandas_index(polars_from_arrow(table), table.schema, path)
+    return _without_pandas_index(ordered_as_enums(polars_from_arrow(table), table), table.schema, path)
 
 
 def _write_feather_pandas(df: Frame, path: Path, options: WriteOptions) -> None:

@@ -4,7 +4,9 @@ Arrow's is the one CSV reader that hands back each malformed line, so no row is 
 without being counted and named; cuDF's reader would skip or fail silently. The table is
 then handed to the backend asked for. An empty field (quoted or not) and the usual NA
 spellings are missing values in every column, text included, as ``pandas.read_csv`` reads
-them. Writers: each backend's own.
+them. A compressed file (``.csv.gz``, ``.csv.zip``... or told by its first bytes) is read
+decompressed, its lines numbered as the decompressed file's. Writers: each backend's own,
+compressed as the suffix says.
 """
 
 from __future__ import annotations
@@ -22,12 +24,17 @@ from typing import Any, TextIO
 import numpy as np
 
 from gpufeed.datasets.tables.base import (
+    COMPRESSION_SUFFIXES,
     MAX_LINES_IN_MESSAGE,
     ReadOptions,
     ReadReport,
     TableFormat,
     WriteOptions,
     arrow_to_pandas,
+    compression_of,
+    decompression_errors,
+    open_compressed,
+    open_decompressed,
 )
 from gpufeed.gpu_transforms.tabular.errors import EmptyTableError, MalformedCSVError, MixedTypeError
 from gpufeed.gpu_transforms.tabular.frames import Frame, repeated, to_backend
@@ -35,12 +42,9 @@ from gpufeed.policies import MixedTypes, OnError
 
 
 def _open_text(path: Path, encoding: str = "utf-8") -> TextIO:
-    """The file as text, decompressed by suffix the way Arrow's CSV reader does it (.gz,
-    .bz2, .lz4, .zst); ``newline=""`` as the csv module needs."""
-    import pyarrow as pa
-
-    return io.TextIOWrapper(pa.input_stream(str(path), compression="detect"), encoding=encoding,
-                            errors="replace", newline="")
+    """The file as text, decompressed as the CSV reader reads it (:func:`open_decompressed`);
+    ``newline=""`` as the csv module needs."""
+    return io.TextIOWrapper(open_decompressed(path), encoding=encoding, errors="replace", newline="")
 
 
 def _text_lines(path: Path, encoding: str = "utf-8", skiprows: int = 0) -> Iterator[tuple[int, str]]:
@@ -98,10 +102,8 @@ def _arrow_read_options(encoding: str, skiprows: int, size: int | None, **names:
 def _first_undecodable_line(path: Path, encoding: str, skiprows: int = 0) -> tuple[int, bytes] | None:
     """``(line number, raw line)`` of the first line ``encoding`` cannot decode after the
     skipped ones, which Arrow does not parse (error path only)."""
-    import pyarrow as pa
-
-    with pa.input_stream(str(path), compression="detect") as raw:
-        for lineno, line in enumerate(io.BufferedReader(raw), start=1):
+    with open_decompressed(path) as raw:
+        for lineno, line in enumerate(raw, start=1):
             if lineno <= skiprows:
                 continue
             try:
@@ -245,13 +247,22 @@ def _read_csv_arrow(
         strings_can_be_null=True, decimal_point=decimal,
         null_values=list(PANDAS_NA_VALUES if na_values is None else na_values),
         column_types={in_file[name]: getattr(pa, CSV_TYPES[kind])() for name, kind in dtypes if name in in_file})
+    # Decompressed as the file's first bytes say (.csv.gz, .csv.zip, ... or a compressed
+    # file under another name), never parsed as text while compressed.
+    compression = compression_of(path)
     try:
-        table = pacsv.read_csv(path, read_options=read_options, convert_options=convert_options,
-                               parse_options=pacsv.ParseOptions(delimiter=sep, invalid_row_handler=handler))
+        with open_decompressed(path, arrow=True) as source:
+            table = pacsv.read_csv(source, read_options=read_options, convert_options=convert_options,
+                                   parse_options=pacsv.ParseOptions(delimiter=sep, invalid_row_handler=handler))
     except ArrowInvalid as exc:
         if "Empty CSV file" in str(exc):
             raise EmptyTableError(empty) from exc
         raise MalformedCSVError(f"{path}: cannot parse CSV: {exc}") from exc
+    except decompression_errors() as exc:
+        if compression is None:
+            raise
+        raise MalformedCSVError(f"{path}: cannot decompress the {compression} file ({type(exc).__name__}: "
+                                f"{exc}); is it damaged or cut short?") from exc
     except UnicodeError as exc:  # raised by the Python codec while transcoding
         raise MalformedCSVError(
             f"{path}: cannot decode the file as {encoding} ({exc}); pass the file's encoding=, "
@@ -288,6 +299,7 @@ def _read_csv_arrow(
     # Renamed first: the read again for big integers picks columns by these names (by the
     # header's own, "" picked the first blank column for every blank one).
     table = table.rename_columns(names)
+    table = _empty_columns_as_floats(table, typed={name for name, _ in dtypes})
 
     def again() -> Any:
         # Given the names, Arrow reads every line after the ones it skips as data: skip the
@@ -314,6 +326,23 @@ def _read_csv_arrow(
                 lines=bad,
             )
         report.bad_lines = bad
+    return table
+
+
+def _empty_columns_as_floats(table: Any, typed: set[str]) -> Any:
+    """``table`` with every column that has no value at all (every field empty or an NA
+    spelling: a float column that was all NaN when written, a sensor that never reported)
+    as float64, as ``pandas.read_csv`` reads it, instead of Arrow's untyped null column
+    (object on pandas, ``Null`` on polars, which no numeric op takes). Columns the caller
+    typed with ``dtype=`` are left as asked, and so is a file without rows (a header
+    alone), whose columns pandas reads as ``object``."""
+    import pyarrow as pa
+
+    if table.num_rows == 0:
+        return table
+    for i, (name, column) in enumerate(zip(table.column_names, table.columns, strict=True)):
+        if pa.types.is_null(column.type) and name not in typed:
+            table = table.set_column(i, name, column.cast(pa.float64()))
     return table
 
 
@@ -363,8 +392,10 @@ def _unsigned_ids(table: Any, path: Path, read_options: Callable[[], Any], conve
             quoted_strings_can_be_null=convert_options.quoted_strings_can_be_null,
         )
         try:  # the same rows: malformed lines were counted by the first read and are skipped again
-            return pacsv.read_csv(path, read_options=again, convert_options=options,
-                                  parse_options=pacsv.ParseOptions(delimiter=sep, invalid_row_handler=lambda _: "skip"))
+            with open_decompressed(path, arrow=True) as source:
+                return pacsv.read_csv(source, read_options=again, convert_options=options,
+                                      parse_options=pacsv.ParseOptions(delimiter=sep,
+                                                                       invalid_row_handler=lambda _: "skip"))
         except pa.ArrowInvalid:
             return None  # fractions or other values beside the big ones: floats they are
 
@@ -532,19 +563,68 @@ def read_csv(path: Path, options: ReadOptions, report: ReadReport) -> Frame:
     return _from_arrow(table, options.backend, path)
 
 
+def _iso_durations(column: Any, unit: str) -> Any:
+    """A polars duration expression as ISO 8601 text in seconds (``PT1.5S``, ``-PT90S``,
+    ``PT172800.001S``, zero ``P0D``), the text polars' JSON writer gives a duration (null
+    stays null)."""
+    import polars as pl
+
+    digits = {"ns": 9, "us": 6, "ms": 3}[unit]
+    ticks = column.cast(pl.Int64)
+    size = ticks.abs()
+    fraction = size % 10**digits
+    text = pl.concat_str([
+        pl.when(ticks < 0).then(pl.lit("-")).otherwise(pl.lit("")), pl.lit("PT"),
+        (size // 10**digits).cast(pl.String),
+        pl.when(fraction == 0).then(pl.lit("")).otherwise(
+            pl.lit(".") + fraction.cast(pl.String).str.zfill(digits).str.strip_chars_end("0")),
+        pl.lit("S"),
+    ])
+    return pl.when(ticks == 0).then(pl.lit("P0D")).otherwise(text)  # as polars writes a zero
+
+
+def _durations_as_text_polars(df: Any) -> Any:
+    """A polars frame with its duration columns as ISO 8601 text (see :func:`_iso_durations`):
+    polars' CSV writer refuses durations, naming no column, while pandas wrote its own
+    ``0 days 00:00:01.5``; now both write what the JSON writer writes, which
+    ``pd.to_timedelta`` reads back."""
+    import polars as pl
+
+    durations = {name: kind.time_unit for name, kind in df.schema.items() if isinstance(kind, pl.Duration)}
+    if not durations:
+        return df
+    return df.with_columns(_iso_durations(pl.col(name), unit).alias(name) for name, unit in durations.items())
+
+
+def _durations_as_text_pandas(df: Any) -> Any:
+    """A pandas frame with its timedelta columns as the text polars' frames get (see
+    :func:`_durations_as_text_polars`)."""
+    import pandas as pd
+    import polars as pl
+
+    durations = [name for name, kind in df.dtypes.items() if pd.api.types.is_timedelta64_dtype(kind)]
+    if not durations:
+        return df
+    df = df.copy(deep=False)
+    for name in durations:
+        series = pl.from_pandas(df[name].reset_index(drop=True)).alias("d")
+        text = pl.DataFrame([series]).select(_iso_durations(pl.col("d"), series.dtype.time_unit).alias("d"))["d"]
+        df[name] = pd.Series(text.to_list(), index=df.index, dtype=object)
+    return df
+
+
 def _write_csv(df: Frame, path: Path, options: WriteOptions) -> None:
-    """No index column (write_table made an index that holds data a column)."""
-    df.to_csv(path, index=False, sep=options.sep)
+    """No index column (write_table made an index that holds data a column); compressed
+    as the suffix says (:func:`open_compressed`), as every backend writes it."""
+    with open_compressed(path) as fh, io.TextIOWrapper(fh, encoding="utf-8", newline="") as text:
+        _durations_as_text_pandas(df).to_csv(text, index=False, sep=options.sep)
 
 
 def _write_csv_polars(df: Frame, path: Path, options: WriteOptions) -> None:
-    if path.name.lower().endswith(".gz"):  # polars refuses a .gz name for plain text
-        import gzip
-
-        with gzip.open(path, "wb") as fh:
-            df.write_csv(fh, separator=options.sep)
-        return
-    df.write_csv(path, separator=options.sep)
+    """Compressed as the suffix says (polars itself refuses a ``.gz`` name for plain text
+    and wrote other compressed names as plain text)."""
+    with open_compressed(path) as fh:
+        _durations_as_text_polars(df).write_csv(fh, separator=options.sep)
 
 
 def _write_csv_cudf(df: Frame, path: Path, options: WriteOptions) -> None:
@@ -554,7 +634,7 @@ def _write_csv_cudf(df: Frame, path: Path, options: WriteOptions) -> None:
 
 
 CSV = TableFormat(
-    "csv", (".csv", ".csv.gz"),
+    "csv", (".csv", *(f".csv{suffix}" for suffix in COMPRESSION_SUFFIXES)),
     readers=dict.fromkeys(("pandas", "polars", "cudf"), read_csv),
     writers={"pandas": _write_csv, "polars": _write_csv_polars, "cudf": _write_csv_cudf},
     text_options=csv_options,

@@ -25,6 +25,7 @@ from gpufeed.datasets.tables.base import (
     ReadOptions,
     ReadReport,
     WriteOptions,
+    keeping_names,
 )
 from gpufeed.datasets.tables.formats import table_format
 from gpufeed.gpu_transforms.tabular.errors import TabularError
@@ -94,7 +95,8 @@ def read_table_with_report(
             warnings.warn(f"gpufeed: {src}: the pandas index stored in the file ({', '.join(map(str, frame.index.names))})"
                           f" is not read as a column on {target}, as on pandas, where it is the frame's index; "
                           "reset_index() before writing keeps it as data", stacklevel=3)
-        frame = to_backend(frame, target)
+        frame = (keeping_names(frame, lambda f: to_backend(f, target)) if backend_of(frame) == "pandas"
+                 else to_backend(frame, target))
     report.rows = len(frame)
     return frame, report
 
@@ -152,7 +154,8 @@ def read_table(
 
     In CSV files an empty field (quoted or not) and the usual NA spellings (``NA``,
     ``null``, ``NaN``, ...) are missing values in every column, as ``pandas.read_csv``
-    reads them. JSON has no datetime type: a JSON text column whose every value is an ISO
+    reads them; a CSV or JSON column with no value at all is float64 (unless ``dtype=``
+    says otherwise), as pandas reads it. JSON has no datetime type: a JSON text column whose every value is an ISO
     8601 date and time (``2024-01-01 10:00:00``, ``...T10:00:00.5+01:00``) is read as
     datetimes, in UTC when the values carry an offset; one whose every value is a bare
     date (``2024-01-01``) as dates (midnight datetimes on pandas).
@@ -163,7 +166,10 @@ def read_table(
     polars names them, so a recipe names the same columns whatever the file.
 
     Args:
-        path: the file; its suffix gives the format unless ``format`` is passed. A directory
+        path: the file; its suffix gives the format unless ``format`` is passed. A CSV or
+            JSON file may be compressed (``.csv.gz``, ``.jsonl.zst``, ``flights.csv.zip``
+            with one file in it; also ``.bz2``, ``.xz``): told by its first bytes, so a
+            compressed file under another name is decompressed too. A directory
             of Parquet files (a dataset as Spark or ``pyarrow.dataset.write_dataset`` write
             it, hive-partitioned ``year=2024/`` or not) is read as one table, with its
             partition columns and the columns of every file; ``_*`` and ``.*`` files are skipped.
@@ -174,7 +180,8 @@ def read_table(
             :class:`MalformedCSVError` naming the lines; ``"skip"`` skips them and warns
             with their line numbers (use :func:`read_table_with_report` to get them back).
         mixed_types: ``"raise"`` raises :class:`MixedTypeError` for a CSV/JSON text column
-            mixing numbers and words; ``"keep"`` leaves it as text.
+            mixing numbers and words; ``"keep"`` leaves it as text (a JSON column's numbers
+            in their JSON spelling: ``["1", "x"]``), on every backend.
         sep: CSV only: the one-character field delimiter (default ``","``; e.g. ``";"``, ``"\\t"``).
         encoding: CSV only: the text encoding (default UTF-8; e.g. ``"latin-1"``, ``"cp1252"``).
             A file that is not valid in it raises :class:`MalformedCSVError` naming the line.
@@ -237,7 +244,9 @@ def write_table(
 ) -> Path:
     """Write ``df`` (pandas, polars or cuDF) in the format given or implied by ``path``.
 
-    JSON is written with floats exact and datetimes as ISO 8601 text: a ``.json`` file as one
+    A CSV or JSON name ending in ``.gz``, ``.bz2``, ``.xz``, ``.zst`` or ``.zip`` (an archive of
+    one file) is written compressed so, from every backend. Durations are written to CSV and
+    JSON as ISO 8601 seconds (``PT1.5S``). JSON is written with floats exact and datetimes as ISO 8601 text: a ``.json`` file as one
     array of records (``[{...}, ...]``, what ``json.load``, ``pd.read_json`` and
     ``pl.read_json`` read), a ``.jsonl`` or ``.ndjson`` file as JSON lines (one record per
     line, the layout GPU and streaming readers expect). HDF5 uses the key ``"data"``, so

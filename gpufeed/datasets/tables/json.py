@@ -6,26 +6,38 @@ an ISO 8601 date and time is read back as datetimes (in UTC when the values carr
 offset). pandas reads through its parser, which tells columns mixing numbers and text;
 polars through its own (several times faster), falling back on pandas' reading wherever
 the two could differ; cuDF as polars reads, then moved to the GPU (cuDF's own reader has
-neither check).
+neither check). A compressed file (``.jsonl.gz``, or told by its first bytes) is read from a
+decompressed copy, and written compressed as its suffix says.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+import shutil
+import tempfile
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from gpufeed.datasets.tables.base import (
+    COMPRESSION_SUFFIXES,
     NULLABLE_INTS,
     ReadOptions,
     ReadReport,
     TableFormat,
     WriteOptions,
+    compression_of,
+    decompression_errors,
+    keeping_names,
+    open_compressed,
+    open_decompressed,
+    strip_compression,
 )
 from gpufeed.gpu_transforms.tabular.errors import MixedTypeError, TabularError
 from gpufeed.gpu_transforms.tabular.frames import Frame, to_backend
@@ -49,8 +61,9 @@ def _lines(path: Path) -> bool:
 
 
 def _lines_by_name(path: Path) -> bool:
-    """Whether ``path``'s suffix names a JSON lines file (else a ``.json`` file is one JSON value)."""
-    return path.suffix.lower() in _LINES_SUFFIXES
+    """Whether ``path``'s suffix names a JSON lines file (else a ``.json`` file is one JSON
+    value), a compression suffix aside (``t.jsonl.gz``)."""
+    return strip_compression(path.name).lower().endswith(_LINES_SUFFIXES)
 
 
 def pandas_orient(path: Path) -> str | None:
@@ -124,17 +137,19 @@ def _read_json_cudf(path: Path, options: ReadOptions, report: ReadReport) -> Fra
 
 
 def _read_json_records(
-    path: Path, options: ReadOptions, orient: str | None
+    path: Path, options: ReadOptions, orient: str | None, name: Path | None = None
 ) -> tuple[pd.DataFrame, list[str]]:
     """The JSON file through pandas' parser, checked for columns mixing numbers and text,
     ISO datetimes parsed (see the module docstring), booleans with missing values as
     pandas' nullable ``boolean``; ``orient``: the file's :func:`pandas_orient`, worked out
-    once by the caller (it parses a one-object file).
+    once by the caller (it parses a one-object file). ``name``: the file the errors name
+    (the compressed file ``path`` was decompressed from), ``path`` by default.
 
     Returns:
         ``(frame, names of the columns of bare dates)``: pandas holds those as midnight
         datetimes, polars as ``Date``, as from the other formats.
     """
+    shown = name or path
     lines = orient is None and _lines(path)
     try:
         # precise_float: the default parser can change a float64 in its last bit, so a
@@ -145,20 +160,77 @@ def _read_json_records(
         frame = pd.read_json(path, lines=lines, orient=None if lines else orient or "records", dtype=False,
                              precise_float=True, convert_axes=False)
     except ValueError as exc:
-        raise TabularError(f"{path}: not valid JSON{_json_error_location(path, lines)} ({exc})") from exc
+        if "Range error" not in str(exc):
+            raise TabularError(f"{shown}: not valid JSON{_json_error_location(path, lines)} ({exc})") from exc
+        # pandas' precise parser refuses a subnormal float (|x| < 2.2e-308, e.g. 1e-310,
+        # which the writers write): a valid file, read by Python's parser instead, exactly.
+        frame = _read_json_python(path, lines, orient, shown)
     if orient is not None:
         frame = _row_labels_as_column(frame)
-    if options.mixed_types is MixedTypes.RAISE:
-        for name in frame.columns:
-            col = frame[name]
-            if col.dtype == object:
-                kinds = {type(v) for v in col.dropna()}
-                if str in kinds and kinds & {int, float}:
-                    idx = next(i for i, v in enumerate(col) if isinstance(v, str))
-                    raise MixedTypeError(
-                        f"{path}: column {name!r} mixes numbers and text; e.g. {col.iloc[idx]!r} in record {idx + 1}"
-                    )
+    for column in frame.columns:
+        col = frame[column]
+        if col.dtype != object:
+            continue
+        kinds = {type(v) for v in col.dropna()}
+        if not kinds:
+            # Every value missing: float64, as pd.read_json and pd.read_csv read such a
+            # column (a float column that was all NaN when written), not Python objects.
+            frame[column] = col.astype("float64")
+        elif str in kinds and kinds & {int, float}:
+            if options.mixed_types is MixedTypes.RAISE:
+                idx = next(i for i, v in enumerate(col) if isinstance(v, str))
+                raise MixedTypeError(
+                    f"{shown}: column {column!r} mixes numbers and text; e.g. {col.iloc[idx]!r} in record {idx + 1}"
+                )
+            frame[column] = _as_text(col)
     return _parse_iso_datetimes(_nullable_booleans(frame))
+
+
+def _as_text(col: pd.Series) -> pd.Series:
+    """A column mixing numbers and text (``mixed_types="keep"``) as text, as a CSV column
+    that mixes them is read: every value that is not text as its JSON spelling (``1``,
+    ``2.5``, ``true``), missing values missing. Left as Python objects, it held ints beside
+    strs on pandas and could not be moved to polars at all."""
+    texts = [v if isinstance(v, str) else None if _missing(v) else json.dumps(v) for v in col]
+    # The dtype pandas gives a text column (``str`` in pandas 3, ``object`` before).
+    return pd.Series(texts, index=col.index, name=col.name, dtype=pd.Series(["a"]).dtype)
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and value != value)
+
+
+def _read_json_python(path: Path, lines: bool, orient: str | None, shown: Path) -> pd.DataFrame:
+    """The JSON file through Python's parser, to the frame ``pd.read_json(dtype=False)``
+    builds from its own parser's values (the same Python values: Python's parser reads
+    every float64 exactly, subnormals included, where pandas' refuses those). Only used
+    when pandas' parser refused a number, so other files keep its speed.
+
+    Raises:
+        TabularError: a file that is not valid JSON, or pandas' ``"table"`` layout (its
+            schema is applied by pandas' parser only), naming the file.
+    """
+    try:
+        with open(path, encoding="utf-8-sig") as fh:
+            if lines:
+                doc: Any = [json.loads(line) for line in fh if line.strip()]
+            else:
+                doc = json.load(fh)
+    except ValueError as exc:
+        raise TabularError(f"{shown}: not valid JSON{_json_error_location(path, lines)} ({exc})") from exc
+    if orient == "table":
+        raise TabularError(f"{shown}: a JSON table (orient='table') holding a float too small for pandas' JSON "
+                           "parser (subnormal, below 2.2e-308): write the table as records or JSON lines")
+    if orient == "index":
+        frame = pd.DataFrame.from_dict(doc, dtype=None, orient="index")
+    elif orient == "split":
+        frame = pd.DataFrame(dtype=None, **{str(k): v for k, v in doc.items()})
+    else:  # records, JSON lines, and pandas' default {column: {row: value}}
+        frame = pd.DataFrame(doc, dtype=None)
+    for name in frame.columns:  # as pandas' reading with dtype=False: NaN for the missing values
+        if frame[name].isna().any():
+            frame[name] = frame[name].fillna(np.nan)
+    return frame
 
 
 def _nullable_booleans(frame: pd.DataFrame) -> pd.DataFrame:
@@ -232,12 +304,41 @@ def _exact_integers(path: Path, names: list[str]) -> dict[str, Any]:
     return out
 
 
+@contextlib.contextmanager
+def _decompressed(path: Path) -> Iterator[Path]:
+    """``path`` itself, or, for a compressed file (``.jsonl.gz``, ``.json.zip``, or told by
+    its first bytes: :func:`compression_of`), a decompressed copy in a temporary folder,
+    named as ``path`` without its compression suffix (so ``t.jsonl.gz`` is JSON lines).
+
+    Raises:
+        TabularError: a file that cannot be decompressed, naming it.
+    """
+    kind = compression_of(path)
+    if kind is None:
+        yield path
+        return
+    with tempfile.TemporaryDirectory(prefix="gpufeed-json-") as folder:
+        plain = Path(folder) / strip_compression(path.name)
+        try:
+            with open_decompressed(path) as source, open(plain, "wb") as sink:
+                shutil.copyfileobj(source, sink, 1 << 20)
+        except decompression_errors() as exc:
+            raise TabularError(f"{path}: cannot decompress the {kind} file ({type(exc).__name__}: {exc}); "
+                               "is it damaged or cut short?") from exc
+        yield plain
+
+
 def _read_json_pandas(path: Path, options: ReadOptions, report: ReadReport) -> Frame:
     """The JSON file on pandas. Integer columns with gaps are float64, as pandas reads
     them, except those holding values beyond 2**53 (ids): those are read exactly, as
     pandas' nullable integers, as from Parquet and CSV."""
+    with _decompressed(path) as plain:
+        return _read_plain_json_pandas(plain, options, path)
+
+
+def _read_plain_json_pandas(path: Path, options: ReadOptions, name: Path) -> Frame:
     orient = pandas_orient(path)
-    frame, _ = _read_json_records(path, options, orient)
+    frame, _ = _read_json_records(path, options, orient, name)
     # A one-object file: pandas' reading stands (polars' parser reads records and lines).
     suspects = _whole_with_gaps(frame, beyond=2.0**53) if orient is None else []
     for name, series in _exact_integers(path, suspects).items():
@@ -257,6 +358,11 @@ def _read_json_polars(path: Path, options: ReadOptions, report: ReadReport) -> F
     numbers mixed with text; ISO datetimes parsed as pandas parses them): many times faster
     than pandas' parser. Else pandas' reading, with the integer columns from polars'.
     """
+    with _decompressed(path) as plain:
+        return _read_plain_json_polars(plain, options, path)
+
+
+def _read_plain_json_polars(path: Path, options: ReadOptions, name: Path) -> Frame:
     import polars as pl
 
     orient = pandas_orient(path)
@@ -264,9 +370,9 @@ def _read_json_polars(path: Path, options: ReadOptions, report: ReadReport) -> F
         frame = _read_json_native_polars(path)
         if frame is not None:
             return frame
-    pdf, dates = _read_json_records(path, options, orient)
+    pdf, dates = _read_json_records(path, options, orient, name)
     integers = _exact_integers(path, _whole_with_gaps(pdf) if orient is None else [])  # as on pandas
-    frame = to_backend(pdf, "polars")
+    frame = keeping_names(pdf, lambda f: to_backend(f, "polars"))
     # Bare dates are Date, as polars' own parser reads them here: through pandas they were
     # midnight datetimes, so a nested column beside them (which sends a file here) made them Datetime.
     columns = [*integers.values(), *(pl.col(name).cast(pl.Date) for name in dates)]
@@ -423,7 +529,7 @@ def _write_json_pandas(pdf: pd.DataFrame, out: Path, options: WriteOptions) -> N
 
     errors = (ArrowException, TypeError, ValueError)
     try:
-        frame = pl.from_pandas(pdf.reset_index(drop=True))
+        frame = keeping_names(pdf.reset_index(drop=True), pl.from_pandas)
     except errors:
         # Columns polars cannot type (e.g. Python objects mixing numbers and text): pandas'
         # writer still writes them, at its best float precision, which is said.
@@ -438,8 +544,10 @@ def _write_json_pandas(pdf: pd.DataFrame, out: Path, options: WriteOptions) -> N
             warnings.warn(f"gpufeed: {out}: column(s) {untyped} mix types polars cannot write, so pandas' JSON "
                           f"writer wrote the file, with 15 significant digits: float column(s) {floats} may "
                           "not read back exactly", stacklevel=4)
-        pdf.to_json(out, orient="records", lines=_lines_by_name(out), date_format="iso", date_unit="ns",
-                    double_precision=15)
+        text = pdf.to_json(None, orient="records", lines=_lines_by_name(out), date_format="iso", date_unit="ns",
+                           double_precision=15)
+        with open_compressed(out) as fh:
+            fh.write(text.encode("utf-8"))
         return
     _write_json_polars(frame, out, options)
 
@@ -453,10 +561,11 @@ def _write_json_polars(df: Frame, path: Path, options: WriteOptions) -> None:
     # back as text on polars and no op takes; as numbers instead, as pandas writes them.
     decimals = [name for name, kind in df.schema.items() if isinstance(kind, pl.Decimal)]
     frame = df.with_columns(pl.col(decimals).cast(pl.Float64)) if decimals else df
-    if _lines_by_name(path):
-        frame.write_ndjson(path)
-    else:
-        frame.write_json(path)
+    with open_compressed(path) as fh:  # compressed as the suffix says (.jsonl.gz)
+        if _lines_by_name(path):
+            frame.write_ndjson(fh)
+        else:
+            frame.write_json(fh)
 
 
 def _write_json_cudf(df: Frame, path: Path, options: WriteOptions) -> None:
@@ -466,7 +575,7 @@ def _write_json_cudf(df: Frame, path: Path, options: WriteOptions) -> None:
 
 
 JSON = TableFormat(
-    "json", (".json", ".jsonl", ".ndjson"),
+    "json", tuple(f"{name}{suffix}" for name in (".json", ".jsonl", ".ndjson") for suffix in ("", *COMPRESSION_SUFFIXES)),
     readers={"pandas": _read_json_pandas, "polars": _read_json_polars, "cudf": _read_json_cudf},
     writers={"pandas": _write_json_pandas, "polars": _write_json_polars, "cudf": _write_json_cudf},
 )
