@@ -303,22 +303,6 @@ def _reader_errors() -> tuple[type[BaseException], ...]:
     return tuple(errors)
 
 
-def keeping_names(pdf: Any, convert: Callable[[Any], Any]) -> Any:
-    """``convert(pdf)`` (a pandas frame to polars or cuDF) with the frame's column names.
-
-    polars' conversion from pandas names a column called ``""`` ``column_<i>`` when the
-    frame also holds text (it goes through Arrow then; beside a real ``column_<i>`` it
-    fails), so the same frame kept ``""`` or not depending on its other columns, where
-    pandas, Arrow and every file format keep the empty name.
-    """
-    names = [str(c) for c in pdf.columns]
-    if "" not in names:
-        return convert(pdf)
-    frame = convert(pdf.set_axis([f"__gpufeed_{i}" for i in range(len(names))], axis=1))
-    frame.columns = names
-    return frame
-
-
 def ordered_as_enums(frame: Any, table: Any) -> Any:
     """The polars ``frame`` read from the Arrow ``table`` with each ordered categorical of
     text (an ordered dictionary column: a pandas ``Categorical(ordered=True)`` written to

@@ -25,7 +25,6 @@ from gpufeed.datasets.tables.base import (
     ReadOptions,
     ReadReport,
     WriteOptions,
-    keeping_names,
 )
 from gpufeed.datasets.tables.formats import table_format
 from gpufeed.gpu_transforms.tabular.errors import TabularError
@@ -95,8 +94,7 @@ def read_table_with_report(
             warnings.warn(f"gpufeed: {src}: the pandas index stored in the file ({', '.join(map(str, frame.index.names))})"
                           f" is not read as a column on {target}, as on pandas, where it is the frame's index; "
                           "reset_index() before writing keeps it as data", stacklevel=3)
-        frame = (keeping_names(frame, lambda f: to_backend(f, target)) if backend_of(frame) == "pandas"
-                 else to_backend(frame, target))
+        frame = to_backend(frame, target)
     report.rows = len(frame)
     return frame, report
 

@@ -34,13 +34,12 @@ from gpufeed.datasets.tables.base import (
     WriteOptions,
     compression_of,
     decompression_errors,
-    keeping_names,
     open_compressed,
     open_decompressed,
     strip_compression,
 )
 from gpufeed.gpu_transforms.tabular.errors import MixedTypeError, TabularError
-from gpufeed.gpu_transforms.tabular.frames import Frame, to_backend
+from gpufeed.gpu_transforms.tabular.frames import Frame, keeping_names, to_backend
 from gpufeed.policies import MixedTypes
 
 #: A JSON text column whose every value matches this is read back as datetimes: JSON has no
@@ -372,7 +371,7 @@ def _read_plain_json_polars(path: Path, options: ReadOptions, name: Path) -> Fra
             return frame
     pdf, dates = _read_json_records(path, options, orient, name)
     integers = _exact_integers(path, _whole_with_gaps(pdf) if orient is None else [])  # as on pandas
-    frame = keeping_names(pdf, lambda f: to_backend(f, "polars"))
+    frame = to_backend(pdf, "polars")
     # Bare dates are Date, as polars' own parser reads them here: through pandas they were
     # midnight datetimes, so a nested column beside them (which sends a file here) made them Datetime.
     columns = [*integers.values(), *(pl.col(name).cast(pl.Date) for name in dates)]

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import warnings
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import narwhals as nw
@@ -241,7 +241,8 @@ def to_backend(df: Frame, backend: str) -> Frame:
 
         # cuDF's to_arrow keeps a non-default index as a column: no backend but pandas has one.
         table = df if source == "pandas" else df.to_arrow(preserve_index=False)
-        out = pl.from_pandas(df, nan_to_null=True) if source == "pandas" else polars_from_arrow(table)
+        out = (keeping_names(df, lambda f: pl.from_pandas(f, nan_to_null=True)) if source == "pandas"
+               else polars_from_arrow(table))
         # polars' Categorical has no category order: an ordered categorical (sizes S < M < L)
         # becomes an Enum of its categories, which keeps the order for sorting and comparing
         # and converts back to an ordered pandas categorical.
@@ -250,10 +251,27 @@ def to_backend(df: Frame, backend: str) -> Frame:
     import cudf  # only reached when the user asked for cuDF (or auto found a GPU)
 
     if source == "pandas":
-        return cudf.from_pandas(df, nan_as_null=True)
+        return keeping_names(df, lambda f: cudf.from_pandas(f, nan_as_null=True))
     # polars keeps NaN apart from null; cuDF from pandas above turns NaN into null: the same here.
     return cudf.DataFrame.from_arrow(df.fill_nan(None).to_arrow())
 
+
+
+def keeping_names(pdf: Any, convert: Callable[[Any], Any]) -> Any:
+    """``convert(pdf)`` (a pandas frame to polars or cuDF) with the frame's column names
+    (:func:`to_backend` converts so).
+
+    polars' conversion from pandas names a column called ``""`` ``column_<i>`` when the
+    frame also holds text (it goes through Arrow then; beside a real ``column_<i>`` it
+    fails), so the same frame kept ``""`` or not depending on its other columns, where
+    pandas, Arrow and every file format keep the empty name.
+    """
+    names = [str(c) for c in pdf.columns]
+    if "" not in names:
+        return convert(pdf)
+    frame = convert(pdf.set_axis([f"__gpufeed_{i}" for i in range(len(names))], axis=1))
+    frame.columns = names
+    return frame
 
 
 def polars_from_arrow(table: Any) -> Any:

@@ -432,3 +432,15 @@ def test_categorify_of_a_lazy_polars_frame_equals_the_eager_views_path():
     assert eager.ops[0].state == lazy.ops[0].state
     for c in columns:
         assert lazy_out[c].to_list() == out[c].to_list(), c
+
+
+def test_to_backend_keeps_a_column_named_empty_beside_text():
+    # polars' conversion from pandas named it column_1 when the frame held text, and kept
+    # it otherwise: the name must not depend on the other columns.
+    import pandas as pd
+
+    from gpufeed.gpu_transforms.tabular import to_backend
+
+    for frame in (pd.DataFrame({"s": ["a", "b"], "": [5, 6]}), pd.DataFrame({"x": [1.0, 2.0], "": [5, 6]})):
+        moved = to_backend(frame, "polars")
+        assert moved.columns == list(frame.columns) and moved[""].to_list() == [5, 6]
