@@ -117,7 +117,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="tables of the rule and recipe parts, comma list of sensor, transactions and "
                              "table files of your own (CSV, Parquet, Feather, pickle, HDF5, JSON: the recipe "
                              "part plans a recipe from their column types and repeats their rows up to "
-                             "--rows) (default: %(default)s)")
+                             "each recipe size) (default: %(default)s)")
     parser.add_argument("--rows", type=_row_counts, default="1000000,10000000",
                         help="recipe table sizes, comma list (default: %(default)s)")
     parser.add_argument("--rule-rows", type=at_least(1), default=1_000_000, help="rows for vectorised rule runs")
