@@ -145,7 +145,9 @@ def polars_min_max(frame: NwFrame, columns: Sequence[str]) -> dict[str, list[flo
     if not all(low is not None and high is not None and math.isfinite(low) and math.isfinite(high)
                for low, high in found):
         return None
-    return {c: [float(low), float(high)] for c, (low, high) in zip(columns, found, strict=True)}
+    # Integer columns keep exact int bounds (beyond 2**53 a float would lose digits).
+    return {c: [low, high] if isinstance(low, int) else [float(low), float(high)]
+            for c, (low, high) in zip(columns, found, strict=True)}
 
 
 def _numpy_series(series: Sequence[Any], kernel: Callable[[list[np.ndarray]], list[np.ndarray]]) -> list[Any]:

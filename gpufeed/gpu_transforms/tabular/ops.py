@@ -58,6 +58,7 @@ from gpufeed.gpu_transforms.tabular.stats import (
     aggregate,
     aggregate_finite,
     check_finite,
+    exact_number,
     f64,
     integer_range,
     json_key,
@@ -545,7 +546,9 @@ class Log(TableOp):
 
 @dataclass
 class Standardize(TableOp):
-    """``(x - mean) / std`` with training statistics (population std; a constant column gives 0).
+    """``(x - mean) / std`` with training statistics (population std; a constant column gives
+    0, up to its mean's rounding: a std within float64 rounding of 0 counts as 0, by
+    scikit-learn's bound).
 
     With ``by=``, mean and std are fitted per group (e.g. per station); groups unseen at fit
     time use the global statistics.
@@ -568,15 +571,17 @@ class Standardize(TableOp):
             if any(p is None for p in pooled.values()):
                 check_finite(frame, self.columns, "Standardize")  # names inf columns, or:
                 raise no_values("Standardize", next(c for c, p in pooled.items() if p is None))
-            state: dict[str, Any] = {"global": {c: [m, scale(sd)] for c, (m, sd) in pooled.items()}}
+            count = {c: sum(float(g[f"n:{c}"]) for g in groups if g[f"n:{c}"]) for c in self.columns}
+            state: dict[str, Any] = {"global": {c: [m, scale(sd, m, count[c])] for c, (m, sd) in pooled.items()}}
         else:
             stats = aggregate_finite(frame, [
                 *[f64(c, schema).mean().alias(f"m:{c}") for c in self.columns],
                 *[f64(c, schema).std(ddof=0).alias(f"s:{c}") for c in self.columns],
+                *[nw.col(c).count().alias(f"n:{c}") for c in self.columns],
             ], self.columns, "Standardize")
-            state = {"global": {
-                c: [number(stats[f"m:{c}"], c, "Standardize"), scale(stats[f"s:{c}"])] for c in self.columns
-            }}
+            means = {c: number(stats[f"m:{c}"], c, "Standardize") for c in self.columns}
+            state = {"global": {c: [means[c], scale(stats[f"s:{c}"], means[c], stats[f"n:{c}"])]
+                                for c in self.columns}}
         if self.by:
             # Rows with a missing group use the global statistics (as unseen groups do).
             groups = sorted(({**g, self.by: json_key(g[self.by], self.by, "Standardize")}
@@ -609,7 +614,13 @@ def _group_stats(row: dict[str, Any], column: str, fallback: list[float]) -> lis
     mean = row[f"m:{column}"]
     if is_missing(mean):
         return list(fallback)  # a group with no value for this column
-    return [float(mean), scale(row[f"s:{column}"])]
+    return [float(mean), scale(row[f"s:{column}"], mean, row[f"n:{column}"])]
+
+
+#: Integers up to this size are exact as float64.
+_EXACT_FLOAT_INT = 2**53
+#: An integer column's span beyond this overflows int64 when its minimum is taken off.
+_INT64_MAX = 2**63 - 1
 
 
 @dataclass
@@ -630,11 +641,24 @@ class MinMax(TableOp):
         stats = aggregate_finite(frame, [*[nw.col(c).min().alias(f"lo:{c}") for c in self.columns],
                                           *[nw.col(c).max().alias(f"hi:{c}") for c in self.columns]],
                                   self.columns, "MinMax")
-        self.state = {c: [number(stats[f"lo:{c}"], c, "MinMax"), number(stats[f"hi:{c}"], c, "MinMax")]
+        self.state = {c: [exact_number(stats[f"lo:{c}"], c, "MinMax"), exact_number(stats[f"hi:{c}"], c, "MinMax")]
                       for c in self.columns}
 
     def transform(self, frame: NwFrame, backend: str) -> NwFrame:
-        return affine_columns(frame, backend, {c: (low, (high - low) or 1.0) for c, (low, high) in self.state.items()})
+        params = {c: (low, (high - low) or 1.0) for c, (low, high) in self.state.items()}
+        schema = frame.collect_schema()
+        # Integers beyond 2**53 (ids, nanosecond times) lose digits as floats: a column of
+        # -2**60 + 0..4 became all 0. Their minimum is taken off in integers first, exactly,
+        # as pandas by hand does; other columns go the float way (exact there, and fast).
+        big = {c: p for c, p in params.items() if schema[c].is_integer() and isinstance(p[0], int)
+               and max(abs(p[0]), abs(p[0] + p[1])) > _EXACT_FLOAT_INT and p[1] < _INT64_MAX}
+        if big:
+            frame = frame.with_columns(*[((nw.col(c) - low).cast(nw.Float64) * (1.0 / span)).alias(c)
+                                         for c, (low, span) in big.items()])
+        # Float bounds for the rest: an int bound would keep a narrow column's arithmetic in
+        # its own type on polars (int8 minus -128 wrapped round).
+        rest = {c: (float(low), float(span)) for c, (low, span) in params.items() if c not in big}
+        return affine_columns(frame, backend, rest) if rest else frame
 
 
 def affine_columns(frame: NwFrame, backend: str, params: Mapping[str, Sequence[float]]) -> NwFrame:

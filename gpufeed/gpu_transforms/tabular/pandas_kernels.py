@@ -21,7 +21,7 @@ from typing import Any
 import narwhals as nw
 import numpy as np
 
-from gpufeed.gpu_transforms.tabular.frames import NwFrame, wrap
+from gpufeed.gpu_transforms.tabular.frames import NwFrame, is_missing, wrap
 from gpufeed.gpu_transforms.tabular.numpy_kernels import (
     affine,
     clip_to,
@@ -62,12 +62,17 @@ def assign(native: Any, columns: Mapping[Any, Any]) -> Any:
 
 
 def min_max(native: Any, columns: Sequence[str]) -> dict[str, list[float]] | None:
-    """``{column: [min, max]}`` skipping missing values; None when one is not finite (inf,
-    or no value at all), for the caller's narwhals path to name the column."""
+    """``{column: [min, max]}`` skipping missing values (ints for an integer column); None
+    when one is not finite (inf, or no value at all), for the caller's narwhals path to
+    name the column."""
     out = {}
     for c in columns:
         series = native[c]
-        low, high = float(series.min()), float(series.max())
+        low, high = series.min(), series.max()
+        if series.dtype.kind in "iu" and not (is_missing(low) or is_missing(high)):
+            out[c] = [int(low), int(high)]  # exact: beyond 2**53 a float would lose digits
+            continue
+        low, high = float(low), float(high)
         if not (math.isfinite(low) and math.isfinite(high)):
             return None
         out[c] = [low, high]

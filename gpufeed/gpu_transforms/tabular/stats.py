@@ -66,6 +66,14 @@ def number(value: Any, column: str, op: str) -> float:
     return float(value)
 
 
+def exact_number(value: Any, column: str, op: str) -> float | int:
+    """:func:`number`, but an integer stays a Python int: a bound of an integer column
+    (``MinMax``'s minimum and maximum) beyond 2**53 would lose digits as a float."""
+    if isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_):
+        return int(value)
+    return number(value, column, op)
+
+
 def json_key(value: Any, column: str, op: str) -> Any:
     """A fitted key (a category, a group) as the plain value a recipe's JSON stores: numpy
     scalars (a pandas boolean group's ``np.True_``) as Python's.
@@ -82,10 +90,22 @@ def json_key(value: Any, column: str, op: str) -> Any:
                           "cannot store; cast the column to text or integers first")
 
 
-def scale(std: Any) -> float:
-    """A std to divide by: a constant column (std 0) or a single row (std missing) gives 1,
-    so the column maps to 0 instead of inf/NaN."""
-    return 1.0 if is_missing(std) or std == 0 else float(std)
+def scale(std: Any, mean: float = 0.0, count: float = 1.0) -> float:
+    """A std to divide by: 1 for a constant column, so it maps to 0 (up to the mean's
+    rounding) instead of inf/NaN, or to +-1 from rounding noise.
+
+    Constant: the std is missing (a single row), 0, or no larger than the rounding of
+    ``count`` values of about ``mean`` can make it; the bound is scikit-learn's
+    (``StandardScaler``): a column of 50,000 values 39.1 has a float64 std of 7.1e-15, not
+    0, and dividing by it sent every row to -1 on one backend and 0 on another.
+    """
+    if is_missing(std) or std == 0:
+        return 1.0
+    std, eps = float(std), float(np.finfo(np.float64).eps)
+    var = std * std
+    if var <= count * eps * var + (count * float(mean) * eps) ** 2:
+        return 1.0
+    return std
 
 
 def f64(column: str, schema: Any) -> nw.Expr:

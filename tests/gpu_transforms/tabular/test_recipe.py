@@ -145,6 +145,41 @@ def test_standardize_by_group_uses_group_statistics_and_global_for_unseen(table,
 
 
 @pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_minmax_of_integers_beyond_2_53_keeps_them_apart(tmp_path, backend):
+    # Through float64 first, -2**60 + 0..4 all became 0, and nanosecond times one second
+    # apart came out in steps: the minimum is taken off in integers, as pandas by hand does.
+    ids = np.array([-(2**60) + k for k in range(5)], dtype="int64")
+    times = np.int64(1_732_600_000_000_000_000) + np.arange(0, 500, 100, dtype="int64")
+    frame = pd.DataFrame({"id": ids, "t": times, "small": np.arange(5)})
+    recipe = Recipe([MinMax(["id", "t", "small"])])
+    out = _as_pandas(recipe.fit_transform(to_backend(frame, backend)))
+    for c in frame:
+        expected = ((frame[c] - frame[c].min()) / (frame[c].max() - frame[c].min())).to_numpy()
+        np.testing.assert_array_equal(out[c].to_numpy(), expected, err_msg=c)
+    assert recipe.ops[0].state["id"] == [-(2**60), -(2**60) + 4]  # exact, as ints
+    recipe.save(tmp_path / "r.json")
+    again = _as_pandas(Recipe.load(tmp_path / "r.json").transform(to_backend(frame, backend)))
+    np.testing.assert_array_equal(again["id"].to_numpy(), out["id"].to_numpy())
+
+
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+@pytest.mark.parametrize("by", [None, "g"])
+def test_standardize_maps_a_constant_column_to_zero_though_its_std_is_rounding_noise(backend, by):
+    # 50,000 values 39.1: float64's std is 7.1e-15, not 0; divided by it, pandas gave -1
+    # on every row and polars 0, and a new value 40.0 became 1.27e14.
+    n = 50_000
+    frame = pd.DataFrame({"x": np.full(n, 39.1), "g": np.where(np.arange(n) % 2, "a", "b"),
+                          "y": 39.1 + np.arange(n) * 1e-9})  # tiny, but a real spread
+    recipe = Recipe([Standardize(["x", "y"], by=by)])
+    out = _as_pandas(recipe.fit_transform(to_backend(frame, backend)))
+    assert np.abs(out["x"].to_numpy()).max() < 1e-12
+    assert recipe.ops[0].state["global"]["x"][1] == 1.0
+    assert out["y"].to_numpy().std() == pytest.approx(1.0, rel=1e-6)  # still standardised
+    new = _as_pandas(recipe.transform(to_backend(pd.DataFrame({"x": [40.0], "y": [39.1], "g": ["a"]}), backend)))
+    assert new["x"].iloc[0] == pytest.approx(0.9)
+
+
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
 @pytest.mark.parametrize("groups", [pd.array([True, False, None, False], dtype="boolean"),
                                     np.array([True, False, True, False])], ids=["nullable", "numpy"])
 def test_standardize_by_a_boolean_group_saves_and_reloads(tmp_path, backend, groups):
