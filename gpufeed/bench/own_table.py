@@ -24,9 +24,10 @@ from typing import Any
 
 from gpufeed.datasets.cache import cache_dir
 
-#: A group key for ``Standardize(by=)`` has at most this many distinct values (a key with
-#: more is an id, not a group).
-MAX_GROUPS = 10_000
+#: A group key for ``Standardize(by=)`` has at most this many distinct values, and its
+#: groups hold :data:`MIN_GROUP_ROWS` rows on average (a key with more values is an id,
+#: such as R's row names, not a group).
+MAX_GROUPS, MIN_GROUP_ROWS = 10_000, 10
 
 
 @dataclass(frozen=True)
@@ -43,8 +44,9 @@ class OwnTable:
     nbytes: int
     #: ``(op class name, columns, keyword arguments)`` per op, in recipe order.
     ops: tuple[tuple[str, tuple[str, ...], tuple[tuple[str, Any], ...]], ...]
-    #: Columns no op reads (dates, booleans, nested or binary values, no value at all, inf).
-    untouched: tuple[str, ...]
+    #: Columns no op reads, each with why (dates, booleans, nested or binary values, no
+    #: value at all, inf).
+    untouched: tuple[tuple[str, str], ...]
 
     def recipe_ops(self) -> list[Any]:
         """Fresh kit ops of the planned recipe."""
@@ -60,12 +62,25 @@ class OwnTable:
         return 200 + per_row * (2.6 if backend == "polars" else 3.5)
 
     def describe(self) -> str:
-        """One Markdown line per op: which columns the planned recipe gives it."""
-        lines = [f"- `{kind}`{' by ' + repr(dict(kw)['by']) if dict(kw).get('by') else ''}: "
-                 f"{', '.join(columns)}" for kind, columns, kw in self.ops]
-        if self.untouched:
-            lines.append(f"- untouched: {', '.join(self.untouched)}")
+        """One Markdown line per op: which columns the planned recipe gives it, and the
+        columns left untouched with why."""
+        lines = [f"- `{kind}`{' by ' + _names([dict(kw)['by']]) if dict(kw).get('by') else ''}: {_names(columns)}"
+                 for kind, columns, kw in self.ops]
+        lines += [f"- untouched: {_names([c])} ({why})" for c, why in self.untouched]
         return "\n".join(lines)
+
+    def sized(self, rows: int) -> str:
+        """How the file becomes ``rows`` rows, in words."""
+        if rows == self.rows:
+            return f"the file's {self.rows:,} rows"
+        if rows < self.rows:
+            return f"the file's first {rows:,} of {self.rows:,} rows"
+        return f"the file's {self.rows:,} rows repeated to {rows:,}"
+
+
+def _names(columns: Any) -> str:
+    """Column names as Markdown code, so names with commas or spaces, or ``""``, read as one."""
+    return ", ".join(f"`{c}`" if c else '`""`' for c in columns)
 
 
 def _arrow_table(path: str) -> Any:
@@ -91,13 +106,17 @@ def plan_recipe(name: str, path: str, table: Any) -> OwnTable:
 
     if table.num_rows == 0:
         raise ValueError(f"{path}: the table has no rows to benchmark")
-    floats, logs, scaled, texts, gaps, untouched = [], [], [], [], [], []
+    floats, logs, scaled, texts, gaps = [], [], [], [], []
+    untouched: list[tuple[str, str]] = []
     for field, column in zip(table.schema, table.columns, strict=True):
         kind, name_ = field.type, field.name
-        if pa.types.is_dictionary(kind):
+        if pa.types.is_dictionary(kind):  # a pandas category or polars Categorical: its values
             kind = kind.value_type
-        if column.null_count == len(column) or (pa.types.is_floating(kind) and pc.any(pc.is_inf(column)).as_py()):
-            untouched.append(name_)  # no value to fit on, or inf (which the ops refuse by name)
+            column = column.cast(kind)  # Arrow's counting kernels take no dictionaries
+        if column.null_count == len(column):
+            untouched.append((name_, "no value"))
+        elif pa.types.is_floating(kind) and pc.any(pc.is_inf(column)).as_py():
+            untouched.append((name_, "holds inf, which the ops refuse"))
         elif pa.types.is_floating(kind):
             floats.append(name_)
             if column.null_count or pc.any(pc.is_nan(column)).as_py():
@@ -108,12 +127,14 @@ def plan_recipe(name: str, path: str, table: Any) -> OwnTable:
             if column.null_count:
                 gaps.append(name_)
         elif pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind):
-            texts.append(name_)
+            texts.append((name_, pc.count_distinct(column).as_py()))
         else:
-            untouched.append(name_)
-    # The group key: the text column with the fewest distinct values (at least two).
-    counts = {c: pc.count_distinct(table[c]).as_py() for c in texts}
-    keys = sorted((n, c) for c, n in counts.items() if 2 <= n <= MAX_GROUPS)
+            untouched.append((name_, f"{_kind_name(kind)}: no op of the recipe takes it"))
+    # The group key: the text column with the fewest distinct values (at least two), whose
+    # groups are more than a few rows each.
+    most = min(MAX_GROUPS, table.num_rows // MIN_GROUP_ROWS)
+    keys = sorted((n, c) for c, n in texts if 2 <= n <= most)
+    texts = [c for c, _ in texts]
     by = keys[0][1] if keys else None
     ops: list[tuple[str, tuple[str, ...], tuple[tuple[str, Any], ...]]] = []
     # A table of integers only (counts, codes and signed deltas) clips and standardises its
@@ -136,6 +157,18 @@ def plan_recipe(name: str, path: str, table: Any) -> OwnTable:
                     untouched=tuple(untouched))
 
 
+def _kind_name(kind: Any) -> str:
+    """An Arrow type in a user's words (``timestamp[us, tz=UTC]``: a date/time)."""
+    import pyarrow as pa
+
+    for test, words in ((pa.types.is_boolean, "booleans"), (pa.types.is_temporal, "dates/times"),
+                        (pa.types.is_decimal, "decimals"), (pa.types.is_nested, "nested values"),
+                        (pa.types.is_binary, "bytes"), (pa.types.is_large_binary, "bytes")):
+        if test(kind):
+            return words
+    return str(kind)
+
+
 def own_table(path: str) -> OwnTable:
     """Read the table file at ``path`` and plan its benchmark recipe (:func:`plan_recipe`).
 
@@ -143,7 +176,11 @@ def own_table(path: str) -> OwnTable:
         FileNotFoundError, ValueError: as :func:`gpufeed.datasets.tables.read_table` raises
             for the file, or :func:`plan_recipe` for its columns.
     """
-    return plan_recipe(os.path.basename(os.path.normpath(path)), path, _arrow_table(path))
+    table = _arrow_table(path)
+    try:
+        return plan_recipe(os.path.basename(os.path.normpath(path)), path, table)
+    except (TypeError, ArithmeticError, NotImplementedError) as exc:  # Arrow's, on a column it cannot count
+        raise ValueError(f"{path}: cannot plan a recipe for this table ({type(exc).__name__}: {exc})") from exc
 
 
 def sized_file(table: OwnTable, rows: int, data_dir: str | None = None) -> str:

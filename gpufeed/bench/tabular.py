@@ -84,15 +84,24 @@ def _names_from(choices: Sequence[str]) -> Callable[[str], str]:
     return parse
 
 
+def table_entries(text: str) -> list[str]:
+    """The entries of ``--tables``: a comma list of built-in names and table paths (a file,
+    or a folder such as a Parquet dataset), each once; a path holding commas is taken
+    whole when the whole text names it."""
+    if os.path.exists(text.strip()):
+        return [text.strip()]
+    return list(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+
+
 def _table_list(text: str) -> str:
-    """An argparse ``type`` for ``--tables``: built-in table names and existing table files
+    """An argparse ``type`` for ``--tables``: built-in table names and existing table paths
     (kept as text; :func:`_tables` reads the files)."""
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in TABLES and not os.path.isfile(n)]
+    names = table_entries(text)
+    unknown = [n for n in names if n not in TABLES and not os.path.exists(n)]
     if unknown or not names:
         raise argparse.ArgumentTypeError(
             f"{'unknown ' + ', '.join(map(repr, unknown)) if unknown else 'none given'}: "
-            f"neither {' nor '.join(TABLES)} nor a table file")
+            f"neither {' nor '.join(TABLES)} nor a table file or folder")
     return text
 
 
@@ -123,7 +132,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rule-rows", type=at_least(1), default=1_000_000, help="rows for vectorised rule runs")
     parser.add_argument("--loop-rows", type=at_least(1), default=50_000, help="rows for the for-loop and apply runs")
     parser.add_argument("--downcast-rows", type=at_least(1), default=1_000_000, help="rows for the downcast part")
-    parser.add_argument("--backends", default=f"{BASELINE},pandas,polars,cudf",
+    parser.add_argument("--backends", type=_names_from((BASELINE, "pandas", "polars", "cudf")),
+                        default=f"{BASELINE},pandas,polars,cudf",
                         help=f"recipe variants ({BASELINE}: the ops written by hand, always run as the "
                              "baseline); cudf is skipped without a GPU")
     parser.add_argument("--repeats", type=at_least(1), default=3, help="timed runs per variant (default: 3)")
@@ -131,7 +141,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--min-seconds", type=number_at_least(0), default=0.5,
                         help="time each variant and op on past --repeats until its repeats add up to this "
                              "many seconds (a median of 3 millisecond runs moves by 20%% on a shared machine)")
-    parser.add_argument("--data-dir", default=None, help="where generated tables are cached")
+    parser.add_argument("--data-dir", default=None,
+                        help="where generated tables, and your tables at each size as Parquet, are cached "
+                             "(default: $GPUFEED_CACHE/tables; delete them when done)")
     parser.add_argument("--max-ram-gb", type=number_at_least(0, above=True), default=None,
                         help="skip sizes whose estimated peak exceeds this (default: available RAM less 1 GB)")
     add_out_argument(parser)
@@ -289,16 +301,16 @@ def _rate_rows(results: dict[str, dict], base_key: str) -> list[dict[str, Any]]:
 def _tables(args: argparse.Namespace) -> list[str | OwnTable]:
     """The built-in table names and the user's tables (read and planned) of ``--tables``."""
     tables: list[str | OwnTable] = []
-    for name in dict.fromkeys(t.strip() for t in args.tables.split(",") if t.strip()):  # each once
+    for name in table_entries(args.tables):
         if name in TABLES:
             tables.append(name)
-        elif os.path.isfile(name):
+        elif os.path.exists(name):
             table = own_table(name)
             if table.name in {_table_name(t) for t in tables}:  # two files of one name: the paths tell them apart
                 table = dataclasses.replace(table, name=name)
             tables.append(table)
         else:  # refused when parsed (_table_list); this is for a Namespace built by hand
-            raise ValueError(f"--tables: unknown {name!r}: neither {' nor '.join(TABLES)} nor a table file")
+            raise ValueError(f"--tables: unknown {name!r}: neither {' nor '.join(TABLES)} nor a table file or folder")
     return tables
 
 
@@ -372,8 +384,7 @@ def _run_recipe(args: argparse.Namespace, data_dir: str | None,
         name = _table_name(table)
         results[name] = {}
         if isinstance(table, OwnTable):
-            sections.append(f"### {name}: the recipe planned from its column types\n\n{table.describe()}\n\n"
-                            f"{table.rows:,} rows in the file, repeated (or cut) to each size.")
+            sections.append(f"### {name}: the recipe planned from its column types\n\n{table.describe()}")
         for rows in [int(r) for r in args.rows.split(",") if r.strip()]:
             per: dict[str, dict] = {b: {"skipped": why} for b, why in skipped.items()}
             need = {b: rows * _bytes_per_row(table, b) / 2**30 for b in backends}
@@ -386,7 +397,8 @@ def _run_recipe(args: argparse.Namespace, data_dir: str | None,
                 per[b] = run_isolated(recipe_worker, path, table, b, args.warmup, args.repeats,
                                              args.min_seconds)
             results[name][str(rows)] = per
-            sections.append(section(f"{name}, {rows:,} rows", per))
+            title = f"{name}, {rows:,} rows" + (f" ({table.sized(rows)})" if isinstance(table, OwnTable) else "")
+            sections.append(section(title, per))
     return results, ("## Recipe op by op (fit + transform each)\n\nEach op timed alone ("
                      f"{_repeats(args)}) on the output of the ops before it; the whole "
                      "recipe is the sum of its ops; ratios are the hand-written pandas time over the kit's "
@@ -407,7 +419,8 @@ def _run_downcast(args: argparse.Namespace, data_dir: str | None,
         results[name] = per = {b: run_isolated(_downcast_worker, path, b) for b in backends}
         rows = [{"backend": b, "before": r.get("bytes_before", 0) / 2**20, "after": r.get("bytes_after", 0) / 2**20,
                  "saved": 100 * r.get("saved_fraction", 0.0), "seconds": r.get("seconds"),
-                 "check": "values equal" if r.get("checksum_equal") else r.get("error", "see JSON")[:80]}
+                 "check": "values equal" if r.get("checksum_equal")
+                 else r.get("error", "values differ").strip().splitlines()[-1][:120]}
                 for b, r in per.items()]
         sections.append(f"### {name}\n\n" + markdown_table(rows, [
             ("backend", "backend"), ("before", "MiB before"), ("after", "MiB after"), ("saved", "% saved"),
@@ -428,7 +441,7 @@ def run(args: argparse.Namespace) -> int:
     if own:
         payload["own_tables"] = {t.name: {"path": os.path.abspath(t.path), "rows": t.rows,
                                           "ops": [[kind, list(cols), dict(kw)] for kind, cols, kw in t.ops],
-                                          "untouched": list(t.untouched)} for t in own}
+                                          "untouched": dict(t.untouched)} for t in own}
     summaries = []
     for part in parts:
         result, md = {"rule": _run_rule, "recipe": _run_recipe, "downcast": _run_downcast}[part](args, data_dir, tables)

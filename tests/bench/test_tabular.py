@@ -76,6 +76,29 @@ def test_recipe_part_reports_per_op_both_tables_and_skips_what_does_not_fit(tmp_
     assert "DIFFERS" not in md
 
 
+def test_tables_takes_folders_and_paths_with_commas_and_refuses_unknown_backends(tmp_path):
+    parser = argparse.ArgumentParser()
+    tabular.add_arguments(parser)
+    folder = tmp_path / "by, region"
+    folder.mkdir()
+    pd.DataFrame({"r": ["a", "b"], "x": [1.0, 2.0]}).to_parquet(folder / "part.parquet")
+    args = parser.parse_args(["--tables", str(folder)])  # a dataset folder, a comma in its name
+    assert [t.name for t in tabular._tables(args)] == ["by, region"]
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--backends", "pandas,polar"])
+
+
+def test_the_output_check_catches_a_scaled_or_reordered_column_and_names_it():
+    from gpufeed.bench.tabular_ops import column_checksums, differing
+
+    base = pd.DataFrame({"z": np.linspace(-1, 1, 101), "code": np.arange(101) % 7, "same": 1.0})
+    right = column_checksums(base)
+    assert differing(column_checksums(base.copy()), right) == []
+    assert differing(column_checksums(base.assign(z=base["z"] * 2)), right) == ["z"]  # its sum stays 0
+    assert differing(column_checksums(base.assign(code=base["code"].to_numpy()[::-1])), right) == ["code"]
+    assert column_checksums(pd.DataFrame({"t": ["a", "b"]})) == {}  # a text-only table has none
+
+
 def test_recommendation_prefers_portable_formats_and_flags_losers():
     rows = [
         {"format": "csv", "read_x": 1.0, "write_x": 1.0, "size_x": 1.0, "round_trip_equal": True, "dtypes_kept": True},
@@ -142,7 +165,15 @@ def test_a_users_table_gets_a_recipe_from_its_column_types(tmp_path):
         "MinMax": (("arr_delay",), {}),  # integers with negatives
         "Categorify": (("origin", "tailnum", "single"), {}),
     }
-    assert table.untouched == ("when", "cancelled", "never", "spiky")
+    assert dict(table.untouched) == {"when": "dates/times: no op of the recipe takes it",
+                                     "cancelled": "booleans: no op of the recipe takes it",
+                                     "never": "no value", "spiky": "holds inf, which the ops refuse"}
+    # pandas categories arrive as Arrow dictionaries (Arrow cannot count those directly);
+    # a key with a value per row or two (R's row names) is no group.
+    coded = frame.assign(origin=frame["origin"].astype("category"), rowname=[f"r{i}" for i in range(len(frame))])
+    coded.to_parquet(tmp_path / "coded.parquet")
+    planned = {kind: (cols, dict(kw)) for kind, cols, kw in own_table(str(tmp_path / "coded.parquet")).ops}
+    assert planned["Standardize"] == (("delay",), {"by": "origin"}) and "rowname" in planned["Categorify"][0]
     # Sized files keep the file's values: its rows repeated, or its first rows.
     import pyarrow.parquet as pq
 
@@ -177,7 +208,9 @@ def test_recipe_part_runs_on_a_users_table_file(tmp_path):
         assert set(per) == {"pandas-baseline", "pandas", "polars"}
         assert all(r["rows_out"] == int(rows) for r in per.values())
     md = next((tmp_path / "out").glob("tabular-*.md")).read_text()
-    assert "flights.csv, 1,000 rows" in md and "`Standardize` by 'origin': delay" in md
+    assert "flights.csv, 1,000 rows (the file's 600 rows repeated to 1,000)" in md
+    assert "flights.csv, 400 rows (the file's first 400 of 600 rows)" in md
+    assert "`Standardize` by `origin`: `delay`" in md and "untouched: `never` (no value)" in md
     assert md.count("same as baseline") == 4 and "DIFFERS" not in md
     assert "recipe flights.csv 1,000: polars" in suite_ratios(doc)
     # Downcast runs on the user's table, not the sensor table.
