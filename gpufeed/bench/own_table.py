@@ -113,8 +113,8 @@ def plan_recipe(name: str, path: str, table: Any) -> OwnTable:
         if pa.types.is_dictionary(kind):  # a pandas category or polars Categorical: its values
             kind = kind.value_type
             column = column.cast(kind)  # Arrow's counting kernels take no dictionaries
-        if column.null_count == len(column):
-            untouched.append((name_, "no value"))
+        if column.null_count + (pc.sum(pc.is_nan(column)).as_py() or 0 if pa.types.is_floating(kind) else 0) == len(column):
+            untouched.append((name_, "no value"))  # polars keeps NaN apart from null: both count
         elif pa.types.is_floating(kind) and pc.any(pc.is_inf(column)).as_py():
             untouched.append((name_, "holds inf, which the ops refuse"))
         elif pa.types.is_floating(kind):

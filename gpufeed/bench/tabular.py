@@ -306,8 +306,9 @@ def _tables(args: argparse.Namespace) -> list[str | OwnTable]:
             tables.append(name)
         elif os.path.exists(name):
             table = own_table(name)
-            if table.name in {_table_name(t) for t in tables}:  # two files of one name: the paths tell them apart
-                table = dataclasses.replace(table, name=name)
+            taken = {_table_name(t) for t in tables}
+            if table.name in taken:  # two files of one name: the paths tell them apart
+                table = dataclasses.replace(table, name=name if name not in taken else os.path.abspath(name))
             tables.append(table)
         else:  # refused when parsed (_table_list); this is for a Namespace built by hand
             raise ValueError(f"--tables: unknown {name!r}: neither {' nor '.join(TABLES)} nor a table file or folder")
