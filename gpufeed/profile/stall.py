@@ -74,6 +74,10 @@ class StallMeter:
     Iterate the meter instead of the loader, unchanged otherwise; call :meth:`report` after
     (or during) the loop. Iterating it again (the next epoch) adds to the same record.
 
+    The first batch's wait starts when the meter's iterator is made (``for ... in meter``
+    makes it and asks for the batch at once): a DataLoader starts its worker processes in
+    ``iter()``, every epoch without ``persistent_workers``, and that start is waiting for data.
+
     Args:
         batches: any iterable of batches (a DataLoader, a gpufeed loader, a generator).
         warmup: leading steps left out of the figures (worker start-up, cuDNN autotuning,

@@ -577,6 +577,11 @@ def test_a_dataset_polars_partitions_reads_as_polars_reads_it(tmp_path, backend)
     assert list(frame.columns) == ["year", "x", "region"]
     assert sorted(zip(_cells(frame, "region"), _cells(frame, "x"), strict=True)) == [
         ("east", 4.0), ("north", 1.0), ("north", 3.0), ("south", 2.0)]
+    # A file holding another value for its own folder's key is refused, not overwritten.
+    (tmp_path / "bad" / "year=2024").mkdir(parents=True)
+    pl.DataFrame({"year": [1999], "x": [1.0]}).write_parquet(tmp_path / "bad" / "year=2024" / "0.parquet")
+    with pytest.raises(TabularError, match="partition key 'year'"):
+        read_table(tmp_path / "bad", backend=backend)
 
 
 @pytest.mark.parametrize("where", ["o.parquet", "o.feather", "o.arrows", "dataset"])

@@ -48,12 +48,13 @@ def read_parquet_dataset(path: Path) -> Any:
     which is what a dataset built from the first file's schema alone does.
 
     A partition key that the files also hold as a column (polars' ``write_parquet(dir,
-    partition_by=[...])`` writes it in both places) is read as the files have it, in their
+    partition_by=[...])`` writes it in both places) is read with the files' type, in their
     column order, as ``pl.read_parquet(dir)`` reads it.
 
     Raises:
-        TabularError: no Parquet file in the directory, or files that disagree on a column's
-            type; both name the directory.
+        TabularError: no Parquet file in the directory, files that disagree on a column's
+            type, or a key whose folder names and file values disagree; each names the
+            directory.
     """
     import pyarrow as pa
     import pyarrow.dataset as ds
@@ -83,7 +84,18 @@ def read_parquet_dataset(path: Path) -> Any:
     # with their type; Arrow's discovery refused to merge the two types. The other keys
     # (not in the files) go last, as Spark has them.
     schema = pa.unify_schemas([files, pa.schema([f for f in keys if f.name not in files.names])])
-    return ds.dataset(path, format="parquet", partitioning="hive", schema=schema).to_table()
+    table = ds.dataset(path, format="parquet", partitioning="hive", schema=schema).to_table()
+    shared = [f.name for f in keys if f.name in files.names]
+    if shared:
+        # The folder's value wins in the read (as polars has it): a file holding another
+        # value for its own folder's key (year=2024/ holding year 1999) is contradictory
+        # data, refused rather than silently overwritten.
+        held = ds.dataset(path, format="parquet", schema=files).to_table(columns=shared)
+        for name in shared:
+            if not held[name].cast(table.schema.field(name).type).equals(table[name]):
+                raise TabularError(f"{path}: partition key {name!r} is also a column of the files, and some "
+                                   "files hold other values than their folder names say; rewrite the dataset")
+    return table
 
 
 def _read_parquet_arrow(path: Path) -> Any:
