@@ -165,7 +165,12 @@ def _categorify(df: Any, op: Any) -> Any:
     import pandas as pd
 
     def codes(column: str) -> Any:
-        found, _ = pd.factorize(df[column], sort=True)  # sorted vocabulary; missing -> -1
+        values = df[column]
+        if isinstance(values.dtype, pd.CategoricalDtype):
+            # The kit numbers a category column's values in sorted order, whatever order its
+            # categories are in (a table read from HDF5 kept them in order of appearance).
+            values = values.astype(values.cat.categories.dtype)
+        found, _ = pd.factorize(values, sort=True)  # sorted vocabulary; missing -> -1
         return np.where(found >= 0, found + 2, 1).astype(np.int32)
 
     return df.assign(**{c: codes(c) for c in op.columns})

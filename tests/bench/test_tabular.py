@@ -217,3 +217,16 @@ def test_recipe_part_runs_on_a_users_table_file(tmp_path):
     assert set(doc["downcast"]) == {"flights.csv"}
     shrunk = doc["downcast"]["flights.csv"]["pandas"]
     assert shrunk["bytes_after"] < shrunk["bytes_before"] and shrunk["checksum_equal"]
+
+
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_hand_written_categorify_numbers_category_columns_as_the_kit_does(backend):
+    # A table read from HDF5 kept its categories in order of appearance: factorize went by
+    # that order, the kit by sorted values, and the output check read DIFFERS.
+    from gpufeed.bench.tabular_ops import HAND
+    from gpufeed.gpu_transforms.tabular import Categorify, Recipe
+
+    frame = pd.DataFrame({"u": pd.Categorical(["b", "a", None, "a", "c"], categories=["c", "b", "a"])})
+    kit = Recipe([Categorify(["u"])]).fit_transform(to_backend(frame, backend))
+    kit = kit.to_pandas() if backend == "polars" else kit
+    assert HAND["Categorify"](frame, Categorify(["u"]))["u"].tolist() == kit["u"].tolist() == [3, 2, 1, 2, 4]
