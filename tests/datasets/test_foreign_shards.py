@@ -316,6 +316,25 @@ def test_compressed_shards_are_refused_naming_the_file(wds_dir, tf_dir, backend)
     assert len(open_shards(str(plain))) == NUM
 
 
+def test_a_tfrecord_whose_first_length_starts_like_gzip_is_read_as_records(tmp_path):
+    # A first record of 35,615 bytes (0x8b1f) starts the file with gzip's two bytes; it was
+    # refused as GZIP-compressed (one shard in 65,536 of random lengths).
+    import struct
+
+    from gpufeed.datasets.shards import sniff_format
+    from gpufeed.datasets.shards.tfrecord import masked_crc32c, scan_records
+
+    def record(data: bytes) -> bytes:
+        length = struct.pack("<Q", len(data))
+        return length + struct.pack("<I", masked_crc32c(length)) + data + struct.pack("<I", masked_crc32c(data))
+
+    path = tmp_path / "odd"
+    path.write_bytes(record(b"x" * 35_615) + record(b"y" * 10))
+    assert path.read_bytes()[:2] == b"\x1f\x8b"
+    assert sniff_format(str(path)) == "tfrecord"
+    assert scan_records(str(path)) == [(0, 12 + 35_615 + 4), (12 + 35_615 + 4, 12 + 10 + 4)]  # framed records
+
+
 def test_bad_foreign_shards_are_refused_naming_file_key_and_option(wds_dir, tf_dir, images, tmp_path, image_folder):
     from gpufeed.pipelines import classification_loader
 

@@ -16,16 +16,17 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
+from gpufeed.datasets.compression import (
+    compression_of_bytes,
+    compression_of_name,
+    strip_compression,
+)
 from gpufeed.datasets.samples import SampleSource
-from gpufeed.datasets.shards.base import GZIP_MAGIC
 from gpufeed.datasets.storage import LOCAL, Storage
 
 #: Shard file suffixes and the format they hold.
 SHARD_SUFFIXES = {".tar": "webdataset", ".tfrecord": "tfrecord", ".tfrecords": "tfrecord", ".tfrec": "tfrecord"}
 
-#: Compressed shard names (lower case): neither gpufeed (which reads each sample at its
-#: byte offset) nor DALI's readers read compressed shards, so they are refused by name.
-COMPRESSED_SUFFIXES = (".gz", ".tgz", ".bz2", ".xz", ".zst", ".lz4")
 
 #: TensorFlow Datasets' shard names: ``imagenet2012-train.tfrecord-00000-of-01024``.
 _TFDS_NAME = re.compile(r"\.(tfrecords?|tfrec)-\d+-of-\d+$", re.IGNORECASE)
@@ -96,8 +97,10 @@ def format_of_name(path: str | os.PathLike[str]) -> str | None:
 
 
 def is_compressed_name(path: str | os.PathLike[str]) -> bool:
-    """Whether a shard's name says it is compressed (``.tar.gz``, ``.tgz``, ``.tfrecord.gz`` ...)."""
-    return os.fspath(path).lower().endswith(COMPRESSED_SUFFIXES)
+    """Whether a shard's name says it is compressed (``.tar.gz``, ``.tgz``, ``.tfrecord.gz``
+    ...): neither gpufeed (which reads each sample at its byte offset) nor DALI's readers
+    read compressed shards, so they are refused by name."""
+    return compression_of_name(path) is not None
 
 
 
@@ -111,12 +114,8 @@ def compressed_shard_error(path: str, what: str) -> ValueError:
 
 
 def _decompressed_name(path: str) -> str:
-    low = path.lower()
-    if low.endswith(".tgz"):
-        return path[:-4] + ".tar"
-    for suffix in (".gz", ".bz2", ".xz", ".zst"):
-        if low.endswith(suffix):
-            return path[: -len(suffix)]
+    if compression_of_name(path) is not None:
+        return strip_compression(path)
     stem, suffix = os.path.splitext(path)
     return f"{stem}.uncompressed{suffix}"
 
@@ -130,27 +129,27 @@ def sniff_format(path: str, storage: Storage = LOCAL) -> str:
     """
     head = storage.read_at(path, 0, min(512, storage.size(path))).tobytes()
     fmt = _format_of_head(head)
-    if fmt == "gzip":
-        raise compressed_shard_error(path, "a gzip-compressed file")
-    if fmt is not None:
+    if fmt in ("webdataset", "tfrecord"):
         return fmt
+    if fmt is not None:
+        raise compressed_shard_error(path, f"a {fmt}-compressed file")
     raise ValueError(f"{path}: neither a tar (WebDataset) nor a TFRecord file, by its first bytes (a file "
                      "source is a shard; an image folder source is a folder, a file list goes to file_list=)")
 
 
 def _format_of_head(head: bytes) -> str | None:
-    """``"webdataset"``, ``"tfrecord"`` or ``"gzip"`` (compressed data) from a file's
-    first 512 bytes (fewer for a short file), else None."""
+    """``"webdataset"``, ``"tfrecord"`` or a compression (``"gzip"``, ``"zstd"`` ...: compressed
+    data) from a file's first 512 bytes (fewer for a short file), else None. The formats'
+    own checks (a tar header's checksum, a record length's CRC) come first: a TFRecord
+    whose first length happens to begin with gzip's two bytes is a TFRecord."""
     from gpufeed.datasets.shards.tfrecord import looks_like_tfrecord
     from gpufeed.datasets.shards.webdataset import looks_like_tar
 
-    if head.startswith(GZIP_MAGIC):
-        return "gzip"
     if looks_like_tar(head):
         return "webdataset"
     if looks_like_tfrecord(head):
         return "tfrecord"
-    return None
+    return compression_of_bytes(head)
 
 
 def _is_shard_file(path: str) -> bool:

@@ -16,10 +16,6 @@ from gpufeed.datasets.cache import cache_dir
 from gpufeed.datasets.samples import SampleSource
 from gpufeed.datasets.storage import Storage
 
-#: gzip's magic number: a ``.tar.gz`` shard starts with it, and so does a TFRecord file
-#: written with TensorFlow's GZIP option.
-GZIP_MAGIC = b"\x1f\x8b"
-
 
 class ShardSource(SampleSource):
     """Samples stored as byte ranges of shard files, located when the source is made.

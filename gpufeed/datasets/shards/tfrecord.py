@@ -17,7 +17,8 @@ from pathlib import Path
 import google_crc32c
 import numpy as np
 
-from gpufeed.datasets.shards.base import GZIP_MAGIC, ShardSource
+from gpufeed.datasets.compression import compression_of_bytes
+from gpufeed.datasets.shards.base import ShardSource
 from gpufeed.datasets.storage import LOCAL, Storage
 
 #: The Example features the writer sets and the reader looks for.
@@ -310,7 +311,9 @@ def scan_records(path: str, storage: Storage = LOCAL) -> list[tuple[int, int]]:
     pos = 0
     while pos < end:
         head = storage.read_at(path, pos, min(_HEADER, end - pos)).tobytes()
-        if pos == 0 and head.startswith(GZIP_MAGIC):
+        # Compressed data is told only where the record header is wrong: a first record
+        # whose length begins with gzip's two bytes (35,615 bytes, ...) is a record.
+        if pos == 0 and not looks_like_tfrecord(head) and compression_of_bytes(head) == "gzip":
             from gpufeed.datasets.shards import compressed_shard_error
 
             raise compressed_shard_error(path, "GZIP-compressed TFRecords (compression_type='GZIP')")

@@ -19,8 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
+from gpufeed.datasets.compression import compression_of_bytes
 from gpufeed.datasets.samples import IMAGE_EXTENSIONS as IMAGE_SUFFIXES
-from gpufeed.datasets.shards.base import GZIP_MAGIC, ShardSource
+from gpufeed.datasets.shards.base import ShardSource
 from gpufeed.datasets.storage import LOCAL, Storage
 
 #: Member extensions (lower case, no dot) that hold a sample's image, as WebDataset names them.
@@ -214,10 +215,10 @@ def scan_tar(path: str, storage: Storage = LOCAL) -> list[Member]:
         header = storage.read_at(path, pos, _BLOCK).tobytes()
         if header == b"\0" * _BLOCK:
             break  # end-of-archive marker
-        if pos == 0 and header.startswith(GZIP_MAGIC):
+        if pos == 0 and not _checksum_ok(header) and (kind := compression_of_bytes(header)) is not None:
             from gpufeed.datasets.shards import compressed_shard_error
 
-            raise compressed_shard_error(path, "a gzip-compressed tar")
+            raise compressed_shard_error(path, f"a {kind}-compressed tar")
         if not _checksum_ok(header):
             raise ValueError(f"{path}: bad tar header at offset {pos} (not a tar file, or a corrupt one)")
         size = _tar_number(header[124:136])

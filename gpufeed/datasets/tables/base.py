@@ -11,6 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpufeed.datasets.compression import (
+    SUFFIXES,
+    compression_of,
+    compression_of_name,
+    strip_compression,
+)
 from gpufeed.gpu_transforms.tabular.errors import EmptyTableError, TabularError
 from gpufeed.gpu_transforms.tabular.frames import Frame
 from gpufeed.policies import MixedTypes, OnError
@@ -157,40 +163,10 @@ def _is_blank(path: Path) -> bool:
 
 #: The compressions a text table (CSV, JSON) may come in, by the suffix that names them,
 #: as ``pandas.read_csv`` and ``pandas.read_json`` infer them: ``readings.csv.gz``,
-#: ``flights.csv.zip`` (one file in the archive), ``events.jsonl.zst``.
-COMPRESSION_SUFFIXES = {".gz": "gzip", ".bz2": "bz2", ".xz": "xz", ".zst": "zstd", ".zip": "zip"}
-
-#: The first bytes of a compressed file, whatever its name: a file read with ``format=``
-#: under a name that does not say it is compressed is still decompressed, never parsed as
-#: text. (bz2's, ``BZh``, is told with the block magic after it; see :func:`compression_of`.)
-_MAGIC = ((b"\x1f\x8b", "gzip"), (b"PK\x03\x04", "zip"), (b"PK\x05\x06", "zip"),
-          (b"\xfd7zXZ\x00", "xz"), (b"\x28\xb5\x2f\xfd", "zstd"), (b"\x04\x22\x4d\x18", "lz4"))
-
-
-def compression_of(path: Path) -> str | None:
-    """The compression of ``path`` told by its first bytes (``"gzip"``, ``"zip"``,
-    ``"bz2"``, ``"xz"``, ``"zstd"``, ``"lz4"``), or None for a file that is not
-    compressed: the bytes, not the name, decide, so a misnamed file reads too."""
-    import re
-
-    with open(path, "rb") as fh:
-        head = fh.read(10)
-    for magic, kind in _MAGIC:
-        if head.startswith(magic):
-            return kind
-    # "BZh" + block size + the block (pi) or end-of-stream (sqrt pi) magic: not text.
-    if re.match(rb"BZh[1-9](?:1AY&SY|\x17rE8P\x90)", head):
-        return "bz2"
-    return None
-
-
-def strip_compression(name: str) -> str:
-    """``name`` without a compression suffix (``t.jsonl.gz`` -> ``t.jsonl``)."""
-    lower = name.lower()
-    for suffix in COMPRESSION_SUFFIXES:
-        if lower.endswith(suffix):
-            return name[: -len(suffix)]
-    return name
+#: ``flights.csv.zip`` (one file in the archive), ``events.jsonl.zst``. A file read with
+#: ``format=`` under another name is still found compressed by its first bytes
+#: (:func:`~gpufeed.datasets.compression.compression_of`), never parsed as text.
+COMPRESSION_SUFFIXES = {s: SUFFIXES[s] for s in (".gz", ".bz2", ".xz", ".zst", ".zip")}
 
 
 def _zip_member(path: Path, archive: Any) -> str:
@@ -257,8 +233,8 @@ def open_compressed(path: Path) -> Any:
     without ``.zip``, as pandas writes one), or plain. A context manager."""
     import contextlib
 
-    kind = next((c for s, c in COMPRESSION_SUFFIXES.items() if path.name.lower().endswith(s)), None)
-    if kind is None:
+    kind = compression_of_name(path.name)
+    if kind not in COMPRESSION_SUFFIXES.values():
         return open(path, "wb")
     if kind == "gzip":
         import gzip

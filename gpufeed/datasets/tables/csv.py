@@ -23,6 +23,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from gpufeed.datasets.compression import compression_of
 from gpufeed.datasets.tables.base import (
     COMPRESSION_SUFFIXES,
     MAX_LINES_IN_MESSAGE,
@@ -31,7 +32,6 @@ from gpufeed.datasets.tables.base import (
     TableFormat,
     WriteOptions,
     arrow_to_pandas,
-    compression_of,
     decompression_errors,
     open_compressed,
     open_decompressed,

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gpufeed.datasets.compression import compression_of, strip_compression
 from gpufeed.datasets.tables.base import (
     COMPRESSION_SUFFIXES,
     NULLABLE_INTS,
@@ -32,11 +33,9 @@ from gpufeed.datasets.tables.base import (
     ReadReport,
     TableFormat,
     WriteOptions,
-    compression_of,
     decompression_errors,
     open_compressed,
     open_decompressed,
-    strip_compression,
 )
 from gpufeed.gpu_transforms.tabular.errors import MixedTypeError, TabularError
 from gpufeed.gpu_transforms.tabular.frames import Frame, keeping_names, to_backend
