@@ -972,3 +972,16 @@ def test_durations_are_written_to_csv_as_the_json_writer_writes_them(tmp_path, w
     assert csv_text.fillna("").tolist() == json_text.fillna("").tolist()
     back = pd.to_timedelta(csv_text).astype("timedelta64[ns]")
     pd.testing.assert_series_equal(back, trips["trip"].astype("timedelta64[ns]"), check_names=False)
+
+
+@pytest.mark.parametrize("writer", ["pandas", "polars"])
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_a_one_column_csv_keeps_its_missing_rows(tmp_path, writer, backend):
+    # polars wrote a missing value of a one-column frame as an empty line, which every CSV
+    # reader skips: the row was lost.
+    frame = pd.DataFrame({"x": [1.0, None, 3.0]})
+    write_table(frame if writer == "pandas" else pl.from_pandas(frame), tmp_path / "one.csv")
+    back = read_table(tmp_path / "one.csv", backend=backend)
+    missing = back["x"].is_null().sum() if backend == "polars" else back["x"].isna().sum()
+    assert len(back) == 3 and missing == 1
+    assert len(pd.read_csv(tmp_path / "one.csv")) == 3

@@ -622,9 +622,11 @@ def _write_csv(df: Frame, path: Path, options: WriteOptions) -> None:
 
 def _write_csv_polars(df: Frame, path: Path, options: WriteOptions) -> None:
     """Compressed as the suffix says (polars itself refuses a ``.gz`` name for plain text
-    and wrote other compressed names as plain text)."""
+    and wrote other compressed names as plain text). A one-column frame writes a missing
+    value as ``""``, as pandas' writer does: as an empty field it made a blank line, which
+    every CSV reader skips, so the row was lost."""
     with open_compressed(path) as fh:
-        _durations_as_text_polars(df).write_csv(fh, separator=options.sep)
+        _durations_as_text_polars(df).write_csv(fh, separator=options.sep, null_value='""' if df.width == 1 else "")
 
 
 def _write_csv_cudf(df: Frame, path: Path, options: WriteOptions) -> None:

@@ -14,7 +14,9 @@ difference between ``rotate`` and ``affine``), so parameters can be checked agai
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -41,6 +43,10 @@ class GeometricOp(Op):
     #: replicates edge pixels for the half pixel at the border, as ``resize`` does,
     #: instead of blending in the fill value.
     stays_inside = False
+    #: True when the op maps its input's frame exactly onto its output's (flips): an op
+    #: after it that looks outside its input then looks outside the image, which the warp's
+    #: padding handles, so it needs no crop window (see :func:`crop_windows`).
+    keeps_frame = False
     #: False for projective ops: the warp then needs kornia's homography path.
     affine = True
 
@@ -119,6 +125,7 @@ class RandomResizedCrop(GeometricOp):
 
 class _RandomFlip(GeometricOp):
     stays_inside = True
+    keeps_frame = True
     num_uniforms = 1
     axis = 0  # 0: horizontal (x), 1: vertical (y)
 
@@ -294,30 +301,74 @@ def compose(ops: Sequence[GeometricOp], params: Sequence[dict[str, torch.Tensor]
     return total, size
 
 
+class Window(NamedTuple):
+    """An intermediate image a fused warp must not look outside of (see :func:`crop_windows`).
+
+    Attributes:
+        inv: (B, 3, 3) from output continuous pixels to the window's (the intermediate
+            image's) continuous pixels.
+        size: the window's (H, W).
+        needed: (B,) bool, False for a sample whose whole source image lies inside the
+            window (a crop of the whole image): beyond the window is then beyond the image,
+            where the warp's padding already blends in the fill, as torchvision's op does.
+    """
+
+    inv: torch.Tensor
+    size: tuple[int, int]
+    needed: torch.Tensor
+
+    def select(self, part: slice) -> Window:
+        """The window of samples ``part`` of the batch."""
+        return Window(self.inv[part], self.size, self.needed[part])
+
+
+def _checked_ops(ops: Sequence[GeometricOp]) -> list[int]:
+    """Indices of the ops that need a crop window: ops that can sample outside their input
+    (rotation, affine, perspective) after an op that does not keep the frame (a crop, a
+    resized crop, a rotation). After flips alone, outside the input is outside the image."""
+    return [k for k in range(1, len(ops))
+            if not ops[k].stays_inside and not all(op.keeps_frame for op in ops[:k])]
+
+
 def crop_windows(ops: Sequence[GeometricOp], params: Sequence[dict[str, torch.Tensor]],
-                 size: tuple[int, int]) -> list[tuple[torch.Tensor, tuple[int, int]]]:
+                 size: tuple[int, int]) -> list[Window]:
     """The intermediate images a fused warp must not look outside of, as torchvision's
     op-by-op pipeline does not.
 
     An op that can sample outside its input (rotation, affine, perspective) sees only the
     previous op's output: after a crop, the corners a rotation uncovers are ``fill`` in
     torchvision, while the one fused warp would find the original image's pixels there.
-    For each such op after the first, the (B, 3, 3) matrix from output to its input's
-    coordinates and that input's (H, W); :func:`outside_windows` turns them into a mask.
-    The first op's input is the image itself, which the warp's padding already handles,
-    and crops and flips only sample inside their input, so they add nothing.
+    One :class:`Window` per such op after an op that changes the frame (see
+    :func:`_checked_ops`); :func:`outside_windows` turns them into a mask. The first op's
+    input is the image itself, which the warp's padding already handles, and a window
+    after flips alone would only replace that padding's blend at the edge by a hard cut.
+    A sample whose source image fits inside the window is marked not ``needed``.
     """
+    checked = _checked_ops(ops)
+    if not checked:
+        return []
     sizes, matrices = [], []
     for op, p in zip(ops, params, strict=True):
         sizes.append(size)
         matrices.append(op.matrix(p, size))
         size = op.output_size(size)
+    h0, w0 = sizes[0]
+    m0 = matrices[0]
+    corners = constant(((0.0, 0.0), (w0, 0.0), (w0, h0), (0.0, h0)), m0.device, m0.dtype).expand(m0.shape[0], 4, 2)
     windows = []
     after: torch.Tensor | None = None  # stage k -> output
+    before = [m0]  # source -> stage k + 1
+    for m in matrices[1:]:
+        before.append(m @ before[-1])
     for k in range(len(ops) - 1, 0, -1):
         after = matrices[k] if after is None else after @ matrices[k]
-        if not ops[k].stays_inside:
-            windows.append((torch.linalg.inv(after), sizes[k]))
+        if k in checked:
+            h, w = sizes[k]
+            q = transform_points(corners, before[k - 1])
+            tol = 1e-3
+            fits = ((q[..., 0] >= -tol) & (q[..., 0] <= w + tol) & (q[..., 1] >= -tol)
+                    & (q[..., 1] <= h + tol)).all(dim=1)
+            windows.append(Window(torch.linalg.inv(after), sizes[k], ~fits))
     return windows
 
 
@@ -326,10 +377,11 @@ def window_segments(ops: Sequence[GeometricOp], params: Sequence[dict[str, torch
     """The op list cut before every op that :func:`crop_windows` checks: per piece, its
     composed (B, 3, 3) matrix and the (H, W) it ends at (the last piece ends at the
     output). Boxes clip to each piece's end, as torchvision's op-by-op pipeline clips them."""
+    checked = _checked_ops(ops)
     pieces: list[tuple[torch.Tensor, tuple[int, int]]] = []
     total: torch.Tensor | None = None
     for k, (op, p) in enumerate(zip(ops, params, strict=True)):
-        if k > 0 and not op.stays_inside and total is not None:
+        if k in checked and total is not None:
             pieces.append((total, size))
             total = None
         m = op.matrix(p, size)
@@ -340,25 +392,52 @@ def window_segments(ops: Sequence[GeometricOp], params: Sequence[dict[str, torch
     return pieces
 
 
-def outside_windows(windows: Sequence[tuple[torch.Tensor, tuple[int, int]]],
-                    out_size: tuple[int, int]) -> torch.Tensor | None:
+def _row_spans(windows: Sequence[Window], out_size: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per output row, the x range ``[lo, hi]`` (B, H_out) of the pixel centres inside every
+    window that a sample needs.
+
+    A window's test ``0 <= qx <= w, 0 <= qy <= h`` with ``q = inv @ (x, y, 1)`` is, in
+    homogeneous form (a positive denominator ``den``), four linear inequalities
+    ``a * x + b * y + c >= 0`` (``qx >= 0``, ``w * den - qx >= 0``, and the same in y), plus
+    ``den >= 0`` for a projective window. On one row ``y`` each is a half-line in ``x``, so
+    the inside of every window is one interval per row: the mask then costs two
+    comparisons per pixel, from per-row terms, instead of a projective divide per pixel.
+    """
+    oh, _ = out_size
+    m0 = windows[0].inv
+    ys = (torch.arange(oh, device=m0.device, dtype=m0.dtype) + 0.5).view(1, oh)
+    b = m0.shape[0]
+    lo = torch.full((b, oh), -math.inf, device=m0.device, dtype=m0.dtype)
+    hi = torch.full((b, oh), math.inf, device=m0.device, dtype=m0.dtype)
+    for inv, (h, w), needed in windows:
+        rows = [inv[:, 0], w * inv[:, 2] - inv[:, 0], inv[:, 1], h * inv[:, 2] - inv[:, 1]]
+        if not bool((inv[:, 2, :2] == 0).all() & (inv[:, 2, 2] == 1).all()) if inv.device.type == "cpu" else True:
+            rows.append(inv[:, 2])  # projective (or not known to be affine without a sync): den >= 0
+        w_lo, w_hi = lo, hi
+        for r in rows:
+            a = r[:, 0:1]
+            c = r[:, 1:2] * ys + r[:, 2:3]  # (B, H_out): a * x + c >= 0 on each row
+            t = -c / torch.where(a == 0, 1.0, a)
+            w_lo = torch.where(a > 0, torch.maximum(w_lo, t), w_lo)
+            w_hi = torch.where(a < 0, torch.minimum(w_hi, t), w_hi)
+            w_lo = torch.where((a == 0) & (c < 0), math.inf, w_lo)  # a row wholly outside
+        keep = needed.view(-1, 1)
+        lo, hi = torch.where(keep, w_lo, lo), torch.where(keep, w_hi, hi)
+    return lo, hi
+
+
+def outside_windows(windows: Sequence[Window], out_size: tuple[int, int]) -> torch.Tensor | None:
     """(B, 1, H_out, W_out) True where an output pixel's centre maps outside one of the
-    :func:`crop_windows`, or None when there are none."""
+    :func:`crop_windows` a sample needs, or None when there are none (on a CPU, also when
+    no pixel of the batch falls outside: that check would make a GPU wait)."""
     if not windows:
         return None
     oh, ow = out_size
-    dev, dt = windows[0][0].device, windows[0][0].dtype
-    xs = (torch.arange(ow, device=dev, dtype=dt) + 0.5).view(1, 1, ow)
-    ys = (torch.arange(oh, device=dev, dtype=dt) + 0.5).view(1, oh, 1)
-    out = None
-    for inv, (h, w) in windows:
-        m = inv.view(-1, 3, 3, 1, 1)
-        den = m[:, 2, 0] * xs + m[:, 2, 1] * ys + m[:, 2, 2]
-        qx = (m[:, 0, 0] * xs + m[:, 0, 1] * ys + m[:, 0, 2]) / den
-        qy = (m[:, 1, 0] * xs + m[:, 1, 1] * ys + m[:, 1, 2]) / den
-        bad = (qx < 0) | (qx > w) | (qy < 0) | (qy > h)
-        out = bad if out is None else out | bad
-    return out.unsqueeze(1)
+    lo, hi = _row_spans(windows, out_size)
+    if lo.device.type == "cpu" and bool((lo <= 0.5).all() & (hi >= ow - 0.5).all()):
+        return None
+    xs = (torch.arange(ow, device=lo.device, dtype=lo.dtype) + 0.5).view(1, 1, ow)
+    return ((xs < lo.unsqueeze(2)) | (xs > hi.unsqueeze(2))).unsqueeze(1)
 
 
 # Continuous coordinates -> the pixel-index coordinates kornia's warp uses.
