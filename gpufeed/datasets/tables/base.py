@@ -279,36 +279,6 @@ def _reader_errors() -> tuple[type[BaseException], ...]:
     return tuple(errors)
 
 
-def ordered_as_enums(frame: Any, table: Any) -> Any:
-    """The polars ``frame`` read from the Arrow ``table`` with each ordered categorical of
-    text (an ordered dictionary column: a pandas ``Categorical(ordered=True)`` written to
-    Parquet or Feather, sizes ``S < M < L``) as an ``Enum`` of its categories in order, as
-    :func:`~gpufeed.gpu_transforms.tabular.frames.to_backend` moves one to polars.
-
-    polars reads such a column as a plain ``Categorical``, which has no order: sorting and
-    comparing went by the text (``L < M < S``) on polars while pandas read the same file
-    ordered. ``table`` may hold only the ordered columns (``frame`` holds them all).
-    """
-    import polars as pl
-    import pyarrow as pa
-
-    ordered = [f.name for f in table.schema
-               if pa.types.is_dictionary(f.type) and f.type.ordered
-               and (pa.types.is_string(f.type.value_type) or pa.types.is_large_string(f.type.value_type))
-               and f.name in frame.columns]
-    if not ordered:
-        return frame
-    # One dictionary per column: each chunk (row group, record batch) may have its own; the
-    # first's order comes first, as pandas reads the file.
-    unified = table.select(ordered).unify_dictionaries()
-    enums = {}
-    for name in ordered:
-        chunks = unified.column(name).chunks
-        if chunks:
-            enums[name] = pl.Enum(chunks[0].dictionary.to_pylist())
-    return frame.with_columns(pl.col(name).cast(kind) for name, kind in enums.items()) if enums else frame
-
-
 #: Integers of larger magnitude than this are not all exact in float64 (2**53).
 _FLOAT_EXACT_INT = 2**53
 

@@ -23,10 +23,9 @@ from gpufeed.datasets.tables.base import (
     TableFormat,
     WriteOptions,
     arrow_to_pandas,
-    ordered_as_enums,
 )
 from gpufeed.gpu_transforms.tabular.errors import TabularError
-from gpufeed.gpu_transforms.tabular.frames import Frame, polars_from_arrow
+from gpufeed.gpu_transforms.tabular.frames import Frame, ordered_as_enums, polars_from_arrow
 
 #: The key write_table stores an HDF5 table under. Not ``"table"``: pandas takes a group
 #: with a child named ``table`` for a table of its own, so a file whose only frame was under

@@ -311,15 +311,17 @@ class Window(NamedTuple):
         needed: (B,) bool, False for a sample whose whole source image lies inside the
             window (a crop of the whole image): beyond the window is then beyond the image,
             where the warp's padding already blends in the fill, as torchvision's op does.
+        affine: every op from the window to the output is affine, so ``inv`` is.
     """
 
     inv: torch.Tensor
     size: tuple[int, int]
     needed: torch.Tensor
+    affine: bool
 
     def select(self, part: slice) -> Window:
         """The window of samples ``part`` of the batch."""
-        return Window(self.inv[part], self.size, self.needed[part])
+        return Window(self.inv[part], self.size, self.needed[part], self.affine)
 
 
 def _checked_ops(ops: Sequence[GeometricOp]) -> list[int]:
@@ -368,7 +370,7 @@ def crop_windows(ops: Sequence[GeometricOp], params: Sequence[dict[str, torch.Te
             tol = 1e-3
             fits = ((q[..., 0] >= -tol) & (q[..., 0] <= w + tol) & (q[..., 1] >= -tol)
                     & (q[..., 1] <= h + tol)).all(dim=1)
-            windows.append(Window(torch.linalg.inv(after), sizes[k], ~fits))
+            windows.append(Window(torch.linalg.inv(after), sizes[k], ~fits, all(op.affine for op in ops[k:])))
     return windows
 
 
@@ -409,10 +411,10 @@ def _row_spans(windows: Sequence[Window], out_size: tuple[int, int]) -> tuple[to
     b = m0.shape[0]
     lo = torch.full((b, oh), -math.inf, device=m0.device, dtype=m0.dtype)
     hi = torch.full((b, oh), math.inf, device=m0.device, dtype=m0.dtype)
-    for inv, (h, w), needed in windows:
+    for inv, (h, w), needed, affine in windows:
         rows = [inv[:, 0], w * inv[:, 2] - inv[:, 0], inv[:, 1], h * inv[:, 2] - inv[:, 1]]
-        if not bool((inv[:, 2, :2] == 0).all() & (inv[:, 2, 2] == 1).all()) if inv.device.type == "cpu" else True:
-            rows.append(inv[:, 2])  # projective (or not known to be affine without a sync): den >= 0
+        if not affine:
+            rows.append(inv[:, 2])  # den >= 0: the side of the horizon the window is on
         w_lo, w_hi = lo, hi
         for r in rows:
             a = r[:, 0:1]

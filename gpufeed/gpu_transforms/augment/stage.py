@@ -12,6 +12,7 @@ import torch
 from gpufeed.gpu_transforms.augment import checks
 from gpufeed.gpu_transforms.augment.chunks import ChunkRunner, chunk_parts
 from gpufeed.gpu_transforms.augment.geometric import (
+    Window,
     apply_flips,
     compose,
     crop_windows,
@@ -348,7 +349,7 @@ class GpuAugment:
 
             def work(part: slice) -> None:
                 x = self._augment_chunk(images[part], params, part, geo, None if matrix is None else matrix[part],
-                                        [(m[part], size) for m, size in windows])
+                                        [w.select(part) for w in windows])
                 out[part] = x if self._mixers else self._to_output(x, images.dtype)
 
             self._chunks.run(work, parts, images.device)
@@ -382,7 +383,7 @@ class GpuAugment:
 
     def _augment_chunk(self, images: torch.Tensor, params: AugmentParams, part: slice,
                        geo: list[dict[str, torch.Tensor]], matrix: torch.Tensor | None,
-                       windows: list[tuple[torch.Tensor, tuple[int, int]]]) -> torch.Tensor:
+                       windows: list[Window]) -> torch.Tensor:
         """Geometric and pixel ops on samples ``part`` of the batch; float32, [0, 1] or normalised."""
         x = images.to(torch.float32)
         scale = 255.0 if images.dtype == torch.uint8 else self.value_range[1]
@@ -416,7 +417,7 @@ class GpuAugment:
         return (x * top if top != 1.0 else x).to(dtype)
 
     def _apply_targets(self, result: AugmentResult, matrix: torch.Tensor | None,
-                       windows: list[tuple[torch.Tensor, tuple[int, int]]], geo: list[dict[str, torch.Tensor]], boxes, box_labels, masks, keypoints) -> None:  # noqa: ANN001
+                       windows: list[Window], geo: list[dict[str, torch.Tensor]], boxes, box_labels, masks, keypoints) -> None:  # noqa: ANN001
         params = result.params
         if matrix is None and (boxes is not None or keypoints is not None):
             matrix = (compose(self._geometric, geo, params.input_size)[0] if self._geometric

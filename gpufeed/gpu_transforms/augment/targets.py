@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from gpufeed.gpu_transforms.augment.geometric import transform_points, warp
+from gpufeed.gpu_transforms.augment.geometric import Window, transform_points, warp
 
 
 def warp_masks(masks: torch.Tensor, matrix: torch.Tensor, out_size: tuple[int, int], *,
@@ -77,7 +77,7 @@ def warp_boxes(boxes: list[torch.Tensor], labels: list[torch.Tensor] | None, mat
 
 
 def warp_keypoints(keypoints: torch.Tensor, matrix: torch.Tensor, out_size: tuple[int, int],
-                   windows: list[tuple[torch.Tensor, tuple[int, int]]] | None = None,
+                   windows: list[Window] | None = None,
                    ) -> tuple[torch.Tensor, torch.Tensor]:
     """Move (B, K, 2) keypoints; none are dropped, so indices stay aligned.
 
@@ -89,7 +89,8 @@ def warp_keypoints(keypoints: torch.Tensor, matrix: torch.Tensor, out_size: tupl
     moved = transform_points(keypoints.to(matrix.dtype), matrix)
     oh, ow = out_size
     visible = (moved[..., 0] >= 0) & (moved[..., 0] < ow) & (moved[..., 1] >= 0) & (moved[..., 1] < oh)
-    for inv, (h, w) in windows or []:
+    for inv, (h, w), needed, _ in windows or []:
         q = transform_points(moved, inv)
-        visible &= (q[..., 0] >= 0) & (q[..., 0] < w) & (q[..., 1] >= 0) & (q[..., 1] < h)
+        inside = (q[..., 0] >= 0) & (q[..., 0] < w) & (q[..., 1] >= 0) & (q[..., 1] < h)
+        visible &= inside | ~needed[:, None]
     return moved.to(keypoints.dtype), visible

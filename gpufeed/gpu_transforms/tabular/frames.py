@@ -243,11 +243,7 @@ def to_backend(df: Frame, backend: str) -> Frame:
         table = df if source == "pandas" else df.to_arrow(preserve_index=False)
         out = (keeping_names(df, lambda f: pl.from_pandas(f, nan_to_null=True)) if source == "pandas"
                else polars_from_arrow(table))
-        # polars' Categorical has no category order: an ordered categorical (sizes S < M < L)
-        # becomes an Enum of its categories, which keeps the order for sorting and comparing
-        # and converts back to an ordered pandas categorical.
-        ordered = _ordered_text_categories(table)
-        return out.with_columns(pl.col(n).cast(pl.Enum(c)) for n, c in ordered.items()) if ordered else out
+        return ordered_as_enums(out, table)
     import cudf  # only reached when the user asked for cuDF (or auto found a GPU)
 
     if source == "pandas":
@@ -291,16 +287,34 @@ def polars_from_arrow(table: Any) -> Any:
     return frame
 
 
+def ordered_as_enums(frame: Any, table: Any) -> Any:
+    """The polars ``frame`` made from ``table`` (a pandas frame or an Arrow table) with each
+    ordered categorical of text (a pandas ``Categorical(ordered=True)``, or one written to
+    Parquet or Feather: sizes ``S < M < L``) as an ``Enum`` of its categories in order.
+
+    polars' Categorical has no category order: sorting and comparing went by the text
+    (``L < M < S``) on polars while pandas kept the order; an Enum keeps it, and converts
+    back to an ordered pandas categorical. ``table`` may hold only the ordered columns
+    (``frame`` holds them all).
+    """
+    import polars as pl
+
+    ordered = {n: c for n, c in _ordered_text_categories(table).items() if n in frame.columns}
+    return frame.with_columns(pl.col(n).cast(pl.Enum(c)) for n, c in ordered.items()) if ordered else frame
+
+
 def _ordered_text_categories(table: Any) -> dict[str, list[str]]:
     """The ordered categorical columns with text categories of a pandas frame or an Arrow
-    table, each with its categories in order."""
+    table, each with its categories in order (an Arrow column's chunks, each with a
+    dictionary of its own, in one: the first's order first, as pandas reads a file)."""
     if hasattr(table, "schema"):  # Arrow: ordered dictionary columns
         import pyarrow as pa
 
-        return {f.name: table.column(f.name).combine_chunks().dictionary.to_pylist()
-                for f in table.schema
-                if pa.types.is_dictionary(f.type) and f.type.ordered
-                and (pa.types.is_string(f.type.value_type) or pa.types.is_large_string(f.type.value_type))}
+        ordered = [f.name for f in table.schema if pa.types.is_dictionary(f.type) and f.type.ordered
+                   and (pa.types.is_string(f.type.value_type) or pa.types.is_large_string(f.type.value_type))]
+        unified = table.select(ordered).unify_dictionaries() if ordered else None
+        return {n: unified.column(n).chunks[0].dictionary.to_pylist() for n in ordered
+                if unified.column(n).num_chunks}
     import pandas as pd
 
     return {str(name): [str(c) for c in dtype.categories] for name, dtype in table.dtypes.items()
