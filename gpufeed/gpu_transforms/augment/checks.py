@@ -212,9 +212,49 @@ def check_keypoints(images: torch.Tensor, keypoints: torch.Tensor) -> torch.Tens
     return keypoints
 
 
+def scalar(value: object) -> object:
+    """A 0-d numpy array as the scalar it holds (torchvision takes them as numbers); any
+    other value as it is."""
+    return value[()] if isinstance(value, np.ndarray) and value.ndim == 0 else value
+
+
 def is_number(value: object) -> bool:
-    """A real number, numpy scalars included (a value read from a numpy-based config); not a bool."""
+    """A real number, numpy scalars and 0-d arrays included (a value read from a
+    numpy-based config); not a bool."""
+    value = scalar(value)
     return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
+
+
+def is_int(value: object) -> bool:
+    """An integer, numpy integer scalars and 0-d integer arrays included; not a bool."""
+    value = scalar(value)
+    return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
+
+
+def check_int(name: str, value: object, low: int | None = None, high: int | None = None,
+              what: str | None = None) -> int:
+    """An int in ``[low, high]`` (either bound may be None) for a config, numpy integers
+    and 0-d integer arrays included; returns it as a Python int.
+
+    Raises:
+        TypeError: not an integer (a float, a bool, a string...), naming ``name``.
+        ValueError: outside the bounds, naming ``name``.
+    """
+    if what is None:
+        if low == 1 and high is None:
+            what = "a positive int"
+        elif low is not None and high is not None:
+            what = f"an int in [{low}, {high}]"
+        elif low is not None:
+            what = f"an int >= {low}"
+        else:
+            what = "an int" if high is None else f"an int <= {high}"
+    if not is_int(value):
+        raise TypeError(f"{name} must be {what}, got {value!r}")
+    v = int(scalar(value))
+    if (low is not None and v < low) or (high is not None and v > high):
+        raise ValueError(f"{name} must be {what}, got {value!r}")
+    return v
 
 
 def check_number(name: str, value: object) -> float:
@@ -226,7 +266,8 @@ def check_number(name: str, value: object) -> float:
 
 def check_numbers(name: str, value: object, what: str = "a sequence of numbers") -> tuple[float, ...]:
     """A non-empty sequence of finite numbers (one per channel, a pair...); raises naming it."""
-    if isinstance(value, (str, bytes)) or not isinstance(value, (Sequence, np.ndarray, torch.Tensor)):
+    if (isinstance(value, (str, bytes)) or not isinstance(value, (Sequence, np.ndarray, torch.Tensor))
+            or np.ndim(value) == 0):
         raise TypeError(f"{name} must be {what}, got {value!r}")
     values = list(value.tolist() if isinstance(value, (np.ndarray, torch.Tensor)) else value)
     if not values or not all(is_number(v) and math.isfinite(float(v)) for v in values):
@@ -272,15 +313,15 @@ def check_unit(name: str, value: object, unit: str = "pixel units") -> float:
 
 
 def check_size(name: str, size: object) -> tuple[int, int]:
-    """An output size: an int (square) or an (H, W) pair of positive ints (numpy ints too)."""
-    def is_int(v: object) -> bool:
-        return isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_))
-
+    """An output size: an int (square) or an (H, W) pair of positive ints (numpy ints and
+    0-d arrays too); raises ValueError naming it."""
+    what = "a positive int or an (H, W) pair of positive ints"
     if is_int(size):
-        size = (size, size)
-    if (
-        not isinstance(size, (Sequence, np.ndarray)) or len(size) != 2
-        or not all(is_int(s) and s > 0 for s in size)
-    ):
-        raise ValueError(f"{name} must be a positive int or an (H, W) pair of positive ints, got {size!r}")
-    return int(size[0]), int(size[1])
+        pair: object = (size, size)
+    elif isinstance(size, (Sequence, np.ndarray)) and not isinstance(size, (str, bytes)) and np.ndim(size) == 1:
+        pair = tuple(size)
+    else:
+        raise ValueError(f"{name} must be {what}, got {size!r}")
+    if len(pair) != 2 or not all(is_int(s) and int(scalar(s)) > 0 for s in pair):
+        raise ValueError(f"{name} must be {what}, got {size!r}")
+    return int(scalar(pair[0])), int(scalar(pair[1]))

@@ -14,7 +14,6 @@ difference between ``rotate`` and ``affine``), so parameters can be checked agai
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -319,10 +318,6 @@ class Window(NamedTuple):
     needed: torch.Tensor
     affine: bool
 
-    def select(self, part: slice) -> Window:
-        """The window of samples ``part`` of the batch."""
-        return Window(self.inv[part], self.size, self.needed[part], self.affine)
-
 
 def _checked_ops(ops: Sequence[GeometricOp]) -> list[int]:
     """Indices of the ops that need a crop window: ops that can sample outside their input
@@ -341,10 +336,10 @@ def crop_windows(ops: Sequence[GeometricOp], params: Sequence[dict[str, torch.Te
     previous op's output: after a crop, the corners a rotation uncovers are ``fill`` in
     torchvision, while the one fused warp would find the original image's pixels there.
     One :class:`Window` per such op after an op that changes the frame (see
-    :func:`_checked_ops`); :func:`outside_windows` turns them into a mask. The first op's
-    input is the image itself, which the warp's padding already handles, and a window
-    after flips alone would only replace that padding's blend at the edge by a hard cut.
-    A sample whose source image fits inside the window is marked not ``needed``.
+    :func:`_checked_ops`); :func:`window_spans` and :func:`fill_outside` apply them. The first op's input is the image itself, which the warp's padding already
+    handles, and a window after flips alone would only replace that padding's blend at the
+    edge by a hard cut (and cost a pass). A sample whose source image fits inside the
+    window (a crop of the whole image) is marked not ``needed``, for the same reason.
     """
     checked = _checked_ops(ops)
     if not checked:
@@ -394,52 +389,68 @@ def window_segments(ops: Sequence[GeometricOp], params: Sequence[dict[str, torch
     return pieces
 
 
-def _row_spans(windows: Sequence[Window], out_size: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per output row, the x range ``[lo, hi]`` (B, H_out) of the pixel centres inside every
-    window that a sample needs.
+def window_spans(windows: Sequence[Window], out_size: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Per output row, the x range of the pixel centres that lie inside every window a
+    sample needs, as its centre and half width ((B, H_out) each); None without windows.
 
     A window's test ``0 <= qx <= w, 0 <= qy <= h`` with ``q = inv @ (x, y, 1)`` is, in
     homogeneous form (a positive denominator ``den``), four linear inequalities
     ``a * x + b * y + c >= 0`` (``qx >= 0``, ``w * den - qx >= 0``, and the same in y), plus
     ``den >= 0`` for a projective window. On one row ``y`` each is a half-line in ``x``, so
-    the inside of every window is one interval per row: the mask then costs two
-    comparisons per pixel, from per-row terms, instead of a projective divide per pixel.
+    the inside of all windows is one interval per row, from per-row terms: the mask then
+    costs a comparison per pixel (:func:`fill_outside`) instead of a projective divide.
+    Ends are clamped to ``[-1, W_out + 1]``; an empty row has a negative half width. On a
+    CPU, also None when no output pixel lies outside (that check would make a GPU wait).
     """
-    oh, _ = out_size
+    if not windows:
+        return None
+    oh, ow = out_size
     m0 = windows[0].inv
-    ys = (torch.arange(oh, device=m0.device, dtype=m0.dtype) + 0.5).view(1, oh)
-    b = m0.shape[0]
-    lo = torch.full((b, oh), -math.inf, device=m0.device, dtype=m0.dtype)
-    hi = torch.full((b, oh), math.inf, device=m0.device, dtype=m0.dtype)
+    ys = (torch.arange(oh, device=m0.device, dtype=m0.dtype) + 0.5).view(1, 1, oh)
+    lo = torch.full((m0.shape[0], oh), -1.0, device=m0.device, dtype=m0.dtype)
+    hi = torch.full_like(lo, ow + 1.0)
     for inv, (h, w), needed, affine in windows:
         rows = [inv[:, 0], w * inv[:, 2] - inv[:, 0], inv[:, 1], h * inv[:, 2] - inv[:, 1]]
         if not affine:
             rows.append(inv[:, 2])  # den >= 0: the side of the horizon the window is on
-        w_lo, w_hi = lo, hi
-        for r in rows:
-            a = r[:, 0:1]
-            c = r[:, 1:2] * ys + r[:, 2:3]  # (B, H_out): a * x + c >= 0 on each row
-            t = -c / torch.where(a == 0, 1.0, a)
-            w_lo = torch.where(a > 0, torch.maximum(w_lo, t), w_lo)
-            w_hi = torch.where(a < 0, torch.minimum(w_hi, t), w_hi)
-            w_lo = torch.where((a == 0) & (c < 0), math.inf, w_lo)  # a row wholly outside
+        r = torch.stack(rows, 1)  # (B, R, 3): a * x + b * y + c >= 0
+        a = r[:, :, 0:1]
+        c = r[:, :, 1:2] * ys + r[:, :, 2:3]  # (B, R, H_out): a * x + c >= 0 on each row
+        t = -c / torch.where(a == 0, 1.0, a)
+        # a > 0: x >= t; a < 0: x <= t; a == 0: every x, or none where c < 0.
+        w_lo = torch.where(a > 0, t, -1.0).amax(1)
+        w_hi = torch.where(a < 0, t, ow + 1.0).amin(1)
+        w_lo = torch.where(((a == 0) & (c < 0)).any(1), ow + 1.0, w_lo)
         keep = needed.view(-1, 1)
-        lo, hi = torch.where(keep, w_lo, lo), torch.where(keep, w_hi, hi)
-    return lo, hi
-
-
-def outside_windows(windows: Sequence[Window], out_size: tuple[int, int]) -> torch.Tensor | None:
-    """(B, 1, H_out, W_out) True where an output pixel's centre maps outside one of the
-    :func:`crop_windows` a sample needs, or None when there are none (on a CPU, also when
-    no pixel of the batch falls outside: that check would make a GPU wait)."""
-    if not windows:
-        return None
-    oh, ow = out_size
-    lo, hi = _row_spans(windows, out_size)
+        lo = torch.where(keep, torch.maximum(lo, w_lo), lo)
+        hi = torch.where(keep, torch.minimum(hi, w_hi), hi)
+    lo, hi = lo.clamp(-1.0, ow + 1.0), hi.clamp(-1.0, ow + 1.0)
     if lo.device.type == "cpu" and bool((lo <= 0.5).all() & (hi >= ow - 0.5).all()):
         return None
-    xs = (torch.arange(ow, device=lo.device, dtype=lo.dtype) + 0.5).view(1, 1, ow)
-    return ((xs < lo.unsqueeze(2)) | (xs > hi.unsqueeze(2))).unsqueeze(1)
+    return (lo + hi) * 0.5, (hi - lo) * 0.5
+
+
+def _outside(spans: tuple[torch.Tensor, torch.Tensor], width: int) -> torch.Tensor:
+    """(B, H_out, width) True where a pixel centre lies outside its row's span:
+    ``|x - centre| > half``, a subtraction and a comparison (then no pass to negate)."""
+    mid, half = spans
+    xs = torch.arange(width, device=mid.device, dtype=mid.dtype) + 0.5
+    return (xs - mid.unsqueeze(2)).abs_() > half.unsqueeze(2)
+
+
+def outside_mask(spans: tuple[torch.Tensor, torch.Tensor], out_width: int) -> torch.Tensor:
+    """(B, 1, H_out, W_out) True where a pixel centre lies outside its row's span
+    (:func:`window_spans`)."""
+    return _outside(spans, out_width).unsqueeze(1)
+
+
+def fill_outside(x: torch.Tensor, spans: tuple[torch.Tensor, torch.Tensor] | None, value: float) -> torch.Tensor:
+    """Set, in place, the pixels of ``x`` (B, H, W) or (B, C, H, W) whose centre lies
+    outside its row's span (:func:`window_spans`) to ``value``; returns ``x``."""
+    if spans is None:
+        return x
+    mask = _outside(spans, x.shape[-1])
+    return x.masked_fill_(mask if x.ndim == 3 else mask.unsqueeze(1), value)
 
 
 # Continuous coordinates -> the pixel-index coordinates kornia's warp uses.
@@ -477,7 +488,8 @@ def affine_grid(matrix: torch.Tensor, in_size: tuple[int, int], out_size: tuple[
 
 
 def warp(x: torch.Tensor, matrix: torch.Tensor, out_size: tuple[int, int], *, mode: str = "bilinear",
-         fill: float = 0.0, inside: bool = False, affine: bool = False) -> torch.Tensor:
+         fill: float = 0.0, inside: bool = False, affine: bool = False,
+         spans: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
     """Resample a float batch once with per-sample matrices.
 
     Args:
@@ -490,6 +502,9 @@ def warp(x: torch.Tensor, matrix: torch.Tensor, out_size: tuple[int, int], *, mo
             replicated for the last half pixel instead of blended with ``fill``.
         affine: every matrix is affine: build the grid directly (see :func:`affine_grid`)
             instead of kornia's projective ``warp_perspective``.
+        spans: :func:`window_spans`: output pixels outside them are ``fill`` whatever they
+            map to. On the affine path they are sent off the image in the sampling grid
+            (one value per pixel instead of one per channel, and no taps to read).
 
     Returns:
         (B, C, H_out, W_out) float, same dtype as ``x``.
@@ -499,13 +514,20 @@ def warp(x: torch.Tensor, matrix: torch.Tensor, out_size: tuple[int, int], *, mo
     # torchvision's mask trick does, without a second channel.
     shift = 0.0 if inside else fill
     src = x - shift if shift else x
+    in_grid = spans is not None and affine and not inside
     if affine:
         grid = affine_grid(matrix.to(x.dtype), tuple(x.shape[-2:]), out_size)
+        if in_grid:
+            # Far left of the image (grid units are [-1, 1]): every tap reads the zero padding.
+            fill_outside(grid[..., 0], spans, -8.0)
         out = F.grid_sample(src, grid, mode=mode, padding_mode=padding, align_corners=False)
     else:
         m = constant(_TO_INDEX, matrix.device, matrix.dtype) @ matrix @ constant(_FROM_INDEX, matrix.device, matrix.dtype)
         out = warp_perspective(src, m, out_size, mode=mode, padding_mode=padding, align_corners=True)
-    return out + shift if shift else out
+    out = out + shift if shift else out
+    if spans is not None and not in_grid:
+        out = fill_outside(out, spans, fill)
+    return out
 
 
 def transform_points(points: torch.Tensor, matrix: torch.Tensor) -> torch.Tensor:

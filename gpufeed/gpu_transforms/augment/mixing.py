@@ -11,14 +11,13 @@ applies.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 
 from gpufeed.gpu_transforms.arrays import constant
-from gpufeed.gpu_transforms.augment.checks import check_probability
+from gpufeed.gpu_transforms.augment.checks import check_int, check_number, check_probability
 from gpufeed.gpu_transforms.augment.params import BETA_UNIFORMS, Op, beta, permutation, randint
 from gpufeed.gpu_transforms.augment.photometric import box_mask
 
@@ -41,12 +40,10 @@ class MixOp(Op):
     pastes_box: bool = False
 
     def __init__(self, num_classes: int, alpha: float = 1.0, p: float = 1.0) -> None:
-        if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
-            raise ValueError(f"num_classes must be a positive int, got {num_classes!r}")
-        if not isinstance(alpha, (int, float)) or not alpha > 0 or math.isinf(alpha):
+        self.num_classes = check_int("num_classes", num_classes, 1)
+        self.alpha = check_number("alpha", alpha)
+        if not self.alpha > 0:
             raise ValueError(f"alpha must be a positive number, got {alpha!r}")
-        self.num_classes = num_classes
-        self.alpha = float(alpha)
         self.p = check_probability("p", p)
 
 

@@ -162,13 +162,32 @@ def normal_pair(u1: torch.Tensor, u2: torch.Tensor) -> torch.Tensor:
 def _mix32(x: torch.Tensor) -> torch.Tensor:
     """A 32-bit integer hash (Wellons' lowbias32) on int64 tensors holding values < 2**32.
 
-    Products wrap in int64 the same way on every device; the mask keeps the low 32 bits."""
+    Products wrap in int64 the same way on every device; the mask keeps the low 32 bits.
+    ``x`` is left as it is (the first step makes a new tensor; the rest work in place on it).
+    """
     mask = 0xFFFFFFFF
     x = x ^ (x >> 16)
-    x = (x * 0x7FEB352D) & mask
-    x = x ^ (x >> 15)
-    x = (x * 0x846CA68B) & mask
-    return x ^ (x >> 16)
+    x.mul_(0x7FEB352D).bitwise_and_(mask)
+    x.bitwise_xor_(x >> 15)
+    x.mul_(0x846CA68B).bitwise_and_(mask)
+    return x.bitwise_xor_(x >> 16)
+
+
+def sample_keys(key: torch.Tensor) -> torch.Tensor:
+    """(B,) int64 hash keys from (B, 2) uniforms in [0, 1) (a sample's parameters)."""
+    bits = (key.to(torch.float64) * (1 << 24)).long()  # 24 random bits per uniform
+    return _mix32(bits[:, 0] ^ _mix32(bits[:, 1] + 0x9E3779B9))
+
+
+def hashed_normal(keys: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """float32 standard normals, one per element of ``index`` (int64 flat indices), each a
+    pure function of its index and its key (``keys`` from :func:`sample_keys`, broadcast
+    against ``index``): two 32-bit hashes -> two 24-bit uniforms -> Box-Muller."""
+    # normal_pair's arithmetic, in place on the fresh temporaries (a third faster on a CPU).
+    even = 2 * index
+    u1 = _mix32(even ^ keys).bitwise_right_shift_(8).to(torch.float32).mul_(2.0**-24)
+    u2 = _mix32(even.add_(1) ^ keys).bitwise_right_shift_(8).to(torch.float32).mul_(2.0**-24)
+    return torch.log1p(u1.neg_()).mul_(-2.0).sqrt_().mul_(torch.cos(u2.mul_(2.0 * math.pi)))
 
 
 def keyed_normal(key: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
@@ -178,16 +197,13 @@ def keyed_normal(key: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
         key: (B, 2) uniforms in [0, 1) (a sample's parameters), so the noise is replayed
             bit for bit from the recorded parameters, on any device and in any chunking.
 
-    Each element hashes its flat index with the key (two 32-bit hashes -> two 24-bit
-    uniforms -> Box-Muller): no generator state, no host round trip.
+    Each element hashes its flat index with the key (:func:`hashed_normal`): no generator
+    state, no host round trip. Computing only some elements (their flat indices into
+    ``shape``) gives the same values.
     """
-    bits = (key.to(torch.float64) * (1 << 24)).long()  # 24 random bits per uniform
-    k = _mix32(bits[:, 0] ^ _mix32(bits[:, 1] + 0x9E3779B9)).view(-1, *([1] * len(shape)))
-    n = math.prod(shape)
-    idx = torch.arange(n, device=key.device, dtype=torch.int64).view(1, *shape)
-    u1 = (_mix32((2 * idx) ^ k) >> 8).to(torch.float32) * 2.0**-24
-    u2 = (_mix32((2 * idx + 1) ^ k) >> 8).to(torch.float32) * 2.0**-24
-    return normal_pair(u1, u2)
+    k = sample_keys(key).view(-1, *([1] * len(shape)))
+    idx = torch.arange(math.prod(shape), device=key.device, dtype=torch.int64).view(1, *shape)
+    return hashed_normal(k, idx)
 
 
 #: Candidates per Gamma draw in :func:`gamma`; each is accepted with probability > 0.95,

@@ -3,13 +3,13 @@
 Each kernel takes per-sample factors as (B,) tensors and broadcasts them, so a batch costs
 a few whole-tensor operations whatever its size. A sample that an op skips gets the
 identity factor (brightness 1, sigma ~0, an empty erase box) instead of being indexed out,
-so nothing here needs a device sync. Formulas follow ``torchvision.transforms.v2``.
+so nothing here needs a device sync (but for ``RandomErasing``'s noise on a CPU, where
+reading its boxes costs nothing). Formulas follow ``torchvision.transforms.v2``.
 """
 
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Sequence
 
 import torch
@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from gpufeed.gpu_transforms.arrays import constant
 from gpufeed.gpu_transforms.augment.checks import (
+    check_int,
     check_number,
     check_numbers,
     check_probability,
@@ -27,8 +28,10 @@ from gpufeed.gpu_transforms.augment.checks import (
 from gpufeed.gpu_transforms.augment.params import (
     Op,
     first_fitting_sides,
+    hashed_normal,
     keyed_normal,
     randint,
+    sample_keys,
     uniform,
 )
 
@@ -220,10 +223,9 @@ class GaussianBlur(Op):
     _IDENTITY_SIGMA = 1e-6
 
     def __init__(self, kernel_size: int, sigma: Sequence[float] = (0.1, 2.0), p: float = 1.0) -> None:
-        if (isinstance(kernel_size, bool) or not isinstance(kernel_size, numbers.Integral) or kernel_size < 1
-                or kernel_size % 2 == 0):
+        self.kernel_size = check_int("kernel_size", kernel_size, 1, what="a positive odd int")
+        if self.kernel_size % 2 == 0:
             raise ValueError(f"kernel_size must be a positive odd int, got {kernel_size!r}")
-        self.kernel_size = int(kernel_size)
         self.sigma = check_range("sigma", sigma, 1e-3, 1e3)
         self.p = check_probability("p", p)
 
@@ -273,9 +275,7 @@ class RandomPosterize(Op):
     num_uniforms = 1
 
     def __init__(self, bits: int, p: float = 0.5) -> None:
-        if isinstance(bits, bool) or not isinstance(bits, numbers.Integral) or not 1 <= bits <= 8:
-            raise ValueError(f"bits must be an int in [1, 8], got {bits!r}")
-        self.bits = int(bits)
+        self.bits = check_int("bits", bits, 1, 8)
         self.p = check_probability("p", p)
 
     def sample(self, u: torch.Tensor, size: tuple[int, int]) -> dict[str, torch.Tensor]:
@@ -303,7 +303,9 @@ class RandomErasing(Op):
             so it needs a ``Normalize`` before the op.
 
     The noise of ``"random"`` is a pure function of each sample's recorded parameters
-    (two uniforms hashed with the pixel's index), so a replay repeats it bit for bit.
+    (two uniforms hashed with the pixel's index), so a replay or another chunking repeats
+    it bit for bit. On a CPU it is computed for the erased boxes only; on a GPU for every
+    pixel (finding the boxes would make the GPU wait).
     """
 
     tries = 10
@@ -353,14 +355,34 @@ class RandomErasing(Op):
         return params
 
     def apply(self, x: torch.Tensor, params: dict[str, torch.Tensor]) -> torch.Tensor:
+        if self.value == "random" and x.device.type == "cpu":
+            return erase_with_noise(x, params["box"], params["noise_key"])
         inside = box_mask(params["box"], x.shape[-2:])
         if self.value == "random":
+            # On a GPU, reading the boxes would make it wait: noise for the whole batch.
             fill = keyed_normal(params["noise_key"], x.shape[1:]).to(x.dtype)
         elif isinstance(self.value, tuple):
             fill = constant(self.value, x.device, x.dtype).view(1, -1, 1, 1)
         else:
             return torch.where(inside, self.value, x)
         return torch.where(inside, fill, x)
+
+
+def erase_with_noise(x: torch.Tensor, box: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
+    """``x`` with each sample's ``box`` ((B, 4) x, y, w, h; empty when not erased) filled
+    with the noise :func:`~.params.keyed_normal` gives those pixels (key (B, 2)), computed
+    for them only: the same values, bit for bit, as the whole batch's noise, at a cost that
+    follows the erased area instead of the batch. Reads the boxes on the host."""
+    out = x.clone()
+    c, h, w = x.shape[1:]
+    keys = sample_keys(key)
+    for i, (left, top, bw, bh) in enumerate(box.long().tolist()):
+        if bw > 0 and bh > 0:
+            index = (torch.arange(c, device=x.device).view(-1, 1, 1) * (h * w)
+                     + torch.arange(top, top + bh, device=x.device).view(1, -1, 1) * w
+                     + torch.arange(left, left + bw, device=x.device).view(1, 1, -1))
+            out[i, :, top:top + bh, left:left + bw] = hashed_normal(keys[i], index)
+    return out
 
 
 def box_mask(box: torch.Tensor, size: Sequence[int]) -> torch.Tensor:

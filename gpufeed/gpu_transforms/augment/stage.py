@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -16,10 +15,11 @@ from gpufeed.gpu_transforms.augment.geometric import (
     apply_flips,
     compose,
     crop_windows,
+    fill_outside,
     only_flips,
-    outside_windows,
     warp,
     window_segments,
+    window_spans,
 )
 from gpufeed.gpu_transforms.augment.mixing import MIX_UNIFORMS, check_mixers, draw_mix, mix
 from gpufeed.gpu_transforms.augment.params import KINDS, AugmentParams, Op, draw_uniforms
@@ -157,9 +157,8 @@ class GpuAugment:
             raise ValueError(f"min_box_size must be >= 0, got {min_box_size!r}")
         self.min_box_size = float(min_box_size)
         self.check_inputs = bool(check_inputs)
-        if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1):
-            raise ValueError(f"chunk_size must be None or a positive int, got {chunk_size!r}")
-        self.chunk_size = chunk_size
+        self.chunk_size = (None if chunk_size is None
+                           else checks.check_int("chunk_size", chunk_size, 1, what="None or a positive int"))
         self._chunks = ChunkRunner()
         self._geometric = [op for op in ops if op.kind == "geometric"]
         self._mixers = [op for op in ops if op.mixes_samples]
@@ -195,11 +194,10 @@ class GpuAugment:
         In a DataLoader worker, a seed set before the workers started is mixed with the
         worker's seed (see :meth:`_generator`); one set inside the worker is used as given.
         """
-        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-            raise TypeError(f"seed must be an int, got {seed!r}")
-        if not 0 <= seed < 2**64:
+        value = checks.check_int("seed", seed)
+        if not 0 <= value < 2**64:
             raise ValueError(f"seed must be in [0, 2**64) (torch.Generator's range), got {seed!r}")
-        self.seed = int(seed)
+        self.seed = value
         self.has_own_seed = False
         # Set in a worker (worker_init_fn, a dataset's own stage): the caller chose that
         # worker's seed, so it is not mixed with the worker's again.
@@ -328,18 +326,19 @@ class GpuAugment:
         self.last_params = params
 
         geo = [p for op, p in zip(self.ops, params.per_op, strict=True) if op.kind == "geometric"]
-        matrix, windows = None, []
+        matrix, windows, spans = None, [], None
         if self._geometric and not only_flips(self._geometric):
             matrix, _ = compose(self._geometric, geo, params.input_size)
             if not self._inside:  # e.g. a crop, then a rotation: its corners are fill, as in torchvision
                 windows = crop_windows(self._geometric, geo, params.input_size)
+                spans = window_spans(windows, params.output_size)
         b, c = images.shape[:2]
         oh, ow = params.output_size
         parts = chunk_parts(b, c * oh * ow, images.device, self.chunk_size)
         # Without mixing each chunk goes straight to its slice of the output; mixing needs
         # the whole float batch first (partners come from anywhere in the batch).
         if len(parts) == 1:  # a GPU batch, or a small one: no output buffer to fill
-            out = self._augment_chunk(images, params, parts[0], geo, matrix, windows)
+            out = self._augment_chunk(images, params, parts[0], geo, matrix, spans)
             out = out if self._mixers else self._to_output(out, images.dtype)
             if out is images:  # nothing to do (no ops, same dtype): still hand back a new tensor
                 out = out.clone()
@@ -349,7 +348,7 @@ class GpuAugment:
 
             def work(part: slice) -> None:
                 x = self._augment_chunk(images[part], params, part, geo, None if matrix is None else matrix[part],
-                                        [w.select(part) for w in windows])
+                                        None if spans is None else (spans[0][part], spans[1][part]))
                 out[part] = x if self._mixers else self._to_output(x, images.dtype)
 
             self._chunks.run(work, parts, images.device)
@@ -359,7 +358,7 @@ class GpuAugment:
                                 params.mix["use_box"], self._mixers[0].num_classes)
             out = self._to_output(x, images.dtype)
         result = AugmentResult(out, params, out_labels)
-        self._apply_targets(result, matrix, windows, geo, boxes, box_labels, masks, keypoints)
+        self._apply_targets(result, matrix, windows, spans, geo, boxes, box_labels, masks, keypoints)
         return result
 
     def _check_targets(self, images, labels, boxes, box_labels, masks, keypoints) -> None:  # noqa: ANN001
@@ -383,7 +382,7 @@ class GpuAugment:
 
     def _augment_chunk(self, images: torch.Tensor, params: AugmentParams, part: slice,
                        geo: list[dict[str, torch.Tensor]], matrix: torch.Tensor | None,
-                       windows: list[Window]) -> torch.Tensor:
+                       spans: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
         """Geometric and pixel ops on samples ``part`` of the batch; float32, [0, 1] or normalised."""
         x = images.to(torch.float32)
         scale = 255.0 if images.dtype == torch.uint8 else self.value_range[1]
@@ -391,10 +390,8 @@ class GpuAugment:
             # In place on the fresh copy (uint8 / 255.0 with type promotion is much slower).
             x = x.div_(scale) if x.data_ptr() != images.data_ptr() else x / scale
         if matrix is not None:
-            x = warp(x, matrix, params.output_size, fill=self.fill, inside=self._inside, affine=self._affine)
-            outside = outside_windows(windows, params.output_size)
-            if outside is not None:
-                x = x.masked_fill_(outside, self.fill)
+            x = warp(x, matrix, params.output_size, fill=self.fill, inside=self._inside, affine=self._affine,
+                     spans=spans)
         elif self._geometric:
             x = apply_flips(x, self._geometric, [{k: v[part] for k, v in p.items()} for p in geo])
         for op, p in zip(self.ops, params.per_op, strict=True):
@@ -417,7 +414,8 @@ class GpuAugment:
         return (x * top if top != 1.0 else x).to(dtype)
 
     def _apply_targets(self, result: AugmentResult, matrix: torch.Tensor | None,
-                       windows: list[Window], geo: list[dict[str, torch.Tensor]], boxes, box_labels, masks, keypoints) -> None:  # noqa: ANN001
+                       windows: list[Window], spans: tuple[torch.Tensor, torch.Tensor] | None,
+                       geo: list[dict[str, torch.Tensor]], boxes, box_labels, masks, keypoints) -> None:  # noqa: ANN001
         params = result.params
         if matrix is None and (boxes is not None or keypoints is not None):
             matrix = (compose(self._geometric, geo, params.input_size)[0] if self._geometric
@@ -430,10 +428,8 @@ class GpuAugment:
             else:
                 result.masks = warp_masks(masks, matrix, params.output_size, fill=self.mask_fill,
                                           inside=self._inside, affine=self._affine)
-                outside = outside_windows(windows, params.output_size)
-                if outside is not None:
-                    fill = self.mask_fill if result.masks.dtype != torch.bool else bool(self.mask_fill)
-                    result.masks = result.masks.masked_fill(outside if result.masks.ndim == 4 else outside[:, 0], fill)
+                fill = self.mask_fill if result.masks.dtype != torch.bool else bool(self.mask_fill)
+                result.masks = fill_outside(result.masks, spans, fill)  # a fresh tensor: filled in place
         if boxes is not None:
             result.boxes, result.box_labels = warp_boxes(
                 list(boxes), None if box_labels is None else list(box_labels), matrix, params.output_size,

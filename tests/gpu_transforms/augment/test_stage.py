@@ -22,11 +22,13 @@ from gpufeed.gpu_transforms.augment import (
     RandomGrayscale,
     RandomHorizontalFlip,
     RandomPerspective,
+    RandomPosterize,
     RandomResizedCrop,
     RandomRotation,
     RandomSolarize,
 )
-from gpufeed.gpu_transforms.augment.params import BETA_UNIFORMS, beta
+from gpufeed.gpu_transforms.augment.params import BETA_UNIFORMS, beta, keyed_normal
+from gpufeed.gpu_transforms.augment.photometric import box_mask
 
 
 def u8(b: int = 6, h: int = 40, w: int = 48, seed: int = 0) -> torch.Tensor:
@@ -208,6 +210,18 @@ def test_beta_sampler_moments():
     # Accepted, then a cryptic "Overflow when unpacking long long" on the first batch.
     (lambda: GpuAugment([RandomHorizontalFlip()], seed=2**64), r"seed must be in \[0, 2\*\*64\)"),
     (lambda: GpuAugment([RandomHorizontalFlip()], seed=-1), "seed must be in"),
+    # numpy values that are not what the argument takes name it (np.array(224) failed on len()).
+    (lambda: RandomResizedCrop(np.array([[24, 24]])), "size must be a positive int"),
+    (lambda: RandomResizedCrop(np.float64(24)), "size must be a positive int"),
+    (lambda: GaussianBlur(np.array(4)), "kernel_size must be a positive odd int"),
+    (lambda: GaussianBlur(np.float32(3)), "kernel_size must be a positive odd int"),
+    (lambda: RandomPosterize(np.int64(9)), r"bits must be an int in \[1, 8\]"),
+    (lambda: MixUp(num_classes=np.array(0)), "num_classes must be a positive int"),
+    (lambda: CutMix(num_classes=np.float64(10)), "num_classes must be a positive int"),
+    (lambda: GpuAugment([], chunk_size=np.float64(8)), "chunk_size must be None or a positive int"),
+    (lambda: GpuAugment([], chunk_size=True), "chunk_size must be None or a positive int"),
+    (lambda: GpuAugment([], seed=np.float64(1)), "seed must be an int"),
+    (lambda: Normalize(np.array(0.5), np.array(0.5)), "mean must be one number per channel"),
 ])
 def test_bad_config_is_refused_in_the_constructor(make, match):
     with pytest.raises((ValueError, TypeError), match=match):
@@ -424,6 +438,25 @@ def test_numpy_scalars_are_taken_like_python_numbers():
         assert torch.equal(GpuAugment(numpy_ops, seed=0)(x), GpuAugment(python_ops, seed=0)(x))
 
 
+def test_numpy_integers_and_0d_arrays_are_taken_wherever_an_int_is():
+    """The docs promise numpy scalars everywhere: chunk_size=np.int64(8) and MixUp/CutMix
+    num_classes=np.int64(10) were refused, RandomResizedCrop(np.array(224)) raised
+    "TypeError: len() of unsized object"; one shared integer check now takes them all."""
+    x, labels = u8(), torch.tensor([0, 1, 2, 0, 1, 2])
+    numpy_stage = GpuAugment([RandomResizedCrop(np.array(24)), GaussianBlur(np.array(3)), RandomPosterize(np.int8(4)),
+                              RandomErasing(p=np.array(0.5), value=np.float32(0.0)), CutMix(np.int64(3)),
+                              MixUp(np.int32(3), alpha=np.float32(0.5))],
+                             seed=np.uint64(5), chunk_size=np.int64(2))
+    python_stage = GpuAugment([RandomResizedCrop(24), GaussianBlur(3), RandomPosterize(4),
+                               RandomErasing(p=0.5, value=0.0), CutMix(3), MixUp(3, alpha=float(np.float32(0.5)))],
+                              seed=5, chunk_size=2)
+    assert numpy_stage.chunk_size == 2 and type(numpy_stage.chunk_size) is int
+    assert type(numpy_stage.ops[-1].num_classes) is int and numpy_stage.ops[0].size == (24, 24)
+    a, la = numpy_stage(x, labels)
+    b, lb = python_stage(x, labels)
+    assert torch.equal(a, b) and torch.equal(la, lb)
+
+
 def test_a_seeded_stage_in_dataloader_workers_differs_per_worker_and_epoch_yet_repeats():
     """seed=0 made both workers draw the same parameters and every epoch repeat the first:
     workers start from the main process's copy of the stage. Now, as torchvision's
@@ -527,3 +560,25 @@ def test_erasing_takes_a_per_channel_value_and_random_noise_like_torchvision():
     assert torch.equal(noisy(big, params=noisy.last_params), out)  # replayed bit for bit
     chunked = GpuAugment(noisy.ops, seed=0, chunk_size=1)
     assert torch.equal(chunked(big), out)
+
+
+@pytest.mark.parametrize("chunk", [1, 3])
+def test_random_erasing_noise_is_only_computed_where_erased_yet_equals_the_whole_batch_noise(chunk):
+    """The noise was hashed for every pixel of every sample whatever p or the box (3.5x the
+    cost of value=0 at p=0.25). On a CPU it is now hashed for the erased pixels only: each
+    value is still the pure function of the sample's key and the pixel's index, so a
+    chunked run and a replay equal the whole-batch noise bit for bit."""
+    ops = [Normalize(IMAGENET_MEAN, IMAGENET_STD), RandomErasing(p=0.5, scale=(0.05, 0.2), value="random")]
+    x = u8(7, 37, 43)  # odd sizes: the erased pixels fall at any offset of a vector
+    whole = GpuAugment(ops, seed=1)
+    out = whole(x)
+    params = whole.last_params
+    box, key = params.per_op[1]["box"], params.per_op[1]["noise_key"]
+    erased = (box[:, 2] * box[:, 3] > 0).tolist()
+    assert any(erased) and not all(erased)
+    # The whole batch's noise as a GPU computes it: every pixel, then the boxes kept.
+    clean = Normalize(IMAGENET_MEAN, IMAGENET_STD).apply(x.float() / 255, {})
+    dense = torch.where(box_mask(box, (37, 43)), keyed_normal(key, (3, 37, 43)), clean)
+    assert torch.equal(out, dense)
+    assert torch.equal(GpuAugment(ops, seed=1, chunk_size=chunk)(x), out)
+    assert torch.equal(whole(x, params=params), out)
