@@ -985,3 +985,22 @@ def test_a_one_column_csv_keeps_its_missing_rows(tmp_path, writer, backend):
     missing = back["x"].is_null().sum() if backend == "polars" else back["x"].isna().sum()
     assert len(back) == 3 and missing == 1
     assert len(pd.read_csv(tmp_path / "one.csv")) == 3
+
+
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_a_column_the_writer_quoted_as_text_is_text_not_a_mixed_type_error(tmp_path, backend):
+    # R's write.csv quotes factors and strings, never numbers: a factor of codes ("1".."9",
+    # "X") was refused as numbers with a typo, where pd.read_csv reads it (7 of pydataset's
+    # 757 R tables did not load).
+    r_style = tmp_path / "r.csv"
+    r_style.write_text('"","family","x","boat"\n"1","001",1.5,"7"\n"2","136A",2,"C"\n"3","002",NA,NA\n'
+                       '"4","003",4.25,"9"\n')
+    frame = read_table(r_style, backend=backend)
+    assert list(frame["family"]) == ["001", "136A", "002", "003"]
+    assert list(frame["boat"])[:2] == ["7", "C"] and list(frame["x"])[:2] == [1.5, 2.0]
+    # Unquoted, or in a file that quotes every field, the same column is still refused.
+    (tmp_path / "plain.csv").write_text("family,x\n001,1.5\n136A,2\n002,3\n003,4\n")
+    (tmp_path / "all.csv").write_text('"family","x"\n"001","1.5"\n"136A","2"\n"002","3"\n"003","4"\n')
+    for name in ("plain.csv", "all.csv"):
+        with pytest.raises(MixedTypeError, match=rf"{name}: column 'family' mixes numbers and text"):
+            read_table(tmp_path / name, backend=backend)

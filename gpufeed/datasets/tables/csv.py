@@ -461,9 +461,66 @@ def _distinct(column: Any) -> tuple[Any, np.ndarray]:
     return counted.field("values"), counted.field("counts").to_numpy(zero_copy_only=False)
 
 
+#: Records :func:`_written_as_text` reads at most.
+_QUOTING_RECORDS = 2000
+
+
+def _field_quoting(fh: TextIO, sep: str) -> Iterator[list[tuple[bool, str]]]:
+    """Each record of ``fh`` as ``(quoted, text)`` per field: whether the field was quoted
+    in the file and, for an unquoted one, its text (a quoted field may span lines; ``""``
+    in quotes is a quote). What the csv module reads, plus the quoting it does not tell."""
+    fields: list[tuple[bool, str]] = []
+    text: list[str] = []
+    quoted = in_quotes = False
+    for line in fh:
+        for ch in line:
+            if in_quotes:
+                in_quotes = ch != '"'  # a doubled quote closes and reopens: the same state
+                continue
+            if ch == '"' and not text and not quoted:
+                quoted = in_quotes = True
+            elif ch == sep:
+                fields.append((quoted, "".join(text)))
+                text, quoted = [], False
+            elif ch not in "\r\n" and not quoted:
+                text.append(ch)
+        if not in_quotes:
+            fields.append((quoted, "".join(text)))
+            yield fields
+            fields, text, quoted = [], [], False
+
+
+def _written_as_text(path: Path, index: int, sep: str, encoding: str, skiprows: int, header: bool,
+                     missing: Any) -> bool:
+    """Whether the writer of the file at ``path`` meant column ``index`` as text: each of
+    its values in the first records is quoted, missing values aside, while the file holds
+    unquoted values elsewhere. R's ``write.csv`` quotes every factor and string and no
+    number, so a factor of codes (``"1"``, ``"9"``, ``"X"``) is text; a file that quotes
+    every field says nothing. Only run on the error path."""
+    saw_value = saw_unquoted = False
+    with _open_text(path, encoding) as fh:
+        for _ in range(skiprows):
+            fh.readline()
+        records = _field_quoting(fh, sep)
+        if header:
+            next(records, None)
+        for record in itertools.islice(records, _QUOTING_RECORDS):
+            if record == [(False, "")]:
+                continue  # a blank line
+            for i, (quoted, text) in enumerate(record):
+                if i == index:
+                    if not quoted and text.strip() not in missing:
+                        return False
+                    saw_value |= quoted
+                elif not quoted and text.strip() not in missing:
+                    saw_unquoted = True
+    return saw_value and saw_unquoted
+
+
 def _check_mixed_types(
     table: Any, path: Path, skipped: list[tuple[int | None, str]], sep: str = ",", encoding: str = "utf-8",
-    decimal: str = ".", skiprows: int = 0, header: bool = True,
+    decimal: str = ".", skiprows: int = 0, header: bool = True, file_columns: Sequence[str] | None = None,
+    missing: Any = frozenset(PANDAS_NA_VALUES),
 ) -> None:
     """Reject a numeric column with words in it (a typo: ``n/a?`` among the readings).
 
@@ -471,6 +528,9 @@ def _check_mixed_types(
     column in which a few values happen to parse as numbers (airport codes ``0E0`` and
     ``0E8`` among 3,376, zip codes, part numbers) stays text, as pandas and polars read it:
     nothing is lost, every value keeps its text.
+
+    A column whose every value the file quotes, where other values are not quoted, is text
+    as its writer meant it (:func:`_written_as_text`: R's factors of codes ``"1"``..``"X"``).
 
     Numbers are written with ``decimal`` as the decimal mark. With the default ``"."``, a
     text column whose every value is a number written with a decimal comma (``1,50``,
@@ -480,6 +540,7 @@ def _check_mixed_types(
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    file_columns = list(table.column_names if file_columns is None else file_columns)  # the fields' order
     for name, column in zip(table.column_names, table.columns, strict=True):
         if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
             continue
@@ -516,7 +577,8 @@ def _check_mixed_types(
                 "(12,345 or 1.234,5) cannot be read: remove them; or pass mixed_types='keep' to read the "
                 "column as text."
             )
-        if numeric.any() and not numeric.all() and rows[numeric].sum() >= rows[~numeric].sum():
+        if (numeric.any() and not numeric.all() and rows[numeric].sum() >= rows[~numeric].sum()
+                and not _written_as_text(path, file_columns.index(name), sep, encoding, skiprows, header, missing)):
             example = values[int(np.flatnonzero(~numeric)[0])].as_py()
             row = pc.index(column, example).as_py()
             line = _line_of_row(path, row, skipped, sep, encoding, skiprows, header)
@@ -559,7 +621,8 @@ def read_csv(path: Path, options: ReadOptions, report: ReadReport) -> Frame:
         typed = {name for name, _ in options.dtypes}
         _check_mixed_types(table.drop_columns([n for n in typed if n in table.column_names]) if typed else table,
                            path, report.bad_lines, options.sep, options.encoding, options.decimal,
-                           options.skiprows, options.header)
+                           options.skiprows, options.header, table.column_names,
+                           frozenset(PANDAS_NA_VALUES if options.na_values is None else options.na_values))
     return _from_arrow(table, options.backend, path)
 
 
