@@ -31,6 +31,7 @@ test: install lint
 # On a machine with a CUDA GPU: gpu-marked tests, doctor, every suite with --device cuda,
 # one bundle in gpu-check-out/ (bench/gpu_check.sh says what runs).
 gpu-check: install
+	$(BIN)/python -m pip install -e ".[$(EXTRAS)]"   # the venv may predate EXTRAS (make test made it)
 	PYTHON=$(BIN)/python bash bench/gpu_check.sh
 
 clean:

@@ -584,7 +584,7 @@ def test_cli_convert_end_to_end(src, tmp_path, capsys):
     assert "1 shard(s)" in capsys.readouterr().out
     assert main(["convert", str(src), str(tmp_path / "raw"), "--format", "raw", "--raw-size", "32",
                  "--workers", "0"]) == 0
-    assert "48 written, 0 skipped, 2 file(s): pixels and labels" in capsys.readouterr().out
+    assert "48 written, 0 skipped, 2 cache file(s)" in capsys.readouterr().out
     assert main(["convert", str(tmp_path / "missing"), str(tmp_path / "x"), "--format", "tfrecord"]) == 2
     assert "does not exist" in capsys.readouterr().err
 

@@ -74,7 +74,7 @@ class ConvertReport:
         """A few lines for a terminal: counts, the first ``show`` skipped files, shards, time."""
         lines = [f"converted {self.samples_in} samples into {self.dst} ({self.format}): "
                  f"{self.written} written, {len(self.skipped)} skipped, {self.shards} "
-                 f"{'file(s): pixels and labels' if self.format == 'raw' else 'shard(s)'}, "
+                 f"{'cache file(s)' if self.format == 'raw' else 'shard(s)'}, "
                  f"{self.seconds:.1f} s"]
         lines += [f"  skipped {name}: {reason}" for name, reason in self.skipped[:show]]
         if len(self.skipped) > show:
