@@ -16,6 +16,7 @@ reads (CSV, Parquet, Feather, pickle, HDF5, JSON), this module
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 from dataclasses import dataclass
@@ -84,7 +85,17 @@ def _names(columns: Any) -> str:
 
 
 def _arrow_table(path: str) -> Any:
-    """The file read by the kit (its formats and checks), as an Arrow table."""
+    """The file read by the kit (its formats and checks), as an Arrow table: read once for
+    the plan and every size (:func:`_read_once`), unless the file changed."""
+    stat = os.stat(path)
+    return _read_once(path, os.path.abspath(path), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=1)
+def _read_once(path: str, where: str, size: int, mtime_ns: int) -> Any:
+    """:func:`_arrow_table`'s read of ``path`` (named as given in errors), kept for the
+    next call on the same unchanged file (``where``, ``size``, ``mtime_ns``): the plan,
+    then each ``--rows`` size, read the whole file again."""
     import pyarrow as pa
 
     from gpufeed.datasets.tables import read_table
@@ -113,13 +124,15 @@ def plan_recipe(name: str, path: str, table: Any) -> OwnTable:
         if pa.types.is_dictionary(kind):  # a pandas category or polars Categorical: its values
             kind = kind.value_type
             column = column.cast(kind)  # Arrow's counting kernels take no dictionaries
-        if column.null_count + (pc.sum(pc.is_nan(column)).as_py() or 0 if pa.types.is_floating(kind) else 0) == len(column):
-            untouched.append((name_, "no value"))  # polars keeps NaN apart from null: both count
+        # polars keeps NaN apart from null: both are gaps
+        nans = (pc.sum(pc.is_nan(column)).as_py() or 0) if pa.types.is_floating(kind) else 0
+        if column.null_count + nans == len(column):
+            untouched.append((name_, "no value"))
         elif pa.types.is_floating(kind) and pc.any(pc.is_inf(column)).as_py():
             untouched.append((name_, "holds inf, which the ops refuse"))
         elif pa.types.is_floating(kind):
             floats.append(name_)
-            if column.null_count or pc.any(pc.is_nan(column)).as_py():
+            if column.null_count or nans:
                 gaps.append(name_)
         elif pa.types.is_integer(kind):
             low = pc.min(column).as_py()

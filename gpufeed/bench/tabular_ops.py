@@ -126,11 +126,15 @@ def _log(df: Any, op: Any) -> Any:
 def _standardize(df: Any, op: Any) -> Any:
     import numpy as np
 
+    # A std within float64 rounding of 0 counts as 0: the kit's documented rule, one bound
+    # for both (pandas has no rule of its own; dividing by the noise gave +-1).
+    from gpufeed.gpu_transforms.tabular.stats import rounding_noise, scale
+
     def overall(c: str) -> tuple[float, float]:
         """The whole column's mean and std to divide by (NaN skipped)."""
         x = df[c].to_numpy(dtype="float64", na_value=np.nan)
         mean = float(np.nanmean(x))
-        return mean, float(_scales(np.nanstd(x), mean, np.count_nonzero(~np.isnan(x))))
+        return mean, scale(np.nanstd(x), mean, np.count_nonzero(~np.isnan(x)))
 
     if op.by is None:
         stats = {c: overall(c) for c in op.columns}
@@ -144,7 +148,8 @@ def _standardize(df: Any, op: Any) -> Any:
     # Counted only where a std could be rounding noise (the bound needs the count; below a
     # billion rows it lies under 1e-6 of the mean): a user would not count otherwise.
     if (stds <= 1e-6 * np.abs(means.to_numpy())).any() or np.isnan(stds).any():
-        stds = _scales(stds, means.to_numpy(), grouped.count().to_numpy())
+        constant = rounding_noise(stds, means.to_numpy(), grouped.count().to_numpy()) | np.isnan(stds)
+        stds = np.where(constant, 1.0, stds)
     group = means.index.get_indexer(df[op.by])  # each row's position in the statistics, -1: none
     # A row with a missing key takes the whole column's statistics (the kit's rule), in the
     # slot past the groups (index -1); they are computed only when such a row exists.
@@ -152,18 +157,6 @@ def _standardize(df: Any, op: Any) -> Any:
     return df.assign(**{c: (df[c].to_numpy(dtype="float64", na_value=np.nan)
                             - np.append(means[c].to_numpy(), tails[c][0])[group])
                         / np.append(stds[:, i], tails[c][1])[group] for i, c in enumerate(op.columns)})
-
-
-def _scales(stds: Any, means: Any, counts: Any) -> Any:
-    """Standard deviations to divide by (numpy arrays or numbers): 1 where a column (or
-    group) is constant, its std within float64 rounding of 0 (scikit-learn's bound, the
-    kit's rule), or has none."""
-    import numpy as np
-
-    eps = np.finfo(np.float64).eps
-    var = np.square(stds)
-    constant = (var <= counts * eps * var + np.square(counts * means * eps)) | np.isnan(stds)
-    return np.where(constant, 1.0, stds)
 
 
 def _minmax(df: Any, op: Any) -> Any:

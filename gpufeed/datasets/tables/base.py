@@ -19,6 +19,7 @@ from gpufeed.datasets.compression import (
 )
 from gpufeed.gpu_transforms.tabular.errors import EmptyTableError, TabularError
 from gpufeed.gpu_transforms.tabular.frames import Frame
+from gpufeed.gpu_transforms.tabular.stats import EXACT_FLOAT_INT
 from gpufeed.policies import MixedTypes, OnError
 
 #: Malformed lines named in an error or warning before "(and N more)".
@@ -279,9 +280,6 @@ def _reader_errors() -> tuple[type[BaseException], ...]:
     return tuple(errors)
 
 
-#: Integers of larger magnitude than this are not all exact in float64 (2**53).
-_FLOAT_EXACT_INT = 2**53
-
 #: Arrow integer types -> pandas' nullable integer dtypes (which keep missing values exact).
 NULLABLE_INTS = {"int8": "Int8", "int16": "Int16", "int32": "Int32", "int64": "Int64",
                  "uint8": "UInt8", "uint16": "UInt16", "uint32": "UInt32", "uint64": "UInt64"}
@@ -321,7 +319,7 @@ def arrow_to_pandas(table: Any, path: Path) -> Frame:
             nullable[i] = pd.BooleanDtype()
         elif pa.types.is_integer(kind) and len(column) > column.null_count:
             low, high = pc.min_max(column).values()
-            if max(abs(low.as_py()), abs(high.as_py())) > _FLOAT_EXACT_INT:
+            if max(abs(low.as_py()), abs(high.as_py())) > EXACT_FLOAT_INT:
                 nullable[i] = pd.api.types.pandas_dtype(NULLABLE_INTS[str(kind)])
     frame = table.to_pandas(date_as_object=False)
     # types_mapper is asked per Arrow type, not per column (an int64 column of small counts

@@ -329,9 +329,10 @@ def group_stats_f64(frame: NwFrame, backend: str, by: str, columns: Sequence[str
     return list(merged.values())
 
 
-def pooled_stats(groups: list[dict[str, Any]], column: str) -> tuple[float, float] | None:
-    """The whole column's mean and population std from its per-group ones (no second pass
-    over the table), or None when no group has a value or a statistic is not finite."""
+def pooled_stats(groups: list[dict[str, Any]], column: str) -> tuple[float, float, float] | None:
+    """The whole column's mean, population std and count of values from its per-group ones
+    (no second pass over the table), or None when no group has a value or a statistic is
+    not finite."""
     parts = [(float(g[f"n:{column}"]), float(g[f"m:{column}"]), float(g[f"s:{column}"]))
              for g in groups if g[f"n:{column}"] and not is_missing(g[f"m:{column}"])]
     total = sum(n for n, _, _ in parts)
@@ -339,7 +340,7 @@ def pooled_stats(groups: list[dict[str, Any]], column: str) -> tuple[float, floa
         return None
     mean = sum(n * m for n, m, _ in parts) / total
     var = sum(n * (sd * sd + (m - mean) ** 2) for n, m, sd in parts) / total
-    return mean, math.sqrt(var)
+    return mean, math.sqrt(var), total
 
 
 def standardize_by_code(frame: NwFrame, backend: str,

@@ -55,6 +55,7 @@ from gpufeed.gpu_transforms.tabular.pandas_kernels import (
     scale_columns,
 )
 from gpufeed.gpu_transforms.tabular.stats import (
+    EXACT_FLOAT_INT,
     aggregate,
     aggregate_finite,
     check_finite,
@@ -571,8 +572,7 @@ class Standardize(TableOp):
             if any(p is None for p in pooled.values()):
                 check_finite(frame, self.columns, "Standardize")  # names inf columns, or:
                 raise no_values("Standardize", next(c for c, p in pooled.items() if p is None))
-            count = {c: sum(float(g[f"n:{c}"]) for g in groups if g[f"n:{c}"]) for c in self.columns}
-            state: dict[str, Any] = {"global": {c: [m, scale(sd, m, count[c])] for c, (m, sd) in pooled.items()}}
+            state: dict[str, Any] = {"global": {c: [m, scale(sd, m, n)] for c, (m, sd, n) in pooled.items()}}
         else:
             stats = aggregate_finite(frame, [
                 *[f64(c, schema).mean().alias(f"m:{c}") for c in self.columns],
@@ -617,8 +617,6 @@ def _group_stats(row: dict[str, Any], column: str, fallback: list[float]) -> lis
     return [float(mean), scale(row[f"s:{column}"], mean, row[f"n:{column}"])]
 
 
-#: Integers up to this size are exact as float64.
-_EXACT_FLOAT_INT = 2**53
 #: An integer column's span beyond this overflows int64 when its minimum is taken off.
 _INT64_MAX = 2**63 - 1
 
@@ -651,7 +649,7 @@ class MinMax(TableOp):
         # -2**60 + 0..4 became all 0. Their minimum is taken off in integers first, exactly,
         # as pandas by hand does; other columns go the float way (exact there, and fast).
         big = {c: p for c, p in params.items() if schema[c].is_integer() and isinstance(p[0], int)
-               and max(abs(p[0]), abs(p[0] + p[1])) > _EXACT_FLOAT_INT and p[1] < _INT64_MAX}
+               and max(abs(p[0]), abs(p[0] + p[1])) > EXACT_FLOAT_INT and p[1] < _INT64_MAX}
         if big:
             frame = frame.with_columns(*[((nw.col(c) - low).cast(nw.Float64) * (1.0 / span)).alias(c)
                                          for c, (low, span) in big.items()])

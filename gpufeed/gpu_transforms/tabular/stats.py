@@ -66,6 +66,11 @@ def number(value: Any, column: str, op: str) -> float:
     return float(value)
 
 
+#: Integers up to this magnitude are exact as float64 (2**53); beyond it ids and nanosecond
+#: times lose digits as floats.
+EXACT_FLOAT_INT = 2**53
+
+
 def exact_number(value: Any, column: str, op: str) -> float | int:
     """:func:`number`, but an integer stays a Python int: a bound of an integer column
     (``MinMax``'s minimum and maximum) beyond 2**53 would lose digits as a float."""
@@ -99,13 +104,18 @@ def scale(std: Any, mean: float = 0.0, count: float = 1.0) -> float:
     (``StandardScaler``): a column of 50,000 values 39.1 has a float64 std of 7.1e-15, not
     0, and dividing by it sent every row to -1 on one backend and 0 on another.
     """
-    if is_missing(std) or std == 0:
+    if is_missing(std) or std == 0 or rounding_noise(float(std), float(mean), count):
         return 1.0
-    std, eps = float(std), float(np.finfo(np.float64).eps)
-    var = std * std
-    if var <= count * eps * var + (count * float(mean) * eps) ** 2:
-        return 1.0
-    return std
+    return float(std)
+
+
+def rounding_noise(std: Any, mean: Any, count: Any) -> Any:
+    """Whether a std (numbers, or numpy arrays of them) is no larger than the rounding of
+    ``count`` float64 values of about ``mean`` can make it: scikit-learn's bound
+    (``StandardScaler``) for a constant column, ``var <= n*eps*var + (n*mean*eps)**2``."""
+    eps = np.finfo(np.float64).eps
+    var = np.square(std)
+    return var <= count * eps * var + np.square(count * np.asarray(mean) * eps)
 
 
 def f64(column: str, schema: Any) -> nw.Expr:
