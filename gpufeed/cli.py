@@ -37,6 +37,8 @@ BENCH_SUITES = {
                                    "beside the kit's loaders."),
     "storage": ("gpufeed.bench.storage", "Storage formats under warm, cold and simulated-remote storage: "
                                          "folder, WebDataset and TFRecord shards, raw cache, RAM cache."),
+    "stalls": ("gpufeed.bench.stalls", "Input stall per loader: the same training loop fed by DataLoader + PIL "
+                                       "and by each of the kit's loaders, under the stall meter."),
     "all": ("gpufeed.bench.report", "Every suite into one results folder, with a summary and figures."),
     "compare": ("gpufeed.bench.compare", "Compare two benchmark runs: how each pipeline's ratio to its "
                                          "baseline changed."),

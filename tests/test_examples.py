@@ -24,6 +24,8 @@ def test_example_trains_a_few_steps(image_folder, backend):
     out = run_example("--backend", backend, "--data", str(image_folder), "--workers", "2")
     assert f"loader: {backend}" in out
     assert "step   2  loss" in out and "trained 3 steps, 24 images" in out
+    # It ends with the stall meter's report of the same loop.
+    assert "stall report: " in out and "waiting for data" in out and "<- the stall" in out
 
 
 @pytest.mark.parametrize("backend", [b for b in BACKENDS if "dali" in str(b)])

@@ -196,6 +196,7 @@ def draw_figures(doc: dict[str, Any], base: str | os.PathLike[str]) -> list[Path
 
     Images and augment: rates per pipeline with whiskers and the ceiling (decode-only,
     or the conversion floor) as a line; tune: the sweep's curves; stall: the timeline;
+    stalls: a bar per loader;
     other suites: their ratios to the baseline.
 
     Args:
@@ -221,7 +222,10 @@ def draw_figures(doc: dict[str, Any], base: str | os.PathLike[str]) -> list[Path
                            ceiling=("floor: convert + normalise", floor["rate"]) if floor else None)]
     if suite.startswith("tune"):
         return [plot_tuning(doc, path)]
-    if suite.startswith("stall"):
+    if suite == "stalls":  # gpufeed bench stalls: a bar per loader
+        bars = [(r["name"], r["stall_pct"]) for r in doc.get("rows", []) if "stall_pct" in r]
+        return [plot_stalls(bars, path, title=doc.get("title") or "Input stall per loader")] if bars else []
+    if suite.startswith("stall"):  # gpufeed stall: one loop's timeline
         from gpufeed.profile.report import StallReport
 
         return [StallReport.from_dict(doc["report"]).plot(path, title=doc.get("title"))]

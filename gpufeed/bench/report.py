@@ -1,8 +1,9 @@
 """Every suite into one results folder, with a summary and figures.
 
 ``gpufeed bench all`` runs images (train and val), augment, tabular, formats, the
-DataLoader tuning sweep and the storage formats (warm and simulated remote), each writing its JSON, Markdown and PNG figure into the same
-folder, then writes ``summary.md``: one row per suite with its headline ratio and links
+DataLoader tuning sweep, the storage formats (warm and simulated remote) and the input stall
+of a training loop fed by each loader, each writing its JSON, Markdown and PNG figure into
+the same folder, then writes ``summary.md``: one row per suite with its headline ratio and links
 to its files, and the figures. ``--quick`` shrinks every suite (fewer repeats, smaller tables, a shorter
 sweep) for a first look; its time on two cores has not been recorded.
 """
@@ -33,10 +34,11 @@ STEPS: dict[str, tuple[str, list[str], list[str]]] = {
                                         "--prefetch-factors", "2,4"]),
     # Warm and remote only: cold rereads the disk every epoch and adds little a report needs.
     "storage": ("gpufeed.bench.storage", ["--storage", "warm", "remote"], ["--images", "256", "--repeats", "2", "--rounds", "1"]),
+    "stalls": ("gpufeed.bench.stalls", [], ["--steps", "10"]),
 }
 #: Steps that read the image folder (``--data``) and take ``--device``.
-_IMAGE_STEPS = ("images-train", "images-val", "tune", "storage")
-_DEVICE_STEPS = ("images-train", "images-val", "augment", "tune", "storage")
+_IMAGE_STEPS = ("images-train", "images-val", "tune", "storage", "stalls")
+_DEVICE_STEPS = ("images-train", "images-val", "augment", "tune", "storage", "stalls")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -66,7 +68,6 @@ def run_all(
     suites: Sequence[str] | None = None,
     device: str = "auto",
     extra: dict[str, Sequence[str]] | None = None,
-    stalls: Sequence[tuple[str, float]] | None = None,
 ) -> int:
     """Run the suites into ``out`` and write ``out/summary.md``.
 
@@ -78,8 +79,6 @@ def run_all(
         device: ``"auto"``, ``"cpu"`` or ``"cuda"`` for the suites that take one.
         extra: more command-line arguments per step, given last (they win), e.g.
             ``{"tune": ["--knobs", "num_workers"]}``.
-        stalls: ``(pipeline, stall %)`` pairs, e.g. from a stall meter; drawn as
-            ``stalls.png`` and linked from the summary when given.
 
     Returns:
         0 when every suite ran and passed its checks, else 1.
@@ -115,20 +114,18 @@ def run_all(
             stage(f"[all] {step} failed: {error}")
         files = sorted(set(folder.glob("*.json")) - before)
         outcomes.append({"step": step, "status": status, "error": error, "files": [f.name for f in files]})
-    summary = write_summary(folder, outcomes, stalls=stalls)
+    summary = write_summary(folder, outcomes)
     print(f"report: {summary}")
     return 0 if all(o["status"] == 0 for o in outcomes) else 1
 
 
-def write_summary(folder: Path, outcomes: Sequence[dict[str, Any]], *,
-                  stalls: Sequence[tuple[str, float]] | None = None) -> Path:
+def write_summary(folder: Path, outcomes: Sequence[dict[str, Any]]) -> Path:
     """Write ``folder/summary.md``: each suite's headline ratio, its files, and the figures.
 
     Args:
         folder: the results folder.
         outcomes: per step ``{"step", "status", "error", "files"}`` (JSON file names in
             ``folder``).
-        stalls: optional ``(pipeline, stall %)`` pairs, drawn as ``stalls.png``.
 
     Returns:
         The summary's path.
@@ -149,11 +146,6 @@ def write_summary(folder: Path, outcomes: Sequence[dict[str, Any]], *,
             check = "" if o["status"] == 0 else " — **check failed, see its file**"
             rows.append({"suite": doc["suite"], "what": head["what"], "ratio": head.get("ratio"),
                          "detail": (head.get("detail") or "") + check, "files": " ".join(links)})
-    if stalls:
-        from gpufeed.bench.plots import plot_stalls
-
-        plot_stalls(stalls, folder / "stalls.png")
-        figures.append(("input stalls", "stalls.png"))
     for row in rows:
         if row.get("ratio"):
             row["ratio"] = f"**{row['ratio']:.2f}×**"

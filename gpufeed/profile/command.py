@@ -65,8 +65,18 @@ def run(args: argparse.Namespace) -> int:
     print(f"gpufeed stall: {args.model} ({built.classes} classes) on {device}, loader {built.description}, "
           f"batch {args.batch_size}, {args.size}px, {args.steps} steps after {args.warmup} warm-up, data {root}",
           flush=True)
-    result = what_if(TrainStep(model, device), built.loader, steps=args.steps, warmup=args.warmup,
-                     device=device, loader_name=built.name, alternatives=alternatives)
+    try:
+        result = what_if(TrainStep(model, device), built.loader, steps=args.steps, warmup=args.warmup,
+                         device=device, loader_name=built.name, alternatives=alternatives)
+    except OSError as exc:
+        if built.name != "pil":
+            raise
+        # A DataLoader worker's error arrives with the worker's whole traceback in its text:
+        # its last line names the file. ImageFolder has no way to skip one.
+        last = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        raise RuntimeError(f"the pil loader (torchvision ImageFolder + DataLoader) stopped at a file it cannot "
+                           f"read: {last.removeprefix('OSError: ')}; it cannot skip one: --loader torch or dali "
+                           "skip unreadable images and report them") from None
     text = f"{result.actual.to_text()}\n\n{result.to_text()}"
     print(text)
     setup = {"data": str(root), "model": args.model, "classes": built.classes, "loader": built.description,

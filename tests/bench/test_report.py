@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -16,23 +17,38 @@ RECORDED = Path(__file__).resolve().parents[2] / "bench" / "results"
 
 def test_bench_all_quick_writes_one_report(image_folder, tmp_path, capsys):
     out = tmp_path / "report"
-    status = run_all(out, quick=True, data=image_folder, suites=["images-train", "tune"], device="cpu",
-                     stalls=[("torch-pil", 61.0), ("dali-cpu", 12.5)], extra={
+    status = run_all(out, quick=True, data=image_folder, suites=["images-train", "tune", "stalls"], device="cpu",
+                     extra={
                          "images-train": ["--only", "torch-cpu", "--size", "32", "--batch-size", "8",
                                           "--workers", "1", "--repeats", "1"],
                          "tune": ["--knobs", "num_workers", "--workers", "0", "--batch-sizes", "8", "--size", "32",
-                                  "--time-per-config", "0.2", "--kit", "", "--start-repeats", "1"]})
+                                  "--time-per-config", "0.2", "--kit", "", "--start-repeats", "1"],
+                         "stalls": ["--loaders", "pil,torch", "--steps", "2", "--warmup", "0", "--batch-size", "4",
+                                    "--size", "32", "--workers", "0"]})
     err = capsys.readouterr().err
     assert status == 0, err[-3000:]
-    assert "[all] 1/2 images-train ..." in err and "\r" not in err
+    assert "[all] 1/3 images-train ..." in err and "\r" not in err
     summary = (out / "summary.md").read_text()
     jsons = sorted(p.name for p in out.glob("*.json"))
-    assert [j.split("-cpu")[0] for j in jsons] == ["images-train", "tune-train"]
+    assert [j.split("-cpu")[0] for j in jsons] == ["images-train", "stalls", "tune-train"]
     for name in jsons:
         assert f"[json]({name})" in summary
-    assert "torch-cpu vs DataLoader + PIL + transforms.v2" in summary and "![input stalls](stalls.png)" in summary
+    assert "torch-cpu vs DataLoader + PIL + transforms.v2" in summary
+    # The stall bars: one per loader, each loader trained for real in its own process.
+    stalls = json.loads(next(out.glob("stalls-*.json")).read_text())
+    assert [r["name"] for r in stalls["rows"]] == ["pil", "torch"]
+    assert all(0 <= r["stall_pct"] <= 100 and r["samples_per_s"] > 0 and r["steps"] == 2 for r in stalls["rows"])
+    assert set(stalls["ratio_to_baseline"]) == {"torch"}
+    assert "training tiny fed by torch vs DataLoader + PIL" in summary
+    assert f"![stalls]({stalls['figures'][0]})" in summary
     pngs = sorted(out.glob("*.png"))
     assert len(pngs) == 3 and all(p.read_bytes()[:8] == PNG for p in pngs)
+
+
+def test_bench_stalls_refuses_unknown_loaders(tmp_path):
+    from gpufeed.cli import main
+
+    assert main(["bench", "stalls", "--loaders", "pil,torchh", "--out", str(tmp_path)]) == 2
 
 
 def test_unknown_suites_are_refused(tmp_path):

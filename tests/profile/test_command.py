@@ -1,6 +1,7 @@
 """`gpufeed stall` end to end on a small generated folder (tiny model, CPU, no workers)."""
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -44,3 +45,19 @@ def test_stall_refuses_bad_arguments_in_one_line(tmp_path, capsys):
     assert "--device: device must be" in capsys.readouterr().err
     assert main(["stall", "--data", str(tmp_path / "nowhere"), "--out", str(tmp_path)]) == 2
     assert "--data" in capsys.readouterr().err
+
+
+def test_stall_with_the_pil_loader_names_an_unreadable_file_in_one_line(image_folder, tmp_path):
+    data = tmp_path / "data"
+    shutil.copytree(image_folder, data)
+    first_class = sorted(p for p in data.iterdir() if p.is_dir())[0]
+    (first_class / "empty.jpg").write_bytes(b"")  # ImageFolder lists it; PIL cannot open it
+    out = subprocess.run(
+        [sys.executable, "-m", "gpufeed", "stall", "--data", str(data), "--model", "tiny", "--loader", "pil",
+         "--steps", "40", "--warmup", "0", "--batch-size", "8", "--size", "32", "--workers", "0",
+         "--device", "cpu", "--compare", "none", "--out", str(tmp_path / "out")],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "Traceback" not in out.stderr and "empty.jpg" in out.stderr
+    assert "--loader torch or dali skip unreadable images" in out.stderr

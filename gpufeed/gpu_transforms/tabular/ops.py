@@ -31,6 +31,7 @@ from gpufeed.gpu_transforms.tabular.frames import (
     nan_as_null,
     repeated,
     time_value,
+    wrap,
 )
 from gpufeed.gpu_transforms.tabular.kernels import (
     GROUP_CODE,
@@ -670,4 +671,14 @@ def affine_columns(frame: NwFrame, backend: str, params: Mapping[str, Sequence[f
     if native is not None:
         return scale_columns(native, params)
     schema = frame.collect_schema()
+    if backend == "polars":
+        # polars' own expressions, the same query narwhals builds: narwhals' parsing of the
+        # expressions cost ~0.25 ms a column, a quarter of a 1M-row column's op.
+        import polars as pl
+
+        def column(c: str) -> Any:
+            return pl.col(c).cast(pl.Float64) if narrow_float(c, schema) else pl.col(c)
+
+        return wrap(nw.to_native(frame).with_columns(
+            ((column(c) - sub) * (1.0 / div)).alias(c) for c, (sub, div) in params.items()))
     return frame.with_columns(*[((f64(c, schema) - sub) * (1.0 / div)).alias(c) for c, (sub, div) in params.items()])
