@@ -12,6 +12,11 @@ epoch, then whole epochs until ``--time-per-config`` seconds have passed (an epo
 never cut, so starting workers each epoch costs what it costs in training). The kit's
 ``classification_loader`` (torch and, when installed, DALI backends) is timed the same
 way beside the best configuration.
+
+Shards (WebDataset, TFRecord) and raw caches have no ImageFolder to sweep: there the
+pipeline swept is the kit's own torch backend (a DataLoader inside), over its two knobs,
+``num_workers`` and batch size, and the code printed builds that loader; DALI is timed
+beside the best. They are swept whole (``--max-images`` picks from folders only).
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ from gpufeed.progress import stage
 #: The knobs swept, in sweep order.
 KNOBS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor", "batch_size")
 KIT_BACKENDS = ("torch", "dali")
+#: The knobs of the kit's torch loader, swept for shards and raw caches.
+_KIT_KNOBS = ("num_workers", "batch_size")
 
 
 @dataclass(frozen=True)
@@ -48,6 +55,9 @@ class LoaderConfig:
     pin_memory: bool = False
     persistent_workers: bool = False
     prefetch_factor: int | None = 2
+    #: The kit's torch loader (shards, raw caches) instead of DataLoader + ImageFolder: only
+    #: ``num_workers`` and ``batch_size`` are its knobs (it sets the others itself).
+    kit: bool = False
 
     def __post_init__(self) -> None:
         if self.num_workers < 0:
@@ -67,6 +77,8 @@ class LoaderConfig:
     def label(self) -> str:
         """A short name for tables: ``workers=2 batch=64 pin=off persistent=on prefetch=2``."""
         c = self.normalised()
+        if c.kit:
+            return f"workers={c.num_workers} batch={c.batch_size}"
         on = {True: "on", False: "off"}
         return (f"workers={c.num_workers} batch={c.batch_size} pin={on[c.pin_memory]} "
                 f"persistent={on[c.persistent_workers]} prefetch={c.prefetch_factor or '-'}")
@@ -117,12 +129,14 @@ def sweep_plan(start: LoaderConfig, values: dict[str, list[Any]]) -> list[tuple[
 
 
 def dataloader_code(config: LoaderConfig, *, train: bool, dataset: str = "dataset") -> str:
-    """Ready-to-paste Python that builds the DataLoader of ``config``.
+    """Ready-to-paste Python that builds the DataLoader of ``config`` (for a ``kit``
+    configuration, the kit's ``classification_loader`` on the torch backend).
 
     Args:
         config: the configuration.
         train: shuffle (training) or not.
-        dataset: the name of the dataset variable in the user's code.
+        dataset: the name of the dataset variable in the user's code (for a ``kit``
+            configuration: the source, written as a string).
 
     Returns:
         Source code: the import, then ``loader = DataLoader(...)`` (runs as pasted, given
@@ -140,6 +154,11 @@ def dataloader_code(config: LoaderConfig, *, train: bool, dataset: str = "datase
         )
     """
     c = config.normalised()
+    if c.kit:
+        args = [repr(dataset), f"train={train}", f"batch_size={c.batch_size}", 'backend="torch"',
+                f"num_workers={c.num_workers}"]
+        body = "".join(f"    {a},\n" for a in args)
+        return f"from gpufeed.pipelines import classification_loader\nloader = classification_loader(\n{body})"
     args = [dataset, f"batch_size={c.batch_size}", f"shuffle={train}", f"num_workers={c.num_workers}",
             f"pin_memory={c.pin_memory}"]
     if c.num_workers:
@@ -161,7 +180,8 @@ def _int_list(text: str, option: str) -> list[int]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``gpufeed tune``."""
     parser.add_argument("data", nargs="?", default=None,
-                        help="ImageFolder tree (default: the generated, cached ImageNet-like set)")
+                        help="ImageFolder tree, or shards / a raw cache (the kit's torch loader is swept; "
+                             "default: the generated, cached ImageNet-like set)")
     parser.add_argument("--images", type=at_least(1), default=1024, help="size of the generated default set")
     parser.add_argument("--max-images", type=at_least(1), default=1024,
                         help="sweep over at most this many images, picked evenly (default 1024)")
@@ -202,9 +222,10 @@ def _worker(kind: str, root: str, mode: str, size: int, config: dict[str, Any], 
 
     train = mode == "train"
     cfg = LoaderConfig(**config)
-    dataset = baseline_dataset(root, train=train, size=size)
-    picked = _subset(len(dataset), max_images)
-    if kind == "dataloader":
+    folder = not _kit_only(root)
+    dataset = baseline_dataset(root, train=train, size=size) if folder else None
+    picked = _subset(len(dataset), max_images) if folder else None
+    if kind == "dataloader" and not cfg.kit:
         # With workers the main process only moves batches: one thread, as in the images
         # suite. Without workers it does all the work, with torch's default threads, as a
         # user's num_workers=0 script does.
@@ -214,7 +235,8 @@ def _worker(kind: str, root: str, mode: str, size: int, config: dict[str, Any], 
         warnings.filterwarnings("ignore", message="This DataLoader will create")
         if picked is not None:
             dataset = torch.utils.data.Subset(dataset, picked)
-        loader = baseline_loader(dataset, train=train, **asdict(cfg.normalised()))
+        knobs = {k: v for k, v in asdict(cfg.normalised()).items() if k != "kit"}
+        loader = baseline_loader(dataset, train=train, **knobs)
         expected = len(dataset)
     else:
         from gpufeed.pipelines import classification_loader
@@ -222,13 +244,22 @@ def _worker(kind: str, root: str, mode: str, size: int, config: dict[str, Any], 
         torch.set_num_threads(1)
         pairs = [dataset.samples[i] for i in picked] if picked is not None else None
         loader = classification_loader(None if pairs else root, file_list=pairs, train=train,
-                                       batch_size=cfg.batch_size, size=size, backend=kind, device=device,
+                                       batch_size=cfg.batch_size, size=size, device=device,
+                                       backend="torch" if kind == "dataloader" else kind,
                                        num_workers=cfg.num_workers)
-        expected = len(pairs) if pairs else len(dataset)
+        expected = len(pairs) if pairs else len(loader.samples)
     timing = measure_for(epoch_runner(lambda: loader, device), seconds, warmup=1)
     skipped = len(getattr(loader, "skipped", []))
     check = "ok" if timing.work + skipped == expected else f"yielded {timing.work:.0f} of {expected} samples"
     return {**timing.as_dict(), "epochs": len(timing.seconds), "images": expected, "check": check}
+
+
+def _kit_only(root: str | Path) -> bool:
+    """Whether ``root`` is shards or a raw cache (read by the kit's loaders only), not an
+    ImageFolder tree."""
+    from gpufeed.datasets import shards
+
+    return shards.is_shard_spec(str(root)) or shards.converted_format(root) is not None
 
 
 def _measure(kind: str, cfg: LoaderConfig, args: argparse.Namespace, root: Path, device: str,
@@ -349,12 +380,26 @@ def run(args: argparse.Namespace) -> int:
     start, values = _knob_values(args, cores, device.startswith("cuda"))
     backends = _kit_backends(args.kit)
     root = Path(args.data) if args.data else default_image_dataset(args.images)
-    if not root.is_dir():
-        raise FileNotFoundError(f"{root}: no such folder (expected an ImageFolder tree root/<class>/<image>)")
+    kit_only = _kit_only(root)
+    if not (root.is_dir() or kit_only):
+        raise FileNotFoundError(f"{root}: no such folder, and no shard file or pattern (expected an ImageFolder "
+                                "tree root/<class>/<image>, shards or a raw cache)")
+    if kit_only:
+        # No ImageFolder to build a DataLoader on: the kit's torch loader is the one swept.
+        dropped = [k for k in values if k not in _KIT_KNOBS]
+        if dropped:
+            print(f"gpufeed tune: {root} is shards or a raw cache: sweeping the kit's torch loader, whose knobs are "
+                  f"{' and '.join(_KIT_KNOBS)} ({', '.join(dropped)}: set by the loader itself)", flush=True)
+        start = replace(start, kit=True, pin_memory=False, persistent_workers=False, prefetch_factor=None)
+        values = {k: v for k, v in values.items() if k in _KIT_KNOBS}
+        backends = [b for b in backends if b != "torch"]  # the torch backend is the sweep itself
     print(f"gpufeed tune: {root}, {args.mode}, {args.size}px, output float32 NCHW on {device}, {cores} cores; "
           f"{len({c for _, _, c in sweep_plan(start, values)})} configurations, {args.time_per_config:g} s each "
           "after a warm-up epoch", flush=True)
     sweep, rate, gains, noise = _sweep(args, start, values, root, device)
+    if not any(rate.values()):  # nothing to recommend: say why instead of printing code
+        first = next((r["check"] for r in sweep if r.get("check") != "ok"), "no configuration ran")
+        raise RuntimeError(f"gpufeed tune: no configuration ran on {root} ({first})")
     start_rate = rate[start.normalised()]
     fastest = max(rate, key=rate.get)
     # The fastest configuration, unless it beat the start by no more than the noise.
@@ -369,13 +414,14 @@ def run(args: argparse.Namespace) -> int:
         r = _measure(backend, kit_cfg, args, root, device, f"kit {backend} backend, batch {best.batch_size}")
         kit.append({"loader": f"kit-{backend}", **r, "vs_best": _ratio(r.get("rate"), best_rate),
                     "vs_start": _ratio(r.get("rate"), start_rate)})
-    code = dataloader_code(best, train=args.mode == "train")
-    ratios = {"best DataLoader vs start": _ratio(best_rate, start_rate)}
-    ratios.update({f"{row['loader']} vs best DataLoader": row.get("vs_best") for row in kit})
+    swept = "kit torch loader" if kit_only else "DataLoader"
+    code = dataloader_code(best, train=args.mode == "train", dataset=str(root) if kit_only else "dataset")
+    ratios = {f"best {swept} vs start": _ratio(best_rate, start_rate)}
+    ratios.update({f"{row['loader']} vs best {swept}": row.get("vs_best") for row in kit})
     top = max((row for row in kit if row.get("vs_best")), key=lambda row: row["vs_best"], default=None)
-    tuned = f"best DataLoader {ratios['best DataLoader vs start'] or 0:.2f}× the start point"
-    headline = ({"what": f"{top['loader']} vs the best DataLoader found", "ratio": top["vs_best"], "detail": tuned}
-                if top else {"what": "best DataLoader vs start", "ratio": ratios["best DataLoader vs start"],
+    tuned = f"best {swept} {ratios[f'best {swept} vs start'] or 0:.2f}× the start point"
+    headline = ({"what": f"{top['loader']} vs the best {swept} found", "ratio": top["vs_best"], "detail": tuned}
+                if top else {"what": f"best {swept} vs start", "ratio": ratios[f"best {swept} vs start"],
                              "detail": best.label()})
     sweep_md = markdown_table(sweep, [("shown", "knob = value"), ("config", "configuration"),
                                       ("rate", "images/s (median epoch)"), ("spread", "min–max"),
@@ -393,9 +439,9 @@ def run(args: argparse.Namespace) -> int:
         noise_md += (f" Every knob's best together ({together['config']}) measured {together['rate']:,.0f} images/s, "
                      f"below the recommended configuration: the gains did not add up on this machine, so the "
                      "fastest configuration measured is recommended.")
-    kit_md = markdown_table([{"loader": "best DataLoader", "rate": best_rate, "vs_best": 1.0,
+    kit_md = markdown_table([{"loader": f"best {swept}", "rate": best_rate, "vs_best": 1.0,
                               "vs_start": _ratio(best_rate, start_rate), "check": best.label()}, *kit],
-                            [("loader", "loader"), ("rate", "images/s"), ("vs_best", "× best DataLoader"),
+                            [("loader", "loader"), ("rate", "images/s"), ("vs_best", f"× best {swept}"),
                              ("vs_start", "× start"), ("check", "check")])
     images = next((r["images"] for r in sweep if r.get("images")), None)
     counted = f"{images:,} images" if images else f"at most {args.max_images:,} images"

@@ -89,3 +89,34 @@ def test_bad_options_are_one_line_errors(image_folder, tmp_path, capsys):
     assert "--batch-sizes" in capsys.readouterr().err
     assert main(["tune", str(image_folder), "--knobs", "threads", "--out", str(tmp_path)]) == 2
     assert "--knobs" in capsys.readouterr().err
+
+
+def test_shards_sweep_the_kit_torch_loader_and_print_its_code(image_folder, tmp_path, capsys):
+    shards = tmp_path / "wds"
+    assert main(["convert", str(image_folder), str(shards), "--format", "webdataset"]) == 0
+    status = main(["tune", str(shards), "--workers", "0,1", "--batch-sizes", "8", "--size", "32",
+                   "--time-per-config", "0.2", "--kit", "", "--start-repeats", "1", "--out", str(tmp_path / "out")])
+    out, err = capsys.readouterr()
+    assert status == 0, out[-3000:] + err[-3000:]
+    # No ImageFolder to build a DataLoader on: the kit's loader is swept, over its own knobs.
+    assert "sweeping the kit's torch loader, whose knobs are num_workers and batch_size" in out
+    (result,) = (tmp_path / "out").glob("tune-train-*.json")
+    doc = json.loads(result.read_text())
+    assert [r["shown"] for r in doc["sweep"]] == ["start", "num_workers=0", "num_workers=1", "batch_size=8"]
+    assert all(r["check"] == "ok" and r["images"] == 40 for r in doc["sweep"])
+    assert "best kit torch loader vs start" in doc["ratio_to_baseline"]
+    code = re.search(r"```python\n(.*?)```", out, re.S)[1]
+    scope: dict = {}
+    exec(code, scope)  # the recommended loader, built as pasted, reads the shards
+    loader = scope["loader"]
+    assert loader.backend == "torch" and len(loader.samples) == 40 and sum(len(y) for _, y in loader) == 40
+
+
+def test_nothing_is_recommended_when_no_configuration_ran(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    status = main(["tune", str(tmp_path / "empty"), "--knobs", "num_workers", "--workers", "0", "--batch-sizes", "8",
+                   "--size", "32", "--time-per-config", "0.2", "--kit", "", "--start-repeats", "1",
+                   "--out", str(tmp_path / "out")])
+    out, err = capsys.readouterr()
+    assert status == 2 and "no configuration ran" in err and "class folder" in err
+    assert "Recommended configuration" not in out and not (tmp_path / "out").exists()
