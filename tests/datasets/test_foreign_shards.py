@@ -19,6 +19,7 @@ import os
 import subprocess
 import sys
 import tarfile
+import warnings
 from collections import Counter
 from pathlib import Path
 
@@ -543,3 +544,30 @@ def test_the_feed_based_dali_iterator_says_why_it_has_no_state_dict(wds_dir):
                                                     r"field.*DALI checkpoints are not available.*loader\.state_dict"):
         it.state_dict()
     assert isinstance(NoDaliCheckpointError("x"), AttributeError)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bad_members_of_a_shard_are_skipped_and_reported_or_raised(images, tmp_path, backend):
+    """A shard another tool wrote, holding a cut-short JPEG and a text file named .jpg:
+    skipped and reported per epoch, every good sample kept; on_error="raise" names the first."""
+    from gpufeed.pipelines import classification_loader
+    from gpufeed.pipelines.skips import BadImageError
+
+    members = []
+    for k in range(6):
+        data = images[k][: len(images[k]) // 2] if k == 2 else b"not an image at all" if k == 4 else images[k]
+        members += [(f"s{k:03d}.jpg", data), (f"s{k:03d}.cls", str(LABELS[k]).encode())]
+    _tar(tmp_path / "bad.tar", members, tarfile.GNU_FORMAT)
+    spec = str(tmp_path / "bad.tar")
+    threads = {"num_workers": 0 if backend == "torch" else 1}
+    loader = classification_loader(spec, train=False, batch_size=2, size=32, backend=backend, device="cpu", **threads)
+    for epoch in range(2):  # listed again every epoch; the warning names a file once
+        with pytest.warns(UserWarning, match="skipped 2 of 6 files") if epoch == 0 else warnings.catch_warnings():
+            got = Counter(y for _, labels in loader for y in labels.tolist())
+        assert got == Counter(LABELS[k] for k in (0, 1, 3, 5))
+        assert sorted(s.path.rsplit(":", 1)[-1] for s in loader.skipped) == ["s002", "s004"], loader.skipped
+    strict = classification_loader(spec, train=False, batch_size=2, size=32, backend=backend, device="cpu",
+                                   on_error="raise", **threads)
+    with pytest.raises(BadImageError, match="s002"):
+        for _ in strict:
+            pass

@@ -7,6 +7,7 @@ import pickle
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+import pytest
 
 from gpufeed.datasets.storage import SimulatedRemote, Storage
 
@@ -45,3 +46,21 @@ def test_a_pickled_storage_carries_no_handles_and_counts_opens(tmp_path):
     assert copy.read_at(str(path), 256, 4).tolist() == [0, 1, 2, 3]
     remote.read_file(str(path))
     assert remote.opens == 2  # a whole-file read opens each time
+
+
+def test_the_simulated_store_charges_every_open_and_every_byte(tmp_path, monkeypatch):
+    import gpufeed.datasets.storage as storage_module
+
+    waits: list[float] = []
+    monkeypatch.setattr(storage_module.time, "sleep", waits.append)  # the waits, recorded instead of slept
+    paths = []
+    for k in range(3):
+        paths.append(tmp_path / f"{k}.jpg")
+        paths[-1].write_bytes(bytes(1000 * (k + 1)))
+    remote = SimulatedRemote(open_latency_ms=20, bandwidth_mb_s=2)
+    for path in paths:
+        assert len(remote.read_file(str(path))) == path.stat().st_size
+    opens = [w for w in waits if w == 0.02]
+    transfers = [w for w in waits if w != 0.02]
+    assert len(opens) == 3 == remote.opens  # 20 ms per file open
+    assert sum(transfers) == pytest.approx(sum(p.stat().st_size for p in paths) / 2e6)  # 6000 bytes at 2 MB/s

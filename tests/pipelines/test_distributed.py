@@ -28,18 +28,22 @@ N = 11
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module", params=["folder", "webdataset"])
-def dataset(request, tmp_path_factory) -> str:
-    """11 JPEGs, one per class (label == sample), as a folder or WebDataset shards
-    (written by ``gpufeed.datasets.shards.convert``)."""
-    tmp = tmp_path_factory.mktemp(request.param)
+def make_dataset(kind: str, tmp: Path) -> str:
+    """11 JPEGs, one per class (label == sample), as a folder, or converted by
+    ``gpufeed.datasets.shards.convert`` into WebDataset or TFRecord shards or a raw cache."""
     folder = generate_image_folder(tmp / "train", num_images=N, num_classes=N, seed=2, min_side=40, max_side=64)
-    if request.param == "folder":
+    if kind == "folder":
         return str(folder)
     from gpufeed.datasets.shards.convert import convert
     # ~8 kB shards: a few samples each, so each rank reads several shard files
-    convert(folder, tmp / "shards", format="webdataset", shard_size=8000, seed=0, progress=False)
-    return str(tmp / "shards")
+    convert(folder, tmp / kind, format=kind, shard_size=8000, seed=0, progress=False)
+    return str(tmp / kind)
+
+
+@pytest.fixture(scope="module", params=["folder", "webdataset"])
+def dataset(request, tmp_path_factory) -> str:
+    """The folder and WebDataset shards, for every test of this module."""
+    return make_dataset(request.param, tmp_path_factory.mktemp(request.param))
 
 
 def torchrun(tmp_path: Path, data: str, *args: str, backend: str = "torch") -> dict[int, list[dict]]:
@@ -73,6 +77,16 @@ def test_partial_gives_every_sample_to_exactly_one_rank(tmp_path, dataset, backe
         assert sorted(both) == list(range(N)), both  # the union is the dataset, nothing twice
         assert sorted(len(s[epoch]) for s in seen) == [5, 6]
     assert seen[0][0] != seen[0][1]  # reshuffled each epoch
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("kind", ["tfrecord", "raw"])
+def test_partial_is_exactly_once_for_tfrecord_and_raw_caches_too(tmp_path, kind, backend):
+    data = make_dataset(kind, tmp_path / "data")
+    ranks = torchrun(tmp_path, data, "--last-batch", "partial", "--batch-size", "3", "--epochs", "1", backend=backend)
+    seen = [by_epoch(ranks[0])[0], by_epoch(ranks[1])[0]]
+    assert sorted(seen[0] + seen[1]) == list(range(N)), seen  # the union is the dataset, nothing twice
+    assert sorted(len(s) for s in seen) == [5, 6]
 
 
 @pytest.mark.parametrize(("policy", "batch", "steps"), [
