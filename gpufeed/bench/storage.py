@@ -69,7 +69,14 @@ FORMATS = {
     "raw": "pre-decoded raw cache: uint8 pixels, short side resized ahead of time (gpufeed convert --format raw)",
     "folder+ram": "the folder read once into shared memory (cache='ram'); the fill is the setup time",
     "raw+ram": "the raw cache read once into shared memory (cache='ram')",
+    "webdataset+reader": "the WebDataset shards read by DALI's own fn.readers.webdataset (loader.dali_iterator(); "
+                         "DALI backends only)",
+    "tfrecord+reader": "the TFRecord shards read by DALI's own fn.readers.tfrecord (loader.dali_iterator(); "
+                       "DALI backends only)",
 }
+#: Formats read by DALI's own readers: they open the files themselves, so no simulated
+#: store can sit in front of them (not run under ``remote``), and only DALI runs them.
+READER = "+reader"
 #: Formats written by ``convert``, and the format each contender reads from.
 CONVERTED = ("webdataset", "tfrecord", "raw")
 SHARDS = ("webdataset", "tfrecord")
@@ -375,6 +382,8 @@ def _contender(name: str, condition: str, spec: str, *, root: str, batch_size: i
         loader = classification_loader(source, train=True, batch_size=batch_size, size=size, backend=kit_backend,
                                        device="cuda" if where == "gpu" else "cpu", num_workers=workers,
                                        cache="ram" if fmt.endswith("+ram") else "none")
+        if fmt.endswith(READER):
+            loader = _ReaderBatches(loader.dali_iterator())
     setup_s = time.perf_counter() - start
     at_setup = remote.totals() if remote is not None else (0, 0)  # a RAM cache's fill reads everything here
     # The untimed first epoch warms the cache, starts the workers and records the output checks.
@@ -429,8 +438,22 @@ def _contender_conditions(name: str, conditions: Sequence[str], spec: str, **set
 
 
 def contender_names(formats: Sequence[str], backends: Sequence[str]) -> list[str]:
-    """The baseline, then every ``backend/format`` pair, formats outermost."""
-    return [BASELINE, *(f"{b}/{f}" for f in formats for b in backends)]
+    """The baseline, then every ``backend/format`` pair, formats outermost (DALI's own
+    readers, ``*+reader``, with the DALI backends only)."""
+    return [BASELINE, *(f"{b}/{f}" for f in formats for b in backends
+                        if not f.endswith(READER) or b.startswith("dali"))]
+
+
+class _ReaderBatches:
+    """``loader.dali_iterator()``'s outputs (DALI's own shard readers) as ``(images,
+    labels)`` pairs, an epoch per ``for`` (the iterator resets itself after each)."""
+
+    def __init__(self, iterator: Any) -> None:
+        self.iterator = iterator
+
+    def __iter__(self) -> Any:
+        for out in self.iterator:
+            yield out[0]["data"], out[0]["label"].view(-1)
 
 
 def _ratio(rows: dict[tuple[str, str], dict], condition: str, name: str, over: str) -> tuple[float | None, str]:
@@ -522,13 +545,13 @@ def run(args: argparse.Namespace) -> int:
 
     conversions: dict[str, dict[str, Any]] = {}
     for fmt in CONVERTED:
-        if any(f in (fmt, f"{fmt}+ram") for f in formats):
+        if any(f in (fmt, f"{fmt}+ram", f"{fmt}{READER}") for f in formats):
             conversions[fmt] = converted_copy(root, fmt, files=files, nbytes=nbytes, shard_size=args.shard_size,
                                               raw_size=args.raw_size, workers=workers)
     specs = {"folder": str(root), "folder+ram": str(root)}
     for fmt, conv in conversions.items():
         if "path" in conv:
-            specs[fmt] = specs[f"{fmt}+ram"] = conv["path"]
+            specs[fmt] = specs[f"{fmt}+ram"] = specs[f"{fmt}{READER}"] = conv["path"]
 
     names = contender_names(formats, backends)
     rounds: dict[tuple[str, str], list[dict[str, Any]]] = {}
@@ -537,11 +560,14 @@ def run(args: argparse.Namespace) -> int:
             fmt = name.split("/")[1]
             if fmt not in specs:
                 continue
-            stage(f"[storage] {name}: {', '.join(conditions)} (round {turn} of {args.rounds}) ...")
-            got = run_isolated(_contender_conditions, name, conditions, specs[fmt], root=str(root),
+            ran = [c for c in conditions if not (fmt.endswith(READER) and c == "remote")]
+            if not ran:
+                continue
+            stage(f"[storage] {name}: {', '.join(ran)} (round {turn} of {args.rounds}) ...")
+            got = run_isolated(_contender_conditions, name, ran, specs[fmt], root=str(root),
                                batch_size=args.batch_size, size=args.size, workers=workers, device=device,
                                repeats=args.repeats, open_latency_ms=args.open_latency_ms, bandwidth_mb_s=bandwidth)
-            for condition in conditions:
+            for condition in ran:
                 row = next((r for r in got.get("rows", []) if r["condition"] == condition), None)
                 row = row or {"error": got.get("error", "no result")}
                 row.update(name=name, condition=condition)
@@ -555,8 +581,10 @@ def run(args: argparse.Namespace) -> int:
             fmt = name.split("/")[1]
             row = measured.get((condition, name), {"name": name, "condition": condition})
             if fmt not in specs:
-                conv = conversions.get(fmt.removesuffix("+ram"), {})
+                conv = conversions.get(fmt.removesuffix("+ram").removesuffix(READER), {})
                 row["skipped"] = f"conversion failed: {(conv.get('error') or 'not converted').splitlines()[0]}"
+            elif fmt.endswith(READER) and condition == "remote":
+                row["skipped"] = "not run: DALI's reader opens the files itself, no simulated store in front of it"
             rows.append(row)
 
     base = {r["condition"]: r for r in rows if r["name"] == BASELINE and "rate" in r}

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from gpufeed.backends import dali_installed
 from gpufeed.bench.storage import (
     BASELINE,
     FORMATS,
@@ -143,3 +144,29 @@ def test_tiny_run_writes_every_contender_and_the_targets(image_folder, tmp_path,
     assert "### Targets" in md and "### warm" in md and "### remote" in md and "opens/epoch" in md
     for name in expected:
         assert f"| {name} |" in md
+
+
+def test_dalis_own_readers_run_with_dali_only_and_never_behind_the_simulated_store():
+    names = contender_names(["webdataset", "webdataset+reader", "tfrecord+reader"], ["torch-cpu", "dali-cpu"])
+    assert names == [BASELINE, "torch-cpu/webdataset", "dali-cpu/webdataset", "dali-cpu/webdataset+reader",
+                     "dali-cpu/tfrecord+reader"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not dali_installed(), reason="no DALI")
+def test_dalis_own_shard_readers_are_timed_warm_and_left_out_under_remote(image_folder, tmp_path, monkeypatch,
+                                                                         capsys):
+    monkeypatch.setenv("GPUFEED_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "out"
+    status = main(["bench", "storage", "--data", str(image_folder), "--storage", "warm", "remote",
+                   "--formats", "webdataset+reader", "tfrecord+reader", "--backends", "dali-cpu", "--repeats", "1",
+                   "--batch-size", "8", "--size", "32", "--shard-size", "100KB", "--workers", "1",
+                   "--open-latency-ms", "1", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert status == 0, err[-3000:]
+    (json_path,) = out.glob("storage-*.json")
+    rows = {(r["condition"], r["name"]): r for r in json.loads(json_path.read_text())["rows"]}
+    for fmt in ("webdataset+reader", "tfrecord+reader"):
+        warm = rows[("warm", f"dali-cpu/{fmt}")]
+        assert warm["verdict"] == "ok" and warm["check"]["samples"] == 40 and warm["rate"] > 0, warm
+        assert "DALI's reader opens the files itself" in rows[("remote", f"dali-cpu/{fmt}")]["skipped"]
