@@ -148,3 +148,16 @@ def results_folder(value: str) -> str:
     if out == package or package in out.parents:
         raise argparse.ArgumentTypeError(f"{value} is inside the gpufeed package ({package}): write elsewhere")
     return output_folder(value)
+
+
+def add_training_loop_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of a measured training loop, shared by ``gpufeed stall`` and ``gpufeed
+    bench stalls``: ``--steps``, ``--warmup``, ``--batch-size``, ``--size``, ``--workers``
+    and ``--device``."""
+    parser.add_argument("--steps", type=at_least(1), default=30, help="steps measured per run (default: 30)")
+    parser.add_argument("--warmup", type=at_least(0), default=2, help="steps left out first (default: 2)")
+    parser.add_argument("--batch-size", type=at_least(1), default=32, help="default: 32")
+    parser.add_argument("--size", type=at_least(1), default=224, help="image size (default: 224)")
+    parser.add_argument("--workers", type=at_least(0), default=None,
+                        help="loader workers/threads (default: all cores)")
+    parser.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")

@@ -18,7 +18,13 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
-from gpufeed.arguments import at_least, output_folder, results_folder, table_output_file
+from gpufeed.arguments import (
+    add_training_loop_arguments,
+    at_least,
+    output_folder,
+    results_folder,
+    table_output_file,
+)
 
 #: Benchmark suites: name -> (module with ``add_arguments(parser)`` and ``run(args) -> int``,
 #: its one-line help: the module docstring's first line). Only the suite named on the
@@ -125,13 +131,7 @@ def _build_parser(chosen: Sequence[str] = ()) -> argparse.ArgumentParser:
     stall.add_argument("--loader", choices=("torch", "dali", "auto", "pil"), default="auto",
                        help="the kit's torch or DALI backend, auto, or pil: DataLoader + PIL + "
                             "transforms.v2 (default: auto)")
-    stall.add_argument("--steps", type=at_least(1), default=30, help="steps measured per run (default: 30)")
-    stall.add_argument("--warmup", type=at_least(0), default=2, help="steps left out first (default: 2)")
-    stall.add_argument("--batch-size", type=at_least(1), default=32, help="default: 32")
-    stall.add_argument("--size", type=at_least(1), default=224, help="image size (default: 224)")
-    stall.add_argument("--workers", type=at_least(0), default=None,
-                       help="loader workers/threads (default: all cores)")
-    stall.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
+    add_training_loop_arguments(stall)
     stall.add_argument("--compare", nargs="*", choices=("torch", "dali", "pil", "none"), default=None,
                        metavar="LOADER", help="loaders to measure alone for the what-if: torch, dali, pil "
                                               "or none (default: those available here)")

@@ -1,6 +1,6 @@
-"""``gpufeed bench stalls``: the same training loop fed by each loader, under the stall meter.
+"""Input stall per loader: the same training loop fed by DataLoader + PIL and by each of the kit's loaders, under the stall meter.
 
-Where ``gpufeed stall`` asks "is *my* training waiting, and what would fix it", this suite
+``gpufeed bench stalls``. Where ``gpufeed stall`` asks "is *my* training waiting, and what would fix it", this suite
 draws the answer for every loader side by side: the share of each training step's time
 spent waiting for the next batch, and the training rate it gives, for DataLoader + PIL +
 transforms.v2 (the baseline) and the kit's loaders, on one model and one dataset. Each
@@ -32,7 +32,7 @@ BASELINE = "pil"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``gpufeed bench stalls``."""
-    from gpufeed.arguments import at_least
+    from gpufeed.arguments import add_training_loop_arguments
 
     add_out_argument(parser)
     parser.add_argument("--data", default=None, help="ImageFolder tree (default: the generated, cached set)")
@@ -41,13 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "is slower than every loader)")
     parser.add_argument("--loaders", default=None,
                         help="comma list of pil, torch, dali (default: those installed here)")
-    parser.add_argument("--steps", type=at_least(1), default=30, help="steps measured per loader (default: 30)")
-    parser.add_argument("--warmup", type=at_least(0), default=2, help="steps left out first (default: 2)")
-    parser.add_argument("--batch-size", type=at_least(1), default=32, help="default: 32")
-    parser.add_argument("--size", type=at_least(1), default=224, help="image size (default: 224)")
-    parser.add_argument("--workers", type=at_least(0), default=None,
-                        help="loader workers/threads (default: all cores)")
-    parser.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
+    add_training_loop_arguments(parser)
 
 
 def _train_metered(name: str, root: str, *, model: str, batch_size: int, size: int, device: str,
