@@ -37,6 +37,44 @@ def image_format(data: bytes | memoryview) -> str | None:
     return next((fmt for sig, fmt in _SIGNATURES if head.startswith(sig)), None)
 
 
+#: TIFF tags read by :func:`tiff_beyond_dali`: BitsPerSample and SampleFormat.
+_BITS_PER_SAMPLE, _SAMPLE_FORMAT = 258, 339
+
+
+def tiff_beyond_dali(data: bytes | memoryview | np.ndarray) -> bool:
+    """Whether ``data`` is a classic TIFF whose samples are not unsigned 8 or 16 bits
+    (bilevel, 2/4-bit, 32-bit, signed or float): DALI's decoder fails on some of those
+    (a 1-bit TIFF: "nvImageCodec failure"; a 32-bit one: "Invalid sample_type") where PIL,
+    the torch backend's decoder, reads them, so the two backends disagreed on which
+    samples a folder holds. Only the first image's header is read (a few dozen bytes);
+    BigTIFF and anything unreadable answer False (DALI then decides, as before).
+    """
+    mv = memoryview(data).cast("B")
+    head = bytes(mv[:8])
+    if head[:4] not in (b"II*\x00", b"MM\x00*"):
+        return False
+    order = "little" if head[:2] == b"II" else "big"
+
+    def number(at: int, size: int) -> int:
+        if at < 0 or at + size > len(mv):
+            raise IndexError(at)
+        return int.from_bytes(mv[at:at + size], order)
+
+    try:
+        ifd = number(4, 4)
+        tags = {}
+        for k in range(number(ifd, 2)):
+            entry = ifd + 2 + 12 * k
+            tag, kind, count = number(entry, 2), number(entry + 2, 2), number(entry + 4, 4)
+            if tag in (_BITS_PER_SAMPLE, _SAMPLE_FORMAT) and kind == 3:  # SHORT values
+                where = entry + 8 if count <= 2 else number(entry + 8, 4)
+                tags[tag] = {number(where + 2 * i, 2) for i in range(min(count, 16))}
+    except IndexError:
+        return False
+    bits = tags.get(_BITS_PER_SAMPLE, {1})  # absent: 1 bit per sample (the TIFF default)
+    return not bits <= {8, 16} or not tags.get(_SAMPLE_FORMAT, {1}) <= {1}
+
+
 def sample_fault(data: bytes | memoryview | str, pixels: bool) -> str | None:
     """Why a sample as read cannot be decoded, or None: a failed read's reason (text, as
     ``read_or_reason`` gives it), else :func:`undecodable_reason` for encoded images

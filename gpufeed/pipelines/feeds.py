@@ -18,6 +18,7 @@ from gpufeed.datasets.image_bytes import (
     jpeg_without_stray_bytes,
     pil_reason,
     sample_fault,
+    tiff_beyond_dali,
 )
 from gpufeed.datasets.samples import SampleSource
 from gpufeed.pipelines.geometry import train_window
@@ -64,8 +65,34 @@ def dali_input(data: np.ndarray, crop: tuple[np.ndarray, np.ndarray, np.ndarray]
     """What DALI is given of one checked sample: decoded pixels through
     :func:`pixel_input`; a file's bytes without the stray bytes between its JPEG header
     segments, which libjpeg passes over and DALI's parser refuses
-    (:func:`~gpufeed.datasets.image_bytes.jpeg_without_stray_bytes`)."""
-    return pixel_input(data, crop) if pixels else jpeg_without_stray_bytes(data)
+    (:func:`~gpufeed.datasets.image_bytes.jpeg_without_stray_bytes`); a TIFF of samples
+    DALI's decoder fails on (:func:`~gpufeed.datasets.image_bytes.tiff_beyond_dali`:
+    bilevel, 32-bit, float) decoded by the torch backend's decoder and handed over as an
+    uncompressed PNG of the same pixels, so both backends yield it alike."""
+    if pixels:
+        return pixel_input(data, crop)
+    if tiff_beyond_dali(data):
+        return _as_png(data)
+    return jpeg_without_stray_bytes(data)
+
+
+def _as_png(data: np.ndarray | bytes | memoryview) -> np.ndarray | bytes | memoryview:
+    """The image's RGB pixels, as the torch backend decodes them, in a PNG (no compression:
+    it is decoded again at once); ``data`` itself when that decoder fails too (DALI then
+    fails on it and the file is skipped with DALI's words, as before)."""
+    import io
+
+    from PIL import Image
+
+    from gpufeed.pipelines.torch_loader import decode_rgb
+
+    try:
+        rgb = decode_rgb(np.frombuffer(data, dtype=np.uint8)).numpy()
+    except Exception:  # noqa: BLE001 - any decoder failure: leave the verdict to DALI
+        return data
+    out = io.BytesIO()
+    Image.fromarray(rgb).save(out, format="PNG", compress_level=0)
+    return np.frombuffer(out.getvalue(), dtype=np.uint8)
 
 
 class FileFeed:

@@ -179,7 +179,10 @@ def test_a_state_taken_right_after_a_resume_is_the_state_loaded(folder, mid_epoc
     # a loop that calls set_epoch every epoch keeps the resumed cut of that epoch
     loader.set_epoch(mid_epoch_state["epoch"])
     assert loader.state_dict() == mid_epoch_state
-    loader.set_epoch(3)
+    # Another epoch drops the loaded position, and says so (an off-by-one in the loop's own
+    # epoch counter would otherwise lose the rest of the epoch unseen).
+    with pytest.warns(UserWarning, match=r"set_epoch\(3\) drops the loaded state's position \(epoch 0, batch 1\)"):
+        loader.set_epoch(3)
     assert (loader.state_dict()["epoch"], loader.state_dict()["batch"]) == (3, 0)
 
 
@@ -268,6 +271,32 @@ def test_a_state_from_a_raw_cache_of_other_images_with_the_same_labels_is_refuse
     torch_loader(caches[0]).load_state_dict(state)  # the same cache: accepted
     with pytest.raises(ValueError, match=r"dataset digest"):
         torch_loader(caches[1]).load_state_dict(state)
+
+
+@pytest.mark.parametrize("fmt", ["webdataset", "tfrecord"])
+def test_a_state_from_the_same_images_sharded_in_another_order_is_refused(tmp_path, fmt):
+    """Same shard names, counts and bytes, another order (convert's --seed): resuming there
+    would repeat some samples and lose others."""
+    from gpufeed.datasets.shards.convert import convert
+
+    folder = generate_image_folder(tmp_path / "train", num_images=N, num_classes=N, seed=2, min_side=40, max_side=64)
+    for seed in (0, 1):
+        convert(folder, tmp_path / f"seed{seed}", format=fmt, seed=seed, progress=False)
+    first = torch_loader(tmp_path / "seed0")
+    next(iter(first))
+    state = first.state_dict()
+    torch_loader(tmp_path / "seed0").load_state_dict(state)  # the same shards: accepted
+    with pytest.raises(ValueError, match=r"dataset layout"):
+        torch_loader(tmp_path / "seed1").load_state_dict(state)
+
+
+def test_a_folder_is_fingerprinted_once_per_source(folder):
+    from gpufeed.pipelines.sources import scan_image_folder
+
+    source = scan_image_folder(folder)
+    first = source.fingerprint()
+    object.__setattr__(source, "paths", ())  # a second computation would fail on no paths
+    assert source.fingerprint() == first
 
 
 @pytest.mark.parametrize("garbage", [None, 3, "state", {}, {"format": "something else"},

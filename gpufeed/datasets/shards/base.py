@@ -36,6 +36,7 @@ class ShardSource(SampleSource):
         self._files = [os.fspath(f) for f in files]
         self._valid_index: list[bool] = []  # per shard: whether SHARD.idx matched the shard
         self._custom_keys: dict[str, str] = {}  # image_key / label_key where not the format's default
+        self._fingerprint: dict | None = None  # computed once, on first use
 
     def _keys_differ(self, keys: dict[str, str], defaults: dict[str, str]) -> None:
         """Note the member / feature names read where they are not the format's defaults:
@@ -105,9 +106,19 @@ class ShardSource(SampleSource):
         return self._groups
 
     def fingerprint(self) -> dict:
-        return {"kind": self.format, "samples": len(self.labels),
-                "shards": [os.path.basename(f) for f in self._files],
-                "counts": self._groups.tolist(), "bytes": int(self._sizes.sum()), **self._custom_keys}
+        if self._fingerprint is None:
+            # Where each sample lies and its label, position by position: the same images
+            # written in another order under the same shard names and counts (a re-shuffled
+            # conversion, a fixed-count re-shard) have other offsets, sizes and labels, and a
+            # state saved on one gave duplicates and losses on the other.
+            layout = hashlib.sha1(np.asarray(self.labels, dtype=np.int64).tobytes())
+            for column in (self._shard, self._offsets, self._sizes):
+                layout.update(column.tobytes())
+            self._fingerprint = {"kind": self.format, "samples": len(self.labels),
+                                 "shards": [os.path.basename(f) for f in self._files],
+                                 "counts": self._groups.tolist(), "bytes": int(self._sizes.sum()),
+                                 "layout": layout.hexdigest(), **self._custom_keys}
+        return dict(self._fingerprint)
 
     def nbytes(self) -> int:
         return int(self._sizes.sum())
