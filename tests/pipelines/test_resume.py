@@ -315,3 +315,15 @@ def test_a_position_outside_the_plan_is_refused(folder, mid_epoch_state):
     import numpy as np  # a state kept in numpy ints (a checkpoint library's) is fine
 
     torch_loader(folder).load_state_dict({**mid_epoch_state, "batch": np.int64(1)})
+
+
+def test_a_shard_state_saved_before_the_layout_digest_still_resumes(tmp_path):
+    from gpufeed.datasets.shards.convert import convert
+
+    folder = generate_image_folder(tmp_path / "train", num_images=N, num_classes=N, seed=2, min_side=40, max_side=64)
+    convert(folder, tmp_path / "wds", format="webdataset", progress=False)
+    first = torch_loader(tmp_path / "wds")
+    next(iter(first))
+    state = first.state_dict()
+    del state["dataset"]["layout"]  # as states were written before it was recorded
+    torch_loader(tmp_path / "wds").load_state_dict(state)
