@@ -122,6 +122,10 @@ class WhatIf:
             included), for the "which loader keeps up" advice.
         steps: steps measured in each run (after the warm-up).
         warmup: warm-up steps left out of each run.
+        background: whether the loader prepares batches while the step runs (DataLoader
+            workers, DALI's prefetch; None: unknown). When it does, a loop running as the two
+            back to back is contention for the same cores, not loading in the foreground,
+            and "load in the background" is not the advice.
     """
 
     model_rate: float
@@ -131,6 +135,7 @@ class WhatIf:
     loaders_alone: dict[str, float] = field(default_factory=dict)
     steps: int = 30
     warmup: int = 2
+    background: bool | None = None
 
     @property
     def bound(self) -> str:
@@ -175,6 +180,8 @@ class WhatIf:
         almost the model's, so the rate alone also matched overlapped loops that stalled
         for another reason.
         """
+        if self.background:  # it does prepare batches meanwhile: what looks serial is contention
+            return False
         share = 100.0 * self.model_rate / (self.loader_rate + self.model_rate)
         return (abs(self.actual.samples_per_s / self.serial_rate - 1.0) <= SERIAL_BAND
                 and abs(self.actual.stall_pct - share) <= max(2.0, 0.25 * share))
@@ -263,7 +270,7 @@ class WhatIf:
 def what_if(step: Callable[[Any], Any], loader: Iterable[Any], *, steps: int = 30, warmup: int = 2,
             device: str | torch.device = "auto", batch_size_of: Callable[[Any], int] | None = None,
             loader_name: str = "loader", alternatives: Mapping[str, float | Iterable[Any]] | None = None,
-            unit: str = "images") -> WhatIf:
+            unit: str = "images", background: bool | None = None) -> WhatIf:
     """Measure loader and step together, the loader alone and the step alone.
 
     Each run draws ``warmup + steps`` batches (starting new epochs as needed) and leaves the
@@ -279,6 +286,8 @@ def what_if(step: Callable[[Any], Any], loader: Iterable[Any], *, steps: int = 3
         alternatives: other loaders to compare, by name: a rate already measured
             (samples/s) or a loader, measured here alone.
         unit: what a sample is.
+        background: whether ``loader`` prepares batches while the step runs (workers,
+            DALI's prefetch); None when unknown (:attr:`WhatIf.background`).
 
     Returns:
         A :class:`WhatIf`.
@@ -306,4 +315,4 @@ def what_if(step: Callable[[Any], Any], loader: Iterable[Any], *, steps: int = 3
         else:
             rates[name] = loader_rate(other, steps=steps, **common).samples_per_s
     return WhatIf(model_rate=model.samples_per_s, loader_rate=alone.samples_per_s, actual=actual,
-                  loader=loader_name, loaders_alone=rates, steps=steps, warmup=warmup)
+                  loader=loader_name, loaders_alone=rates, steps=steps, warmup=warmup, background=background)

@@ -61,6 +61,18 @@ def test_a_loader_that_loads_in_the_foreground_is_told_to_load_in_the_background
     assert not any("CPU cores" in n for n in result.notes)
 
 
+def test_a_background_loader_on_shared_cores_is_not_told_to_load_in_the_background():
+    """The same back-to-back loop from a loader that does prefetch (workers, DALI) sharing two
+    CPU cores with the step: the kit's DALI loader had been told to use "a prefetching loader
+    (the kit's)". The cause is contention for the cores."""
+    result = what_if(sleepy_step(0.040), SleepyLoader(0.010), steps=STEPS, warmup=WARMUP, device="cpu",
+                     background=True)
+    assert result.bound == "compute" and not result.in_foreground
+    assert "not the bottleneck" in result.advice and "load in the background" not in result.advice
+    assert any("share this machine's CPU cores" in n for n in result.notes)
+    assert result.as_dict()["advice"] == result.advice
+
+
 def test_rates_given_as_numbers_and_none_that_keeps_up():
     result = WhatIf(model_rate=400.0, loader_rate=100.0, actual=known(), loader="torch",
                     loaders_alone={"torch": 100.0, "pil": 50.0, "dali": 300.0})
