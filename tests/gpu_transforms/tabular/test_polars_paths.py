@@ -351,6 +351,10 @@ def test_categorify_from_inline_views_codes_like_pandas(monkeypatch, cores, layo
         frame = pl.concat([frame[:7], frame], rechunk=True)[7:]
     viewed = {c: category_codes._inline_ids(frame[c].rechunk()) for c in df.columns}
     assert {c for c, v in viewed.items() if v is not None} == {"ids", "short", "many", "none"}
+    if layout == "chunked":  # a column in chunks (Parquet row groups) is numbered from its views too
+        assert all(frame[c].n_chunks() > 1 for c in df.columns)
+        assert {c for c in df.columns if category_codes._inline_ids(frame[c]) is not None} == set(
+            c for c, v in viewed.items() if v is not None)
     assert viewed["short"].slots is not None and viewed["many"].slots is None  # hash; dictionary
     columns = list(df.columns)
     recipes = {b: Recipe([Categorify(columns)]) for b in ("pandas", "polars")}
