@@ -234,8 +234,10 @@ def _stdout_reader_gone() -> bool:
 
 
 #: Commands whose input must be an existing folder: the argument naming it, by (command, suite).
-_FOLDER_INPUTS = {("bench", "images"): "--data", ("bench", "storage"): "--data", ("bench", "all"): "--data",
-                  ("bench", "tune"): "DATA", ("tune", None): "DATA"}
+_FOLDER_INPUTS = {("bench", "images"): "--data", ("bench", "storage"): "--data", ("bench", "all"): "--data"}
+#: Inputs that may also be shards, named by a pattern ("train-{000000..000127}.tar", a
+#: glob) that is no path.
+_FOLDER_OR_SHARD_INPUTS = {("stall", None): "--data", ("tune", None): "DATA", ("bench", "tune"): "DATA"}
 
 
 def _missing_input(args: argparse.Namespace) -> str | None:
@@ -256,9 +258,9 @@ def _missing_input(args: argparse.Namespace) -> str | None:
         why = "not a folder (expected an ImageFolder tree ROOT/<class>/<image>)" if os.path.exists(value) else \
             "does not exist"
         return f"argument {_FOLDER_INPUTS[key]}: {value}: {why}"
-    # Shards may be named by a pattern ("train-{000000..000127}.tar", a glob) that is no path.
-    if key == ("stall", None) and not (os.path.exists(value) or glob.has_magic(value) or "{" in value):
-        return f"argument --data: {value}: does not exist (neither a folder nor a shard file or pattern)"
+    if key in _FOLDER_OR_SHARD_INPUTS and not (os.path.exists(value) or glob.has_magic(value) or "{" in value):
+        return (f"argument {_FOLDER_OR_SHARD_INPUTS[key]}: {value}: does not exist (neither a folder nor a shard "
+                "file or pattern)")
     if key == ("convert", None) and not os.path.exists(value):
         return f"argument SRC: {value}: does not exist"
     return None

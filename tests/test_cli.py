@@ -273,17 +273,19 @@ def test_a_missing_input_is_named_in_one_form_by_every_command(argv, argument, t
 
 def test_a_file_given_as_an_image_folder_is_named(tmp_path, capsys, nothing_runs):
     (tmp_path / "afile.txt").write_text("notes")
-    assert main(["tune", str(tmp_path / "afile.txt")]) == 2
-    assert capsys.readouterr().err.startswith(f"gpufeed: error: argument DATA: {tmp_path / 'afile.txt'}: not a folder")
+    assert main(["bench", "images", "--data", str(tmp_path / "afile.txt")]) == 2
+    assert capsys.readouterr().err.startswith(
+        f"gpufeed: error: argument --data: {tmp_path / 'afile.txt'}: not a folder")
 
 
-def test_stall_still_takes_a_shard_pattern_that_is_no_path(tmp_path, capsys, monkeypatch):
+@pytest.mark.parametrize("argv", [["stall", "--data"], ["tune"], ["bench", "tune"]])
+def test_stall_and_tune_take_a_shard_pattern_that_is_no_path(argv, tmp_path, capsys, monkeypatch):
     import gpufeed.cli as cli
 
     seen = []
     monkeypatch.setattr(cli, "_run", lambda args: seen.append(args.data) or 0)
     pattern = str(tmp_path / "train-{000000..000003}.tar")
-    assert main(["stall", "--data", pattern, "--out", str(tmp_path / "out")]) == 0 and seen == [pattern]
+    assert main([*argv, pattern, "--out", str(tmp_path / "out")]) == 0 and seen == [pattern]
 
 
 def test_version_and_help_say_the_defaults(capsys):

@@ -525,6 +525,10 @@ def run(args: argparse.Namespace) -> int:
                              f"{dali_installed()}, device {device}); available: {', '.join(backends)}")
         backends = [b for b in backends if b in args.backends]
     formats = list(args.formats or FORMATS)
+    readers = [f for f in formats if f.endswith(READER)]
+    if args.formats and readers and not any(b.startswith("dali") for b in backends):
+        raise ValueError(f"--formats {' '.join(readers)}: DALI's own readers run on the DALI backends only, and "
+                         f"none runs here (backends: {', '.join(backends)})")
 
     cache_check = page_cache_check(samples.paths)
     conditions = list(args.storage or [c for c in CONDITIONS if c != "cold" or cache_check["works"]])

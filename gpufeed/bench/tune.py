@@ -128,7 +128,8 @@ def sweep_plan(start: LoaderConfig, values: dict[str, list[Any]]) -> list[tuple[
     return plan
 
 
-def dataloader_code(config: LoaderConfig, *, train: bool, dataset: str = "dataset") -> str:
+def dataloader_code(config: LoaderConfig, *, train: bool, dataset: str = "dataset", size: int = 224,
+                    device: str | None = None) -> str:
     """Ready-to-paste Python that builds the DataLoader of ``config`` (for a ``kit``
     configuration, the kit's ``classification_loader`` on the torch backend).
 
@@ -137,6 +138,8 @@ def dataloader_code(config: LoaderConfig, *, train: bool, dataset: str = "datase
         train: shuffle (training) or not.
         dataset: the name of the dataset variable in the user's code (for a ``kit``
             configuration: the source, written as a string).
+        size, device: a ``kit`` configuration's output size (written when not the default
+            224) and device (written when given): what the sweep measured.
 
     Returns:
         Source code: the import, then ``loader = DataLoader(...)`` (runs as pasted, given
@@ -155,8 +158,9 @@ def dataloader_code(config: LoaderConfig, *, train: bool, dataset: str = "datase
     """
     c = config.normalised()
     if c.kit:
-        args = [repr(dataset), f"train={train}", f"batch_size={c.batch_size}", 'backend="torch"',
-                f"num_workers={c.num_workers}"]
+        args = [repr(dataset), f"train={train}", f"batch_size={c.batch_size}",
+                *([f"size={size}"] if size != 224 else []), 'backend="torch"',
+                *([f"device={device!r}"] if device else []), f"num_workers={c.num_workers}"]
         body = "".join(f"    {a},\n" for a in args)
         return f"from gpufeed.pipelines import classification_loader\nloader = classification_loader(\n{body})"
     args = [dataset, f"batch_size={c.batch_size}", f"shuffle={train}", f"num_workers={c.num_workers}",
@@ -385,6 +389,9 @@ def run(args: argparse.Namespace) -> int:
         raise FileNotFoundError(f"{root}: no such folder, and no shard file or pattern (expected an ImageFolder "
                                 "tree root/<class>/<image>, shards or a raw cache)")
     if kit_only:
+        from gpufeed.pipelines.sources import open_source
+
+        open_source(str(root))  # a file that is no shard is refused here, naming it, not once per configuration
         # No ImageFolder to build a DataLoader on: the kit's torch loader is the one swept.
         dropped = [k for k in values if k not in _KIT_KNOBS]
         if dropped:
@@ -415,7 +422,8 @@ def run(args: argparse.Namespace) -> int:
         kit.append({"loader": f"kit-{backend}", **r, "vs_best": _ratio(r.get("rate"), best_rate),
                     "vs_start": _ratio(r.get("rate"), start_rate)})
     swept = "kit torch loader" if kit_only else "DataLoader"
-    code = dataloader_code(best, train=args.mode == "train", dataset=str(root) if kit_only else "dataset")
+    code = dataloader_code(best, train=args.mode == "train", dataset=str(root) if kit_only else "dataset",
+                           size=args.size, device=None if args.device == "auto" else device)
     ratios = {f"best {swept} vs start": _ratio(best_rate, start_rate)}
     ratios.update({f"{row['loader']} vs best {swept}": row.get("vs_best") for row in kit})
     top = max((row for row in kit if row.get("vs_best")), key=lambda row: row["vs_best"], default=None)

@@ -42,8 +42,8 @@ _BITS_PER_SAMPLE, _SAMPLE_FORMAT = 258, 339
 
 
 def tiff_beyond_dali(data: bytes | memoryview | np.ndarray) -> bool:
-    """Whether ``data`` is a classic TIFF whose samples are not unsigned 8 or 16 bits
-    (bilevel, 2/4-bit, 32-bit, signed or float): DALI's decoder fails on some of those
+    """Whether ``data`` is a classic TIFF whose samples are not unsigned 8 or 16 bits, nor
+    float32 (bilevel, 2/4-bit, 32-bit or signed integers): DALI's decoder fails on some of those
     (a 1-bit TIFF: "nvImageCodec failure"; a 32-bit one: "Invalid sample_type") where PIL,
     the torch backend's decoder, reads them, so the two backends disagreed on which
     samples a folder holds. Only the first image's header is read (a few dozen bytes);
@@ -72,7 +72,10 @@ def tiff_beyond_dali(data: bytes | memoryview | np.ndarray) -> bool:
     except IndexError:
         return False
     bits = tags.get(_BITS_PER_SAMPLE, {1})  # absent: 1 bit per sample (the TIFF default)
-    return not bits <= {8, 16} or not tags.get(_SAMPLE_FORMAT, {1}) <= {1}
+    formats = tags.get(_SAMPLE_FORMAT, {1})
+    if bits == {32} and formats == {3}:  # float32: DALI decodes it as PIL does
+        return False
+    return not bits <= {8, 16} or not formats <= {1}
 
 
 def sample_fault(data: bytes | memoryview | str, pixels: bool) -> str | None:

@@ -122,8 +122,8 @@ class ClassificationLoader:
 
         After :meth:`load_state_dict`, ``set_epoch`` of the epoch the state resumes keeps
         its position (the rest of that epoch comes next: nothing, for a state taken after
-        the epoch's last batch); any other epoch starts afresh, with a warning that the
-        loaded position is dropped.
+        the epoch's last batch); any other epoch starts afresh (the loaded position is
+        dropped without a word: a loop that caps its steps per epoch does this on purpose).
         """
         if isinstance(epoch, bool) or not isinstance(epoch, numbers.Integral):
             raise TypeError(f"epoch must be an int, got {epoch!r}")
@@ -134,12 +134,6 @@ class ClassificationLoader:
             # The epoch a loaded state resumes mid-way: a loop that calls set_epoch every
             # epoch (as with DistributedSampler) keeps the cut instead of replaying it.
             return
-        if self._start_at and self._pending and self._start_at < len(self):  # batches were left
-            # Documented, but silent it hid an off-by-one in a loop's own epoch counter:
-            # the rest of the loaded epoch would never come.
-            warnings.warn(f"gpufeed: set_epoch({epoch}) drops the loaded state's position (epoch "
-                          f"{self.epoch + 1}, batch {self._start_at}): the rest of that epoch will not come; "
-                          f"call set_epoch({self.epoch + 1}) to resume it", stacklevel=2)
         self.epoch = epoch - 1
         self._start_at = 0
         self._pending = True

@@ -67,7 +67,7 @@ def dali_input(data: np.ndarray, crop: tuple[np.ndarray, np.ndarray, np.ndarray]
     segments, which libjpeg passes over and DALI's parser refuses
     (:func:`~gpufeed.datasets.image_bytes.jpeg_without_stray_bytes`); a TIFF of samples
     DALI's decoder fails on (:func:`~gpufeed.datasets.image_bytes.tiff_beyond_dali`:
-    bilevel, 32-bit, float) decoded by the torch backend's decoder and handed over as an
+    bilevel, 32-bit integers) decoded by the torch backend's decoder and handed over as an
     uncompressed PNG of the same pixels, so both backends yield it alike."""
     if pixels:
         return pixel_input(data, crop)

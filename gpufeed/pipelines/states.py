@@ -25,14 +25,16 @@ def settings_of(options: object, names: Iterable[str]) -> dict[str, Any]:
     return {name: plain(getattr(options, name)) for name in names}
 
 
-#: Keys a saved state may lack, having been taken before they were recorded: not compared
-#: then (a shard set's ``layout`` digest, 2026-11-26), so older checkpoints still resume.
+#: Dataset keys a saved state may lack, having been taken before they were recorded: not
+#: compared then (a shard set's ``layout`` digest, 2026-11-26), so older checkpoints resume.
 ADDED_LATER = frozenset({"layout"})
 
 
 def differences(group: str, saved: dict[str, Any], mine: dict[str, Any]) -> list[str]:
     """``"<group> <key>: saved <a>, this loader <b>"`` for each key whose values differ
-    (a key of :data:`ADDED_LATER` only where the saved state has it)."""
-    keys = set(saved) | (set(mine) - (ADDED_LATER - set(saved)))
+    (in the ``dataset`` group, a key of :data:`ADDED_LATER` only where the saved state has
+    it: the settings have a ``layout`` of their own, always recorded)."""
+    later = ADDED_LATER - set(saved) if group == "dataset" else frozenset()
+    keys = set(saved) | (set(mine) - later)
     return [f"{group} {k}: saved {saved.get(k)!r}, this loader {mine.get(k)!r}"
             for k in sorted(keys) if saved.get(k) != mine.get(k)]

@@ -170,3 +170,9 @@ def test_dalis_own_shard_readers_are_timed_warm_and_left_out_under_remote(image_
         warm = rows[("warm", f"dali-cpu/{fmt}")]
         assert warm["verdict"] == "ok" and warm["check"]["samples"] == 40 and warm["rate"] > 0, warm
         assert "DALI's reader opens the files itself" in rows[("remote", f"dali-cpu/{fmt}")]["skipped"]
+
+
+def test_dalis_own_readers_without_a_dali_backend_are_refused_by_name(image_folder, tmp_path, capsys):
+    assert main(["bench", "storage", "--data", str(image_folder), "--formats", "webdataset+reader",
+                 "--backends", "torch-cpu", "--out", str(tmp_path)]) == 2
+    assert "--formats webdataset+reader: DALI's own readers run on the DALI backends only" in capsys.readouterr().err

@@ -110,6 +110,7 @@ def test_shards_sweep_the_kit_torch_loader_and_print_its_code(image_folder, tmp_
     exec(code, scope)  # the recommended loader, built as pasted, reads the shards
     loader = scope["loader"]
     assert loader.backend == "torch" and len(loader.samples) == 40 and sum(len(y) for _, y in loader) == 40
+    assert "size=32," in code and next(iter(loader))[0].shape[-2:] == (32, 32)  # what was measured
 
 
 def test_nothing_is_recommended_when_no_configuration_ran(tmp_path, capsys):

@@ -54,7 +54,7 @@ def test_stall_with_the_pil_loader_names_an_unreadable_file_in_one_line(image_fo
     (first_class / "empty.jpg").write_bytes(b"")  # ImageFolder lists it; PIL cannot open it
     out = subprocess.run(
         [sys.executable, "-m", "gpufeed", "stall", "--data", str(data), "--model", "tiny", "--loader", "pil",
-         "--steps", "40", "--warmup", "0", "--batch-size", "8", "--size", "32", "--workers", "0",
+         "--steps", "40", "--warmup", "0", "--batch-size", "8", "--size", "32", "--workers", "1",
          "--device", "cpu", "--compare", "none", "--out", str(tmp_path / "out")],
         capture_output=True, text=True, timeout=600,
     )

@@ -4,6 +4,7 @@ fingerprint, class names from the ``gpufeed convert`` manifest, and DALI index f
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import os
 from abc import abstractmethod
@@ -118,7 +119,7 @@ class ShardSource(SampleSource):
                                  "shards": [os.path.basename(f) for f in self._files],
                                  "counts": self._groups.tolist(), "bytes": int(self._sizes.sum()),
                                  "layout": layout.hexdigest(), **self._custom_keys}
-        return dict(self._fingerprint)
+        return copy.deepcopy(self._fingerprint)  # a state edited in place must not edit the cache
 
     def nbytes(self) -> int:
         return int(self._sizes.sum())
