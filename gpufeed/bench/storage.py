@@ -437,6 +437,12 @@ def _contender_conditions(name: str, conditions: Sequence[str], spec: str, **set
 # -- the suite ------------------------------------------------------------------------------
 
 
+def _runs_under(fmt: str, condition: str) -> bool:
+    """Whether format ``fmt`` is read under ``condition``: DALI's own readers open the files
+    themselves, so no simulated store sits in front of them."""
+    return not (fmt.endswith(READER) and condition == "remote")
+
+
 def contender_names(formats: Sequence[str], backends: Sequence[str]) -> list[str]:
     """The baseline, then every ``backend/format`` pair, formats outermost (DALI's own
     readers, ``*+reader``, with the DALI backends only)."""
@@ -564,7 +570,7 @@ def run(args: argparse.Namespace) -> int:
             fmt = name.split("/")[1]
             if fmt not in specs:
                 continue
-            ran = [c for c in conditions if not (fmt.endswith(READER) and c == "remote")]
+            ran = [c for c in conditions if _runs_under(fmt, c)]
             if not ran:
                 continue
             stage(f"[storage] {name}: {', '.join(ran)} (round {turn} of {args.rounds}) ...")
@@ -587,7 +593,7 @@ def run(args: argparse.Namespace) -> int:
             if fmt not in specs:
                 conv = conversions.get(fmt.removesuffix("+ram").removesuffix(READER), {})
                 row["skipped"] = f"conversion failed: {(conv.get('error') or 'not converted').splitlines()[0]}"
-            elif fmt.endswith(READER) and condition == "remote":
+            elif not _runs_under(fmt, condition):
                 row["skipped"] = "not run: DALI's reader opens the files itself, no simulated store in front of it"
             rows.append(row)
 

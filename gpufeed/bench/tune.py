@@ -226,9 +226,8 @@ def _worker(kind: str, root: str, mode: str, size: int, config: dict[str, Any], 
 
     train = mode == "train"
     cfg = LoaderConfig(**config)
-    folder = not _kit_only(root)
-    dataset = baseline_dataset(root, train=train, size=size) if folder else None
-    picked = _subset(len(dataset), max_images) if folder else None
+    dataset = None if cfg.kit else baseline_dataset(root, train=train, size=size)
+    picked = None if cfg.kit else _subset(len(dataset), max_images)
     if kind == "dataloader" and not cfg.kit:
         # With workers the main process only moves batches: one thread, as in the images
         # suite. Without workers it does all the work, with torch's default threads, as a
@@ -417,7 +416,8 @@ def run(args: argparse.Namespace) -> int:
         if backend == "dali" and not dali_installed():
             kit.append({"loader": "kit-dali", "check": "skipped: DALI not installed"})
             continue
-        kit_cfg = LoaderConfig(num_workers=cores, batch_size=best.batch_size)  # the kit's default: all cores
+        # The kit's default: all cores. `kit` says the source is shards or a raw cache.
+        kit_cfg = LoaderConfig(num_workers=cores, batch_size=best.batch_size, kit=kit_only)
         r = _measure(backend, kit_cfg, args, root, device, f"kit {backend} backend, batch {best.batch_size}")
         kit.append({"loader": f"kit-{backend}", **r, "vs_best": _ratio(r.get("rate"), best_rate),
                     "vs_start": _ratio(r.get("rate"), start_rate)})

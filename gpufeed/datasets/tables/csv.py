@@ -249,7 +249,6 @@ def _read_csv_arrow(
         column_types={in_file[name]: getattr(pa, CSV_TYPES[kind])() for name, kind in dtypes if name in in_file})
     # Decompressed as the file's first bytes say (.csv.gz, .csv.zip, ... or a compressed
     # file under another name), never parsed as text while compressed.
-    compression = compression_of(path)
     try:
         with open_decompressed(path, arrow=True) as source:
             table = pacsv.read_csv(source, read_options=read_options, convert_options=convert_options,
@@ -259,6 +258,7 @@ def _read_csv_arrow(
             raise EmptyTableError(empty) from exc
         raise MalformedCSVError(f"{path}: cannot parse CSV: {exc}") from exc
     except decompression_errors() as exc:
+        compression = compression_of(path)  # read again only here: open_decompressed read it to open the file
         if compression is None:
             raise
         raise MalformedCSVError(f"{path}: cannot decompress the {compression} file ({type(exc).__name__}: "

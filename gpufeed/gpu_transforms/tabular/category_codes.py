@@ -185,10 +185,6 @@ def _inline_views(series: Any) -> Any | None:
     5M rows, and numbering them from the views 22 ms, where the ``Categorical`` cast it
     avoids took 44 ms (the 10M-row sensor table, read in 10 row groups).
     """
-    import polars as pl
-
-    if series.dtype != pl.String:
-        return None
     if series.n_chunks() > 1:
         if not _all_inline(series):
             return None
