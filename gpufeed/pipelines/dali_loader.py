@@ -270,6 +270,10 @@ class DaliLoader(ClassificationLoader):
         one stream across epochs (as in any DALI pipeline), so unlike the loader's they
         do not repeat on a resumed run.
 
+        Without a GPU the iterator runs the whole graph in DALI's CPU mode, whose resize
+        is slower than the loader's torch threads: about 0.6-0.7x the loader itself on
+        2 cores (``docs/storage.md``), on any source.
+
         Args:
             auto_reset: as in DALI's iterators: start the next epoch after the last.
             checkpoint: shard sources only: an ``it.state_dict()`` to resume from.
