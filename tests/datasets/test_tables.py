@@ -1004,3 +1004,72 @@ def test_a_column_the_writer_quoted_as_text_is_text_not_a_mixed_type_error(tmp_p
     for name in ("plain.csv", "all.csv"):
         with pytest.raises(MixedTypeError, match=rf"{name}: column 'family' mixes numbers and text"):
             read_table(tmp_path / name, backend=backend)
+
+
+# ------------------------------------------------------------------- CSV beyond one parse block
+
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_quoted_line_breaks_read_whole_past_the_first_block(tmp_path, backend):
+    # Notes with line breaks, 1.2 MB: past Arrow's 1 MiB block, a break inside quotes had
+    # cut a block mid-field and rows came back "malformed" or the read failed.
+    path = tmp_path / "notes.csv"
+    with open(path, "w") as fh:
+        fh.write("id,note,v\n")
+        for i in range(30_000):
+            fh.write(f'{i},"line one {"y" * (i % 41)}\n\nline three",{i}.5\n')
+    frame, report = read_table_with_report(path, backend=backend, on_bad_lines="skip")
+    expected = pd.read_csv(path)
+    assert len(frame) == len(expected) == 30_000 and report.bad_lines == []
+    back = to_backend(frame, "pandas")
+    assert back["note"].tolist() == expected["note"].tolist() and back["v"].tolist() == expected["v"].tolist()
+
+
+def test_a_header_or_a_field_longer_than_a_block_is_read(tmp_path):
+    # A gene matrix's header (70,000 names, 1.3 MB) had read as "the CSV file is empty";
+    # a 3 MB field failed with Arrow's "straddles two block boundaries".
+    wide = tmp_path / "genes.csv"
+    names = [f"ENSG{i:011d}" for i in range(70_000)]
+    wide.write_text("cell," + ",".join(names) + "\nc0," + ",".join(["1"] * 70_000) + "\n")
+    frame = read_table(wide, backend="polars")
+    assert frame.shape == (1, 70_001) and frame.columns[-1] == names[-1]
+    blob = tmp_path / "blob.csv"
+    blob.write_text("id,text\n1," + "A" * 3_000_000 + "\n2,b\n")
+    back = read_table(blob, backend="pandas")
+    assert back["id"].tolist() == [1, 2] and len(back["text"][0]) == 3_000_000
+    empty = tmp_path / "blank.csv"
+    empty.write_text("\n" * 2_000_000)  # 2 MB of blank lines: still an empty file, said so
+    with pytest.raises(EmptyTableError, match="blank.csv"):
+        read_table(empty)
+
+
+@pytest.mark.parametrize(("data", "hint"), [
+    ("id,Größe\n1,2\n".encode("latin-1"), "latin-1"),
+    ("id\tname\n1\tä\n".encode("utf-16"), "utf-16"),  # Excel's "Unicode Text"
+])
+def test_a_header_in_another_encoding_names_the_file_and_the_fix(tmp_path, data, hint):
+    path = tmp_path / "export.csv"
+    path.write_bytes(data)
+    with pytest.raises(MalformedCSVError, match=rf"export.csv: the header is not valid utf-8.*encoding='{hint}'"):
+        read_table(path)
+
+
+def test_a_conversion_error_names_the_column(tmp_path):
+    path = tmp_path / "flags.csv"
+    path.write_text("id,flag\n1,yes\n2,no\n")
+    with pytest.raises(MalformedCSVError, match=r"flags.csv: cannot parse CSV: column 'flag': .*'yes'"):
+        read_table(path, dtype={"flag": "bool"})
+
+
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_text_codes_written_by_the_kit_read_back_as_text(tmp_path, backend):
+    # School grades: mostly numbers as text, one word. Unquoted, the reader took the column
+    # for numbers with a typo in it and refused the kit's own file.
+    frame = to_backend(pd.DataFrame({"grade": ["9", "10", None, "K"], "n": [1.5, 2.0, None, 4.0]}), backend)
+    path = write_table(frame, tmp_path / "grades.csv")
+    assert path.read_text().splitlines()[:2] == ["grade,n", '"9",1.5']  # plain header, text quoted
+    for reader_backend in ("pandas", "polars"):
+        back = to_backend(read_table(path, backend=reader_backend), "pandas")
+        assert back["grade"].tolist()[:2] == ["9", "10"] and back["grade"].isna().tolist() == [False, False, True, False]
+        assert back["n"].isna().tolist() == [False, False, True, False]
+    one = write_table(to_backend(pd.DataFrame({"grade": ["9", "10", "K"]}), backend), tmp_path / "one.csv")
+    assert to_backend(read_table(one), "pandas")["grade"].tolist() == pd.read_csv(one, dtype=str)["grade"].tolist()

@@ -76,6 +76,9 @@ def _records(path: Path, sep: str, encoding: str, skiprows: int = 0) -> Iterator
 #: Arrow's CSV block size (its default): the skipped lines and the header must fit in the
 #: first block, so a read that skips lines gets a block that much larger.
 _BLOCK_SIZE = 1 << 20
+#: The largest block a read grows to when a line or a quoted field does not fit in one
+#: (a header of 70,000 gene names, a field holding a document): Arrow's limit is 2 GiB.
+_MAX_BLOCK_SIZE = 1 << 30
 
 
 def _skipped_size(path: Path, encoding: str, lines: int) -> int | None:
@@ -89,14 +92,53 @@ def _skipped_size(path: Path, encoding: str, lines: int) -> int | None:
     return None
 
 
-def _arrow_read_options(encoding: str, skiprows: int, size: int | None, **names: Any) -> Any:
+def _arrow_read_options(encoding: str, skiprows: int, size: int | None, block: int = _BLOCK_SIZE,
+                        **names: Any) -> Any:
     """Arrow's read options for a file whose first ``skiprows`` lines (``size`` bytes, see
     :func:`_skipped_size`) are skipped: Arrow fails to skip more lines than its first block
     holds ("Could not skip initial N rows"), so the block grows by what is skipped."""
     import pyarrow.csv as pacsv
 
     return pacsv.ReadOptions(encoding="utf8" if encoding == "utf-8" else encoding, skip_rows=skiprows,
-                             block_size=_BLOCK_SIZE + (size or 0), **names)
+                             block_size=block + (size or 0), **names)
+
+
+def _parse_options(sep: str, handler: Callable[[Any], str]) -> Any:
+    """Arrow's parse options. ``newlines_in_values``: a quoted field may hold line breaks
+    (a comment, an address), as every CSV reader allows. Without it Arrow cut the file into
+    blocks at any line break, one inside quotes too: a file over a block (1 MiB) of such
+    fields lost rows as "malformed" or failed with "parser got out of sync" (about 10 %
+    slower to parse: flights.csv, 31 MB, 60 -> 66 ms)."""
+    import pyarrow.csv as pacsv
+
+    return pacsv.ParseOptions(delimiter=sep, newlines_in_values=True, invalid_row_handler=handler)
+
+
+def _outgrows_block(exc: Exception, path: Path, block: int) -> bool:
+    """Whether Arrow's error ``exc`` means a line or field longer than its ``block``: it
+    says so for a field ("straddles two block boundaries") but calls a file whose header
+    line does not fit in the first block "Empty CSV file" (error path only: reads up to
+    ``block + 1`` bytes to tell a file that is not empty)."""
+    text = str(exc)
+    if "straddl" in text:
+        return True
+    if "Empty CSV file" not in text:
+        return False
+    with open_decompressed(path) as raw:
+        return len(raw.read(block + 1)) > block
+
+
+def _column_named(exc: Exception, path: Path, sep: str, encoding: str, skiprows: int, header: bool) -> str:
+    """Arrow's conversion error ``exc`` with the column's name beside its number ("In CSV
+    column #2": the position, counted from 0), read from the header (error path only)."""
+    found = re.search(r"column #(\d+)", str(exc))
+    if not found or not header:
+        return str(exc)
+    first = next(_records(path, sep, encoding, skiprows), None)
+    index = int(found.group(1))
+    if first is None or index >= len(first[2]):
+        return str(exc)
+    return f"column {first[2][index]!r}: {exc}"
 
 
 def _first_undecodable_line(path: Path, encoding: str, skiprows: int = 0) -> tuple[int, bytes] | None:
@@ -249,14 +291,31 @@ def _read_csv_arrow(
         column_types={in_file[name]: getattr(pa, CSV_TYPES[kind])() for name, kind in dtypes if name in in_file})
     # Decompressed as the file's first bytes say (.csv.gz, .csv.zip, ... or a compressed
     # file under another name), never parsed as text while compressed.
+    block = _BLOCK_SIZE
     try:
-        with open_decompressed(path, arrow=True) as source:
-            table = pacsv.read_csv(source, read_options=read_options, convert_options=convert_options,
-                                   parse_options=pacsv.ParseOptions(delimiter=sep, invalid_row_handler=handler))
+        while True:
+            try:
+                with open_decompressed(path, arrow=True) as source:
+                    table = pacsv.read_csv(source, read_options=read_options, convert_options=convert_options,
+                                           parse_options=_parse_options(sep, handler))
+                break
+            except ArrowInvalid as exc:
+                # A line or a quoted field longer than the block: read again with blocks
+                # that hold it (the common file pays nothing for this).
+                if block >= _MAX_BLOCK_SIZE or not _outgrows_block(exc, path, block + (size or 0)):
+                    raise
+                block *= 8
+                bad.clear()
+                read_options = _arrow_read_options(encoding, skiprows, size, block,
+                                                   autogenerate_column_names=not header)
     except ArrowInvalid as exc:
-        if "Empty CSV file" in str(exc):
+        if "Empty CSV file" in str(exc) and block < _MAX_BLOCK_SIZE:
             raise EmptyTableError(empty) from exc
-        raise MalformedCSVError(f"{path}: cannot parse CSV: {exc}") from exc
+        if block >= _MAX_BLOCK_SIZE:
+            raise MalformedCSVError(f"{path}: a line or quoted field is longer than {_MAX_BLOCK_SIZE >> 20} MiB, "
+                                    f"more than the CSV reader holds at once ({exc})") from exc
+        raise MalformedCSVError(
+            f"{path}: cannot parse CSV: {_column_named(exc, path, sep, encoding, skiprows, header)}") from exc
     except decompression_errors() as exc:
         compression = compression_of(path)  # read again only here: open_decompressed read it to open the file
         if compression is None:
@@ -270,6 +329,15 @@ def _read_csv_arrow(
         ) from exc
     if not header:
         table = table.rename_columns([str(i) for i in range(table.num_columns)])
+    try:
+        file_names = table.column_names
+    except UnicodeDecodeError as exc:  # Arrow keeps the header's bytes; Python cannot decode them
+        with open_decompressed(path) as raw:
+            bom = raw.read(2) in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
+        suggestion = "encoding='utf-16' (the file starts with its byte-order mark)" if bom else (
+            "e.g. encoding='latin-1' or 'cp1252'")
+        raise MalformedCSVError(f"{path}: the header is not valid {encoding} ({exc}); pass the file's "
+                                f"encoding=, {suggestion}") from exc
     # Arrow reads text that is not valid UTF-8 as a binary column instead of failing; a CSV
     # has no binary type, so such a column always means the wrong encoding.
     binary = [n for n, f in zip(table.column_names, table.schema, strict=True)
@@ -281,7 +349,7 @@ def _read_csv_arrow(
             f"{path}: column(s) {binary} are not valid {encoding}{where}; pass the file's encoding=, "
             "e.g. encoding='latin-1' or 'cp1252'"
         )
-    names = _header_names(table.column_names)
+    names = _header_names(file_names)
     unknown = [name for name, _ in dtypes if name not in table.column_names]
     if unknown:
         where = "the header does not have" if header else "the file does not have (header=None: '0', '1', ...)"
@@ -306,7 +374,7 @@ def _read_csv_arrow(
         # header too, and the blank lines before it (with skip_rows=1 a blank first line
         # was skipped and the header read as a row, which no integer column took).
         start = _header_end(path, sep, encoding, skiprows) if header else skiprows
-        return _arrow_read_options(encoding, start, _skipped_size(path, encoding, start), column_names=names)
+        return _arrow_read_options(encoding, start, _skipped_size(path, encoding, start), block, column_names=names)
 
     table = _unsigned_ids(table, path, again, convert_options, sep, typed={name for name, _ in dtypes})
     if bad:
@@ -394,8 +462,7 @@ def _unsigned_ids(table: Any, path: Path, read_options: Callable[[], Any], conve
         try:  # the same rows: malformed lines were counted by the first read and are skipped again
             with open_decompressed(path, arrow=True) as source:
                 return pacsv.read_csv(source, read_options=again, convert_options=options,
-                                      parse_options=pacsv.ParseOptions(delimiter=sep,
-                                                                       invalid_row_handler=lambda _: "skip"))
+                                      parse_options=_parse_options(sep, lambda _: "skip"))
         except pa.ArrowInvalid:
             return None  # fractions or other values beside the big ones: floats they are
 
@@ -494,10 +561,12 @@ def _written_as_text(path: Path, index: int, sep: str, encoding: str, skiprows: 
                      missing: Any) -> bool:
     """Whether the writer of the file at ``path`` meant column ``index`` as text: each of
     its values in the first records is quoted, missing values aside, while the file holds
-    unquoted values elsewhere. R's ``write.csv`` quotes every factor and string and no
-    number, so a factor of codes (``"1"``, ``"9"``, ``"X"``) is text; a file that quotes
-    every field says nothing. Only run on the error path."""
+    unquoted values elsewhere or has no other column. R's ``write.csv`` (and the kit's
+    writers) quote every factor and string and no number, so a factor of codes (``"1"``,
+    ``"9"``, ``"X"``) is text; a file of several columns that quotes every field says
+    nothing. Only run on the error path."""
     saw_value = saw_unquoted = False
+    single = True
     with _open_text(path, encoding) as fh:
         for _ in range(skiprows):
             fh.readline()
@@ -507,6 +576,7 @@ def _written_as_text(path: Path, index: int, sep: str, encoding: str, skiprows: 
         for record in itertools.islice(records, _QUOTING_RECORDS):
             if record == [(False, "")]:
                 continue  # a blank line
+            single &= len(record) == 1
             for i, (quoted, text) in enumerate(record):
                 if i == index:
                     if not quoted and text.strip() not in missing:
@@ -514,7 +584,7 @@ def _written_as_text(path: Path, index: int, sep: str, encoding: str, skiprows: 
                     saw_value |= quoted
                 elif not quoted and text.strip() not in missing:
                     saw_unquoted = True
-    return saw_value and saw_unquoted
+    return saw_value and (saw_unquoted or single)
 
 
 def _check_mixed_types(
@@ -676,20 +746,36 @@ def _durations_as_text_pandas(df: Any) -> Any:
     return df
 
 
+def _header_line(names: Sequence[Any], sep: str) -> str:
+    """The header as every writer here writes it: names quoted only where they must be
+    (a name holding ``sep``, a quote or a line break), so the names read plainly; the
+    values below quote text (``QUOTE_NONNUMERIC``)."""
+    line = io.StringIO()
+    csv.writer(line, delimiter=sep, lineterminator="\n").writerow([str(n) for n in names])
+    return line.getvalue()
+
+
 def _write_csv(df: Frame, path: Path, options: WriteOptions) -> None:
     """No index column (write_table made an index that holds data a column); compressed
-    as the suffix says (:func:`open_compressed`), as every backend writes it."""
+    as the suffix says (:func:`open_compressed`), as every backend writes it. Text is
+    quoted, numbers are not: a text column of codes (``"9"``, ``"10"``, ``"K"``) then
+    reads back as text (:func:`_written_as_text`), where unquoted it was refused as a
+    numeric column with a word in it."""
     with open_compressed(path) as fh, io.TextIOWrapper(fh, encoding="utf-8", newline="") as text:
-        _durations_as_text_pandas(df).to_csv(text, index=False, sep=options.sep)
+        text.write(_header_line(df.columns, options.sep))
+        _durations_as_text_pandas(df).to_csv(text, index=False, header=False, sep=options.sep,
+                                             quoting=csv.QUOTE_NONNUMERIC)
 
 
 def _write_csv_polars(df: Frame, path: Path, options: WriteOptions) -> None:
     """Compressed as the suffix says (polars itself refuses a ``.gz`` name for plain text
-    and wrote other compressed names as plain text). A one-column frame writes a missing
-    value as ``""``, as pandas' writer does: as an empty field it made a blank line, which
-    every CSV reader skips, so the row was lost."""
+    and wrote other compressed names as plain text); text quoted, as pandas' writer above.
+    A one-column frame writes a missing value as ``""``, as pandas' writer does: as an
+    empty field it made a blank line, which every CSV reader skips, so the row was lost."""
     with open_compressed(path) as fh:
-        _durations_as_text_polars(df).write_csv(fh, separator=options.sep, null_value='""' if df.width == 1 else "")
+        fh.write(_header_line(df.columns, options.sep).encode("utf-8"))
+        _durations_as_text_polars(df).write_csv(fh, separator=options.sep, quote_style="non_numeric",
+                                                include_header=False, null_value='""' if df.width == 1 else "")
 
 
 def _write_csv_cudf(df: Frame, path: Path, options: WriteOptions) -> None:
