@@ -35,7 +35,13 @@ from gpufeed.gpu_transforms.tabular.kernels import (
 from gpufeed.gpu_transforms.tabular.numpy_kernels import spread
 from gpufeed.gpu_transforms.tabular.ops import TableOp
 from gpufeed.gpu_transforms.tabular.pandas_kernels import as_column, assign
-from gpufeed.gpu_transforms.tabular.stats import aggregate, json_key, lookup
+from gpufeed.gpu_transforms.tabular.stats import (
+    aggregate,
+    decimal_number,
+    decimal_numbers,
+    json_key,
+    lookup,
+)
 from gpufeed.policies import OnUnseen
 
 #: Categorify's reserved indices: unseen (or rarer than ``min_count``) values and missing values.
@@ -45,26 +51,17 @@ MISSING_INDEX = 1
 
 def _category_exprs(columns: Sequence[str], frame: NwFrame) -> dict[str, nw.Expr]:
     """Categorical columns are compared by their text values; decimal columns (polars keeps
-    Parquet's decimals) by their numbers, as pandas reads them: int64 for whole-number
-    decimals whose values fit, float64 otherwise (values beyond 2**53 then merge, as on
-    pandas, where reading them warns). JSON cannot store a Decimal, so a vocabulary of
-    them failed on polars where pandas' ran; a DECIMAL(38, 0) id column (a warehouse's id
-    type) went through float64 whatever its values, and distinct ids became one category."""
+    Parquet's decimals) by their numbers, as pandas reads them (:func:`.stats.decimal_numbers`:
+    int64 for whole-number decimals whose values fit, float64 otherwise). JSON cannot store
+    a Decimal, so a vocabulary of them failed on polars where pandas' ran."""
     schema = frame.collect_schema()
-    whole = [c for c in columns if schema[c] == nw.Decimal and getattr(schema[c], "scale", 1) == 0]
-    # Precision over 18 digits may hold values beyond int64: their range decides (one pass).
-    wide = [c for c in whole if (getattr(schema[c], "precision", None) or 39) > 18]
-    span = aggregate(frame, [*[nw.col(c).min().alias(f"lo:{c}") for c in wide],
-                             *[nw.col(c).max().alias(f"hi:{c}") for c in wide]]) if wide else {}
-    fits = {c for c in whole if c not in wide
-            or all(is_missing(span[k]) or -2**63 <= int(span[k]) < 2**63 for k in (f"lo:{c}", f"hi:{c}"))}
+    numbers = decimal_numbers(frame, columns, schema)
 
     def expr(column: str) -> nw.Expr:
-        kind = schema[column]
-        if kind == nw.Categorical:
+        if schema[column] == nw.Categorical:
             return nw.col(column).cast(nw.String)
-        if kind == nw.Decimal:
-            return nw.col(column).cast(nw.Int64 if column in fits else nw.Float64)
+        if column in numbers:
+            return decimal_number(frame, column, numbers[column])
         return nw.col(column)
 
     return {c: expr(c) for c in columns}
@@ -242,6 +239,21 @@ def _hash_text(value: Any) -> str:
 HASH_TEXTS: dict[str, Callable[[Any], str]] = {"canonical": _hash_text, "str": str}
 
 
+#: Column types whose values are collections, not categories.
+_NESTED = (nw.List, nw.Array, nw.Struct)
+#: The Python values such columns hand out on pandas (object columns).
+_NESTED_VALUES = (list, tuple, dict, set, np.ndarray)
+
+
+def _refuse_nested(column: str, held: str) -> NoReturn:
+    """The :class:`ColumnTypeError` for a column of lists (or structs) given to ``HashBucket``:
+    pandas failed in numpy's words ("truth value ... is ambiguous") where polars hashed each
+    list's text, which differs between the backends."""
+    raise ColumnTypeError(
+        f"HashBucket: column {column!r} holds lists or structs ({held}), which are not categories: "
+        "explode the column to hash its elements, or join each list into one text first")
+
+
 @dataclass
 class HashBucket(TableOp):
     """Hash each value into ``buckets`` buckets without a vocabulary (0 = missing).
@@ -273,10 +285,23 @@ class HashBucket(TableOp):
 
     def transform(self, frame: NwFrame, backend: str) -> NwFrame:
         exprs = _category_exprs(self.columns, frame)
+        schema = frame.collect_schema()
+        for c in self.columns:
+            if schema[c] in _NESTED:  # polars hashed a list's text, which pandas' differs from
+                _refuse_nested(c, str(schema[c]))
         out = []
         for c in self.columns:
             # Hash the distinct values in Python (few), then map them vectorised.
-            distinct = collect_small(frame.select(exprs[c].alias(c)).unique()).get_column(c).to_list()
+            try:
+                distinct = collect_small(frame.select(exprs[c].alias(c)).unique()).get_column(c).to_list()
+            except TypeError:  # pandas: an object column of lists is unhashable
+                first = first_value(frame, c)
+                if len(first) and isinstance(first.item(0), _NESTED_VALUES):
+                    _refuse_nested(c, f"{schema[c]} of {type(first.item(0)).__name__}")
+                raise
+            # pandas: an object column of arrays (nested Parquet), seen among its few distinct values.
+            if (nested := next((v for v in distinct if isinstance(v, _NESTED_VALUES)), None)) is not None:
+                _refuse_nested(c, f"{schema[c]} of {type(nested).__name__}")
             distinct = [v for v in distinct if not is_missing(v)]
             mapped = lookup(exprs[c], distinct, [stable_hash(v, self.buckets, self.text) for v in distinct], 0, nw.Int32)
             out.append(nw.when(exprs[c].is_null()).then(nw.lit(0, nw.Int32)).otherwise(mapped)

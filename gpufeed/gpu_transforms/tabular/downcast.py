@@ -126,11 +126,21 @@ def _smallest_int(low: int, high: int, allow_unsigned: bool) -> Any | None:
     return signed if best is not None and signed is not None and _WIDTH[signed] == _WIDTH[best] else best
 
 
+def _same_float(new: Any, old: Any, tolerance: float) -> Any:
+    """Where a float ``new`` (cast back) equals ``old`` within the relative ``tolerance``
+    (expressions or series). Equal values always count: with a tolerance, an infinite
+    value held exactly by the narrower type compared as ``inf - inf`` (NaN) and kept the
+    column float64. NaN is left to the caller."""
+    if tolerance == 0:
+        return new == old
+    return (new == old) | ((new - old).abs() <= tolerance * old.abs())
+
+
 def _float_loss(name: str, target: Any, tolerance: float) -> nw.Expr:
     """Count of non-missing values that do not survive a cast to ``target`` and back."""
     col = nw.col(name)
     back = col.cast(target).cast(nw.Float64)
-    same = (back == col) if tolerance == 0 else ((back - col).abs() <= tolerance * col.abs())
+    same = _same_float(back, col, tolerance)
     both_nan = back.is_nan() & col.is_nan()
     return (~col.is_null() & ~(same | both_nan)).sum().alias(name)
 
@@ -288,7 +298,7 @@ def _check_round_trip(before: nw.DataFrame, after: nw.DataFrame, targets: dict[s
         if not schema[c].is_float():
             changed = new != old
         else:
-            same = (new == old) if tolerance == 0 else ((new - old).abs() <= tolerance * old.abs())
+            same = _same_float(new, old, tolerance)
             changed = ~(same | (new.is_nan() & old.is_nan()))
         # Overflowing casts may also turn values into nulls (polars, cuDF) or wrap (pandas).
         lost = (changed.fill_null(True) & ~old.is_null()) | (new.is_null() & ~old.is_null())

@@ -34,6 +34,10 @@ still takes the narwhals form in the same function, so results stay identical:
   values, which a column with missing values has none of; ``np.log`` of the Series goes
   through cuDF's ``__array_ufunc__``, which keeps them missing.
 
+- :func:`with_category` (``FillMissing`` of an unordered categorical with a new value):
+  pandas, cuDF and Dask keep a categorical's categories with the column and refuse a fill
+  outside them; narwhals has no way to add one, so the backend's ``cat.add_categories`` does.
+
 The pandas paths of the elementwise ops (``FillMissing``, ``Clip``, ``Log``, ``MinMax``) are
 in :mod:`.pandas_kernels`. Measurements behind these choices: ``docs/tabular.md`` (Fast paths).
 """
@@ -477,3 +481,24 @@ def vocabulary_codes(frame: NwFrame, backend: str, exprs: dict[str, nw.Expr],
         .otherwise(lookup(exprs[c], vocab, list(range(start, len(vocab) + start)), unseen, nw.Int32))
         .cast(nw.Int32).alias(names[c])
         for c, vocab in vocabularies.items()])
+
+
+def with_category(frame: NwFrame, backend: str, column: str, value: str) -> NwFrame:
+    """``frame`` with ``value`` among the categories of its unordered categorical ``column``
+    (added last, as ``cat.add_categories`` does), so that ``fill_null(value)`` can fill it.
+
+    pandas, cuDF and Dask keep the categories with the column and refused the fill
+    ("Cannot setitem on a Categorical with a new category"), while polars' ``Categorical``
+    has no per-column set and filled: ``frame`` as it is there, and where ``value`` is a
+    category already.
+    """
+    if backend == "polars":
+        return frame
+    native = nw.to_native(frame)
+    values = native[column]
+    if backend == "dask" and not values.cat.known:
+        values = values.cat.as_known()  # Dask knows no categories until computed
+    if bool(values.cat.categories.isin([value]).any()):
+        return frame
+    added = values.cat.add_categories([value])
+    return wrap(native.assign(**{column: added}) if backend == "dask" else assign(native, {column: added}))

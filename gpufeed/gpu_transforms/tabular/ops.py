@@ -43,6 +43,7 @@ from gpufeed.gpu_transforms.tabular.kernels import (
     quantile_bounds,
     standardize_by_code,
     vocabulary_codes,
+    with_category,
 )
 from gpufeed.gpu_transforms.tabular.pandas_kernels import (
     clip_columns,
@@ -60,6 +61,9 @@ from gpufeed.gpu_transforms.tabular.stats import (
     aggregate,
     aggregate_finite,
     check_finite,
+    decimal_number,
+    decimal_numbers,
+    decimals_as_numbers,
     exact_number,
     f64,
     integer_range,
@@ -161,7 +165,8 @@ class TableOp:
         return op
 
 
-def require_numbers(frame: NwFrame, op: TableOp, where: str, *, fitting: bool = False) -> None:
+def require_numbers(frame: NwFrame, op: TableOp, where: str, *, fitting: bool = False,
+                    schema: Mapping[str, Any] | None = None) -> None:
     """Raise :class:`ColumnTypeError` naming every column of ``op`` that should hold numbers
     and does not (text, categories, dates).
 
@@ -169,12 +174,13 @@ def require_numbers(frame: NwFrame, op: TableOp, where: str, *, fitting: bool = 
     concatenate str (not "float") to str" from ``Log`` on a text column), or not at all:
     polars clipped a datetime column to quantiles fitted as raw microseconds, which mean
     something else on a nanosecond column. pandas object columns may hold numbers and are
-    left to the op.
+    left to the op. ``schema``: the dtypes of (at least) those columns, when the caller has them.
     """
     columns = op.numeric_columns()
     if not columns:
         return
-    schema = dtypes_of(frame, columns)
+    if schema is None:
+        schema = dtypes_of(frame, columns)
     booleans = op.takes == "numbers or booleans"
     bad = {c: str(schema[c]) for c in columns
            if not (schema[c].is_numeric() or schema[c] in (nw.Object, nw.Unknown)
@@ -312,12 +318,25 @@ class FillMissing(TableOp):
                                   f"it needs {wanted}")
         if fits and dtype.is_integer() and (whole := _whole(value)) is not None:
             self._integer_fill(column, dtype, whole)  # raises at fit time when no integer type holds it
+        if dtype == nw.Enum:
+            _check_category(column, dtype, value)
+
 
     def transform(self, frame: NwFrame, backend: str) -> NwFrame:
         native = float64_columns(frame, self.columns) if backend == "pandas" else None
         if native is not None and all(isinstance(self.state[c], float) for c in self.columns):
             return fill_columns(native, {c: self.state[c] for c in self.columns})
         schema = frame.collect_schema()
+        for c in self.columns:
+            # An unordered categorical takes a new value as a category (added last): polars'
+            # Categorical has no fixed set of categories and fills, and adding one is how
+            # pandas users fill one ("unknown"), where pandas itself refused. An ordered one
+            # (polars' Enum) has no place in its order for it: an error, as at fit time
+            # (polars had left the gaps silently, pandas raised in its own words).
+            if schema[c] == nw.Enum:
+                _check_category(c, schema[c], self.state[c])
+            elif schema[c] == nw.Categorical and isinstance(self.state[c], str):
+                frame = with_category(frame, backend, c, self.state[c])
         exprs = []
         for c in self.columns:
             value = time_value(self.state[c], schema[c], c, "FillMissing: value")
@@ -362,6 +381,19 @@ class FillMissing(TableOp):
 
     def params(self) -> dict[str, Any]:
         return {"strategy": self.strategy, "value": self.value}
+
+
+def _check_category(column: str, dtype: Any, value: Any) -> None:
+    """Raise :class:`ColumnTypeError` unless ``value`` is one of the categories of the
+    ordered categorical (narwhals' ``Enum``: polars' Enum, pandas' ordered categorical)
+    ``column``: a new value has no place in its order, and polars' Enum cannot hold it."""
+    categories = list(getattr(dtype, "categories", None) or [])
+    if value not in categories:
+        raise ColumnTypeError(
+            f"FillMissing: constant {value!r} is not one of the categories {categories} of column "
+            f"{column!r}, an ordered categorical (polars Enum), whose categories are fixed and ordered: "
+            f"fill with one of them, or cast the column to text first (pandas: "
+            f"df[{column!r}].astype('string'), polars: pl.col({column!r}).cast(pl.String))")
 
 
 def _beyond_float32(value: Any) -> bool:
@@ -568,7 +600,10 @@ class Standardize(TableOp):
         if self.by:
             # The global statistics (for unseen groups) pooled from the groups' own: one
             # pass over the table instead of two.
-            groups = group_stats_f64(frame, backend, self.by, self.columns, schema)
+            # A decimal group column groups by its numbers, as pandas reads it (JSON cannot
+            # store a Decimal key); the frame's own column is left as it is.
+            keyed = decimals_as_numbers(frame, [self.by], schema)
+            groups = group_stats_f64(keyed, backend, self.by, self.columns, schema)
             pooled = {c: pooled_stats(groups, c) for c in self.columns}
             if any(p is None for p in pooled.values()):
                 check_finite(frame, self.columns, "Standardize")  # names inf columns, or:
@@ -598,7 +633,10 @@ class Standardize(TableOp):
         # code k (after the k known groups) stands for unseen or missing groups and picks
         # the global statistics appended at the end of each table.
         keys = sorted({g[0] for c in self.columns for g in self.state["groups"][c]})
-        frame = vocabulary_codes(frame, backend, {self.by: nw.col(self.by)}, {self.by: keys}, len(keys), len(keys),
+        key = nw.col(self.by)
+        if cast := decimal_numbers(frame, [self.by]).get(self.by):
+            key = decimal_number(frame, self.by, cast)  # by its numbers, as fitted
+        frame = vocabulary_codes(frame, backend, {self.by: key}, {self.by: keys}, len(keys), len(keys),
                                  start=0, names={self.by: GROUP_CODE})
         tables = {}
         for c in self.columns:

@@ -35,6 +35,7 @@ from gpufeed.gpu_transforms.tabular.frames import (
     Frame,
     NwFrame,
     backend_of,
+    dtypes_of,
     is_lazy,
     nan_as_null,
     require_columns,
@@ -49,6 +50,7 @@ from gpufeed.gpu_transforms.tabular.ops import (
     require_numbers,
 )
 from gpufeed.gpu_transforms.tabular.pandas_kernels import assign
+from gpufeed.gpu_transforms.tabular.stats import decimals_as_numbers
 
 _FORMAT_VERSION = 1
 
@@ -88,6 +90,17 @@ def _step(frame: NwFrame, backend: str, op: TableOp, run: Callable[[NwFrame, str
     if isinstance(out, nw.LazyFrame):
         out = wrap(nw.to_native(out).collect(engine="in-memory"))
     return write_back(frame, out)
+
+
+def _checked(frame: NwFrame, op: TableOp, where: str, *, fitting: bool = False) -> NwFrame:
+    """``frame`` checked for ``op`` (its columns present, numbers where it needs numbers),
+    with the decimal columns it writes read as the numbers pandas reads
+    (:func:`.stats.decimals_as_numbers`: a schema check, no pass over the data unless a
+    decimal column is there), so that every op fits and gives the same on every backend."""
+    require_columns(frame, op.needs(), where)
+    schema = dtypes_of(frame, op.needs())
+    require_numbers(frame, op, where, fitting=fitting, schema=schema)
+    return decimals_as_numbers(frame, op.columns, schema)
 
 
 def _numpy_floats(frame: NwFrame, columns: Sequence[str]) -> NwFrame:
@@ -157,8 +170,7 @@ class Recipe:
         frame = wrap(df)
         backend = backend_of(frame)
         for i, op in enumerate(self.ops):
-            require_columns(frame, op.needs(), f"recipe op {i} ({op.kind})")
-            require_numbers(frame, op, f"recipe op {i} ({op.kind})", fitting=True)
+            frame = _checked(frame, op, f"recipe op {i} ({op.kind})", fitting=True)
             if transform_last or i + 1 < len(self.ops):  # the next op is fitted on this op's output
                 frame = _step(frame, backend, op, op.fit_transform)
             else:
@@ -183,8 +195,7 @@ class Recipe:
         frame = wrap(df)
         backend = backend_of(frame)
         for i, op in enumerate(self.ops):
-            require_columns(frame, op.needs(), f"recipe op {i} ({op.kind})")
-            require_numbers(frame, op, f"recipe op {i} ({op.kind})")
+            frame = _checked(frame, op, f"recipe op {i} ({op.kind})")
             frame = all_missing_as_float(frame, op)
             frame = _step(frame, backend, op, op.transform)
         release_pooled()  # the earlier ops' columns, freed into the pool

@@ -139,3 +139,16 @@ def test_float16_on_cudf_is_refused_by_argument():
         downcast(gdf, float16=True)
     with pytest.raises(ValueError, match=r"dtypes \['x'\]"):
         downcast(gdf, dtypes={"x": "float16"})
+
+
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_float_tolerance_keeps_inf_which_float32_holds_exactly(backend):
+    # With a tolerance, inf was compared as inf - inf (NaN) and kept the column float64.
+    df = to_backend(pd.DataFrame({"x": [0.5, np.inf, -np.inf, np.nan, 0.1], "big": [1e300, 1.0, 2.0, 3.0, 4.0]}),
+                    backend)
+    for tolerance in (0.0, 1e-6):
+        small, _ = downcast(df, float_tolerance=tolerance)
+        x = _values(small)["x"]
+        assert (str(x.dtype).lower() == "float32") == (tolerance > 0)  # 0.1 needs the tolerance
+        assert list(x.to_numpy(np.float64)[:3]) == [0.5, np.inf, -np.inf]
+        assert str(_values(small)["big"].dtype).lower() == "float64"  # 1e300 would become inf

@@ -1079,3 +1079,136 @@ def test_a_users_own_op_saves_and_loads_by_its_kind(tmp_path):
         @dataclass
         class Other(TableOp):
             kind: ClassVar[str] = "minmax"
+
+
+# --- ordered categoricals (polars Enum), decimals, lists given to HashBucket ----------------
+
+
+def _sizes(backend: str, ordered: bool):
+    values = ["S", None, "L", "S"]
+    if backend == "polars":
+        return pl.DataFrame({"size": pl.Series(values, dtype=pl.Enum(["S", "M", "L"]) if ordered else pl.Categorical)})
+    return pd.DataFrame({"size": pd.Categorical(values, categories=["S", "M", "L"], ordered=ordered)})
+
+
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_fill_constant_outside_an_ordered_categoricals_categories_names_op_column_value_categories(backend):
+    # polars' Enum left the gaps silently, pandas raised its own TypeError naming nothing.
+    frame = _sizes(backend, ordered=True)
+    with pytest.raises(ColumnTypeError, match=r"FillMissing.*'unknown'.*\['S', 'M', 'L'\].*'size'.*cast the column to text"):
+        Recipe([FillMissing(["size"], strategy="constant", value="unknown")]).fit_transform(frame)
+    # A recipe fitted where the value is a category refuses a table whose Enum lacks it.
+    fitted = Recipe([FillMissing(["size"], strategy="constant", value="unknown")]).fit(
+        pl.DataFrame({"size": ["unknown", None]}) if backend == "polars" else pd.DataFrame({"size": ["unknown", None]}))
+    with pytest.raises(ColumnTypeError, match="not one of the categories"):
+        fitted.transform(frame)
+
+
+@pytest.mark.parametrize("ordered", [True, False])
+def test_fill_constant_with_a_category_fills_alike_on_pandas_and_polars(ordered):
+    outs = {b: Recipe([FillMissing(["size"], strategy="constant", value="M")]).fit_transform(_sizes(b, ordered))
+            for b in ("pandas", "polars")}
+    assert outs["pandas"]["size"].astype(str).tolist() == outs["polars"]["size"].cast(pl.String).to_list() \
+        == ["S", "M", "L", "S"]
+    # An ordered one keeps its order (an Enum on polars).
+    assert (outs["pandas"]["size"].cat.ordered, outs["polars"]["size"].dtype == pl.Enum(["S", "M", "L"])) \
+        == (ordered, ordered)
+
+
+def test_fill_constant_adds_a_new_category_to_an_unordered_categorical_on_both_backends():
+    outs = {b: Recipe([FillMissing(["size"], strategy="constant", value="unknown")]).fit_transform(_sizes(b, False))
+            for b in ("pandas", "polars")}
+    assert outs["pandas"]["size"].astype(str).tolist() == outs["polars"]["size"].cast(pl.String).to_list() \
+        == ["S", "unknown", "L", "S"]
+    assert list(outs["pandas"]["size"].cat.categories) == ["S", "M", "L", "unknown"]
+    assert list(_sizes("pandas", False)["size"].cat.categories) == ["S", "M", "L"]  # input untouched
+
+
+@pytest.mark.parametrize("strategy", ["mean", "median"])
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_fill_statistic_on_a_categorical_is_a_column_type_error(backend, strategy):
+    with pytest.raises(ColumnTypeError, match="'size'"):
+        Recipe([FillMissing(["size"], strategy=strategy)]).fit(_sizes(backend, ordered=True))
+
+
+def _decimal_frames():
+    """The same money and id columns as polars keeps them (Decimal) and as pandas reads them
+    (float64 nearest each decimal; int64 for whole ones that fit)."""
+    import decimal
+
+    prices = [decimal.Decimal(t) if t else None for t in
+              ["1.15", None, "2.30", "0.10", "7.77", "3.14", "0.30", "5.55", "1.01", "1.02", "1.11"]]
+    ids = [decimal.Decimal(i) for i in [7, 3, 3, 9, 1, 7, 2, 3, 9, 1, 5]]
+    polars = pl.DataFrame({"price": pl.Series(prices, dtype=pl.Decimal(18, 2)),
+                           "shop": pl.Series(ids, dtype=pl.Decimal(38, 0))})
+    pandas = pd.DataFrame({"price": [float(p) if p is not None else np.nan for p in prices],
+                           "shop": np.array([int(i) for i in ids], dtype="int64")})
+    return pandas, polars
+
+
+DECIMAL_OPS = {
+    "fill_mean": lambda: [FillMissing(["price"])],
+    "fill_median": lambda: [FillMissing(["price"], strategy="median")],
+    "fill_constant": lambda: [FillMissing(["price"], strategy="constant", value=1.5)],
+    "clip_quantiles": lambda: [Clip(["price", "shop"], quantiles=(0.05, 0.95))],
+    "clip_fixed": lambda: [Clip(["price"], lower=1, upper=5)],
+    "log": lambda: [Log(["price"])],
+    "standardize": lambda: [Standardize(["price"])],
+    "standardize_by": lambda: [Standardize(["price"], by="shop")],
+    "minmax": lambda: [MinMax(["price", "shop"])],
+    "categorify": lambda: [Categorify(["price", "shop"])],
+    "hash": lambda: [HashBucket(["price", "shop"], buckets=64)],
+}
+
+
+@pytest.mark.parametrize("name", list(DECIMAL_OPS))
+def test_decimal_columns_give_the_same_statistics_values_and_dtypes_as_pandas_numbers(name):
+    # polars kept Decimal: Clip rounded its quantile bounds to the scale (1.015 -> 1.02)
+    # and kept Decimal, Log failed on Decimal + float, Standardize(by=) could not store the keys.
+    pandas, polars = _decimal_frames()
+    on_pandas, on_polars = Recipe(DECIMAL_OPS[name]()), Recipe(DECIMAL_OPS[name]())
+    got_pandas, got_polars = on_pandas.fit_transform(pandas), to_backend(on_polars.fit_transform(polars), "pandas")
+    columns = on_pandas.ops[0].columns
+    pd.testing.assert_frame_equal(got_polars[columns], got_pandas[columns], check_exact=True)
+    assert on_polars.to_json() == on_pandas.to_json()
+    # The polars table's other columns keep their Decimal type.
+    assert all(polars.schema[c] == on_polars.transform(polars).schema[c] for c in polars.columns if c not in columns)
+
+
+def test_decimal_clip_bounds_are_the_float_quantiles_not_rounded_to_the_scale(tmp_path):
+    import decimal
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from gpufeed.datasets.tables import read_table
+
+    path = tmp_path / "money.parquet"
+    pq.write_table(pa.table({"price": pa.array([decimal.Decimal(f"1.{i:02d}") for i in range(1, 12)],
+                                               pa.decimal128(18, 2))}), path)
+    outs = {}
+    for backend in ("pandas", "polars"):
+        recipe = Recipe([Clip(["price"], quantiles=(0.05, 0.95))])
+        outs[backend] = to_backend(recipe.fit_transform(read_table(path, backend=backend)), "pandas")["price"]
+        assert recipe.ops[0].state["price"] == pytest.approx([1.015, 1.105], abs=1e-12)
+        assert Recipe([Log(["price"])]).fit_transform(read_table(path, backend=backend)) is not None
+    pd.testing.assert_series_equal(outs["polars"], outs["pandas"], check_exact=True)
+    assert outs["pandas"].dtype == np.float64
+
+
+def test_decimal_text_parse_gives_the_nearest_float_on_pandas_arrow_decimals():
+    import decimal
+
+    import pyarrow as pa
+
+    values = [decimal.Decimal("1.15"), decimal.Decimal("7.77"), None]
+    arrow = pd.DataFrame({"p": pd.array(values, dtype=pd.ArrowDtype(pa.decimal128(18, 2)))})
+    fitted = Recipe([MinMax(["p"])]).fit(arrow)
+    assert fitted.ops[0].state["p"] == [1.15, 7.77]  # Arrow's own cast gave 1.1500000000000001, 7.7700000000000005
+
+
+def test_hash_bucket_of_a_list_column_is_a_column_type_error_on_both_backends():
+    frame = pl.DataFrame({"tags": [[1, 2], [3], None]})
+    for df in (frame, frame.to_pandas(), pd.DataFrame({"tags": [[1, 2], None, [3]]})):
+        with pytest.raises(ColumnTypeError, match=r"HashBucket: column 'tags' holds lists"):
+            Recipe([HashBucket(["tags"], buckets=8)]).fit_transform(df)
