@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import json
 import math
 import warnings
 
@@ -136,6 +137,18 @@ def test_decimals_read_as_numbers_on_pandas_and_inexact_ones_are_named(tmp_path)
     assert str(frame["customer"].dtype) == "Int64" and frame["customer"].iloc[0] == BIG_ID
     assert frame["rate"].dtype == "float64"
     assert read_table(path, backend="polars")["customer"].to_list()[0] == BIG_ID
+
+
+def test_decimal_prices_read_as_the_nearest_floats_alike_on_every_backend(tmp_path):
+    # Arrow's decimal -> float cast gave 1.1500000000000001 for 1.15 (about 1 price in 40),
+    # where polars and float() give 1.15: the backends' statistics differed in the last bit.
+    prices = [f"{cents // 100}.{cents % 100:02d}" for cents in range(100, 1100)]
+    path = tmp_path / "prices.parquet"
+    pq.write_table(pa.table({"price": pa.array([decimal.Decimal(p) for p in prices], pa.decimal128(18, 2))}), path)
+    expected = [float(p) for p in prices]
+    assert read_table(path, backend="pandas")["price"].tolist() == expected
+    assert Recipe([Standardize(["price"])]).fit_transform(read_table(path, backend="pandas"))["price"].tolist() == \
+        Recipe([Standardize(["price"])]).fit_transform(read_table(path, backend="polars"))["price"].to_list()
 
 
 def _write_spark_like(root) -> None:
@@ -614,3 +627,190 @@ def test_a_column_named_empty_keeps_its_name_beside_a_text_column(tmp_path, suff
         out = read_table(path, backend=backend)
         assert list(out.columns) == ["s", "", "column_1"], backend
         assert _cells(out, "") == [5, 6] and _cells(out, "s") == ["a", "b"], backend
+
+
+# --- INT96 timestamps (Spark, Hive, Impala) ---------------------------------------------
+
+_FAR_DATES = [dt.datetime(2024, 1, 1, 10, 0, 0, 123456), dt.datetime(9999, 12, 31), dt.datetime(1500, 6, 1)]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("stored_schema", [False, True], ids=["spark-like", "pyarrow"])
+@pytest.mark.parametrize("where", ["file", "dataset"])
+def test_int96_timestamps_outside_1677_2262_read_right(tmp_path, backend, stored_schema, where):
+    # Spark writes INT96 without an Arrow schema in the footer: pyarrow's (and so pandas')
+    # default reading wrapped 9999-12-31 round to 1816, and polars saturated it to 2262.
+    table = pa.table({"valid_to": pa.array(_FAR_DATES, pa.timestamp("us")), "n": [1, 2, 3]})
+    target = tmp_path / ("t.parquet" if where == "file" else "ds")
+    file = target if where == "file" else target / "part-0.parquet"
+    file.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, file, use_deprecated_int96_timestamps=True, store_schema=stored_schema)
+    assert pq.ParquetFile(file).schema.column(0).physical_type == "INT96"
+    frame = read_table(target, backend=backend)
+    assert _cells(frame, "valid_to") == _FAR_DATES
+    # what Arrow reads when told the unit (as Spark and DuckDB read INT96)
+    assert pq.read_table(file, coerce_int96_timestamp_unit="us")["valid_to"].to_pylist() == _FAR_DATES
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_int96_nanoseconds_in_range_keep_their_digits_when_the_file_names_the_unit(tmp_path, backend):
+    stamps = pd.DatetimeIndex([pd.Timestamp("2024-01-01 00:00:00.123456789"), pd.Timestamp("1970-01-01"),
+                               pd.Timestamp("2262-04-11")]).as_unit("ns")
+    path = tmp_path / "ns.parquet"
+    pq.write_table(pa.table({"t": stamps}), path, use_deprecated_int96_timestamps=True)  # stores unit ns
+    frame = read_table(path, backend=backend)
+    expected = pd.read_parquet(path)["t"]  # pandas' own reading: right for in-range values
+    got = frame["t"] if backend == "pandas" else frame["t"].to_pandas()
+    assert got.dt.unit == "ns" and got.tolist() == expected.tolist()
+    assert got.iloc[0].nanosecond == 789
+    # Without the unit in the footer (Impala's nanosecond INT96), microseconds on every
+    # backend: the digits below the microsecond are dropped (see binary._INT96_UNIT).
+    bare = tmp_path / "bare.parquet"
+    pq.write_table(pa.table({"t": stamps}), bare, use_deprecated_int96_timestamps=True, store_schema=False)
+    frame = read_table(bare, backend=backend)
+    got = frame["t"] if backend == "pandas" else frame["t"].to_pandas()
+    assert got.tolist() == [s.floor("us") for s in stamps]
+
+
+# --- writes: no partial file, nothing clobbered -----------------------------------------
+
+
+@pytest.mark.parametrize("source", ["pandas", "polars"])
+@pytest.mark.parametrize("suffix", [".json", ".jsonl", ".json.gz"])
+def test_binary_columns_to_json_are_named_and_leave_the_old_file(tmp_path, source, suffix):
+    path = tmp_path / f"t{suffix}"
+    write_table(pd.DataFrame({"a": [1, 2]}), path)
+    frame = pd.DataFrame({"ok": [1], "blob": [b"\x00\x01"]})
+    frame = pl.from_pandas(frame) if source == "polars" else frame
+    with pytest.raises(TabularError, match=rf"{path.name}: column\(s\) \['blob'\] hold binary.*base64"):
+        write_table(frame, path)
+    assert _cells(read_table(path, backend="pandas"), "a") == [1, 2]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]  # no temporary left
+    with pytest.raises(TabularError, match=r"\['tags'\] hold binary"):  # nested bytes too
+        write_table(pl.DataFrame({"tags": [[b"x"]]}), tmp_path / "n.json")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]
+
+
+def test_a_failed_feather_write_keeps_the_earlier_file(tmp_path):
+    path = tmp_path / "t.feather"
+    write_table(pd.DataFrame({"a": [1, 2]}), path)
+    with pytest.raises(TabularError, match=r"t\.feather: cannot write the frame as feather"):
+        write_table(pd.DataFrame({"a": [object()]}), path)
+    assert pf.read_table(path)["a"].to_pylist() == [1, 2]
+    assert [p.name for p in tmp_path.iterdir()] == ["t.feather"]
+
+
+def test_a_writer_that_dies_half_way_leaves_nothing_and_panics_are_named(tmp_path, monkeypatch):
+    from gpufeed.datasets.tables import FORMATS
+
+    class PanicException(BaseException):  # what pyo3 raises for a Rust panic
+        pass
+
+    def dying(error: BaseException):
+        def write(df, path, options):
+            path.write_bytes(b"[")  # half a file
+            raise error
+        return write
+
+    path = tmp_path / "t.json"
+    write_table(pd.DataFrame({"a": [1]}), path)
+    monkeypatch.setitem(FORMATS["json"].writers, "pandas", dying(PanicException("not yet implemented")))
+    with pytest.raises(TabularError, match=r"t\.json: cannot write the frame as json.*not yet implemented"):
+        write_table(pd.DataFrame({"a": [2]}), path)
+    monkeypatch.setitem(FORMATS["json"].writers, "pandas", dying(KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):  # not wrapped, and still cleaned up
+        write_table(pd.DataFrame({"a": [2]}), path)
+    assert pd.read_json(path)["a"].tolist() == [1]
+    assert [p.name for p in tmp_path.iterdir()] == ["t.json"]
+
+
+# --- JSON: wide integers, a table's columns, booleans beside numbers ----------------------
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("suffix", [".jsonl", ".json"])
+def test_json_integers_beyond_64_bits_are_read_as_text_with_a_warning(tmp_path, backend, suffix):
+    records = [{"id": 100000000000000000000, "n": 1}, {"id": 5, "n": 2}, {"id": -(2**70), "n": 3}]
+    path = tmp_path / f"t{suffix}"
+    text = "\n".join(map(json.dumps, records)) if suffix == ".jsonl" else json.dumps(records)
+    path.write_text(text)
+    with pytest.raises(ValueError, match="too"):
+        pd.read_json(path, lines=suffix == ".jsonl")  # pandas itself cannot read the file
+    with pytest.warns(UserWarning, match=r"\['id'\] hold integers beyond 64 bits"):
+        frame = read_table(path, backend=backend)
+    assert _cells(frame, "id") == ["100000000000000000000", "5", str(-(2**70))]  # exact, as CSV reads them
+    assert _cells(frame, "n") == [1, 2, 3]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_json_floats_beside_a_wide_integer_are_float64_as_polars_reads_them(tmp_path, backend):
+    path = tmp_path / "t.json"
+    path.write_text('[{"x": 1.5}, {"x": 100000000000000000000}]')
+    frame = read_table(path, backend=backend)
+    assert _cells(frame, "x") == pl.read_json(path)["x"].to_list() == [1.5, 1e20]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_json_object_of_columns_is_read_as_pandas_reads_it(tmp_path, backend):
+    path = tmp_path / "cols.json"
+    frame = pd.DataFrame({"a": [1, 2, 3], "b": ["x", "y", "z"], "c": [1.5, None, 0.1]})
+    path.write_text(json.dumps(frame.to_dict(orient="list")).replace("NaN", "null"))
+    expected = pd.read_json(path)
+    got = read_table(path, backend=backend)
+    assert got.shape == expected.shape == (3, 3)
+    for name in "abc":
+        assert _cells(got, name) == _cells(expected, name)
+    # Lists of several lengths are no table: one record holding lists, on both backends.
+    uneven = tmp_path / "uneven.json"
+    uneven.write_text('{"a": [1, 2], "b": [3]}')
+    assert _cells(read_table(uneven, backend=backend), "a") == [[1, 2]]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("suffix", [".json", ".jsonl"])
+@pytest.mark.parametrize(("values", "kinds"), [
+    ([True, 0, None], "booleans and numbers"),
+    ([0, True], "booleans and numbers"),
+    ([0.5, False], "booleans and numbers"),
+    (["x", True], "booleans and text"),
+])
+def test_json_booleans_beside_numbers_or_text_are_a_mixed_type_error(tmp_path, backend, suffix, values, kinds):
+    records = [{"f": v, "g": "true story"} for v in values]
+    path = tmp_path / f"t{suffix}"
+    path.write_text("\n".join(map(json.dumps, records)) if suffix == ".jsonl" else json.dumps(records))
+    with pytest.raises(MixedTypeError, match=rf"t{suffix}: column 'f' mixes {kinds}; e\.g\. .* in record 2"):
+        read_table(path, backend=backend)
+    kept = read_table(path, backend=backend, mixed_types="keep")
+    assert _cells(kept, "f") == [v if v is None or isinstance(v, str) else json.dumps(v) for v in values]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_json_booleans_and_0_1_counts_in_separate_columns_stay_typed(tmp_path, backend):
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps([{"n": 0, "ok": True, "is_true": "false"}, {"n": 1, "ok": False, "is_true": "x"}]))
+    frame = read_table(path, backend=backend)
+    assert _cells(frame, "n") == [0, 1] and _cells(frame, "ok") == [True, False]
+    assert str(frame["n"].dtype).lower() == "int64" and str(frame["ok"].dtype).lower() == "bool" \
+        if backend == "pandas" else frame.schema["n"] == pl.Int64 and frame.schema["ok"] == pl.Boolean
+
+
+# --- hive partition keys ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_hive_keys_keep_their_leading_zeros_and_agree_on_every_backend(tmp_path, backend):
+    padded, plain = tmp_path / "padded", tmp_path / "plain"
+    pd.DataFrame({"v": [1, 2], "code": ["007", "010"]}).to_parquet(padded, partition_cols=["code"])
+    # pandas' and polars' own readers drop the zeros (7, 10): the kit keeps the text
+    assert sorted(pd.read_parquet(padded)["code"].astype(int)) == [7, 10]
+    frame = read_table(padded, backend=backend)
+    assert _cells(frame, "code") == ["007", "010"]
+    # plain numbers stay int32, whatever the frame's column was (pandas' metadata said text)
+    pd.DataFrame({"v": [1, 2], "code": ["7", "10"]}).to_parquet(plain, partition_cols=["code"])
+    frame = read_table(plain, backend=backend)
+    assert sorted(_cells(frame, "code")) == [7, 10]
+    assert str(frame["code"].dtype).lower() == "int32"
+    # a key polars keeps in the files too
+    both = tmp_path / "both"
+    pl.DataFrame({"v": [1, 2], "code": ["007", "010"]}).write_parquet(both, partition_by=["code"])
+    assert sorted(_cells(read_table(both, backend=backend), "code")) == ["007", "010"]

@@ -34,6 +34,73 @@ _HDF_KEY = "data"
 #: The key earlier versions wrote; still read first after :data:`_HDF_KEY`.
 _HDF_OLD_KEY = "table"
 
+#: The unit INT96 timestamps are read in when the file does not say which (Spark, Hive and
+#: Impala write none). INT96 holds nanoseconds of a day plus a day number, but Arrow's
+#: default reading into nanoseconds since 1970 wraps every value outside 1677-2262 round
+#: silently (9999-12-31, the usual "valid to" of warehouse tables, read as 1816-03-29), and
+#: polars' saturates them to 2262-04-11. Microseconds hold years 1 to 9999, and are Spark's
+#: own precision (and DuckDB's reading of INT96): a Spark file loses nothing. Only a file
+#: whose INT96 values carry digits below the microsecond and that names no unit (Impala
+#: writes nanoseconds) has those digits truncated, the price of reading its dates right.
+_INT96_UNIT = "us"
+
+
+def _int96_unit(metadata: Any) -> str | None:
+    """The unit a Parquet file's INT96 timestamp columns are read in: None when it has none.
+
+    The unit of the Arrow schema the file stores (pyarrow, pandas and polars store it: the
+    unit the values were written from, so it holds them all, and reading in it keeps them
+    exactly as they were, as polars reads such a file), else :data:`_INT96_UNIT`.
+
+    Args:
+        metadata: the file's ``pyarrow.parquet.FileMetaData`` (its footer, already read).
+    """
+    import pyarrow as pa
+
+    columns = _int96_columns(metadata)
+    if not columns:
+        return None
+    stored = _stored_arrow_schema(metadata.metadata or {})
+    units = set()
+    for name in columns:
+        # A nested INT96 (its path has dots) is not looked up: the default unit holds it.
+        index = stored.get_field_index(name) if stored is not None else -1
+        kind = stored.field(index).type if index >= 0 else None
+        if kind is None or not pa.types.is_timestamp(kind):
+            return _INT96_UNIT
+        units.add(kind.unit)
+    return units.pop() if len(units) == 1 else _INT96_UNIT
+
+
+def _int96_columns(metadata: Any) -> list[str]:
+    """The paths of a Parquet file's INT96 columns (dotted for a nested one)."""
+    return [metadata.schema.column(i).path for i in range(metadata.num_columns)
+            if metadata.schema.column(i).physical_type == "INT96"]
+
+
+def _stored_arrow_schema(key_values: dict[bytes, bytes]) -> Any | None:
+    """The Arrow schema a Parquet writer stored in the footer (``ARROW:schema``), or None."""
+    import base64
+
+    import pyarrow as pa
+
+    blob = key_values.get(b"ARROW:schema")
+    if not blob:
+        return None
+    try:
+        return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(blob)))
+    except (ValueError, pa.ArrowException):
+        return None  # a damaged or foreign entry: as if none (the default unit holds every date)
+
+
+def _parquet_format(unit: str | None) -> Any:
+    """Arrow's Parquet format for a dataset, INT96 timestamps read in ``unit`` (None: Arrow's default)."""
+    import pyarrow.dataset as ds
+
+    if unit is None:
+        return ds.ParquetFileFormat()
+    return ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(coerce_int96_timestamp_unit=unit))
+
 
 def read_parquet_dataset(path: Path) -> Any:
     """A directory of Parquet files (a dataset, as Spark, Hive or ``pyarrow.dataset`` write it)
@@ -50,6 +117,9 @@ def read_parquet_dataset(path: Path) -> Any:
     partition_by=[...])`` writes it in both places) is read with the files' type, in their
     column order, as ``pl.read_parquet(dir)`` reads it.
 
+    INT96 timestamps (Spark, Hive, Impala) are read in the unit the files store, else in
+    microseconds (see :data:`_INT96_UNIT`), so dates outside 1677-2262 stay right.
+
     Raises:
         TabularError: no Parquet file in the directory, files that disagree on a column's
             type, or a key whose folder names and file values disagree; each names the
@@ -63,6 +133,12 @@ def read_parquet_dataset(path: Path) -> Any:
     plain = ds.dataset(path, format="parquet")
     if not plain.files:
         raise TabularError(f"{path}: the directory holds no Parquet files (files named _* or .* are skipped)")
+    # The footers are read here once (the fragments keep them for physical_schema below).
+    units = {_int96_unit(fragment.metadata) for fragment in plain.get_fragments()} - {None}
+    unit = (units.pop() if len(units) == 1 else _INT96_UNIT) if units else None
+    parquet = _parquet_format(unit)
+    if unit is not None:  # the files' schemas again, with INT96 in that unit (rare: Spark's files)
+        plain = ds.dataset(path, format=parquet)
     try:
         # permissive: int32 in old files and int64 in new ones (or a column all null in some)
         # read as the wider type; text in one file and numbers in another still fail.
@@ -77,19 +153,22 @@ def read_parquet_dataset(path: Path) -> Any:
     factory = ds.FileSystemDatasetFactory(
         pafs.LocalFileSystem(), pafs.FileSelector(str(path), recursive=True), ds.ParquetFileFormat(),
         ds.FileSystemFactoryOptions(str(path), partitioning=ds.HivePartitioning.discover()))
-    keys = factory.inspect(fragments=0)
+    keys = _keys_keeping_their_spelling(factory.inspect(fragments=0), plain.files, path)
     # A key the files also hold (polars' write_parquet(partition_by=...) keeps it in every
     # file, as large_string, while its folder names read as string) is the files' column,
     # with their type; Arrow's discovery refused to merge the two types. The other keys
     # (not in the files) go last, as Spark has them.
-    schema = pa.unify_schemas([files, pa.schema([f for f in keys if f.name not in files.names])])
-    table = ds.dataset(path, format="parquet", partitioning="hive", schema=schema).to_table()
+    only_keys = [f for f in keys if f.name not in files.names]
+    schema = _without_pandas_columns(pa.unify_schemas([files, pa.schema(only_keys)]), {f.name for f in only_keys})
+    # The keys' types given, not discovered again: discovery would make "007" the number 7.
+    partitioning = ds.partitioning(keys, flavor="hive") if len(keys) else None
+    table = ds.dataset(path, format=parquet, partitioning=partitioning, schema=schema).to_table()
     shared = [f.name for f in keys if f.name in files.names]
     if shared:
         # The folder's value wins in the read (as polars has it): a file holding another
         # value for its own folder's key (year=2024/ holding year 1999) is contradictory
         # data, refused rather than silently overwritten.
-        held = ds.dataset(path, format="parquet", schema=files).to_table(columns=shared)
+        held = ds.dataset(path, format=parquet, schema=files).to_table(columns=shared)
         for name in shared:
             if not held[name].cast(table.schema.field(name).type).equals(table[name]):
                 raise TabularError(f"{path}: partition key {name!r} is also a column of the files, and some "
@@ -97,11 +176,63 @@ def read_parquet_dataset(path: Path) -> Any:
     return table
 
 
+def _keys_keeping_their_spelling(keys: Any, files: list[str], path: Path) -> Any:
+    """The hive partition keys' schema, a key Arrow typed int32 made text when one of its
+    folder names is not the plain spelling of its number (``code=007``, ``code=+5``).
+
+    Arrow (and pandas and polars with it) reads ``code=007/`` and ``code=010/`` as the
+    numbers 7 and 10: zero-padded codes written from a text column (zip codes, account
+    codes) lost their zeros, silently. Keys whose every folder name is a plain integer
+    (``year=2024``, ``month=1``) stay int32.
+    """
+    import urllib.parse
+
+    import pyarrow as pa
+
+    numbers = {f.name for f in keys if pa.types.is_integer(f.type)}
+    if not numbers:
+        return keys
+    spelled: set[str] = set()
+    root = Path(path)
+    for file in files:
+        for part in Path(file).relative_to(root).parts[:-1]:
+            name, eq, value = part.partition("=")
+            if not eq or name not in numbers or name in spelled:
+                continue
+            value = urllib.parse.unquote(value)  # Arrow's hive folders are URI-encoded
+            if value != "__HIVE_DEFAULT_PARTITION__" and value != str(int(value)):
+                spelled.add(name)
+    if not spelled:
+        return keys
+    return pa.schema([f.with_type(pa.string()) if f.name in spelled else f for f in keys])
+
+
+def _without_pandas_columns(schema: Any, names: set[str]) -> Any:
+    """``schema`` with ``names`` left out of the pandas metadata it stores.
+
+    pandas' ``to_parquet(dir, partition_cols=[...])`` describes the partition columns in
+    every file's metadata with their type in the frame, and ``Table.to_pandas()`` casts to
+    it: keys written from text (``code=7``) came back as text on pandas and as int32 on
+    polars. Their type is the folder names' alone, on every backend.
+    """
+    import json
+
+    meta = schema.pandas_metadata
+    if not meta or not names or not any(c.get("name") in names for c in meta.get("columns", [])):
+        return schema
+    meta["columns"] = [c for c in meta["columns"] if c.get("name") not in names]
+    return schema.with_metadata({**schema.metadata, b"pandas": json.dumps(meta).encode()})
+
+
 def _read_parquet_arrow(path: Path) -> Any:
-    """A Parquet file, or a directory of them (:func:`read_parquet_dataset`), as an Arrow table."""
+    """A Parquet file, or a directory of them (:func:`read_parquet_dataset`), as an Arrow
+    table; INT96 timestamps in the unit :func:`_int96_unit` says."""
     import pyarrow.parquet as pq
 
-    return read_parquet_dataset(path) if path.is_dir() else pq.read_table(path)
+    if path.is_dir():
+        return read_parquet_dataset(path)
+    unit = _int96_unit(pq.read_metadata(path))  # the footer only
+    return pq.read_table(path, coerce_int96_timestamp_unit=unit) if unit else pq.read_table(path)
 
 
 def _read_parquet_pandas(path: Path, options: ReadOptions, report: ReadReport) -> Frame:
@@ -138,8 +269,22 @@ def _read_parquet_polars(path: Path, options: ReadOptions, report: ReadReport) -
     if path.is_dir():
         table = read_parquet_dataset(path)
         return _without_pandas_index(ordered_as_enums(polars_from_arrow(table), table), table.schema, path)
-    schema = pq.read_schema(path)
+    parquet = pq.ParquetFile(path)  # the footer: the stored schema and the column types
+    schema = parquet.schema_arrow
+    unit = _int96_unit(parquet.metadata)
+    parquet.close()
+    if unit is not None and any("." in c for c in _int96_columns(parquet.metadata)):
+        # A nested INT96 column: polars' reader would saturate it; Arrow's reads it right.
+        table = _read_parquet_arrow(path)
+        return _without_pandas_index(ordered_as_enums(polars_from_arrow(table), table), schema, path)
     frame = pl.read_parquet(path)
+    if unit is not None:
+        # polars reads INT96 in the stored schema's unit, else in nanoseconds, saturating the
+        # dates outside 1677-2262 (a Spark file's 9999-12-31 came as 2262-04-11): those
+        # columns from Arrow's reader instead, in the unit every backend reads them in.
+        columns = _int96_columns(parquet.metadata)
+        fixed = pl.from_arrow(pq.read_table(path, columns=columns, coerce_int96_timestamp_unit=unit))
+        frame = frame.with_columns(fixed.get_columns())
     ordered = [f.name for f in schema if getattr(f.type, "ordered", False)]
     if ordered:
         frame = ordered_as_enums(frame, pq.read_table(path, columns=ordered))
@@ -148,9 +293,13 @@ def _read_parquet_polars(path: Path, options: ReadOptions, report: ReadReport) -
 
 def _read_parquet_cudf(path: Path, options: ReadOptions, report: ReadReport) -> Frame:
     import cudf
+    import pyarrow.parquet as pq
 
     if path.is_dir():  # the same columns and types as on pandas and polars (see above)
         return cudf.DataFrame.from_arrow(read_parquet_dataset(path))
+    if _int96_unit(pq.read_metadata(path)) is not None:
+        # INT96 (Spark's files) in the unit the other backends read it in (see _INT96_UNIT).
+        return cudf.DataFrame.from_arrow(_read_parquet_arrow(path))
     return cudf.read_parquet(path)
 
 
@@ -291,7 +440,7 @@ def _write_hdf5(df: Frame, path: Path, options: WriteOptions) -> None:
            if isinstance(t, pd.api.extensions.ExtensionDtype) and not isinstance(t, kept)}
     if bad:
         raise TabularError(
-            f"{path}: HDF5 cannot store column(s) {bad} (name: dtype), e.g. integers with missing "
+            f"{options.shown(path)}: HDF5 cannot store column(s) {bad} (name: dtype), e.g. integers with missing "
             "values; write Parquet or Feather, which keep them, or fill or cast the column(s) first"
         )
     categorical = any(isinstance(t, pd.CategoricalDtype) for t in df.dtypes)

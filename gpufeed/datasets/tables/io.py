@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import numbers
 import os
+import shutil
+import tempfile
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -271,8 +273,10 @@ def write_table(
         TabularError: HDF5 asked to store a column it cannot (named, with its dtype);
             duplicate column names; a multi-level column header or tuple column names
             (``pivot_table(aggfunc=[...])``: flatten them to text first); any failure of
-            the format's writer (a column mixing text and numbers for Parquet); all name
-            the file.
+            the format's writer (a column mixing text and numbers for Parquet; a binary
+            column for JSON); all name the file. A failed write leaves no partial file
+            and an existing file at ``path`` as it was: the table is written to a
+            temporary file beside it and renamed into place once complete.
 
     Example:
         >>> write_table(df, tmp_path / "readings.parquet")  # doctest: +SKIP
@@ -294,12 +298,31 @@ def write_table(
                            "rename them before writing")
     out.parent.mkdir(parents=True, exist_ok=True)
     takes, writer = fmt.writer(backend)
+    # Written under the same name in a fresh folder beside ``out`` (the same file system, so
+    # the rename is atomic; the same name, so the writers see the suffixes, and a .zip its
+    # member name, that ``out`` has), then renamed over ``out``: a writer that fails half way
+    # left a partial file (1 byte of JSON, an empty Feather file) in place of a good one.
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".gpufeed-tmp", dir=out.parent))
+    written = staging / out.name
     try:
-        writer(df if takes == backend else _to_pandas(df), out, WriteOptions(sep))
-    except (OSError, MemoryError, ImportError, TabularError):
-        raise
-    except Exception as exc:  # noqa: BLE001 - the library's words (which name the column), with the file
-        raise TabularError(f"{out}: cannot write the frame as {fmt.name}: {exc}") from exc
+        try:
+            writer(df if takes == backend else _to_pandas(df), written, WriteOptions(sep, target=out))
+        except (OSError, MemoryError, ImportError, TabularError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - the library's words (which name the column), with the file
+            raise TabularError(f"{out}: cannot write the frame as {fmt.name}: "
+                               f"{str(exc).replace(str(written), str(out))}") from exc
+        except BaseException as exc:
+            # A Rust library's panic (pyo3's PanicException, e.g. polars on a type it cannot
+            # write) is a BaseException, so that `except Exception` lets it through; by name,
+            # as it belongs to no importable module.
+            if type(exc).__name__ != "PanicException":
+                raise
+            raise TabularError(f"{out}: cannot write the frame as {fmt.name}: the writer failed "
+                               f"({str(exc).strip()[:200]})") from exc
+        os.replace(written, out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return out
 
 

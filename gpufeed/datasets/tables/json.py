@@ -68,7 +68,8 @@ def pandas_orient(path: Path) -> str | None:
     """The layout of a JSON file that is one object holding the whole table, as pandas'
     ``to_json`` writes it: ``"columns"`` (its default, ``{column: {row: value}}``),
     ``"index"`` (``{row: {column: value}}``), ``"split"`` or ``"table"``; None for records,
-    JSON lines and anything else.
+    JSON lines and anything else; ``"list"`` for ``{column: [values]}`` whose lists all have
+    one length (a table's columns, as pandas reads such an object).
 
     Read as JSON lines, such a file was one row of dictionaries, silently. The layout is
     told by the object's structure (every value an object; ``columns`` and ``data``;
@@ -98,6 +99,11 @@ def pandas_orient(path: Path) -> str | None:
         return "table"
     if {"columns", "data"} <= keys <= {"columns", "index", "data", "name"}:
         return "split"
+    if all(isinstance(v, list) for v in doc.values()) and len({len(v) for v in doc.values()}) == 1:
+        # {column: [values]}: a table's columns (json.dump(df.to_dict(orient="list")), R's
+        # jsonlite with dataframe="columns"), which pandas reads as such; as one record it
+        # was a row of lists, silently. (Lists of several lengths are no table: one record.)
+        return "list"
     if not all(isinstance(v, dict) for v in doc.values()):
         return None
     # {row: {column: value}} (orient="index") has the same shape as pandas' default
@@ -155,13 +161,16 @@ def _read_json_records(
         # (pandas would otherwise turn columns named like dates into datetimes).
         # convert_axes=False: column names stay the text they are ("2012" was made 2012,
         # and "1" beside "1.0" made two columns named 1).
-        frame = pd.read_json(path, lines=lines, orient=None if lines else orient or "records", dtype=False,
+        # pandas' "columns" layout also takes {column: [values]} (our "list").
+        layout = "columns" if orient == "list" else orient or "records"
+        frame = pd.read_json(path, lines=lines, orient=None if lines else layout, dtype=False,
                              precise_float=True, convert_axes=False)
     except ValueError as exc:
-        if "Range error" not in str(exc):
+        if not any(refusal in str(exc) for refusal in _NUMBERS_PANDAS_REFUSES):
             raise TabularError(f"{shown}: not valid JSON{_json_error_location(path, lines)} ({exc})") from exc
-        # pandas' precise parser refuses a subnormal float (|x| < 2.2e-308, e.g. 1e-310,
-        # which the writers write): a valid file, read by Python's parser instead, exactly.
+        # pandas' parser refuses a subnormal float (|x| < 2.2e-308, e.g. 1e-310, which the
+        # writers write) and an integer beyond int64 and uint64 (pd.read_json itself fails
+        # on both): a valid file, read by Python's parser instead, exactly.
         frame = _read_json_python(path, lines, orient, shown)
     if orient is not None:
         frame = _row_labels_as_column(frame)
@@ -169,19 +178,42 @@ def _read_json_records(
         col = frame[column]
         if col.dtype != object:
             continue
-        kinds = {type(v) for v in col.dropna()}
+        kinds = {_scalar_kind(v) for v in col.dropna()}
         if not kinds:
             # Every value missing: float64, as pd.read_json and pd.read_csv read such a
             # column (a float column that was all NaN when written), not Python objects.
             frame[column] = col.astype("float64")
-        elif str in kinds and kinds & {int, float}:
+        elif len(kinds & _SCALAR_KINDS) > 1:
+            # Numbers and text, or booleans beside either (true and 0: pandas' reading made
+            # true 1.0, polars' true 1 or an error, so no reading is the file's meaning).
             if options.mixed_types is MixedTypes.RAISE:
-                idx = next(i for i, v in enumerate(col) if isinstance(v, str))
+                first = _scalar_kind(col.dropna().iloc[0])
+                idx = next(i for i, v in enumerate(col) if not _missing(v) and _scalar_kind(v) != first)
+                mixed = " and ".join(sorted(kinds & _SCALAR_KINDS))
                 raise MixedTypeError(
-                    f"{shown}: column {column!r} mixes numbers and text; e.g. {col.iloc[idx]!r} in record {idx + 1}"
+                    f"{shown}: column {column!r} mixes {mixed}; e.g. {json.dumps(col.iloc[idx])} in record "
+                    f"{idx + 1}. Fix the values, or pass mixed_types='keep' to read the column as text"
                 )
             frame[column] = _as_text(col)
     return _parse_iso_datetimes(_nullable_booleans(frame))
+
+
+#: The kinds of JSON value a column may not mix (:func:`_scalar_kind`).
+_SCALAR_KINDS = {"booleans", "numbers", "text"}
+
+
+def _scalar_kind(value: Any) -> str:
+    """A parsed JSON value's kind: ``"booleans"``, ``"numbers"``, ``"text"``, else its type's name."""
+    if isinstance(value, bool | np.bool_):
+        return "booleans"
+    if isinstance(value, int | float | np.number):
+        return "numbers"
+    return "text" if isinstance(value, str) else type(value).__name__
+
+
+#: What pandas' JSON parser says of a valid number it cannot hold: a subnormal float, an
+#: integer above uint64's range, an integer below int64's.
+_NUMBERS_PANDAS_REFUSES = ("Range error", "Value is too big", "Value is too small")
 
 
 def _as_text(col: pd.Series) -> pd.Series:
@@ -217,8 +249,9 @@ def _read_json_python(path: Path, lines: bool, orient: str | None, shown: Path) 
     except ValueError as exc:
         raise TabularError(f"{shown}: not valid JSON{_json_error_location(path, lines)} ({exc})") from exc
     if orient == "table":
-        raise TabularError(f"{shown}: a JSON table (orient='table') holding a float too small for pandas' JSON "
-                           "parser (subnormal, below 2.2e-308): write the table as records or JSON lines")
+        raise TabularError(f"{shown}: a JSON table (orient='table') holding a number pandas' JSON parser "
+                           "cannot hold (a subnormal float, below 2.2e-308, or an integer beyond 64 bits): "
+                           "write the table as records or JSON lines")
     if orient == "index":
         frame = pd.DataFrame.from_dict(doc, dtype=None, orient="index")
     elif orient == "split":
@@ -228,6 +261,31 @@ def _read_json_python(path: Path, lines: bool, orient: str | None, shown: Path) 
     for name in frame.columns:  # as pandas' reading with dtype=False: NaN for the missing values
         if frame[name].isna().any():
             frame[name] = frame[name].fillna(np.nan)
+    return _wide_integers(frame, shown)
+
+
+def _wide_integers(frame: pd.DataFrame, shown: Path) -> pd.DataFrame:
+    """Columns of Python ints beyond 64 bits (ids, ``100000000000000000000``) as CSV reads
+    them: all integers, as their text, with a warning naming them (no integer type holds
+    them and float64 would round them); numbers with a fraction among them, as float64, as
+    polars' parser reads them. A column mixing them with text is left to the mixed-type check."""
+    wide = []
+    for name in frame.columns:
+        col = frame[name]
+        if col.dtype != object:
+            continue
+        values = [v for v in col if not _missing(v)]
+        if not any(type(v) is int and not -(2**63) <= v < 2**64 for v in values):
+            continue
+        if all(type(v) is int for v in values):
+            frame[name] = _as_text(col)
+            wide.append(str(name))
+        elif all(type(v) in (int, float) for v in values):
+            frame[name] = col.astype("float64")
+    if wide:
+        warnings.warn(f"gpufeed: {shown}: column(s) {wide} hold integers beyond 64 bits (ids?): read as text to "
+                      "keep them exact (no integer type holds them, and as floats they were rounded); HashBucket "
+                      "or Categorify take them", stacklevel=9)
     return frame
 
 
@@ -377,9 +435,9 @@ def _read_plain_json_polars(path: Path, options: ReadOptions, name: Path) -> Fra
     return frame.with_columns(columns) if columns else frame
 
 
-#: A JSON number: a text column holding one may have mixed numbers and text in the file,
-#: which only pandas' parser tells apart (polars' reads both as text).
-_JSON_NUMBER = r"^-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?$"
+#: A JSON number or boolean: a text column holding one may have mixed numbers or booleans
+#: and text in the file, which only pandas' parser tells apart (polars' reads all as text).
+_JSON_NUMBER = r"^(?:-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?|true|false)$"
 
 
 def _read_json_native_polars(path: Path) -> Any | None:
@@ -409,6 +467,8 @@ def _read_json_native_polars(path: Path) -> Any | None:
     text = [name for name, kind in frame.schema.items() if kind == pl.String]
     if text and frame.select(pl.any_horizontal(pl.col(text).str.contains(_JSON_NUMBER).any())).item():
         return None
+    if not _lines(path) and _hides_booleans(frame, path):
+        return None
     frame = frame.with_columns(casts) if casts else frame
     parsed = {}
     for name in text:
@@ -430,6 +490,37 @@ def _read_json_native_polars(path: Path) -> Any | None:
         if datetimes is not None:
             parsed[name] = pl.from_pandas(datetimes).alias(name)
     return frame.with_columns(list(parsed.values())) if parsed else frame
+
+
+def _hides_booleans(frame: Any, path: Path) -> bool:
+    """Whether polars' parser of a JSON array may have read ``true``/``false`` in a column
+    of numbers as 1/0 (it does so silently; its JSON lines parser refuses them), which
+    pandas' reading names as a column mixing kinds.
+
+    Only a numeric column holding a 0 or a 1 may hide one; then the file's ``true`` and
+    ``false`` are counted (a byte scan, ~1 GB/s, no parse) against those polars accounts
+    for (boolean values, text and column names holding the words): one more is a hidden one.
+    """
+    import polars as pl
+
+    numbers = [name for name, kind in frame.schema.items() if kind.is_numeric()]
+    if not numbers or not frame.select(pl.any_horizontal(((pl.col(numbers) == 0) | (pl.col(numbers) == 1)).any())).item():
+        return False
+    found = 0
+    carry = b""
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 24):
+            block = carry + chunk
+            # A word across two blocks is counted in the second; the 4 bytes carried over
+            # cannot hold "false", and hold "true" at most once, counted in the first.
+            found += block.count(b"true") + block.count(b"false") - (carry == b"true")
+            carry = block[-4:]
+    words = [name for name, kind in frame.schema.items() if kind == pl.String]
+    held = sum(frame[name].count() for name, kind in frame.schema.items() if kind == pl.Boolean)
+    if words:
+        held += frame.select(pl.sum_horizontal(pl.col(words).str.count_matches("true|false").sum())).item()
+    held += frame.height * sum(name.count("true") + name.count("false") for name in frame.columns)
+    return found > held
 
 
 def _first_record_keys(path: Path) -> list[str] | None:
@@ -539,7 +630,7 @@ def _write_json_pandas(pdf: pd.DataFrame, out: Path, options: WriteOptions) -> N
                     pl.from_pandas(pdf[[c]].reset_index(drop=True))
                 except errors:
                     untyped.append(str(c))
-            warnings.warn(f"gpufeed: {out}: column(s) {untyped} mix types polars cannot write, so pandas' JSON "
+            warnings.warn(f"gpufeed: {options.shown(out)}: column(s) {untyped} mix types polars cannot write, so pandas' JSON "
                           f"writer wrote the file, with 15 significant digits: float column(s) {floats} may "
                           "not read back exactly", stacklevel=4)
         text = pdf.to_json(None, orient="records", lines=_lines_by_name(out), date_format="iso", date_unit="ns",
@@ -555,6 +646,15 @@ def _write_json_polars(df: Frame, path: Path, options: WriteOptions) -> None:
     ``pd.read_json`` and ``pl.read_json``) or JSON lines (``.jsonl``, ``.ndjson``)."""
     import polars as pl
 
+    binary = [name for name, kind in df.schema.items() if _holds_binary(kind)]
+    if binary:
+        # polars' JSON writer panics on bytes ("not yet implemented"), after writing a byte.
+        raise TabularError(
+            f"{options.shown(path)}: column(s) {binary} hold binary values (bytes), which JSON has no type for: "
+            "encode them as text first, e.g. base64 (pl.col(name).bin.encode('base64') on polars; "
+            "df[name].map(lambda b: base64.b64encode(b).decode()) on pandas) or hex, or write Parquet or "
+            "Feather, which keep bytes"
+        )
     # JSON has no decimal type: polars writes decimals as strings ("12.34"), which read
     # back as text on polars and no op takes; as numbers instead, as pandas writes them.
     decimals = [name for name, kind in df.schema.items() if isinstance(kind, pl.Decimal)]
@@ -564,6 +664,19 @@ def _write_json_polars(df: Frame, path: Path, options: WriteOptions) -> None:
             frame.write_ndjson(fh)
         else:
             frame.write_json(fh)
+
+
+def _holds_binary(kind: Any) -> bool:
+    """Whether a polars type is binary or nests binary values (a list or struct of bytes)."""
+    import polars as pl
+
+    if kind == pl.Binary:
+        return True
+    if isinstance(kind, pl.List | pl.Array):
+        return _holds_binary(kind.inner)
+    if isinstance(kind, pl.Struct):
+        return any(_holds_binary(f.dtype) for f in kind.fields)
+    return False
 
 
 def _write_json_cudf(df: Frame, path: Path, options: WriteOptions) -> None:
