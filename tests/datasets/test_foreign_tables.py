@@ -814,3 +814,18 @@ def test_hive_keys_keep_their_leading_zeros_and_agree_on_every_backend(tmp_path,
     both = tmp_path / "both"
     pl.DataFrame({"v": [1, 2], "code": ["007", "010"]}).write_parquet(both, partition_by=["code"])
     assert sorted(_cells(read_table(both, backend=backend), "code")) == ["007", "010"]
+
+
+@pytest.mark.parametrize("suffix", ["pkl", "feather"])
+def test_a_file_with_a_column_name_twice_is_refused_by_name_on_every_backend(tmp_path, suffix):
+    # A pickled or Feather pandas frame may name two columns alike: pandas read it, polars
+    # refused it (for a pickle with a bare ValueError naming no file).
+    path = tmp_path / f"dup.{suffix}"
+    frame = pd.DataFrame([[1, 2, 3]], columns=["a", "a", "b"])
+    if suffix == "pkl":
+        frame.to_pickle(path)
+    else:
+        pf.write_feather(pa.table([pa.array([1]), pa.array([2]), pa.array([3])], names=["a", "a", "b"]), path)
+    for backend in BACKENDS:
+        with pytest.raises(TabularError, match=rf"dup.{suffix}"):
+            read_table(path, backend=backend)

@@ -380,8 +380,15 @@ def _text_names(frame: Frame, src: Path) -> Frame:
     ``"1"``: a recipe naming ``"0"`` found the column in some files only.
 
     Raises:
-        TabularError: two names that are one as text (``1`` and ``"1"``), naming the file.
+        TabularError: a name given to two columns (a pickled or Feather pandas frame may hold
+            them; polars refuses them, so the file read on one backend only, and a column
+            picked by name was two), or two names that are one as text (``1`` and ``"1"``);
+            both naming the file and the names.
     """
+    same = repeated(frame.columns)
+    if same:
+        raise TabularError(f"{src}: column name(s) {', '.join(map(repr, same))} given to more than one column; "
+                           "give every column its own name (pandas: df.columns = [...]) and write it again")
     if frame.columns.nlevels == 1 and all(isinstance(c, str) for c in frame.columns):
         return frame
     names = [str(c) for c in frame.columns]
