@@ -53,7 +53,12 @@ def check_images(images: object) -> torch.Tensor:
         raise ValueError(f"images must have shape (B, C, H, W), got {tuple(images.shape)}{hint}")
     if images.dtype not in IMAGE_DTYPES:
         names = ", ".join(str(d).replace("torch.", "") for d in IMAGE_DTYPES)
-        raise TypeError(f"images dtype must be one of {names}; got {images.dtype}")
+        hint = ""
+        if images.dtype in (torch.uint16, torch.int16, torch.int32, torch.uint32, torch.int64):
+            # A 16-bit PNG or TIFF comes out of PIL / numpy as uint16 (or int32 for mode "I").
+            hint = ("; a 16-bit image (PNG, TIFF) must be scaled to float first, e.g. "
+                    "images.float() / 65535 (value_range (0, 1))")
+        raise TypeError(f"images dtype must be one of {names}; got {images.dtype}{hint}")
     b, c, h, w = images.shape
     if b == 0:
         raise ValueError("images is an empty batch (B=0); the stage needs at least one image")
@@ -67,12 +72,15 @@ def check_images(images: object) -> torch.Tensor:
     return images
 
 
-def check_channels(images: torch.Tensor, needed: int | tuple[int, ...], what: str) -> None:
-    """Raise if ``images`` does not have a channel count an op takes (one, or any of several)."""
+def check_channels(images: torch.Tensor, needed: int | tuple[int, ...], what: str, why: str = "") -> None:
+    """Raise if ``images`` does not have a channel count an op takes (one, or any of several);
+    ``what`` names the op, ``why`` (optional) the argument that needs them."""
     counts = needed if isinstance(needed, tuple) else (needed,)
-    if images.shape[1] not in counts:
-        raise ValueError(f"images has {images.shape[1]} channels but {what} needs "
-                         f"{' or '.join(map(str, counts))}")
+    c = images.shape[1]
+    if c not in counts:
+        hint = "; RGBA or CMYK? convert to RGB first, e.g. PIL's image.convert('RGB')" if c == 4 and 3 in counts else ""
+        raise ValueError(f"images has {c} channels but {what} needs {' or '.join(map(str, counts))}"
+                         f"{f' ({why})' if why else ''}{hint}")
 
 
 def check_float_values(images: torch.Tensor, value_range: tuple[float, float]) -> None:
@@ -106,17 +114,32 @@ def check_same_device(images: torch.Tensor, name: str, value: torch.Tensor) -> N
         )
 
 
-def check_labels(images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Check class labels: int (B,) or soft float (B, num_classes), on the images' device."""
+def check_labels(images: torch.Tensor, labels: torch.Tensor, mixed: str | None = None) -> torch.Tensor:
+    """Check labels against the images, on their device: one row per image.
+
+    Labels the stage only passes through (no mixing op: ``mixed`` is None) may be any
+    per-sample tensor, (B,) or (B, ...) of any dtype (regression targets, multi-hot
+    vectors, several tasks' ids). Labels that ``mixed`` (the mixing ops' names) mixes must
+    be int (B,) class ids or float (B, num_classes) soft labels.
+    """
     if not isinstance(labels, torch.Tensor):
         raise TypeError(f"labels must be a torch.Tensor, got {type(labels).__name__}")
     check_same_device(images, "labels", labels)
     b = images.shape[0]
+    if labels.ndim == 0 or labels.shape[0] != b:
+        raise ValueError(f"labels must have shape (B={b}, ...), one row per image, got {tuple(labels.shape)}")
+    if mixed is None:
+        return labels
     if labels.is_floating_point():
-        if labels.ndim != 2 or labels.shape[0] != b:
-            raise ValueError(f"soft labels must have shape (B={b}, num_classes), got {tuple(labels.shape)}")
-    elif labels.ndim != 1 or labels.shape[0] != b:
-        raise ValueError(f"labels must have shape (B={b},), got {tuple(labels.shape)}")
+        if labels.ndim != 2:
+            raise ValueError(f"{mixed} needs int (B={b},) class ids or float (B={b}, num_classes) soft labels, got "
+                             f"float labels of shape {tuple(labels.shape)} (float class ids? pass them as .long())")
+    elif labels.ndim != 1:
+        raise ValueError(f"{mixed} needs int (B={b},) class ids or float (B={b}, num_classes) soft labels, got "
+                         f"{labels.dtype} labels of shape {tuple(labels.shape)} (multi-hot labels? pass them as "
+                         f".float())")
+    elif labels.dtype == torch.bool:
+        raise TypeError(f"{mixed} needs int class ids or float soft labels, got bool labels")
     return labels
 
 
@@ -142,6 +165,27 @@ def check_masks(images: torch.Tensor, masks: torch.Tensor, fill: float | None = 
             raise ValueError(f"mask_fill={fill:g} does not fit masks of dtype {masks.dtype}: "
                              f"give a whole number in [{lo}, {hi}]")
     return masks
+
+
+#: Integer mask values a warp samples exactly (they pass through float32).
+MASK_EXACT = 2**24
+
+
+def check_mask_values(masks: torch.Tensor, fill: float) -> None:
+    """Refuse int32/int64 mask ids a warp would round rather than silently merge instances.
+
+    The warp samples ``masks - fill`` as float32 (then adds ``fill`` back), exact for
+    integers within +-2**24: ids beyond (panoptic ids such as ``class * 2**24 + instance``),
+    or that far from ``mask_fill``, came out changed. One reduction and one device sync;
+    narrower integer dtypes need none.
+    """
+    if masks.dtype not in (torch.int32, torch.int64) or masks.numel() == 0:
+        return
+    lo, hi = torch.stack(torch.aminmax(masks)).tolist()
+    if max(-lo, hi, abs(lo - fill), abs(hi - fill)) > MASK_EXACT:
+        raise ValueError(f"masks has ids in [{lo}, {hi}] (mask_fill={fill:g}); a warp samples mask values as float32, "
+                         f"exact only for ids and id - mask_fill within +-2**24 ({MASK_EXACT}): renumber the ids "
+                         "(e.g. torch.unique(masks, return_inverse=True)) and map them back after")
 
 
 def check_boxes(

@@ -272,6 +272,11 @@ class RandomPerspective(GeometricOp):
 
     def sample(self, u: torch.Tensor, size: tuple[int, int]) -> dict[str, torch.Tensor]:
         h, w = size
+        if h < 2 or w < 2:
+            # Its corners would coincide: no homography (torchvision's lstsq fails), and the
+            # warp turned every pixel into fill without a word.
+            raise ValueError(f"RandomPerspective needs images of at least 2x2 pixels, got {h}x{w} "
+                             "(after the geometric ops before it)")
         bw = int(self.distortion_scale * (w // 2)) + 1
         bh = int(self.distortion_scale * (h // 2)) + 1
         lo_x, hi_x, lo_y, hi_y = (0, bw), (w - bw, w), (0, bh), (h - bh, h)

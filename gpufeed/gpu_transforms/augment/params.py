@@ -9,6 +9,7 @@ of uniforms broadcast to all samples.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -47,6 +48,19 @@ class Op:
     channels: int | tuple[int, ...] | None = None
     takes_normalised: ClassVar[bool] = False
 
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        # Name the op in its constructor's errors: "p must be a probability" alone does not
+        # say which of a recipe's ops (built from a config, say) was given the bad value.
+        super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if init is not None and not getattr(init, "_names_op", False):
+            cls.__init__ = _naming_op(init)
+
+    def channels_reason(self) -> str:
+        """What in the op's config needs ``channels`` (e.g. "3 mean/std values"), for the
+        error that refuses a batch with other channel counts; empty when obvious."""
+        return ""
+
     def check_placement(self, normalised: bool) -> None:
         """Raise ValueError if the config does not fit the op's place in a stage: after an
         op that leaves values unbounded (``normalised``) or on [0, 1] pixels."""
@@ -74,6 +88,25 @@ class Op:
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
         return f"{type(self).__name__}({fields})"
+
+
+def _naming_op(init: Callable[..., None]) -> Callable[..., None]:
+    """``init`` with the op's class name put in front of the ValueError or TypeError it
+    raises (once, however many constructors of a class hierarchy it passes through)."""
+
+    @functools.wraps(init)
+    def wrapper(self: Op, *args: object, **kwargs: object) -> None:
+        try:
+            init(self, *args, **kwargs)
+        except (ValueError, TypeError) as e:
+            name = type(self).__name__
+            if type(e) in (ValueError, TypeError) and e.args and isinstance(e.args[0], str) \
+                    and not e.args[0].startswith(f"{name}: "):
+                e.args = (f"{name}: {e.args[0]}", *e.args[1:])
+            raise
+
+    wrapper._names_op = True  # type: ignore[attr-defined]
+    return wrapper
 
 
 @dataclass
@@ -244,9 +277,14 @@ def beta(u: torch.Tensor, alpha: float) -> torch.Tensor:
 
 
 def permutation(u: torch.Tensor, same_on_batch: bool) -> torch.Tensor:
-    """A random partner index per sample (argsort of uniforms); a roll by one when all
-    samples share their parameters (then every row of ``u`` is equal)."""
+    """A random partner index per sample, never the sample itself (for B >= 2): the
+    samples in a random order (argsort of uniforms), each paired with the next one in that
+    order, the last with the first, so each sample's partner is uniform over the others.
+    (A plain random permutation pairs a sample with itself with probability 1/B: a batch of
+    2 went unmixed half the time, even with ``p=1``.) A roll by one when all samples share
+    their parameters (then every row of ``u`` is equal)."""
     b = u.shape[0]
     if same_on_batch or b < 2:
         return torch.roll(torch.arange(b, device=u.device), 1)
-    return torch.argsort(u)
+    order = torch.argsort(u)
+    return torch.empty_like(order).scatter_(0, order, torch.roll(order, -1))

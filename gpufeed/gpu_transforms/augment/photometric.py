@@ -134,6 +134,9 @@ class ColorJitter(Op):
         self.channels: int | tuple[int, ...] | None = (
             (1, 3) if (self.contrast, self.saturation, self.hue) != ((1.0, 1.0), (1.0, 1.0), (0.0, 0.0)) else None)
 
+    def channels_reason(self) -> str:
+        return "contrast, saturation and hue need a luma: RGB or grayscale"
+
     @staticmethod
     def _factor(name: str, value: float | Sequence[float]) -> tuple[float, float]:
         if is_number(value):
@@ -177,6 +180,9 @@ class RandomGrayscale(Op):
 
     def __init__(self, p: float = 0.1) -> None:
         self.p = check_probability("p", p)
+
+    def channels_reason(self) -> str:
+        return "a luma needs RGB or grayscale"
 
     def sample(self, u: torch.Tensor, size: tuple[int, int]) -> dict[str, torch.Tensor]:
         return {"on": u[:, 0] < self.p}
@@ -235,7 +241,9 @@ class GaussianBlur(Op):
 
     def apply(self, x: torch.Tensor, params: dict[str, torch.Tensor]) -> torch.Tensor:
         if min(x.shape[-2:]) <= self.kernel_size // 2:
-            raise ValueError(f"images of size {tuple(x.shape[-2:])} are too small for kernel_size={self.kernel_size}")
+            raise ValueError(f"GaussianBlur(kernel_size={self.kernel_size}) needs images larger than "
+                             f"{self.kernel_size // 2} pixels per side (its reflect padding), got images of "
+                             f"{tuple(x.shape[-2:])} (after the geometric ops)")
         return gaussian_blur(x, params["sigma"].to(x.dtype), self.kernel_size)
 
 
@@ -330,6 +338,9 @@ class RandomErasing(Op):
                 self.channels = len(values)
         self.num_uniforms = 2 * self.tries + 3 + (2 if self.value == "random" else 0)
 
+    def channels_reason(self) -> str:
+        return f"value has {len(self.value)} values, one per channel" if isinstance(self.value, tuple) else ""
+
     def check_placement(self, normalised: bool) -> None:
         if normalised:
             return
@@ -398,7 +409,7 @@ class Normalize(Op):
     """``(x - mean) / std`` per channel, on values in [0, 1]; makes the output float.
 
     Args:
-        mean, std: one value per channel, in [0, 1] pixel units (e.g. ImageNet's), as in
+        mean, std: one value per channel (or one for all channels), in [0, 1] pixel units (e.g. ImageNet's), as in
             torchvision, whatever the input's dtype or the stage's ``value_range``: the
             stage normalises 0..1 values. DALI-style 0..255 values (any above 1) are refused.
     """
@@ -418,7 +429,11 @@ class Normalize(Op):
             raise ValueError(f"mean and std are in [0, 1] pixel units, as in torchvision, whatever the input dtype or "
                              f"value_range (got mean={mean!r}, std={std!r}); divide DALI-style 0..255 values by 255")
         self.mean, self.std = mean_, std_
-        self.channels = len(self.mean)
+        # One mean and std apply to every channel, as in torchvision (Normalize((0.5,), (0.5,))).
+        self.channels = len(self.mean) if len(self.mean) > 1 else None
+
+    def channels_reason(self) -> str:
+        return f"{len(self.mean)} mean/std values, one per channel"
 
     def apply(self, x: torch.Tensor, params: dict[str, torch.Tensor]) -> torch.Tensor:
         # x * (1/std) - mean/std in one fused pass; the constants computed in float64 (Python's floats).

@@ -62,6 +62,8 @@ class AugmentResult:
         images: (B, C, H_out, W_out) on the input's device.
         labels: as given, or (B, num_classes) float32 soft labels after MixUp/CutMix.
         boxes, box_labels: per image, boxes clipped and the empty ones dropped with their labels.
+        box_indices: per image, the (M_i,) int64 indices of the kept boxes in the input's
+            ``boxes[i]``, to keep other per-box data (instance masks, ids) aligned.
         masks: warped with nearest sampling, dtype kept.
         keypoints: (B, K, 2) moved; keypoints_visible: (B, K) True inside the output.
         params: the parameters used, for replay.
@@ -72,6 +74,7 @@ class AugmentResult:
     labels: torch.Tensor | None = None
     boxes: list[torch.Tensor] | None = None
     box_labels: list[torch.Tensor] | None = None
+    box_indices: list[torch.Tensor] | None = None
     masks: torch.Tensor | None = None
     keypoints: torch.Tensor | None = None
     keypoints_visible: torch.Tensor | None = None
@@ -284,7 +287,8 @@ class GpuAugment:
 
         Args:
             images: (B, C, H, W) uint8 or float (in ``value_range``), on any device.
-            labels: (B,) class ids or (B, num_classes) soft labels, or None.
+            labels: None, or one row per image: (B,) class ids or (B, num_classes) soft labels
+                for MixUp/CutMix; without them any (B, ...) tensor, passed through as it is.
             params: replay these parameters instead of drawing new ones.
 
         Returns:
@@ -302,7 +306,8 @@ class GpuAugment:
 
         Args:
             images: (B, C, H, W) uint8 or float in ``value_range``.
-            labels: (B,) ints or (B, num_classes) floats; needed by MixUp/CutMix.
+            labels: one row per image, passed through as it is; MixUp/CutMix need them as
+                (B,) int class ids or (B, num_classes) float soft labels.
             boxes: per image a float (N_i, 4) xyxy tensor in pixels inside the image.
             box_labels: per image an (N_i,) tensor, kept aligned with ``boxes``.
             masks: (B, H, W) or (B, K, H, W) segmentation masks of the images' size.
@@ -363,20 +368,22 @@ class GpuAugment:
 
     def _check_targets(self, images, labels, boxes, box_labels, masks, keypoints) -> None:  # noqa: ANN001
         if labels is not None:
-            checks.check_labels(images, labels)
+            checks.check_labels(images, labels, self._mixer_names if self._mixers else None)
         elif self._mixers:
-            raise ValueError(f"labels are required: {self._mixer_names} mix the labels with the images")
+            raise ValueError(f"labels are required: {self._mixer_names} mixes the labels with the images")
         if self._mixers and (boxes is not None or masks is not None or keypoints is not None):
             raise ValueError(f"{self._mixer_names} cannot carry boxes, masks or keypoints; use them for classification")
         if box_labels is not None and boxes is None:
             raise ValueError("box_labels given without boxes")
         for op in self.ops:
             if op.channels is not None:
-                checks.check_channels(images, op.channels, type(op).__name__)
+                checks.check_channels(images, op.channels, type(op).__name__, op.channels_reason())
         if boxes is not None:
             checks.check_boxes(images, boxes, box_labels)
         if masks is not None:
             checks.check_masks(images, masks, self.mask_fill)
+            if self.check_inputs and self._geometric and not only_flips(self._geometric):
+                checks.check_mask_values(masks, self.mask_fill)
         if keypoints is not None:
             checks.check_keypoints(images, keypoints)
 
@@ -431,7 +438,7 @@ class GpuAugment:
                 fill = self.mask_fill if result.masks.dtype != torch.bool else bool(self.mask_fill)
                 result.masks = fill_outside(result.masks, spans, fill)  # a fresh tensor: filled in place
         if boxes is not None:
-            result.boxes, result.box_labels = warp_boxes(
+            result.boxes, result.box_labels, result.box_indices = warp_boxes(
                 list(boxes), None if box_labels is None else list(box_labels), matrix, params.output_size,
                 self.min_box_size, window_segments(self._geometric, geo, params.input_size) if windows else None,
             )

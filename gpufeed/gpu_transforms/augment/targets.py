@@ -32,7 +32,7 @@ def warp_masks(masks: torch.Tensor, matrix: torch.Tensor, out_size: tuple[int, i
 def warp_boxes(boxes: list[torch.Tensor], labels: list[torch.Tensor] | None, matrix: torch.Tensor,
                out_size: tuple[int, int], min_size: float,
                segments: list[tuple[torch.Tensor, tuple[int, int]]] | None = None,
-               ) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
+               ) -> tuple[list[torch.Tensor], list[torch.Tensor] | None, list[torch.Tensor]]:
     """Move per-image xyxy boxes; clip them to the output and drop the ones left too small.
 
     A box becomes the envelope of its four transformed corners (exact for flips, crops and
@@ -42,11 +42,13 @@ def warp_boxes(boxes: list[torch.Tensor], labels: list[torch.Tensor] | None, mat
     clipping to each piece's end: to a crop before a rotation, as torchvision does.
 
     Returns:
-        The boxes (list of (M_i, 4)) and labels (list of (M_i,)) per image.
+        The boxes (list of (M_i, 4)), labels (list of (M_i,)) and the kept boxes' indices
+        in the input (list of (M_i,) int64) per image.
     """
     counts = [b.shape[0] for b in boxes]
     if sum(counts) == 0:
-        return [b.clone() for b in boxes], None if labels is None else [lb.clone() for lb in labels]
+        return ([b.clone() for b in boxes], None if labels is None else [lb.clone() for lb in labels],
+                [torch.zeros(0, dtype=torch.int64, device=b.device) for b in boxes])
     flat = torch.cat(boxes).to(matrix.dtype)
     # Which image each box is of, made on the host from the counts it has: on a GPU a
     # repeat_interleave over device counts waits for the device to learn its length.
@@ -69,11 +71,16 @@ def warp_boxes(boxes: list[torch.Tensor], labels: list[torch.Tensor] | None, mat
     # the host's owners (a boolean mask per image waited once per image and per target).
     kept = keep.cpu().nonzero().squeeze(1)
     per_image = torch.bincount(owner_host[kept], minlength=len(boxes)).tolist()
-    out_boxes = list(xyxy.index_select(0, kept.to(xyxy.device, non_blocking=True)).split(per_image))
+    kept_dev = kept.to(xyxy.device, non_blocking=True)
+    out_boxes = list(xyxy.index_select(0, kept_dev).split(per_image))
+    # Each kept box's index within its own image: its flat index less its image's offset.
+    offsets = torch.cumsum(torch.tensor([0, *counts[:-1]]), 0)
+    indices = list((kept - offsets[owner_host[kept]]).to(xyxy.device, non_blocking=True).split(per_image))
     if labels is None:
-        return out_boxes, None
+        return out_boxes, None, indices
     flat_labels = torch.cat(labels)
-    return out_boxes, list(flat_labels.index_select(0, kept.to(flat_labels.device, non_blocking=True)).split(per_image))
+    return (out_boxes, list(flat_labels.index_select(0, kept.to(flat_labels.device, non_blocking=True)).split(per_image)),
+            indices)
 
 
 def warp_keypoints(keypoints: torch.Tensor, matrix: torch.Tensor, out_size: tuple[int, int],
