@@ -193,9 +193,10 @@ def check_boxes(
 ) -> None:
     """Check per-image xyxy boxes (and their labels) against the images.
 
-    Boxes are in pixel units, ``x1 <= x2`` and ``y1 <= y2``, inside ``[0, W] x [0, H]``. A box
-    outside the image or with its corners swapped usually means the wrong format (xywh,
-    normalised coordinates), so it is refused rather than clipped into something else.
+    Boxes are in pixel units, ``x1 <= x2`` and ``y1 <= y2``, inside ``[0, W] x [0, H]`` give
+    or take a pixel (annotation rounding). A box further outside the image or with its
+    corners swapped usually means the wrong format (xywh, normalised coordinates), so it is
+    refused rather than clipped into something else.
     """
     b, _, h, w = images.shape
     if isinstance(boxes, torch.Tensor) or not isinstance(boxes, Sequence) or len(boxes) != b:
@@ -222,7 +223,11 @@ def check_boxes(
     flat = torch.cat(list(boxes))
     owner = torch.repeat_interleave(torch.arange(b, device=flat.device),
                                     torch.tensor([bx.shape[0] for bx in boxes], device=flat.device))
-    tol = 1e-3
+    # Up to a pixel outside is annotation rounding (COCO-style boxes overshoot the border by
+    # a fraction of a pixel), kept and clipped to the output like any box; a wrong format
+    # (xywh, normalised) is out by far more. Refused at 1e-3 px, such a box had stopped
+    # training mid-epoch where torchvision clamps it.
+    tol = 1.0
     problems = (
         ("contains NaN or inf", ~torch.isfinite(flat).all(dim=1)),
         ("has boxes with x2 < x1 or y2 < y1; boxes must be xyxy", (flat[:, 2] < flat[:, 0]) | (flat[:, 3] < flat[:, 1])),

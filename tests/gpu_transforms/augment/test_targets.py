@@ -210,3 +210,16 @@ def test_targets_after_a_crop_and_a_rotation_keep_to_the_crop():
     assert corners.any() and (res.masks[corners] == 255).all() and (res.masks[~corners] == 1).float().mean() > 0.97
     assert all(len(b) == 0 for b in res.boxes)
     assert res.keypoints_visible.tolist() == [[False, True], [False, True]]
+
+
+def test_boxes_overshooting_the_border_by_under_a_pixel_are_kept_and_clipped():
+    # COCO-style annotations overshoot the border by a fraction of a pixel; refused at
+    # 1e-3 px, one such box stopped training mid-epoch (torchvision clamps it).
+    images = torch.rand(2, 3, 40, 60)
+    boxes = [torch.tensor([[-0.4, 2.0, 60.5, 39.7]]), torch.tensor([[10.0, 10.0, 20.0, 40.9]])]
+    out = GpuAugment([RandomHorizontalFlip(p=1.0)], seed=0).apply(images, boxes=boxes)
+    assert [len(b) for b in out.boxes] == [1, 1]
+    for b in out.boxes:
+        assert b[:, 0].min() >= 0 and b[:, 2].max() <= 60 and b[:, 1].min() >= 0 and b[:, 3].max() <= 40
+    with pytest.raises(ValueError, match="outside"):  # a wrong format is out by more
+        GpuAugment([RandomHorizontalFlip(p=1.0)], seed=0).apply(images, boxes=[torch.tensor([[5.0, 5.0, 62.0, 9.0]])] * 2)
