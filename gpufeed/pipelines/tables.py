@@ -42,16 +42,19 @@ def _collected(df: Frame) -> Frame:
     return nw.to_native(frame.collect()) if is_lazy(frame) and backend_of(df) == "polars" else df
 
 
-def _missing_error(columns: Sequence[str], where: np.ndarray) -> NonFiniteError:
-    bad = [c for c, hit in zip(columns, where, strict=True) if hit]
-    return NonFiniteError(f"missing values in column(s) {bad}: fill them (FillMissing) before the hand-off")
+def _missing_error(columns: Sequence[str], counts: np.ndarray, rows: int) -> NonFiniteError:
+    """Name each column with missing values and how many rows miss it (``counts``: per column)."""
+    bad = [(c, int(k)) for c, k in zip(columns, counts, strict=True) if k]
+    return NonFiniteError(f"missing values in column(s) {[c for c, _ in bad]} "
+                          f"({', '.join(str(k) for _, k in bad)} of {rows} rows): "
+                          "fill them (FillMissing) before the hand-off")
 
 
 def _raise_non_finite(columns: Sequence[str], values: np.ndarray) -> None:
     """Name the columns of ``values`` (rows x columns) holding NaN (missing) or inf."""
-    nulls = np.isnan(values).any(axis=0)
+    nulls = np.isnan(values).sum(axis=0)
     if nulls.any():
-        raise _missing_error(columns, nulls)
+        raise _missing_error(columns, nulls, len(values))
     # an inf feature turns the loss into inf/NaN at the first step
     bad = [c for c, hit in zip(columns, np.isinf(values).any(axis=0), strict=True) if hit]
     if bad:
@@ -88,6 +91,31 @@ def _check_label_range(column: str, dtype: object, highest: Callable[[], Any]) -
                               "which would wrap round to negative class indices: encode them (Categorify)")
 
 
+def _check_label_values(column: str, low: int, high: int, count: Callable[[int, bool], int], rows: int,
+                        num_classes: int | None) -> None:
+    """Refuse class indices a loss cannot take: negative ones (pandas' ``cat.codes`` gives -1
+    for a missing value; ``cross_entropy`` failed on them, on a GPU as a device-side assert
+    naming no column) and, given ``num_classes``, those not below it. ``count(bound, below)``
+    counts the rows under ``bound`` (``below``) or at or over it; only called on an error."""
+    if low < 0:
+        raise ColumnTypeError(f"label column {column!r} holds negative class indices ({count(0, True)} of {rows} rows, "
+                              f"lowest {low}): a class index is 0 or more (pandas' cat.codes gives -1 for a "
+                              "missing value); encode the classes with Categorify, or drop those rows")
+    if num_classes is not None and high >= num_classes:
+        raise ColumnTypeError(f"label column {column!r} holds class indices beyond num_classes={num_classes} "
+                              f"({count(num_classes, False)} of {rows} rows, highest {high}); Categorify's codes need "
+                              "num_embeddings(column) classes")
+
+
+def _check_num_classes(num_classes: int | None, label: str | None, where: str) -> None:
+    if num_classes is None:
+        return
+    if isinstance(num_classes, bool) or not isinstance(num_classes, int | np.integer) or num_classes < 1:
+        raise ValueError(f"{where}: num_classes must be a positive integer, got {num_classes!r}")
+    if label is None:
+        raise ValueError(f"{where}: num_classes={num_classes} checks the label column, but no label was given")
+
+
 def _converts(values: np.ndarray) -> bool:
     try:
         values.astype(np.float64)
@@ -96,8 +124,9 @@ def _converts(values: np.ndarray) -> bool:
     return True
 
 
-def _check_features(features: Sequence[str], where: str) -> None:
-    """Refuse a bare string, no feature, or a feature listed twice, naming them."""
+def _check_features(features: Sequence[str], where: str, label: str | None = None) -> None:
+    """Refuse a bare string, no feature, a feature listed twice, or the label among the
+    features, naming them."""
     if isinstance(features, str):
         raise TypeError(f"{where}: features is a list of column names, got the string {features!r} "
                         f"(write [{features!r}])")
@@ -107,6 +136,10 @@ def _check_features(features: Sequence[str], where: str) -> None:
     if twice:  # polars cannot select a column twice; pandas could: one answer on every backend
         raise ValueError(f"{where}: feature column(s) {', '.join(map(repr, twice))} listed more than once; "
                          "list each column once (to feed a column twice, copy it under a new name)")
+    if label is not None and label in features:
+        # the model would be handed its answer: a perfect training score, useless in serving
+        raise ValueError(f"{where}: the label column {label!r} is also listed as a feature; leave it out of "
+                         "the features (the model would be given the answer it is to predict)")
 
 
 def _check_numeric(df: Frame, columns: Sequence[str]) -> None:
@@ -132,7 +165,8 @@ def _numpy_kind(dtype: object) -> str:
         return "O"
 
 
-def _matrix(df: Frame, columns: Sequence[str], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+def _matrix(df: Frame, columns: Sequence[str], dtype: torch.dtype, device: torch.device,
+            num_classes: int | None = None) -> torch.Tensor:
     backend = backend_of(df)
     is_label = dtype == torch.int64
     if backend == "cudf":
@@ -141,7 +175,7 @@ def _matrix(df: Frame, columns: Sequence[str], dtype: torch.dtype, device: torch
         if nulls.any():
             if is_label:
                 raise _label_missing_error(columns[0], int(picked.iloc[:, 0].isna().sum()), len(picked))
-            raise _missing_error(columns, nulls)
+            raise _missing_error(columns, picked.isna().sum().to_numpy(), len(picked))
         if is_label and _numpy_kind(picked.dtypes.iloc[0]) not in "iu":
             raise _label_error(columns[0], picked.dtypes.iloc[0])
         if is_label:
@@ -151,6 +185,10 @@ def _matrix(df: Frame, columns: Sequence[str], dtype: torch.dtype, device: torch
         tensor = cudf_to_torch(picked, "int64" if is_label else "float32").contiguous()
         if not is_label and not bool(torch.isfinite(tensor).all()):  # one sync per hand-off
             _raise_non_finite(columns, tensor.cpu().numpy())
+        if is_label and tensor.numel():
+            low, high = (int(v) for v in torch.aminmax(tensor))  # one sync
+            _check_label_values(columns[0], low, high, lambda b, below: int(((tensor < b) if below else
+                                                                              (tensor >= b)).sum()), tensor.numel(), num_classes)
         return tensor if tensor.device == device else tensor.to(device)
     if backend == "polars":
         array = df.select(list(columns)).to_numpy()
@@ -184,6 +222,10 @@ def _matrix(df: Frame, columns: Sequence[str], dtype: torch.dtype, device: torch
     # beyond float32's range is caught too; which columns fail is only worked out then.
     if not is_label and array.dtype.kind in "fO" and not np.isfinite(matrix).all():
         _raise_non_finite(columns, values)
+    if is_label and matrix.size:
+        _check_label_values(columns[0], int(matrix.min()), int(matrix.max()),
+                            lambda b, below: int(((matrix < b) if below else (matrix >= b)).sum()), matrix.size,
+                            num_classes)
     array = matrix
     if not array.flags.writeable:
         # A read-only view of the frame's own buffer (pandas copy-on-write, Arrow memory):
@@ -195,6 +237,7 @@ def _matrix(df: Frame, columns: Sequence[str], dtype: torch.dtype, device: torch
 
 def to_tensors(
     df: Frame, features: Sequence[str], label: str | None = None, *, device: str | torch.device = "auto",
+    num_classes: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Features as a float32 ``(rows, len(features))`` tensor and labels as int64 ``(rows,)``.
 
@@ -203,6 +246,8 @@ def to_tensors(
         features: feature columns, in the order the model expects.
         label: the label column, or None for inference.
         device: ``"auto" | "cpu" | "cuda" | "cuda:N"``.
+        num_classes: the number of classes the model predicts: a label at or above it is
+            an error (as a negative label always is) instead of a failure inside the loss.
 
     Returns:
         ``(x, y)``; ``y`` is None without a label. From cuDF they are made on the GPU
@@ -210,33 +255,36 @@ def to_tensors(
 
     Raises:
         MissingColumnError: a feature or the label is absent. ColumnTypeError: text
-            features, labels that are not integers. NonFiniteError: missing or infinite values.
+            features, labels that are not integers, negative labels (or labels from
+            ``num_classes`` on). NonFiniteError: missing or infinite values. ValueError: the
+            label listed among the features.
 
     Example:
         >>> x, y = to_tensors(prepared, features, "label", device="cpu")  # doctest: +SKIP
         >>> x.dtype, y.dtype  # doctest: +SKIP
         (torch.float32, torch.int64)
     """
-    _check_features(features, "to_tensors")
+    _check_features(features, "to_tensors", label)
+    _check_num_classes(num_classes, label, "to_tensors")
     df = _collected(df)
     require_columns(wrap(df), [*features, *([label] if label else [])], "to_tensors")
     _check_numeric(df, [*features, *([label] if label else [])])
     dev = resolve_device(device)
     x = _matrix(df, features, torch.float32, dev)
-    y = _matrix(df, [label], torch.int64, dev).reshape(-1) if label else None
+    y = _matrix(df, [label], torch.int64, dev, num_classes).reshape(-1) if label else None
     return x, y
 
 
 def iter_batches(
     df: Frame, features: Sequence[str], label: str | None = None, *, batch_size: int = 65_536,
     device: str | torch.device = "auto", shuffle: bool = False, seed: int = 0, epoch: int = 0,
-    drop_last: bool = False,
+    drop_last: bool = False, num_classes: int | None = None,
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor | None]]:
     """Yield ``(x, y)`` batches of ``batch_size`` rows; only one batch is converted at a time.
 
     Args:
         df: a pandas, polars or cuDF frame.
-        features, label, device: as in :func:`to_tensors`.
+        features, label, device, num_classes: as in :func:`to_tensors`.
         batch_size: rows per batch.
         shuffle: visit the rows in a seeded random order, as a ``DataLoader`` with
             ``shuffle=True`` does: each batch gathers rows from the whole table (a table
@@ -257,7 +305,8 @@ def iter_batches(
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    _check_features(features, "iter_batches")
+    _check_features(features, "iter_batches", label)
+    _check_num_classes(num_classes, label, "iter_batches")
     frame = wrap(_collected(df))
     require_columns(frame, [*features, *([label] if label else [])], "iter_batches")
     n = len(frame)
@@ -269,4 +318,4 @@ def iter_batches(
     order = np.random.default_rng(seed if epoch == 0 else (seed, epoch)).permutation(n) if shuffle else None
     for start in starts:
         rows = slice(start, start + batch_size) if order is None else order[start:start + batch_size]
-        yield to_tensors(nw.to_native(frame[rows]), features, label, device=device)
+        yield to_tensors(nw.to_native(frame[rows]), features, label, device=device, num_classes=num_classes)

@@ -149,7 +149,7 @@ def test_a_feature_listed_twice_and_nullable_gaps_get_one_answer_on_every_backen
     with pytest.raises(ValueError, match=r"feature column\(s\) 'x' listed more than once"):
         to_tensors(frame, ["x", "i", "x"], device="cpu")
     # a boolean with a gap is a missing value to fill, not text to encode
-    with pytest.raises(ValueError, match=r"missing values in column\(s\) \['b'\]: fill them"):
+    with pytest.raises(ValueError, match=r"missing values in column\(s\) \[.b.\] \(1 of 2 rows\): fill them"):
         to_tensors(frame, ["x", "b"], device="cpu")
     x, _ = to_tensors(frame, ["x", "i"], device="cpu")
     assert x.tolist() == [[1.0, 1.0], [2.0, 2.0]]
@@ -164,7 +164,7 @@ def test_iter_batches_reshuffles_per_epoch_and_checks_features_like_to_tensors(t
     with pytest.raises(TypeError, match=r"iter_batches: .*write \['a'\]"):
         next(iter_batches(table, "a", device="cpu"))
     with pytest.raises(ValueError, match="regression target as a feature"):
-        to_tensors(table.fillna(0), ["a"], "a", device="cpu")
+        to_tensors(table.fillna(0), ["b"], "a", device="cpu")
 
 
 @pytest.mark.parametrize("backend", ["pandas", "polars"])
@@ -203,3 +203,34 @@ def test_a_lazy_polars_frame_is_collected(table):
     assert x.shape == (len(table), 3) and y.shape == (len(table),)
     assert sum(len(x) for x, _ in iter_batches(lazy, FEATURES, "label", batch_size=7, device="cpu")) == len(table)
 
+
+
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_negative_labels_and_labels_beyond_num_classes_are_named(backend):
+    """pandas' cat.codes gives -1 for a missing class: it reached cross_entropy (a
+    device-side assert on a GPU, naming no column)."""
+    df = pd.DataFrame({"a": [0.1, 0.2, 0.3, 0.4], "y": pd.Series(["b", None, "a", "c"]).astype("category").cat.codes})
+    frame = to_backend(df, backend)
+    with pytest.raises(ColumnTypeError, match=r"label column 'y' holds negative class indices \(1 of 4 rows, lowest -1\)"):
+        to_tensors(frame, ["a"], "y", device="cpu")
+    good = to_backend(df.assign(y=[1, 0, 0, 2]), backend)
+    _, y = to_tensors(good, ["a"], "y", device="cpu", num_classes=3)
+    assert y.tolist() == [1, 0, 0, 2]
+    with pytest.raises(ColumnTypeError, match=r"beyond num_classes=2 \(1 of 4 rows, highest 2\)"):
+        to_tensors(good, ["a"], "y", device="cpu", num_classes=2)
+    with pytest.raises(ColumnTypeError, match=r"beyond num_classes=2 \(1 of 2 rows, highest 2\)"):
+        list(iter_batches(good, ["a"], "y", batch_size=2, device="cpu", num_classes=2))
+    with pytest.raises(ValueError, match="num_classes must be a positive integer"):
+        to_tensors(good, ["a"], "y", device="cpu", num_classes=0)
+
+
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_the_label_as_a_feature_is_refused_and_missing_features_are_counted(backend):
+    df = pd.DataFrame({"a": [0.1, None, 0.3, None], "b": [1.0, 2.0, None, 4.0], "y": [0, 1, 0, 1]})
+    frame = to_backend(df, backend)
+    for call in (lambda: to_tensors(frame, ["b", "y"], "y", device="cpu"),
+                 lambda: next(iter_batches(frame, ["b", "y"], "y", device="cpu"))):
+        with pytest.raises(ValueError, match=r"label column 'y' is also listed as a feature"):
+            call()
+    with pytest.raises(NonFiniteError, match=r"missing values in column\(s\) \['a', 'b'\] \(2, 1 of 4 rows\)"):
+        to_tensors(frame, ["a", "b"], "y", device="cpu")

@@ -24,13 +24,17 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import datetime
+import math
 import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import narwhals as nw
+import numpy as np
 
+from gpufeed.gpu_transforms.tabular.errors import ColumnTypeError
 from gpufeed.gpu_transforms.tabular.frames import (
     Frame,
     backend_of,
@@ -46,6 +50,31 @@ from gpufeed.gpu_transforms.tabular.frames import (
 _OPS: dict[str, Callable[[Any, Any], bool]] = {
     "==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
 }
+
+
+def _plain(value: Any) -> Any:
+    """A numpy scalar (``df["x"].max()`` of an int column is ``np.int64``, not an ``int``)
+    as the Python scalar it holds: the backends then type it alike, and
+    :meth:`Rule.to_dict` stays JSON (``json.dumps`` refused ``np.int64``)."""
+    if isinstance(value, np.bool_ | np.integer | np.floating):
+        return value.item()
+    if isinstance(value, np.str_):
+        return str(value)
+    return value
+
+
+def _value_kind(value: Any) -> str:
+    """What a rule's output value is, as the backends type it: ``bool``, ``number``,
+    ``text``, ``datetime``, ``date`` or another type's name."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "text"
+    if isinstance(value, datetime.datetime | np.datetime64):
+        return "datetime"
+    return "date" if isinstance(value, datetime.date) else type(value).__name__
 
 
 class Cond:
@@ -90,6 +119,7 @@ class _Compare(Cond):
         if is_missing(self.value):
             raise ValueError(f"col({self.column!r}) {self.op} {self.value!r}: a comparison with a missing value "
                              "never holds; use col(...).is_missing()")
+        object.__setattr__(self, "value", _plain(self.value))
 
     def to_expr(self) -> nw.Expr:
         expr = _OPS[self.op](nw.col(self.column), self.value)
@@ -117,6 +147,7 @@ class _IsIn(Cond):
         if any(is_missing(v) for v in self.values):
             raise ValueError(f"col({self.column!r}).isin({list(self.values)!r}): missing values never match isin "
                              "(backends disagree on None/NaN in the list); use col(...).is_missing() | col(...).isin(...)")
+        object.__setattr__(self, "values", tuple(_plain(v) for v in self.values))
 
     def to_expr(self) -> nw.Expr:
         return nw.col(self.column).is_in(list(self.values))
@@ -253,6 +284,18 @@ class Rule:
         for case in self.cases:
             if len(case) != 2 or not isinstance(case[0], Cond):
                 raise TypeError(f"rule {self.output!r}: each case is (condition, value), got {case!r}")
+        object.__setattr__(self, "cases", [(c, _plain(v)) for c, v in self.cases])
+        object.__setattr__(self, "default", _plain(self.default))
+        values = [v for _, v in self.cases] + ([] if self.default is None else [self.default])
+        kinds = {_value_kind(v) for v in values}
+        if len(kinds) > 1:
+            # pandas made an object column of them, polars one type (True and 0 as Int32,
+            # 0 and "x" as the text "0"): one answer on every backend
+            raise TypeError(f"rule {self.output!r} mixes values of kinds {sorted(kinds)} ({values!r}): give every "
+                            "case and the default one kind (numbers, text, booleans or datetimes; None for missing)")
+        if self.integer_output() and any(not -2**63 <= v < 2**63 for v in values):
+            raise ValueError(f"rule {self.output!r}: integer values beyond int64 ({values!r}) would wrap round "
+                             "on pandas and fail on polars; give them as floats or text")
 
     def columns(self) -> set[str]:
         """Columns the rule reads."""
@@ -299,16 +342,56 @@ def _typed_rules(rules: Sequence[Rule], schema: Mapping[str, Any]) -> list[Rule]
     def typed(cond: Cond) -> Cond:
         if isinstance(cond, _Compare):
             what = f"col({cond.column!r}) {cond.op}"
+            _check_kind(cond.value, schema[cond.column], cond.column, f"{what} {cond.value!r}")
             return dataclasses.replace(cond, value=time_value(cond.value, schema[cond.column], cond.column, what))
         if isinstance(cond, _IsIn):
             what = f"col({cond.column!r}).isin"
-            return dataclasses.replace(cond, values=tuple(time_value(v, schema[cond.column], cond.column, what)
-                                                          for v in cond.values))
+            dtype = schema[cond.column]
+            for v in cond.values:
+                _check_kind(v, dtype, cond.column, f"{what}({list(cond.values)!r})")
+            values = tuple(time_value(v, dtype, cond.column, what) for v in cond.values)
+            return dataclasses.replace(cond, values=_numbers_as(values, dtype))
         if isinstance(cond, _Bool):
             return dataclasses.replace(cond, parts=tuple(typed(p) for p in cond.parts))
         return cond
 
     return [dataclasses.replace(r, cases=[(typed(c), v) for c, v in r.cases]) for r in rules]
+
+
+def _check_kind(value: Any, dtype: Any, column: str, what: str) -> None:
+    """Refuse text compared with a number column and a number with a text, datetime or
+    boolean-``isin`` column, naming the condition: pandas said False on every row
+    (``col("zip") == 2134`` over text zips) or raised numpy's ufunc error, polars raised its
+    ComputeError naming no rule."""
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if dtype.is_numeric() and isinstance(value, str):
+        held = "numbers"
+    elif dtype == nw.String and (number or isinstance(value, bool)):
+        held = "text"
+    elif dtype in (nw.Datetime, nw.Date, nw.Duration) and (number or isinstance(value, bool)):
+        held = "times"
+    else:
+        return
+    raise ColumnTypeError(f"{what}: column {column!r} holds {held} ({dtype}), and {value!r} "
+                          f"({type(value).__name__}) is not one: compare with a value of the column's kind "
+                          "(or cast the column first)")
+
+
+def _numbers_as(values: tuple[Any, ...], dtype: Any) -> tuple[Any, ...]:
+    """``isin`` numbers in the column's kind: polars' ``is_in`` refuses floats for an integer
+    column and integers for a float one (pandas matched them by value); a fractional value
+    matches no integer and is left out; booleans need True/False on every backend."""
+    if dtype == nw.Boolean:
+        odd = [v for v in values if not isinstance(v, bool)]
+        if odd:
+            raise ColumnTypeError(f"isin({list(values)!r}) over a boolean column holds {odd!r}: use True/False")
+        return values
+    if not dtype.is_numeric():
+        return values
+    numbers = [v for v in values if isinstance(v, int | float)]  # True as 1, as pandas matches it
+    if dtype.is_integer():
+        return tuple(int(v) for v in numbers if isinstance(v, int) or (math.isfinite(v) and v.is_integer()))
+    return tuple(float(v) for v in numbers)
 
 
 def apply_rules(df: Frame, rules: Sequence[Rule]) -> Frame:
@@ -331,7 +414,10 @@ def apply_rules(df: Frame, rules: Sequence[Rule]) -> Frame:
     for rule in rules:
         require_columns(frame, sorted(rule.columns()), f"rule {rule.output!r}")
     rules = _typed_rules(rules, frame.collect_schema())
-    if backend_of(df) == "pandas" and all(_numpy_friendly(r) for r in rules):
+    if backend_of(df) == "pandas" and any(_numpy_friendly(r) for r in rules):
+        # Rule by rule: one rule of another kind (booleans, datetimes) sent them all
+        # through narwhals' case-when, where pandas made an integer rule without a
+        # default an object column instead of Int64.
         return _apply_rules_numpy(frame, rules)
     if backend_of(df) == "polars" and not is_lazy(frame):
         return _apply_rules_polars(frame, rules)
@@ -357,10 +443,11 @@ def apply_rules(df: Frame, rules: Sequence[Rule]) -> Frame:
 def _numpy_friendly(rule: Rule) -> bool:
     values = [v for _, v in rule.cases]
     numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
+    bools = all(isinstance(v, bool) for v in values)
     if rule.default is None:  # missing where no case holds: NaN, or pandas' nullable types
-        return numbers or all(isinstance(v, bool) for v in values)
-    return (numbers and isinstance(rule.default, int | float) and not isinstance(rule.default, bool)) or all(
-        isinstance(v, str) for v in [*values, rule.default])
+        return numbers or bools
+    return (numbers and isinstance(rule.default, int | float) and not isinstance(rule.default, bool)) or (
+        bools and isinstance(rule.default, bool)) or all(isinstance(v, str) for v in [*values, rule.default])
 
 
 def _apply_rules_numpy(frame: nw.DataFrame, rules: Sequence[Rule]) -> Frame:
@@ -373,20 +460,29 @@ def _apply_rules_numpy(frame: nw.DataFrame, rules: Sequence[Rule]) -> Frame:
     null-filled, copied and cast again at every ``&``, which made the kit's rule ~1.8x
     slower than the same ``np.select`` written by hand.
     """
-    import numpy as np
+    import pandas as pd
 
     from gpufeed.gpu_transforms.tabular.pandas_kernels import as_column, assign
 
     df = nw.to_native(frame)
     out = {}
+    others = [r for r in rules if not _numpy_friendly(r)]
+    if others:  # narwhals' case-when, over the columns they read NaN as null
+        read = sorted(set().union(*(r.columns() for r in others)))
+        done = nan_as_null(frame, read).select(*[r.to_expr() for r in others])
+        out = {r.output: nw.to_native(done.get_column(r.output)) for r in others}
     for rule in rules:
+        if rule.output in out:
+            out[rule.output] = out.pop(rule.output)  # the outputs in the rules' order
+            continue
         masks = [_pandas_mask(c, df) for c, _ in rule.cases]
         values = [v for _, v in rule.cases]
         if rule.default is not None:
             out[rule.output] = np.select(masks, values, default=rule.default)
         else:
             out[rule.output] = _with_missing(np.select(masks, values, default=values[0]), ~np.logical_or.reduce(masks))
-    return assign(df, {name: as_column(df, values) for name, values in out.items()})
+    return assign(df, {name: values if isinstance(values, pd.Series) else as_column(df, values)
+                       for name, values in out.items()})
 
 
 def _with_missing(values: Any, missing: Any) -> Any:

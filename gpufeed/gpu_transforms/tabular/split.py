@@ -59,9 +59,27 @@ class Split:
 
 
 def _check_fractions(fractions: Sequence[float]) -> tuple[float, float, float]:
-    if len(fractions) != 3 or any(f < 0 for f in fractions) or abs(sum(fractions) - 1.0) > 1e-9:
+    # not (f >= 0): NaN passed the old `f < 0` test and failed later in round()
+    if len(fractions) != 3 or any(not (f >= 0) for f in fractions) or abs(sum(fractions) - 1.0) > 1e-9:
         raise ValueError(f"fractions must be three non-negative numbers summing to 1, got {tuple(fractions)}")
     return float(fractions[0]), float(fractions[1]), float(fractions[2])
+
+
+def _part_sizes(n: int, fractions: tuple[float, float, float]) -> tuple[int, int]:
+    """How many of ``n`` rows (or groups) go to train and to val; test takes the rest.
+
+    Each share is rounded on its own, as before, but a part with a share of 0 gets
+    nothing: train and val rounded up together (5 rows at (0.5, 0.5, 0): 3 + 3) had
+    clipped val, and both rounded down (2 + 2, or 0 + 0 for 1 row) had left test rows
+    though its share was 0."""
+    n_train = min(round(n * fractions[0]), n)
+    n_val = min(round(n * fractions[1]), n - n_train)
+    if fractions[2] == 0:
+        if fractions[1] > 0:
+            n_val = n - n_train
+        else:
+            n_train = n
+    return n_train, n_val
 
 
 def _finish(frame: NwFrame, masks: Sequence[Any], how: str, expected: int | None) -> Split:
@@ -89,7 +107,7 @@ def split_random(df: Frame, fractions: Sequence[float] = (0.8, 0.1, 0.1), *, see
         >>> split.rows  # doctest: +SKIP
         {'train': 800, 'val': 100, 'test': 100}
     """
-    f_train, f_val, _ = _check_fractions(fractions)
+    shares = _check_fractions(fractions)
     frame = wrap(df)
     if is_lazy(frame):
         raise BackendError("split_random needs row positions, which Dask does not have; "
@@ -97,7 +115,7 @@ def split_random(df: Frame, fractions: Sequence[float] = (0.8, 0.1, 0.1), *, see
     n = len(frame)
     order = np.random.default_rng(seed).permutation(n)
     part = np.empty(n, np.int8)
-    n_train, n_val = round(n * f_train), round(n * f_val)
+    n_train, n_val = _part_sizes(n, shares)
     part[order[:n_train]], part[order[n_train:n_train + n_val]], part[order[n_train + n_val:]] = 0, 1, 2
     ns = nw.get_native_namespace(frame)
     if ns.__name__ == "cudf":  # narwhals makes a cuDF series from Python lists only: one copy to the GPU instead
@@ -119,17 +137,21 @@ def split_by_group(df: Frame, column: str, fractions: Sequence[float] = (0.8, 0.
     Example:
         >>> split = split_by_group(table, "station_id", seed=1)  # doctest: +SKIP
     """
-    f_train, f_val, _ = _check_fractions(fractions)
+    shares = _check_fractions(fractions)
     frame = wrap(df)
     require_columns(frame, [column], "split_by_group")
     # NaN keys are missing too (pandas reports a missing text key as NaN; polars keeps NaN).
     keys = nan_as_null(frame.select(nw.col(column)), [column])
     groups = collect_small(keys.unique()).get_column(column).to_list()
-    groups = sorted(g for g in groups if not is_missing(g))
+    groups = [g for g in groups if not is_missing(g)]
+    try:
+        groups.sort()
+    except TypeError:  # a pandas object column mixing kinds (1 and "a"): by kind, then value
+        groups.sort(key=lambda g: (type(g).__name__, g))
     if not groups:
         raise EmptyTableError(f"split_by_group: column {column!r} has no groups (empty table?)")
     order = [groups[i] for i in np.random.default_rng(seed).permutation(len(groups))]
-    n_train, n_val = round(len(groups) * f_train), round(len(groups) * f_val)
+    n_train, n_val = _part_sizes(len(groups), shares)
     val, test = order[n_train:n_train + n_val], order[n_train + n_val:]
     empty = [name for name, share, part in zip(("train", "val", "test"), fractions,
                                                (order[:n_train], val, test), strict=True) if share > 0 and not part]

@@ -1212,3 +1212,28 @@ def test_hash_bucket_of_a_list_column_is_a_column_type_error_on_both_backends():
     for df in (frame, frame.to_pandas(), pd.DataFrame({"tags": [[1, 2], None, [3]]})):
         with pytest.raises(ColumnTypeError, match=r"HashBucket: column 'tags' holds lists"):
             Recipe([HashBucket(["tags"], buckets=8)]).fit_transform(df)
+
+
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+@pytest.mark.parametrize("n", [1, 5, 9])
+@pytest.mark.filterwarnings("ignore:split_by_(group|time).*(too few|repeat too much):UserWarning")  # 1 row: said so
+def test_a_part_with_a_zero_share_gets_no_row(backend, n):
+    """Rounding each share on its own gave test 1 of 5 rows (and the one row of a 1-row
+    table) at fractions (0.5, 0.5, 0), in split_random and split_by_group alike."""
+    frame = to_backend(pd.DataFrame({"x": range(n), "g": range(n)}), backend)
+    for split in (split_random(frame, (0.5, 0.5, 0.0), seed=0), split_by_group(frame, "g", (0.5, 0.5, 0.0)),
+                  split_by_time(frame, "g", (0.5, 0.5, 0.0))):
+        assert split.rows["test"] == 0 and sum(split.rows.values()) == n
+    assert split_random(frame, (0.5, 0.0, 0.5), seed=0).rows["val"] == 0
+    assert split_random(frame, (1.0, 0.0, 0.0), seed=0).rows == {"train": n, "val": 0, "test": 0}
+
+
+def test_split_fractions_with_nan_and_groups_of_mixed_kinds_get_clear_answers():
+    df = pd.DataFrame({"x": range(4), "g": pd.Series([1, "a", 2, "b"], dtype=object)})
+    with pytest.raises(ValueError, match=r"fractions must be three non-negative numbers summing to 1, got \(nan"):
+        split_random(df, (float("nan"), 0.5, 0.5))
+    # sorting 1 and "a" raised Python's TypeError
+    split, again = (split_by_group(df, "g", (0.5, 0.25, 0.25), seed=0) for _ in range(2))
+    assert split.rows == {"train": 2, "val": 1, "test": 1}
+    assert [p["x"].tolist() for p in (split.train, split.val, split.test)] == [
+        p["x"].tolist() for p in (again.train, again.val, again.test)]

@@ -208,3 +208,60 @@ def test_iso_text_compares_with_datetime_and_date_columns_on_every_backend(backe
         assert list(apply_rules(frame, [Rule("d", [(col("day") < "2024-02-01", 1)], default=0)])["d"]) == [1, 0, 0]
     with pytest.raises(ValueError, match=r"col\('t'\) >= 'soon' for the datetime column 't' is not an ISO"):
         apply_rules(frame, [Rule("x", [(col("t") >= "soon", 1)], default=0)])
+
+
+def test_a_boolean_rule_beside_an_integer_rule_leaves_its_type_alone():
+    """A rule with True/False values and a default sent every rule of the call through
+    narwhals' case-when on pandas, which made an integer rule without a default an object
+    column instead of Int64 (and a boolean one without a default object, not boolean)."""
+    df = pd.DataFrame({"a": [1.0, 2.0, None, 9.0]})
+    rules = [Rule("n", [(col("a") > 5, 2), (col("a") > 1, 3)]), Rule("b", [(col("a") > 5, True)], default=False),
+             Rule("m", [(col("a") > 5, True), (col("a") < 2, False)])]
+    out = apply_rules(df, rules)
+    assert list(out.columns) == ["a", "n", "b", "m"]
+    assert str(out["n"].dtype) == "Int64" and out["n"].tolist() == [pd.NA, 3, pd.NA, 2]
+    assert out["b"].dtype == bool and out["b"].tolist() == [False, False, False, True]
+    assert str(out["m"].dtype) == "boolean" and out["m"].tolist() == [False, pd.NA, pd.NA, True]
+    polars = apply_rules(to_backend(df, "polars"), rules)
+    assert polars["n"].to_list() == [None, 3, None, 2] and polars["m"].to_list() == [False, None, None, True]
+
+
+def test_a_rule_mixing_value_kinds_or_beyond_int64_is_refused_by_name():
+    # pandas made an object column of True and 0, polars Int32 (and the text "0" beside "x")
+    with pytest.raises(TypeError, match=r"rule 'w' mixes values of kinds \['bool', 'number'\]"):
+        Rule("w", [(col("a") > 5, True)], default=0)
+    with pytest.raises(TypeError, match=r"rule 'w' mixes values of kinds \['number', 'text'\]"):
+        Rule("w", [(col("a") > 5, "x")], default=0)
+    # pandas wrapped 2**63 round to -2**63; polars failed naming no rule
+    with pytest.raises(ValueError, match=r"rule 'w': integer values beyond int64"):
+        Rule("w", [(col("a") > 5, 2**63)], default=0)
+    assert Rule("w", [(col("a") > 5, 1)], default=0.5).default == 0.5  # ints with floats: float64
+
+
+def test_numpy_scalars_in_a_rule_store_as_json_and_type_alike():
+    df = pd.DataFrame({"a": [1, 5, 9]})
+    top = df["a"].max()  # np.int64, which json.dumps refused
+    rule = Rule("w", [(col("a") >= top, np.int64(2)), (col("a").isin([np.int64(1)]), np.int64(1))],
+                default=np.int64(0))
+    assert Rule.from_dict(json.loads(json.dumps(rule.to_dict()))) == rule
+    assert apply_rules(df, [rule])["w"].tolist() == [1, 0, 2]
+    assert apply_rules(to_backend(df, "polars"), [rule])["w"].to_list() == [1, 0, 2]
+
+
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_text_against_numbers_is_named_and_isin_numbers_match_by_value(backend):
+    """pandas said False on every row for `col("zip") == 2134` over text and raised numpy's
+    ufunc error for a number column against text; polars raised ComputeError naming no rule,
+    and refused isin([1, 9]) on a float column (pandas matched by value)."""
+    df = pd.DataFrame({"zip": ["02134", "10001", None], "f": [1.0, np.nan, 9.0], "i": [1, 2, 3]})
+    frame = to_backend(df, backend)
+    for cond, what in ((col("zip") == 2134, r"col\('zip'\) == 2134: column 'zip' holds text"),
+                       (col("i") > "1", r"col\('i'\) > '1': column 'i' holds numbers"),
+                       (col("i").isin(["1"]), r"col\('i'\)\.isin\(\['1'\]\): column 'i' holds numbers")):
+        with pytest.raises(TypeError, match=what):
+            apply_rules(frame, [Rule("w", [(cond, 1)], default=0)])
+    rules = [Rule("fi", [(col("f").isin([1, 9]), 1)], default=0),
+             Rule("ii", [(col("i").isin([2.0, 2.5]), 1)], default=0)]
+    out = to_backend(apply_rules(frame, rules), "pandas")
+    assert out["fi"].tolist() == [1, 0, 1] and out["ii"].tolist() == [0, 1, 0]
+    assert apply_rules_rowwise(frame, rules) == {"fi": [1, 0, 1], "ii": [0, 1, 0]}
