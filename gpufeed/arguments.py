@@ -37,6 +37,44 @@ def at_least(minimum: int) -> Callable[[str], int]:
     return parse
 
 
+def byte_size(text: str) -> str:
+    """An argparse type: a size of at least one byte, in bytes or with a unit (``"256MB"``,
+    ``"1GiB"``), checked when the arguments are read and kept as given. A bad
+    ``--shard-size`` had been found only by each conversion, after a whole benchmark ran."""
+    from gpufeed.datasets.shards.convert import parse_size
+
+    try:
+        size = parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+    if size < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 byte, got {text!r}")
+    return text
+
+
+def device_name(text: str) -> str:
+    """An argparse type: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``, spelled right (whether
+    CUDA is there is the command's to check). A typo (``--device gpu``) had been found by
+    each suite in turn, after the others had run for minutes."""
+    if text in ("auto", "cpu", "cuda") or (text.startswith("cuda:") and text[5:].isdigit()):
+        return text
+    raise argparse.ArgumentTypeError(f"{text!r}: choose from auto, cpu, cuda, cuda:N")
+
+
+def table_format_problem(path: str) -> str | None:
+    """Why the kit cannot tell the table format of ``path`` (a file, or a folder such as a
+    Parquet dataset), in the command line's words, or None. The library's own message ends
+    "pass format=...", an argument the command line does not have."""
+    from gpufeed.datasets.tables import FORMATS, detect_format
+
+    try:
+        detect_format(path)
+    except ValueError as exc:
+        suffixes = sorted({s for f in FORMATS.values() for s in f.suffixes if s.count(".") == 1})
+        return f"{str(exc).split('; pass format=')[0]} (table suffixes: {', '.join(suffixes)})"
+    return None
+
+
 def number_at_least(minimum: float, *, above: bool = False) -> Callable[[str], float]:
     """An argparse ``type`` for a finite number ``>= minimum`` (``> minimum`` with ``above``),
     as :func:`at_least` is for whole numbers: ``--min-seconds -1`` or ``--open-latency-ms
@@ -160,4 +198,4 @@ def add_training_loop_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--size", type=at_least(1), default=224, help="image size (default: 224)")
     parser.add_argument("--workers", type=at_least(0), default=None,
                         help="loader workers/threads (default: all cores)")
-    parser.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
+    parser.add_argument("--device", default="auto", type=device_name, help="auto | cpu | cuda (default: auto)")

@@ -21,6 +21,7 @@ from typing import NoReturn
 from gpufeed.arguments import (
     add_training_loop_arguments,
     at_least,
+    byte_size,
     output_folder,
     results_folder,
     table_output_file,
@@ -116,7 +117,11 @@ def _build_parser(chosen: Sequence[str] = ()) -> argparse.ArgumentParser:
         if list(chosen[:2]) == ["bench", name]:
             _add_suite(p, module)
 
-    doctor = sub.add_parser("doctor", help="GPU, driver, library versions and backend choices")
+    doctor = sub.add_parser(
+        "doctor", help="GPU, driver, library versions and backend choices",
+        description="What this machine gives the kit: GPU and driver, CUDA as torch sees it, the versions of "
+                    "torch, DALI, cuDF, polars and pandas, and which image and table backend 'auto' picks, "
+                    "with why. Paste it into a bug report.")
     doctor.add_argument("--json", action="store_true", help="print the report as JSON")
 
     stall = sub.add_parser(
@@ -174,7 +179,7 @@ def _build_parser(chosen: Sequence[str] = ()) -> argparse.ArgumentParser:
                          help="output folder (new or empty, or an interrupted conversion to resume)")
     convert.add_argument("--format", required=True, choices=("webdataset", "tfrecord", "raw"),
                          help="tar shards (KEY.jpg + KEY.cls), tf.train.Example records, or decoded pixels")
-    convert.add_argument("--shard-size", default="256MiB", help="target shard size, e.g. 256MB, 1GiB (default: 256MiB)")
+    convert.add_argument("--shard-size", default="256MiB", type=byte_size, help="target shard size, e.g. 256MB, 1GiB (default: 256MiB)")
     convert.add_argument("--seed", type=at_least(0), default=0, help="seed of the pre-shuffle (default: 0)")
     convert.add_argument("--no-shuffle", action="store_true", help="keep the source order")
     convert.add_argument("--raw-size", type=at_least(1), default=256, help="raw cache image side (default: 256)")

@@ -244,12 +244,25 @@ def test_unusable_output_paths_of_data_and_convert_are_usage_errors(argv, messag
     (["bench", "tabular", "--rows", "1000,0"], "argument --rows: must be >= 1, got 0"),
     (["bench", "formats", "no_such.csv"], "argument FILE: no_such.csv: no such file"),
     (["bench", "formats", "--formats", "csv,xls"], "argument --formats: unknown format(s) ['xls']"),
+    # a typo'd backend had failed in every format's process, and the run exited 0
+    (["bench", "formats", "--backend", "polar"], "argument --backend: invalid choice: 'polar'"),
+    # a typo'd device had been found by each suite in turn, after the others ran for minutes
+    (["bench", "all", "--device", "gpu"], "argument --device: 'gpu': choose from auto, cpu, cuda, cuda:N"),
+    (["stall", "--device", "cuda0"], "argument --device: 'cuda0': choose from auto, cpu, cuda, cuda:N"),
+    # a bad shard size had been found by each conversion, after a whole benchmark ran
+    (["bench", "storage", "--shard-size", "0"], "argument --shard-size: must be at least 1 byte, got '0'"),
+    (["convert", "a", "b", "--format", "webdataset", "--shard-size", "1XB"], "argument --shard-size: not a size: '1XB'"),
+    (["bench", "all", "--suites", "images"], "argument --suites: unknown 'images'; choose from images-train"),
+    (["bench", "tabular", "--tables", "{file}"], "argument --tables: {file}: cannot tell the format from the suffix"),
+    (["bench", "formats", "--work-dir", "{file}"], "argument --work-dir: {file}: exists and is not a folder"),
 ])
 def test_bad_suite_arguments_are_usage_errors_not_exit_1(argv, message, tmp_path, monkeypatch, capsys,
                                                          nothing_runs):
     """`--parts recip` and a missing formats file exited 1 without the `gpufeed: error:` prefix."""
     monkeypatch.chdir(tmp_path)
-    assert _usage_error(argv, capsys).startswith(f"gpufeed: error: {message}")
+    (tmp_path / "notes.txt").write_text("not a table")
+    argv = [a.format(file="notes.txt") for a in argv]
+    assert _usage_error(argv, capsys).startswith(f"gpufeed: error: {message.format(file='notes.txt')}")
 
 
 @pytest.mark.parametrize("argv, argument", [
@@ -355,3 +368,49 @@ def test_a_broken_pipe_that_is_not_stdouts_is_reported(monkeypatch, capsys):
     monkeypatch.setattr(cli, "_run", worker_pipe_broke)
     assert main(["doctor"]) == 2
     assert "gpufeed: error:" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["bench", "formats", "--backend", "cudf"], "--backend cudf: backend='cudf' needs cuDF and a CUDA GPU"),
+    (["bench", "formats", "--backend", "polars", "--formats", "csv-pandas"],
+     "--formats csv-pandas reads the CSV with pandas.read_csv: it runs with --backend pandas only, not polars"),
+])
+def test_formats_options_this_run_cannot_honour_are_refused_before_it_starts(argv, message, tmp_path, monkeypatch,
+                                                                            capsys):
+    if "cudf" in argv:
+        from gpufeed.backends import cuda_available, installed
+
+        if installed("cudf") and cuda_available():
+            pytest.skip("cuDF runs here")
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == f"gpufeed: error: {message}" or err.strip().startswith(f"gpufeed: error: {message}"), err
+    assert not (tmp_path / "gpufeed-results").exists()  # refused before anything ran or was written
+
+
+def test_bench_all_with_cuda_where_there_is_none_is_refused_before_any_suite(tmp_path, monkeypatch, capsys):
+    from gpufeed.backends import cuda_available
+
+    if cuda_available():
+        pytest.skip("CUDA is here")
+    monkeypatch.chdir(tmp_path)
+    assert main(["bench", "all", "--device", "cuda", "--out", str(tmp_path / "r")]) == 2
+    assert "torch sees no CUDA GPU here" in capsys.readouterr().err
+    assert not list((tmp_path / "r").glob("*.json")) if (tmp_path / "r").exists() else True
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["tune", "{empty}"], "image root {empty} has no class folders"),
+    (["tune", "{empty}", "--batch-sizes", "0,32"], "--batch-sizes: every value must be >= 1, got 0"),
+    (["tune", "{empty}", "--knobs", "pin_memory", "--device", "cpu"], "--knobs pin_memory: pinning only speeds up"),
+    (["convert", "{listfile}", "{out}", "--format", "webdataset"], "file list {listfile} has no samples"),
+])
+def test_tune_and_convert_refuse_what_cannot_run_before_running(argv, message, tmp_path, monkeypatch, capsys):
+    # An empty folder had failed all 11 configurations (9 s) before "no configuration ran".
+    names = {"empty": str(tmp_path / "empty"), "listfile": str(tmp_path / "list.txt"), "out": str(tmp_path / "o")}
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "list.txt").write_text("")
+    monkeypatch.chdir(tmp_path)
+    assert main([a.format(**names) for a in argv]) == 2
+    assert capsys.readouterr().err.startswith(f"gpufeed: error: {message.format(**names)}")

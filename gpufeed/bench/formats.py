@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpufeed.arguments import at_least
+from gpufeed.arguments import at_least, output_folder, table_format_problem
 from gpufeed.bench.harness import (
     add_out_argument,
     markdown_table,
@@ -42,15 +43,12 @@ _PORTABLE = ("csv", "parquet", "feather", "json", "csv-pandas")
 def _table_file(text: str) -> str:
     """An argparse ``type`` for the table to measure: an existing file of a known format, so
     a missing file or an unknown suffix is a usage error (exit 2) before anything runs."""
-    from gpufeed.datasets.tables import detect_format
-
     source = Path(text)
     if not source.is_file():
         raise argparse.ArgumentTypeError(f"{text}: {'not a file' if source.exists() else 'no such file'}")
-    try:
-        detect_format(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+    problem = table_format_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
     return text
 
 
@@ -72,11 +70,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--formats", default=None, type=_format_names,
                         help="comma list of csv, parquet, feather, pickle, hdf5, json, csv-pandas "
                              "(default: all; csv-pandas only with --backend pandas)")
-    parser.add_argument("--backend", default="pandas", help="pandas | polars | cudf | auto (default: pandas)")
+    parser.add_argument("--backend", default="pandas", choices=("pandas", "polars", "cudf", "auto"),
+                        help="pandas | polars | cudf | auto (default: pandas)")
     parser.add_argument("--repeats", type=at_least(1), default=3, help="timed reads and writes per format (default: 3)")
     parser.add_argument("--warmup", type=at_least(0), default=1, help="untimed runs first (default: 1)")
-    parser.add_argument("--data-dir", default=None, help="where the generated table is cached")
-    parser.add_argument("--work-dir", default=None, help="where the files are written (default: a temp folder)")
+    parser.add_argument("--data-dir", default=None, type=output_folder, help="where the generated table is cached")
+    parser.add_argument("--work-dir", default=None, type=output_folder,
+                        help="where the files are written (default: a temp folder)")
     add_out_argument(parser)
 
 
@@ -193,13 +193,17 @@ def recommend(rows: list[dict[str, Any]]) -> str:
         return max(ok, key=lambda r: r[key] if largest else -r[key])
 
     # The all-round pick must be readable by every backend and safe to load from others:
-    # pickle runs code on load and, like HDF5, is pandas-only.
-    typed = [r for r in ok if r.get("dtypes_kept") and r["format"] in _PORTABLE] or ok
-    overall = max(typed, key=lambda r: (r["read_x"] * r["write_x"] / r["size_x"]) ** (1 / 3))
+    # pickle runs code on load and, like HDF5, is pandas-only. csv-pandas is the CSV file
+    # itself (read by another reader), not a format to pick. Dtypes kept first; where no
+    # portable format kept them, the pick says so (it had said "dtypes kept" regardless).
+    portable = [r for r in ok if r["format"] in _PORTABLE and r["format"] != "csv-pandas"] or ok
+    typed = [r for r in portable if r.get("dtypes_kept")]
+    overall = max(typed or portable, key=lambda r: (r["read_x"] * r["write_x"] / r["size_x"]) ** (1 / 3))
     fastest_read, fastest_write, smallest = best("read_x"), best("write_x"), best("size_x", largest=False)
+    kept = "dtypes kept" if overall.get("dtypes_kept") else "dtypes changed: no format measured kept them"
     lines = [
         f"- **All-round: {overall['format']}** (reads {_than_csv(overall['read_x'])} and writes "
-        f"{_than_csv(overall['write_x'])} at {overall['size_x']:.2f}× its size, dtypes kept).",
+        f"{_than_csv(overall['write_x'])} at {overall['size_x']:.2f}× its size, {kept}).",
         f"- Fastest read: {fastest_read['format']} ({fastest_read['read_x']:.1f}× CSV); fastest write: "
         f"{fastest_write['format']} ({fastest_write['write_x']:.1f}× CSV); smallest on disk: "
         f"{smallest['format']} ({smallest['size_x']:.2f}× CSV).",
@@ -214,14 +218,24 @@ def recommend(rows: list[dict[str, Any]]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Measure every format, print the table and recommendation, and write results."""
+    from gpufeed.backends import choose_dataframe_backend
     from gpufeed.datasets.sensor import cached_sensor_file
     from gpufeed.datasets.tables import detect_format
 
+    # Up front, in one line: a backend this machine lacks (cudf without a GPU) had failed in
+    # every format's process and the run still exited 0.
+    try:
+        choose_dataframe_backend(args.backend)
+    except (ValueError, RuntimeError) as exc:
+        raise ValueError(f"--backend {args.backend}: {exc}") from exc
     default = [f for f in _EXT if f != "csv-pandas" or args.backend == "pandas"]
     formats = [f.strip() for f in args.formats.split(",") if f.strip()] if args.formats else default
     unknown = [f for f in formats if f not in _EXT]
     if unknown:
         raise ValueError(f"--formats: unknown format(s) {unknown}; choose from {', '.join(_EXT)}")
+    if "csv-pandas" in formats and args.backend != "pandas":
+        raise ValueError(f"--formats csv-pandas reads the CSV with pandas.read_csv: it runs with --backend pandas "
+                         f"only, not {args.backend}")
     if "csv" not in formats:
         formats.insert(0, "csv")  # every ratio is to CSV
     if args.file:
@@ -272,4 +286,9 @@ def run(args: argparse.Namespace) -> int:
     json_path, md_path = write_results("formats", {"dataset": dataset, "config": vars(args) | {"_run": None},
                                                    "formats": results, "ratios": rows}, summary, args.out)
     print(results_line(json_path))  # the JSON, the Markdown and the figures
+    failed = [f for f, r in results.items() if "error" in r]
+    if failed:  # recorded, but a run with a format that did not run is no success
+        print(f"gpufeed: {len(failed)} of {len(results)} format(s) failed: {', '.join(failed)} "
+              "(the error of each is in the report)", file=sys.stderr)
+        return 1
     return 0

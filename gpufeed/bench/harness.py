@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpufeed.arguments import at_least, results_folder
+from gpufeed.arguments import at_least, device_name, results_folder
 from gpufeed.bench.results import machine_kind
 from gpufeed.machine import (
     PACKAGES,
@@ -87,7 +87,7 @@ def add_loader_arguments(parser: argparse.ArgumentParser, contender: str) -> Non
     parser.add_argument("--repeats", type=at_least(1), default=3,
                         help=f"timed epochs per {contender} and round (default: 3)")
     add_rounds_argument(parser)
-    parser.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
+    parser.add_argument("--device", default="auto", type=device_name, help="auto | cpu | cuda (default: auto)")
     add_out_argument(parser)
 
 

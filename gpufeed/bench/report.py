@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from gpufeed.arguments import device_name
 from gpufeed.bench.harness import add_out_argument, markdown_table
 from gpufeed.progress import stage
 
@@ -46,8 +47,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_out_argument(parser)
     parser.add_argument("--quick", action="store_true", help="smaller runs of every suite (fewer repeats, smaller tables, a shorter sweep)")
     parser.add_argument("--data", default=None, help="ImageFolder tree for images and tune (default: generated)")
-    parser.add_argument("--suites", default=",".join(STEPS), help=f"comma list (default: {','.join(STEPS)})")
-    parser.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
+    parser.add_argument("--suites", default=",".join(STEPS), type=_suite_list,
+                        help=f"comma list (default: {','.join(STEPS)})")
+    parser.add_argument("--device", default="auto", type=device_name, help="auto | cpu | cuda (default: auto)")
+
+
+def _suite_list(text: str) -> str:
+    """An argparse type for ``--suites``: known step names (kept as text), so a typo is a
+    usage error naming the option and the choices."""
+    names = [s.strip() for s in text.split(",") if s.strip()]
+    unknown = [s for s in names if s not in STEPS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown {', '.join(map(repr, unknown)) if unknown else 'none given'}; "
+                                         f"choose from {', '.join(STEPS)}")
+    return text
 
 
 def _step_argv(step: str, *, quick: bool, data: str | None, device: str, out: Path, extra: Sequence[str]) -> list[str]:
@@ -91,6 +104,10 @@ def run_all(
     unknown = [s for s in steps if s not in STEPS]
     if unknown or not steps:
         raise ValueError(f"suites: unknown {unknown or 'none given'}; choose from {', '.join(STEPS)}")
+    if device != "auto":
+        from gpufeed.backends import resolve_device
+
+        resolve_device(device)  # CUDA asked for where there is none: refused before any suite runs
     extra = dict(extra or {})
     if set(extra) - set(steps):
         raise ValueError(f"extra: steps {sorted(set(extra) - set(steps))} are not run")

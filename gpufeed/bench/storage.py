@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from gpufeed.arguments import at_least, number_at_least
+from gpufeed.arguments import at_least, byte_size, number_at_least
 from gpufeed.bench.harness import (
     Timing,
     add_loader_arguments,
@@ -102,7 +102,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="remote: wait per file open, ms (default: 20; 5 is a fast object store)")
     parser.add_argument("--bandwidth-mb-s", type=number_at_least(0), default=200.0,
                         help="remote: MB/s per reading process or thread (default: 200; 0 = unlimited)")
-    parser.add_argument("--shard-size", default=DEFAULT_SHARD_SIZE,
+    parser.add_argument("--shard-size", default=DEFAULT_SHARD_SIZE, type=byte_size,
                         help=f"target shard size in bytes or with a unit, e.g. 64MB (default: {DEFAULT_SHARD_SIZE}: "
                              f"several shards even for the default 1024 images, so workers read different ones)")
     parser.add_argument("--raw-size", type=at_least(1), default=256, help="raw cache short side (default: 256)")

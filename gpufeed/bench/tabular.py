@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from gpufeed.arguments import at_least, number_at_least
+from gpufeed.arguments import at_least, number_at_least, output_folder, table_format_problem
 from gpufeed.bench.harness import (
     add_out_argument,
     markdown_table,
@@ -102,6 +102,10 @@ def _table_list(text: str) -> str:
         raise argparse.ArgumentTypeError(
             f"{'unknown ' + ', '.join(map(repr, unknown)) if unknown else 'none given'}: "
             f"neither {' nor '.join(TABLES)} nor a table file or folder")
+    for name in names:
+        problem = None if name in TABLES else table_format_problem(name)
+        if problem:
+            raise argparse.ArgumentTypeError(problem)
     return text
 
 
@@ -141,7 +145,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--min-seconds", type=number_at_least(0), default=0.5,
                         help="time each variant and op on past --repeats until its repeats add up to this "
                              "many seconds (a median of 3 millisecond runs moves by 20%% on a shared machine)")
-    parser.add_argument("--data-dir", default=None,
+    parser.add_argument("--data-dir", default=None, type=output_folder,
                         help="where generated tables, and your tables at each size as Parquet, are cached "
                              "(default: $GPUFEED_CACHE/tables; delete them when done)")
     parser.add_argument("--max-ram-gb", type=number_at_least(0, above=True), default=None,

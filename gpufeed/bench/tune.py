@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from gpufeed.arguments import at_least, number_at_least
+from gpufeed.arguments import at_least, device_name, number_at_least
 from gpufeed.bench.harness import (
     add_out_argument,
     epoch_runner,
@@ -171,13 +171,15 @@ def dataloader_code(config: LoaderConfig, *, train: bool, dataset: str = "datase
     return f"from torch.utils.data import DataLoader\nloader = DataLoader(\n{body})"
 
 
-def _int_list(text: str, option: str) -> list[int]:
+def _int_list(text: str, option: str, minimum: int) -> list[int]:
     try:
         values = [int(v) for v in text.split(",") if v.strip()]
     except ValueError:
         raise ValueError(f"{option}: expected a comma list of integers, got {text!r}") from None
     if not values:
         raise ValueError(f"{option}: no values in {text!r}")
+    if min(values) < minimum:  # named here, not by the DataLoader of one configuration
+        raise ValueError(f"{option}: every value must be >= {minimum}, got {min(values)}")
     return values
 
 
@@ -204,7 +206,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--start-repeats", type=int, default=2, choices=(1, 2),
                         help="measure the start again after the sweep (default 2): the two runs' spread is "
                              "the noise a knob's gain must beat")
-    parser.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
+    parser.add_argument("--device", default="auto", type=device_name, help="auto | cpu | cuda (default: auto)")
     add_out_argument(parser)
 
 
@@ -283,9 +285,9 @@ def _knob_values(args: argparse.Namespace, cores: int, cuda: bool) -> tuple[Load
                           ("--size", args.size)):
         if value <= 0:
             raise ValueError(f"{option} must be > 0, got {value}")
-    batches = _int_list(args.batch_sizes, "--batch-sizes")
-    workers = _int_list(args.workers, "--workers") if args.workers else worker_counts(cores)
-    prefetch = _int_list(args.prefetch_factors, "--prefetch-factors")
+    batches = _int_list(args.batch_sizes, "--batch-sizes", 1)
+    workers = _int_list(args.workers, "--workers", 0) if args.workers else worker_counts(cores)
+    prefetch = _int_list(args.prefetch_factors, "--prefetch-factors", 1)
     knobs = [k.strip() for k in args.knobs.split(",") if k.strip()]
     unknown = set(knobs) - set(KNOBS)
     if unknown:
@@ -296,6 +298,9 @@ def _knob_values(args: argparse.Namespace, cores: int, cuda: bool) -> tuple[Load
               "persistent_workers": [False, True],
               # Pinning only matters for copies to a GPU; without one it does nothing.
               "pin_memory": [False, True] if cuda else []}
+    if knobs == ["pin_memory"] and not cuda:
+        raise ValueError("--knobs pin_memory: pinning only speeds up copies to a CUDA GPU, and this run has none "
+                         "(--device cpu, or no GPU): nothing to sweep")
     return start, {k: values[k] for k in KNOBS if k in knobs and values[k]}
 
 
@@ -387,10 +392,13 @@ def run(args: argparse.Namespace) -> int:
     if not (root.is_dir() or kit_only):
         raise FileNotFoundError(f"{root}: no such folder, and no shard file or pattern (expected an ImageFolder "
                                 "tree root/<class>/<image>, shards or a raw cache)")
-    if kit_only:
-        from gpufeed.pipelines.sources import open_source
+    from gpufeed.pipelines.sources import open_source
 
-        open_source(str(root))  # a file that is no shard is refused here, naming it, not once per configuration
+    # A file that is no shard, or a folder without class folders or images, is refused here
+    # in one line naming it, not once per configuration (an empty folder had failed 11
+    # configurations with FileNotFoundError before saying "no configuration ran").
+    open_source(str(root))
+    if kit_only:
         # No ImageFolder to build a DataLoader on: the kit's torch loader is the one swept.
         dropped = [k for k in values if k not in _KIT_KNOBS]
         if dropped:

@@ -281,7 +281,8 @@ def read_file_list(
             where.append(f"file_list[{k}]")
     _check_files_exist([p for p, _ in pairs], where)
     if not pairs:
-        raise ValueError(f"file list {file_list!r} has no samples")
+        shown = os.fspath(file_list) if isinstance(file_list, (str, os.PathLike)) else "given"
+        raise ValueError(f"file list {shown} has no samples (expected a line 'relative/path label' per image)")
     negative = [f"{w} ({lbl})" for w, (_, lbl) in zip(where, pairs, strict=True) if lbl < 0]
     if negative:
         raise ValueError(f"labels must be >= 0; {len(negative)} negative: {', '.join(negative[:5])}"

@@ -117,6 +117,20 @@ def test_recommendation_prefers_portable_formats_and_flags_losers():
     assert "reads 2.0× slower than CSV and writes 1.2× slower than CSV" in recommend(rows)
 
 
+def test_the_all_round_pick_says_when_no_format_kept_the_dtypes():
+    # `--formats csv,json`: CSV changed dtypes, yet the pick said "dtypes kept"; and
+    # csv-pandas (the CSV file itself, read by pandas) was picked as a format.
+    rows = [
+        {"format": "csv", "read_x": 1.0, "write_x": 1.0, "size_x": 1.0, "round_trip_equal": True, "dtypes_kept": False},
+        {"format": "csv-pandas", "read_x": 1.2, "write_x": 1.3, "size_x": 1.0, "round_trip_equal": True,
+         "dtypes_kept": True},
+        {"format": "json", "read_x": 0.2, "write_x": 0.5, "size_x": 2.5, "round_trip_equal": True, "dtypes_kept": False},
+    ]
+    text = recommend(rows)
+    assert "All-round: csv**" in text and "dtypes changed: no format measured kept them" in text
+    assert "dtypes kept" not in text
+
+
 def test_a_workers_peak_memory_is_its_own_not_its_parents():
     # A spawned benchmark worker kept its parent's peak in ru_maxrss: after the parent had
     # generated a large table, every worker reported the parent's 3.3 GB as its own.

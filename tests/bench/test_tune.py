@@ -114,10 +114,16 @@ def test_shards_sweep_the_kit_torch_loader_and_print_its_code(image_folder, tmp_
 
 
 def test_nothing_is_recommended_when_no_configuration_ran(tmp_path, capsys):
-    (tmp_path / "empty").mkdir()
-    status = main(["tune", str(tmp_path / "empty"), "--knobs", "num_workers", "--workers", "0", "--batch-sizes", "8",
-                   "--size", "32", "--time-per-config", "0.2", "--kit", "", "--start-repeats", "1",
-                   "--out", str(tmp_path / "out")])
+    args = ["--knobs", "num_workers", "--workers", "0", "--batch-sizes", "8", "--size", "32", "--time-per-config",
+            "0.2", "--kit", "", "--start-repeats", "1", "--out", str(tmp_path / "out")]
+    (tmp_path / "empty").mkdir()  # refused before the sweep, in one line
+    assert main(["tune", str(tmp_path / "empty"), *args]) == 2
     out, err = capsys.readouterr()
-    assert status == 2 and "no configuration ran" in err and "class folder" in err
+    assert err.startswith("gpufeed: error: image root") and "has no class folders" in err and not out
+    # Every configuration fails (the only image is not one): no code is recommended.
+    (tmp_path / "broken" / "cat").mkdir(parents=True)
+    (tmp_path / "broken" / "cat" / "a.jpg").write_bytes(b"not a jpeg")
+    status = main(["tune", str(tmp_path / "broken"), *args])
+    out, err = capsys.readouterr()
+    assert status == 2 and "no configuration ran" in err
     assert "Recommended configuration" not in out and not (tmp_path / "out").exists()

@@ -94,7 +94,7 @@ def parse_size(text: str | int) -> int:
     """
     if isinstance(text, int):
         return text
-    m = re.fullmatch(r"\s*([\d.]+)\s*([kmgt]?)(i?)b?\s*", str(text).lower())
+    m = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgt]?)(i?)b?\s*", str(text).lower())
     if m is None:
         raise ValueError(f"not a size: {text!r} (e.g. 256MB, 1GiB, 4096)")
     power = " kmgt".index(m.group(2) or " ")
