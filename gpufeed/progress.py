@@ -97,3 +97,13 @@ def progress(
             stage(f"{desc}: {done}{of} {unit}, {now - start:.0f} s", stream=stream)
             last = now
     stage(f"{desc}: done, {done} {unit} in {time.perf_counter() - start:.1f} s", stream=stream)
+
+
+def counted(n: int | float, noun: str, plural: str | None = None) -> str:
+    """``n`` and ``noun``, plural unless ``n`` is 1 (for progress and report lines): ``1 repeat``, ``3 repeats``, ``1,024 files``.
+
+    Example:
+        >>> counted(1, "timed pass", "timed passes"), counted(1024, "file")
+        ('1 timed pass', '1,024 files')
+    """
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"

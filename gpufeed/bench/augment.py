@@ -25,7 +25,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from gpufeed.arguments import at_least
+from gpufeed.arguments import at_least, device_name
 from gpufeed.bench.harness import (
     add_out_argument,
     markdown_table,
@@ -35,7 +35,7 @@ from gpufeed.bench.harness import (
     write_results,
 )
 from gpufeed.machine import peak_rss_bytes, usable_cpus
-from gpufeed.progress import stage
+from gpufeed.progress import counted, stage
 
 BASELINE = "torchvision-per-sample"
 KORNIA = "kornia-eager"
@@ -43,11 +43,18 @@ THREADED = "torchvision-per-sample-threads"
 CONTENDERS = ("floor", "gpufeed", KORNIA, "torchvision-per-batch", BASELINE, THREADED)
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 JITTER = (0.4, 0.4, 0.4, 0.1)
+#: What a contender's ``peak_mem_mb`` is, by device (also in the report, under the table).
+CUDA_MEMORY = ("peak CUDA memory allocated during the timed passes above what was allocated when they began "
+               "(the input batches, the contender's state): torch.cuda.max_memory_allocated")
+CPU_MEMORY = ("peak resident memory (RSS) of the contender's process during the timed passes: the whole "
+              "process (Python, torch, the input batches, the contender's working memory)")
+CPU_MEMORY_SINCE_START = ("peak resident memory (RSS) of the contender's process since it started (its "
+                          "warm-up and the input's generation included): the whole process")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``gpufeed bench augment``."""
-    parser.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    parser.add_argument("--device", default="auto", type=device_name, help="auto | cpu | cuda")
     parser.add_argument("--batch-size", type=at_least(1), default=None, help="default: 64 on CPU, 256 on CUDA")
     parser.add_argument("--size", type=at_least(1), default=224, help="output height and width")
     parser.add_argument("--input-size", type=at_least(1), default=None, help="input height and width (default: --size)")
@@ -126,6 +133,17 @@ def _rss_mb() -> float:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
+def _reset_peak_rss() -> bool:
+    """Start this process's peak-RSS record (``VmHWM``) afresh from its current RSS (Linux:
+    ``/proc/self/clear_refs``); False where that cannot be done."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
 def _contender(name: str, batch_size: int, size: int, input_size: int, batches: int, device: str,
                repeats: int, threads: int) -> dict[str, Any]:
     """Time contender ``name`` on the shared batches (runs in a fresh process)."""
@@ -146,13 +164,17 @@ def _contender(name: str, batch_size: int, size: int, input_size: int, batches: 
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
+        memory = CUDA_MEMORY
     else:
         base = _rss_mb()
+        # The peak during timing: the high-water mark restarted here, else the one since the
+        # process started (its warm-up and the batches' generation included).
+        memory = CPU_MEMORY if _reset_peak_rss() else CPU_MEMORY_SINCE_START
     timing = measure(run, warmup=0, repeats=repeats)
     if cuda:
         peak = (torch.cuda.max_memory_allocated() - base) / 2**20
     else:  # the process's own high-water mark (not its parent's: see peak_rss_bytes)
-        peak = max(0.0, peak_rss_bytes() / 2**20 - base)
+        peak = peak_rss_bytes() / 2**20
     # Correctness after timing: the output contract, finite values in the normalised range.
     out = fn(data[0])
     lo = min((0 - m) / s for m, s in zip(MEAN, STD, strict=True)) - 1e-3
@@ -166,7 +188,7 @@ def _contender(name: str, batch_size: int, size: int, input_size: int, batches: 
         problems.append(f"values in [{float(out.min()):.3f}, {float(out.max()):.3f}]")
     per_sample = bool((out.flatten(1).std(0) > 0).any()) if batch_size > 1 else None
     return {
-        **timing.as_dict(), "peak_mem_mb": peak, "memory": "cuda max_memory_allocated" if cuda else "RSS high-water",
+        **timing.as_dict(), "peak_mem_mb": peak, "memory": memory, "rss_at_start_mb": None if cuda else base,
         "check": "ok" if not problems else "; ".join(problems), "samples_differ": per_sample,
         "input_checksum": int(sum(int(x.sum()) for x in data)), "threads": threads,
     }
@@ -177,7 +199,8 @@ def run(args: argparse.Namespace) -> int:
     from gpufeed.backends import resolve_device
 
     device = str(resolve_device(args.device))
-    batch_size = args.batch_size or (256 if device.startswith("cuda") else 64)
+    cuda = device.startswith("cuda")
+    batch_size = args.batch_size or (256 if cuda else 64)
     input_size = args.input_size or args.size
     threads = args.threads or usable_cpus()
     # The threaded loop tunes the per-sample baseline for CPU cores; on a GPU it only adds
@@ -205,7 +228,8 @@ def run(args: argparse.Namespace) -> int:
         rows.append(row)
     table = markdown_table(rows, [
         ("name", "contender"), ("rate", "images/s (median)"), ("rate_min", "min"), ("rate_max", "max"),
-        ("vs_per_sample", "× tv per-sample"), ("vs_kornia", "× kornia eager"), ("peak_mem_mb", "peak MiB"),
+        ("vs_per_sample", "× tv per-sample"), ("vs_kornia", "× kornia eager"),
+        ("peak_mem_mb", "peak CUDA MiB above the start" if cuda else "peak RSS MiB (whole process)"),
         ("check", "check"),
     ])
     ours = next((r for r in rows if r["name"] == "gpufeed"), {})
@@ -217,14 +241,23 @@ def run(args: argparse.Namespace) -> int:
         vs_threaded = f" ({ours['rate'] / threaded:.2f}× the threaded loop)" if threaded and ours.get("rate") else ""
         target = (f"target on CPU: ≥ 2× torchvision per-sample at batch 64 — measured "
                   f"{ours.get('vs_per_sample') or 0:.2f}× at batch {batch_size}{vs_threaded}")
+    input_mib = args.batches * batch_size * 3 * input_size * input_size / 2**20
+    measured = {r["memory"] for r in results.values() if r.get("memory")}
+    if cuda:
+        memory = f"Peak memory: the {CUDA_MEMORY}."
+    else:
+        what = CPU_MEMORY_SINCE_START if CPU_MEMORY_SINCE_START in measured else CPU_MEMORY
+        memory = (f"Peak memory: the {what}; the input batches are {input_mib:,.1f} MiB of it. Compare "
+                  "contenders by their difference: each process also holds Python and torch, and kornia's "
+                  "contender the kornia import.")
     summary = (
         f"Recipe: RandomResizedCrop({args.size}) + HorizontalFlip + ColorJitter{JITTER} + Normalize, "
-        f"uint8 input {input_size}², batch {batch_size} × {args.batches} batches per pass, {args.repeats} "
-        f"timed passes after a warm-up, device {device}, {threads} torch threads each; every contender in "
+        f"uint8 input {input_size}², batch {batch_size} × {counted(args.batches, 'batch', 'batches')} per pass, "
+        f"{counted(args.repeats, 'timed pass', 'timed passes')} after a warm-up, device {device}, "
+        f"{counted(threads, 'torch thread')} each; every contender in "
         f"its own process on the same batches (input checksums equal: {len(checksums) == 1}).\n\n{table}\n\n"
         f"{target}. `torchvision-per-batch` draws one crop/colour per batch (not per-sample augmentation); "
-        f"`floor` is the conversion + normalisation alone. Peak memory: "
-        f"{'CUDA max_memory_allocated above the batches' if device.startswith('cuda') else 'growth of the process RSS high-water mark during timing'}."
+        f"`floor` is the conversion + normalisation alone. {memory}"
     )
     payload = {
         "device": device, "batch_size": batch_size, "size": args.size, "input_size": input_size,

@@ -31,7 +31,9 @@ def compare_results(old: dict[str, dict[str, Any]], new: dict[str, dict[str, Any
     Returns:
         Rows ``{"suite", "pipeline", "old", "new", "change" (percent), "flag"}``; ``flag``
         is ``"slower"`` or ``"faster"`` beyond the threshold, ``"new"`` or ``"gone"`` for a
-        pipeline in one run only, else ``""``.
+        pipeline in one run only, ``"info"`` for a row shown but never judged
+        (:func:`is_informational`: a tuning sweep's gain over its start, its best images/s),
+        else ``""``.
 
     Example:
         >>> old = {"images-train": {"suite": "images-train", "rows": [{"name": "dali-cpu", "ratio": 2.6}]}}
@@ -43,20 +45,59 @@ def compare_results(old: dict[str, dict[str, Any]], new: dict[str, dict[str, Any
         raise ValueError(f"threshold (--threshold) must be > 0 (percent), got {threshold}")
     rows = []
     for suite in sorted(old.keys() & new.keys()):
-        before, after = suite_ratios(old[suite]), suite_ratios(new[suite])
+        before, after = compared_values(old[suite]), compared_values(new[suite])
         for name in [*before, *[n for n in after if n not in before]]:
             if _is_reference(name):
                 continue
             a, b = before.get(name), after.get(name)
             row: dict[str, Any] = {"suite": suite, "pipeline": name, "old": a, "new": b, "change": None}
-            if a is None or b is None:
+            if a is not None and b is not None:
+                row["change"] = 100 * (b / a - 1)
+            if is_informational(suite, name):
+                row["flag"] = "info"  # shown, never judged
+            elif a is None or b is None:
                 row["flag"] = "new" if a is None else "gone"
             else:
-                row["change"] = 100 * (b / a - 1)
                 row["flag"] = ("slower" if row["change"] < -threshold
                                else "faster" if row["change"] > threshold else "")
             rows.append(row)
     return rows
+
+
+def compared_values(doc: dict[str, Any]) -> dict[str, float]:
+    """What :func:`compare_results` compares for one result document: its ratios to the
+    baseline (:func:`gpufeed.bench.results.suite_ratios`) and, for a tuning sweep, the best
+    configuration's images/s (:func:`is_informational`: shown, not judged).
+
+    Example:
+        >>> compared_values({"suite": "tune-train", "best_rate": 900.0, "ratio_to_baseline": {
+        ...     "best DataLoader vs start": 1.4, "kit-dali vs best DataLoader": 2.4}})
+        {'best DataLoader vs start': 1.4, 'kit-dali vs best DataLoader': 2.4, 'best DataLoader images/s': 900.0}
+    """
+    values = suite_ratios(doc)
+    if str(doc.get("suite", "")).startswith("tune") and isinstance(doc.get("best_rate"), (int, float)):
+        gain = next((k for k in values if k.endswith(" vs start")), "best DataLoader vs start")
+        swept = gain.removeprefix("best ").removesuffix(" vs start")
+        if doc["best_rate"] > 0:
+            values[f"best {swept} images/s"] = float(doc["best_rate"])
+    return values
+
+
+def is_informational(suite: str, name: str) -> bool:
+    """Rows shown but never judged. A tuning sweep's gain of its best configuration over its
+    own starting point (``best DataLoader vs start``) says how much tuning paid, not how fast
+    the kit is: a smaller gain after a better start (or a machine where the defaults were
+    already good) is no regression. Its best configuration's images/s is an absolute rate,
+    which drifts with the machine's load. What is judged for a sweep: the kit loaders'
+    ratios to the best configuration found.
+
+    Example:
+        >>> is_informational("tune-train", "best DataLoader vs start")
+        True
+        >>> is_informational("tune-train", "kit-dali vs best DataLoader")
+        False
+    """
+    return suite.startswith("tune") and (name.endswith(" vs start") or name.endswith(" images/s"))
 
 
 #: Rows that are no kit pipeline: the decode-only ceiling, the augment suite's floor
@@ -88,12 +129,42 @@ def _settings(doc: dict[str, Any]) -> dict[str, Any]:
 def setup_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """``"name old → new"`` for each plain setting (a number, text, a flag) in which two
     runs of a suite differ: 128 images against 1,024, another batch size, one round
-    against two, 50,000 rows against 250,000. Their ratios are then not like for like."""
+    against two, 50,000 rows against 250,000. Their ratios are then not like for like.
+
+    Settings kept as a mapping are compared entry by entry: a tuning sweep's starting point
+    (``start.batch_size 32 → 64``) and its knobs (``values: num_workers, batch_size →
+    pin_memory`` when other knobs were swept, ``values.batch_size [32, 64] → [64, 128]``
+    when a knob tried other values); the storage suite's ``remote`` latency and bandwidth.
+
+    Example:
+        >>> setup_differences({"setup": {"start": {"batch_size": 32}, "values": {"num_workers": [0, 2]}}},
+        ...                   {"setup": {"start": {"batch_size": 64}, "values": {"pin_memory": [False, True]}}})
+        ['start.batch_size 32 → 64', 'values: num_workers → pin_memory']
+    """
     before, after = _settings(old), _settings(new)
     plain = (int, float, str, bool)
-    return [f"{k} {before.get(k)} → {after.get(k)}" for k in sorted(before.keys() | after.keys())
-            if k not in _SETUP_IGNORED and before.get(k) != after.get(k)
-            and isinstance(before.get(k, 0), plain) and isinstance(after.get(k, 0), plain)]
+    out = []
+    for k in sorted(before.keys() | after.keys()):
+        a, b = before.get(k), after.get(k)
+        if k in _SETUP_IGNORED or a == b:
+            continue
+        if isinstance(a, dict) or isinstance(b, dict):
+            out.extend(_mapping_differences(k, a if isinstance(a, dict) else {}, b if isinstance(b, dict) else {}))
+        elif isinstance(before.get(k, 0), plain) and isinstance(after.get(k, 0), plain):
+            out.append(f"{k} {a} → {b}")
+    return out
+
+
+def _mapping_differences(name: str, a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """How two runs' mapping setting ``name`` differs: its keys, then each shared entry."""
+    out = []
+    if a.keys() != b.keys():
+        def keys(d: dict[str, Any]) -> str:
+            return ", ".join(map(str, d)) or "none"
+
+        out.append(f"{name}: {keys(a)} → {keys(b)}")
+    out.extend(f"{name}.{k} {a[k]} → {b[k]}" for k in a if k in b and a[k] != b[k])
+    return out
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -123,16 +194,24 @@ def run(args: argparse.Namespace) -> int:
     new = load_results([args.new])
     old = load_results([args.old], like=new)
     rows = compare_results(old, new, threshold=args.threshold)
-    if not any(r["change"] is not None for r in rows):
+    if not any(r["change"] is not None and r["flag"] != "info" for r in rows):
         print(f"Nothing to compare: the old run ({', '.join(sorted(old)) or 'no suite'}) and the new run "
               f"({', '.join(sorted(new)) or 'no suite'}) have no suite and pipeline with a ratio in common.")
+        for reason in nothing_in_common(old, new):
+            print(f"- {reason}")
         return 1
     for row in rows:
         row["shown"] = f"{row['change']:+.1f} %" if row["change"] is not None else "—"
-        row["flag"] = {"slower": "**▼ slower**", "faster": "▲ faster"}.get(row["flag"], row["flag"])
+        row["flag"] = {"slower": "**▼ slower**", "faster": "▲ faster", "info": "info (not judged)"}.get(
+            row["flag"], row["flag"])
     print(f"Ratio to each run's own baseline, old → new; flagged beyond ±{args.threshold:g} %.\n")
     print(markdown_table(rows, [("suite", "suite"), ("pipeline", "pipeline"), ("old", "old ×"), ("new", "new ×"),
                                 ("shown", "change"), ("flag", "flag")]))
+    if any(r["flag"] == "info (not judged)" for r in rows):
+        print("\nRows marked info are shown, not judged: a tuning sweep's gain over its own starting point says "
+              "how much tuning paid, not how fast the kit is, and its best configuration's images/s is an absolute "
+              "rate, which moves with the machine's load; the kit loaders' ratios to the best configuration are "
+              "judged.")
     missing = sorted(old.keys() - new.keys() - RETIRED_SUITES.keys())
     if missing:
         print(f"\n{len(missing)} suite(s) of the old run have no result in the new one (failed or not run): "
@@ -158,5 +237,71 @@ def run(args: argparse.Namespace) -> int:
     gone = [r for r in rows if r["flag"] == "gone"]
     if gone:
         print(f"\n{len(gone)} pipeline(s) of the old run have no ratio in the new one (failed or not run): "
-              + ", ".join(f"{r['suite']} {r['pipeline']}" for r in gone))
+              + ", ".join(f"{r['suite']} {r['pipeline']}{_why_missing(new[r['suite']], r['pipeline'])}"
+                          for r in gone))
     return 1 if dropped or gone or missing else 0
+
+
+def _why_missing(doc: dict[str, Any], pipeline: str) -> str:
+    """`` (not run here: no CUDA GPU)`` or `` (failed: ...)`` for a pipeline a run has no
+    ratio for, where its document says; else ``""``."""
+    skipped = doc.get("skipped")
+    if isinstance(skipped, dict) and pipeline in skipped:
+        return f" (not run on that machine: {skipped[pipeline]})"
+    row = next((r for r in doc.get("rows", []) if isinstance(r, dict) and r.get("name") == pipeline), None)
+    if row is not None and row.get("error"):
+        return f" (failed: {str(row['error']).strip().splitlines()[-1][:120]})"
+    return ""
+
+
+def _names(names: list[str], most: int = 6) -> str:
+    shown = ", ".join(names[:most])
+    return shown + (f" and {len(names) - most} more" if len(names) > most else "")
+
+
+def nothing_in_common(old: dict[str, dict[str, Any]], new: dict[str, dict[str, Any]]) -> list[str]:
+    """Why two runs have no ratio in common, one line per reason: the suites on one side
+    only, and for each shared suite the pipelines or rows each run alone has (a run where
+    only the baseline ran; tables of other sizes), what the new run's file says it did not
+    run, and the settings in which the two runs differ.
+
+    Example:
+        >>> old = {"images-train": {"suite": "images-train", "rows": [
+        ...     {"name": "torch-pil", "ratio": 1.0}, {"name": "dali-cpu", "ratio": 2.5}]}}
+        >>> new = {"images-train": {"suite": "images-train", "rows": [{"name": "torch-pil", "ratio": 1.0}],
+        ...        "skipped": {"dali-gpu": "no CUDA GPU"}}}
+        >>> nothing_in_common(old, new)[0]
+        'images-train: the new run has no pipeline with a ratio (only in the old run: dali-cpu); \
+the new run did not run dali-gpu (no CUDA GPU)'
+    """
+    reasons = []
+    if old.keys() - new.keys():
+        reasons.append(f"suite(s) only in the old run: {', '.join(sorted(old.keys() - new.keys()))}")
+    if new.keys() - old.keys():
+        reasons.append(f"suite(s) only in the new run: {', '.join(sorted(new.keys() - old.keys()))}")
+    for suite in sorted(old.keys() & new.keys()):
+        judged = {}
+        for side, doc in (("old", old[suite]), ("new", new[suite])):
+            judged[side] = [n for n in compared_values(doc) if not _is_reference(n)
+                            and not is_informational(suite, n)]
+        only_old = [n for n in judged["old"] if n not in judged["new"]]
+        only_new = [n for n in judged["new"] if n not in judged["old"]]
+        empty = [side for side in ("old", "new") if not judged[side]]
+        what = ("neither run has a pipeline with a ratio" if len(empty) == 2
+                else f"the {empty[0]} run has no pipeline with a ratio" if empty
+                else "no pipeline or row in common")
+        only = [f"only in the {side} run: {_names(names)}" for side, names in (("old", only_old), ("new", only_new))
+                if names]
+        line = f"{suite}: {what}" + (f" ({'; '.join(only)})" if only else "")
+        for side, doc in (("old", old[suite]), ("new", new[suite])):
+            skipped = doc.get("skipped")
+            if isinstance(skipped, dict) and skipped:
+                line += f"; the {side} run did not run " + ", ".join(f"{n} ({why})" for n, why in skipped.items())
+            failed = [r["name"] for r in doc.get("rows", []) if isinstance(r, dict) and r.get("error")]
+            if failed:
+                line += f"; failed in the {side} run: {', '.join(failed)}"
+        differences = setup_differences(old[suite], new[suite])
+        if differences:
+            line += f"; the runs' settings differ: {', '.join(differences)}"
+        reasons.append(line)
+    return reasons

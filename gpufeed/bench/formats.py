@@ -30,7 +30,7 @@ from gpufeed.bench.harness import (
     run_isolated,
     write_results,
 )
-from gpufeed.progress import stage
+from gpufeed.progress import counted, stage
 
 _EXT = {"csv": ".csv", "parquet": ".parquet", "feather": ".feather", "pickle": ".pkl", "hdf5": ".h5",
         "json": ".jsonl", "csv-pandas": ".csv"}
@@ -277,8 +277,8 @@ def run(args: argparse.Namespace) -> int:
         ("format", "format"), ("write_s", "write s"), ("write_x", "write × CSV speed"), ("read_s", "read s"),
         ("read_x", "read × CSV speed"), ("mb_disk", "MB on disk"), ("size_x", "size / CSV"),
         ("mb_ram", "MB in RAM"), ("ram_x", "RAM / CSV"), ("check", "round trip")])
-    summary = (f"Table: {dataset}; backend {args.backend}; median of {args.repeats} repeats after "
-               f"{args.warmup} warm-up, each format in its own process. Speed ratios > 1 mean faster than CSV "
+    summary = (f"Table: {dataset}; backend {args.backend}; median of {counted(args.repeats, 'repeat')} after "
+               f"{counted(args.warmup, 'warm-up')}, each format in its own process. Speed ratios > 1 mean faster than CSV "
                "(the kit's multi-threaded Arrow CSV reader; `csv-pandas` is the same file read by "
                "`pandas.read_csv`).\n\n"
                f"{table}\n\n## Recommendation\n\n{recommend(rows)}")

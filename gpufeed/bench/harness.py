@@ -29,6 +29,7 @@ from gpufeed.machine import (
     usable_cpus,
     version_of,
 )
+from gpufeed.progress import counted
 
 #: Where results go unless ``--out`` says otherwise: a folder in the current working
 #: directory, never inside the installed package (``make bench`` passes ``bench/results``).
@@ -122,7 +123,7 @@ def round_ratios(row: dict[str, Any], over: dict[str, Any]) -> list[float]:
 
 def rounds_text(rounds: int, repeats: int) -> str:
     """How a suite run in rounds timed each contender, for its report."""
-    each = f"median of {repeats} timed epochs after one untimed epoch"
+    each = f"median of {counted(repeats, 'timed epoch')} after one untimed epoch"
     if rounds == 1:
         return each
     return (f"{rounds} rounds, each contender in a fresh process per round, taking turns; per round {each}; "

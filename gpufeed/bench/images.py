@@ -30,7 +30,7 @@ from gpufeed.bench.harness import (
     spread,
     write_results,
 )
-from gpufeed.progress import stage
+from gpufeed.progress import counted, stage
 
 BASELINE = "torch-pil"
 #: Every pipeline the suite knows, and what it is (printed under the table).
@@ -52,6 +52,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_loader_arguments(parser, "pipeline")
     parser.add_argument("--only", nargs="*", choices=sorted(PIPELINES), metavar="PIPELINE",
                         help=f"run only these pipelines (the baseline always runs): {', '.join(PIPELINES)}")
+
+
+def unavailable_pipelines(*, dali: bool, cuda: bool) -> dict[str, str]:
+    """The pipelines of :data:`PIPELINES` this machine cannot run, and why.
+
+    Args:
+        dali: whether NVIDIA DALI is installed.
+        cuda: whether a CUDA GPU is usable.
+
+    Example:
+        >>> unavailable_pipelines(dali=True, cuda=False)
+        {'dali-gpu': 'no CUDA GPU', 'torch-gpu': 'no CUDA GPU'}
+    """
+    no_dali = 'DALI is not installed: pip install -e ".[dali-cpu]", or ".[cuda13]" for the GPU'
+    out = {}
+    if not dali:
+        out["dali-cpu"] = no_dali
+    if not (dali and cuda):
+        out["dali-gpu"] = "no CUDA GPU" if dali else (no_dali if cuda else f"no CUDA GPU, and {no_dali}")
+    if not cuda:
+        out["torch-gpu"] = "no CUDA GPU"
+    return out
 
 
 def baseline_dataset(root: str | os.PathLike[str], *, train: bool, size: int) -> Any:
@@ -228,24 +250,27 @@ def run(args: argparse.Namespace) -> int:
     from gpufeed.datasets.images import default_image_dataset
     from gpufeed.machine import cuda_available, usable_cpus
 
+    unavailable = unavailable_pipelines(dali=dali_installed(), cuda=cuda_available())
+    refused = [n for n in dict.fromkeys(args.only or []) if n in unavailable]
+    if refused:  # before generating or scanning anything: a baseline-only run is no answer
+        raise ValueError("; ".join(f"--only {n}: cannot run on this machine ({unavailable[n]})" for n in refused)
+                         + ": leave it out of --only (the baseline always runs, and alone it compares nothing)")
     root = Path(args.data) if args.data else default_image_dataset(args.images)
     samples = clean_image_tree(root)
     files = len(samples)
     sizes = [os.path.getsize(p) for p in samples.paths]
     device = str(resolve_device(args.device))
     workers = args.workers or usable_cpus()
-    names = ["decode-only", BASELINE, "torch-cpu"]
-    if dali_installed():
-        names.append("dali-cpu")
-        if cuda_available():
-            names.append("dali-gpu")
-    if cuda_available():
-        names.append("torch-gpu")
+    names = [n for n in PIPELINES if n not in unavailable]
     if args.only:
         names = [n for n in names if n in args.only or n == BASELINE]
-    print(f"gpufeed bench images: {files} files ({sum(sizes) / files / 1024:.0f} KiB mean) in "
-          f"{len(samples.classes)} classes at {root}; {args.mode}, batch {args.batch_size}, "
-          f"{args.size}px, {workers} workers/threads each, output float32 NCHW on {device}")
+    # What this machine could not run: in the report and the JSON, so that a comparison with a
+    # run that had them says why they are missing rather than that they failed.
+    skipped = {} if args.only else unavailable
+    each = f"{counted(workers, 'worker/thread', 'workers/threads')} each"
+    print(f"gpufeed bench images: {counted(files, 'file')} ({sum(sizes) / files / 1024:.0f} KiB mean) in "
+          f"{counted(len(samples.classes), 'class', 'classes')} at {root}; {args.mode}, batch {args.batch_size}, "
+          f"{args.size}px, {each}, output float32 NCHW on {device}")
     rounds: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
     for turn in range(1, args.rounds + 1):  # pipelines take turns, round after round
         for name in names:
@@ -275,6 +300,8 @@ def run(args: argparse.Namespace) -> int:
     ])
     legend = "\n".join(f"- `{r['name']}`: {PIPELINES[r['name']]}" for r in rows)
     table = f"{table}\n\n{legend}"
+    if skipped:
+        table += "\n\nNot run on this machine: " + "; ".join(f"`{n}` ({why})" for n, why in skipped.items())
     print(table)
     setup = {
         "data": str(root), "files": files, "classes": len(samples.classes),
@@ -284,10 +311,11 @@ def run(args: argparse.Namespace) -> int:
                     f"num_workers={workers}, persistent_workers, prefetch_factor=4, pin_memory on CUDA)",
     }
     summary = (
-        f"{args.mode}, {files} images ({setup['mean_file_kib']:.0f} KiB mean), batch {args.batch_size}, "
-        f"{args.size}px, {workers} workers/threads each, float32 normalised NCHW on {device}; "
+        f"{args.mode}, {counted(files, 'image')} ({setup['mean_file_kib']:.0f} KiB mean), batch {args.batch_size}, "
+        f"{args.size}px, {each}, float32 normalised NCHW on {device}; "
         f"{rounds_text(args.rounds, args.repeats)}.\n\n{table}"
     )
-    json_path, md_path = write_results(f"images-{args.mode}", {"setup": setup, "rows": rows}, summary, args.out)
+    json_path, md_path = write_results(f"images-{args.mode}", {"setup": setup, "rows": rows, "skipped": skipped},
+                                       summary, args.out)
     print(results_line(json_path))  # the JSON, the Markdown and the figures
     return 0 if all(r["verdict"] == "ok" for r in rows) else 1

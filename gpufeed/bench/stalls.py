@@ -25,6 +25,7 @@ from gpufeed.bench.harness import (
     run_isolated,
     write_results,
 )
+from gpufeed.progress import counted, stage
 
 #: The baseline every other loader's training rate is divided by.
 BASELINE = "pil"
@@ -97,10 +98,10 @@ def run(args: argparse.Namespace) -> int:
                "workers": workers, "steps": args.steps, "warmup": args.warmup}
     rows: list[dict[str, Any]] = []
     for name in names:
-        print(f"  training {args.model} fed by the {name} loader ...", flush=True)
+        stage(f"[stalls] training {args.model} fed by the {name} loader ...")
         row = run_isolated(_train_metered, name, str(root), **measure)
         if "error" in row:
-            print(f"    {name} failed: {row['error'].splitlines()[-1]}")
+            stage(f"[stalls] {name} failed: {row['error'].splitlines()[-1]}")
             row = {"name": name, "error": row["error"]}
         rows.append(row)
     base = next((r for r in rows if r["name"] == BASELINE and "error" not in r), None)
@@ -120,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
         [("name", "loader"), ("stall", "waiting for data"), ("rate", "training images/s"),
          ("x", f"× {BASELINE}")])
     title = f"Input stall per loader: {args.model} on {device}, batch {args.batch_size}, {args.size}px"
-    summary = (f"{title}; {args.steps} steps after {args.warmup} warm-up per loader, each in its own "
+    summary = (f"{title}; {counted(args.steps, 'step')} after {args.warmup} warm-up per loader, each in its own "
                f"process; data {root}.\n\n{table}\n\nThe stall is the share of each step's time spent "
                "waiting for the next batch (StallMeter); a loader that keeps up with the model reads ~0 %.")
     print(f"\n{summary}")

@@ -51,7 +51,7 @@ from gpufeed.bench.tabular_ops import (
     timed,
 )
 from gpufeed.machine import cuda_available, installed, usable_cpus
-from gpufeed.progress import stage
+from gpufeed.progress import counted, stage
 
 #: Peak RSS per row of one recipe process (the table, the reader's buffers while loading,
 #: the output and the temporaries), measured at 10M rows plus ~7%: the 99-column sensor
@@ -325,7 +325,7 @@ def _table_name(table: str | OwnTable) -> str:
 
 def _repeats(args: argparse.Namespace) -> str:
     """How each figure was timed, for the report."""
-    return (f"median of at least {args.repeats} repeats and at least {args.min_seconds:g} s of them, "
+    return (f"median of at least {counted(args.repeats, 'repeat')} and at least {args.min_seconds:g} s of them, "
             f"after {args.warmup} warm-up")
 
 

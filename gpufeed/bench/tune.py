@@ -37,7 +37,7 @@ from gpufeed.bench.harness import (
     run_isolated,
     write_results,
 )
-from gpufeed.progress import stage
+from gpufeed.progress import counted, stage
 
 #: The knobs swept, in sweep order.
 KNOBS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor", "batch_size")
@@ -408,7 +408,8 @@ def run(args: argparse.Namespace) -> int:
         values = {k: v for k, v in values.items() if k in _KIT_KNOBS}
         backends = [b for b in backends if b != "torch"]  # the torch backend is the sweep itself
     print(f"gpufeed tune: {root}, {args.mode}, {args.size}px, output float32 NCHW on {device}, {cores} cores; "
-          f"{len({c for _, _, c in sweep_plan(start, values)})} configurations, {args.time_per_config:g} s each "
+          f"{counted(len({c for _, _, c in sweep_plan(start, values)}), 'configuration')}, "
+          f"{args.time_per_config:g} s each "
           "after a warm-up epoch", flush=True)
     sweep, rate, gains, noise = _sweep(args, start, values, root, device)
     if not any(rate.values()):  # nothing to recommend: say why instead of printing code
@@ -460,9 +461,9 @@ def run(args: argparse.Namespace) -> int:
                             [("loader", "loader"), ("rate", "images/s"), ("vs_best", f"× best {swept}"),
                              ("vs_start", "× start"), ("check", "check")])
     images = next((r["images"] for r in sweep if r.get("images")), None)
-    counted = f"{images:,} images" if images else f"at most {args.max_images:,} images"
+    shown = f"{images:,} images" if images else f"at most {args.max_images:,} images"
     summary = (
-        f"{args.mode}, {root} ({counted}), {args.size}px, float32 normalised NCHW on "
+        f"{args.mode}, {root} ({shown}), {args.size}px, float32 normalised NCHW on "
         f"{device}, {cores} cores. Start: {start.normalised().label()}; one knob at a time, then every knob's "
         f"best together; each configuration in its own process, a warm-up epoch then whole epochs for "
         f"{args.time_per_config:g} s.\n\n## Sweep\n\n{sweep_md}\n\n## Gain of each knob (its best value vs the "

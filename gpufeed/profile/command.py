@@ -27,6 +27,10 @@ def _loader_alone(name: str, root: str, batch_size: int, size: int, device: str,
     return {"name": built.name, "samples_per_s": report.samples_per_s}
 
 
+#: Why the pil loader is left out of the comparison on shards and raw caches (the report says so).
+PIL_NOT_ON_SHARDS = "an ImageFolder baseline, not run on shards"
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``gpufeed stall`` with parsed ``args``; returns the exit status."""
     from gpufeed.backends import resolve_device
@@ -34,9 +38,10 @@ def run(args: argparse.Namespace) -> int:
     from gpufeed.datasets.images import default_image_dataset
     from gpufeed.datasets.shards import is_shard_spec
     from gpufeed.machine import usable_cpus
-    from gpufeed.profile.loaders import build_loader, comparable_loaders
+    from gpufeed.profile.loaders import build_loader, comparable_loaders, shards_or_raw
     from gpufeed.profile.models import TrainStep, build_model
     from gpufeed.profile.whatif import what_if
+    from gpufeed.progress import counted, stage
 
     out = Path(args.out).resolve()  # not inside the package: arguments.results_folder
     try:
@@ -48,6 +53,17 @@ def run(args: argparse.Namespace) -> int:
         raise FileNotFoundError(f"--data {root}: no such folder, and no shard file or pattern")
     workers = usable_cpus() if args.workers is None else args.workers
     compare = comparable_loaders() if args.compare is None else [n for n in args.compare if n != "none"]
+    left_out: dict[str, str] = {}
+    kind = shards_or_raw(root)
+    if kind is not None:  # the pil baseline is torchvision's ImageFolder: it reads class folders only
+        for option, asked, instead in (("--loader", [args.loader], "use --loader torch, dali or auto"),
+                                       ("--compare", args.compare or [], "leave pil out of --compare")):
+            if "pil" in asked:
+                raise ValueError(f"{option} pil: the pil loader (torchvision ImageFolder + DataLoader) needs an "
+                                 f"ImageFolder tree (root/<class>/<image>); --data {root} is {kind}: {instead}")
+        if "pil" in compare:
+            compare = [n for n in compare if n != "pil"]
+            left_out["pil"] = PIL_NOT_ON_SHARDS
     measure = {"batch_size": args.batch_size, "size": args.size, "device": str(device), "workers": workers,
                "steps": args.steps, "warmup": args.warmup}
     built = build_loader(args.loader, root, batch_size=args.batch_size, size=args.size, device=device,
@@ -55,15 +71,16 @@ def run(args: argparse.Namespace) -> int:
     # The others first, each alone in a fresh process, before this one starts its workers.
     alternatives: dict[str, float] = {}
     for name in (n for n in compare if n != built.name):
-        print(f"  measuring the {name} loader alone ...", flush=True)
+        stage(f"[stall] measuring the {name} loader alone ...")
         row = run_isolated(_loader_alone, name, str(root), **measure)
         if "error" in row:
-            print(f"    {name} failed: {row['error'].splitlines()[0]}")
+            stage(f"[stall] {name} failed: {row['error'].splitlines()[0]}")
         else:
             alternatives[name] = row["samples_per_s"]
     model = build_model(args.model, built.classes, device)
     print(f"gpufeed stall: {args.model} ({built.classes} classes) on {device}, loader {built.description}, "
-          f"batch {args.batch_size}, {args.size}px, {args.steps} steps after {args.warmup} warm-up, data {root}",
+          f"batch {args.batch_size}, {args.size}px, {counted(args.steps, 'step')} after {args.warmup} warm-up, "
+          f"data {root}",
           flush=True)
     try:
         result = what_if(TrainStep(model, device), built.loader, steps=args.steps, warmup=args.warmup,
@@ -79,9 +96,10 @@ def run(args: argparse.Namespace) -> int:
                            f"read: {last.removeprefix('OSError: ')}; it cannot skip one: --loader torch or dali "
                            "skip unreadable images and report them") from None
     text = f"{result.actual.to_text()}\n\n{result.to_text()}"
+    text += "".join(f"\n  {name}: {why}" for name, why in left_out.items())
     print(text)
     setup = {"data": str(root), "model": args.model, "classes": built.classes, "loader": built.description,
-             **measure, "compared": compare}
+             **measure, "compared": compare, "not_compared": left_out}
     suite = f"stall-{args.model}-{built.name}"
     title = (f"{args.model} on {device}, {built.name} loader: stall {result.actual.stall_pct:.1f} % "
              f"({result.verdict.split(':')[0]})")

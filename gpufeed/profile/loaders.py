@@ -38,6 +38,24 @@ def comparable_loaders() -> list[str]:
     return ["torch", *(["dali"] if dali_installed() else []), "pil"]
 
 
+def shards_or_raw(root: str | os.PathLike[str]) -> str | None:
+    """What ``root`` is when it is no ImageFolder tree the pil loader could read:
+    ``"WebDataset/TFRecord shards"`` (a pattern, a shard file, a folder of shards),
+    ``"a raw cache"`` or ``"converted shards"`` (a folder ``gpufeed convert`` wrote); None
+    for a folder of class folders.
+
+    Example:
+        >>> shards_or_raw("data/train-{000000..000003}.tar")
+        'WebDataset/TFRecord shards'
+    """
+    from gpufeed.datasets.shards import converted_format, is_shard_spec
+
+    converted = converted_format(root)
+    if converted is not None:
+        return "a raw cache (gpufeed convert)" if converted == "raw" else f"{converted} shards (gpufeed convert)"
+    return "WebDataset/TFRecord shards" if is_shard_spec(os.fspath(root)) else None
+
+
 def build_loader(name: str, root: str | os.PathLike[str], *, batch_size: int, size: int,
                  device: torch.device, workers: int, train: bool = True) -> BuiltLoader:
     """Build loader ``name`` over ``root``, float32 normalised NCHW.
@@ -65,9 +83,10 @@ def build_loader(name: str, root: str | os.PathLike[str], *, batch_size: int, si
     if name == "pil":
         from gpufeed.bench.images import baseline_dataset, baseline_loader
 
-        if not os.path.isdir(root):
+        kind = shards_or_raw(root)
+        if kind is not None or not os.path.isdir(root):
             raise ValueError(f"the pil loader (torchvision ImageFolder) reads a folder of class folders, not "
-                             f"{root}: use the torch, dali or auto loader for shards")
+                             f"{root}{f' ({kind})' if kind else ''}: use the torch, dali or auto loader for shards")
         loader = baseline_loader(baseline_dataset(root, train=train, size=size), train=train,
                                  batch_size=batch_size, num_workers=workers,
                                  pin_memory=torch.device(device).type == "cuda")

@@ -142,10 +142,12 @@ class StallReport:
 
     def to_text(self) -> str:
         """A short human-readable report (stall %, throughput, per-step times)."""
+        from gpufeed.progress import counted
+
         d = self.as_dict()
         total = d["seconds"]
         lines = [
-            f"stall report: {d['steps']} steps ({d['warmup_steps']} warm-up steps left out), "
+            f"stall report: {counted(d['steps'], 'step')} ({counted(d['warmup_steps'], 'warm-up step')} left out), "
             f"{d['samples']} {self.unit}, {total:.2f} s",
             f"  waiting for data  {d['wait_s']:8.2f} s  {self.stall_pct:5.1f} %   <- the stall",
             f"  in the step       {d['step_s']:8.2f} s  {100 - self.stall_pct:5.1f} %",

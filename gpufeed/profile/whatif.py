@@ -250,6 +250,8 @@ class WhatIf:
 
     def to_text(self) -> str:
         """The three rates, the loaders alone, the verdict and the advice."""
+        from gpufeed.progress import counted
+
         unit = self.actual.unit
         alone = ", ".join(f"{n} {r:,.1f}" + (" (above)" if n == self.loader else "")
                           for n, r in sorted(self.loaders_alone.items(), key=lambda kv: -kv[1]))
@@ -257,7 +259,7 @@ class WhatIf:
                 (f"loader alone ({self.loader}, no model)", self.loader_rate, ""),
                 ("together (the actual loop)", self.actual.samples_per_s,
                  f"   stall {self.actual.stall_pct:.1f} %")]
-        lines = [f"what-if ({self.steps} steps each after {self.warmup} warm-up):"]
+        lines = [f"what-if ({counted(self.steps, 'step')} each after {self.warmup} warm-up):"]
         lines += [f"  {label:<52}{rate:12,.1f} {unit}/s{extra}" for label, rate, extra in rows]
         if alone:
             lines.append(f"  loaders alone on this machine ({unit}/s): {alone}")
