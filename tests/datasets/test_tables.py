@@ -1071,5 +1071,9 @@ def test_text_codes_written_by_the_kit_read_back_as_text(tmp_path, backend):
         back = to_backend(read_table(path, backend=reader_backend), "pandas")
         assert back["grade"].tolist()[:2] == ["9", "10"] and back["grade"].isna().tolist() == [False, False, True, False]
         assert back["n"].isna().tolist() == [False, False, True, False]
+    # Text that reads as no number is quoted only where a value needs it, as pandas writes it.
+    plain = write_table(to_backend(pd.DataFrame({"city": ["Oslo", "Lima, Peru"], "n": [1, 2]}), backend),
+                        tmp_path / "plain.csv")
+    assert plain.read_text().splitlines() == ["city,n", "Oslo,1", '"Lima, Peru",2']
     one = write_table(to_backend(pd.DataFrame({"grade": ["9", "10", "K"]}), backend), tmp_path / "one.csv")
     assert to_backend(read_table(one), "pandas")["grade"].tolist() == pd.read_csv(one, dtype=str)["grade"].tolist()

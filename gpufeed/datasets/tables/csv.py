@@ -103,15 +103,33 @@ def _arrow_read_options(encoding: str, skiprows: int, size: int | None, block: i
                              block_size=block + (size or 0), **names)
 
 
-def _parse_options(sep: str, handler: Callable[[Any], str]) -> Any:
-    """Arrow's parse options. ``newlines_in_values``: a quoted field may hold line breaks
-    (a comment, an address), as every CSV reader allows. Without it Arrow cut the file into
-    blocks at any line break, one inside quotes too: a file over a block (1 MiB) of such
-    fields lost rows as "malformed" or failed with "parser got out of sync" (about 10 %
-    slower to parse: flights.csv, 31 MB, 60 -> 66 ms)."""
+def _parse_options(sep: str, handler: Callable[[Any], str], quoted: bool = True) -> Any:
+    """Arrow's parse options. ``newlines_in_values`` (where the file may quote, ``quoted``):
+    a quoted field may hold line breaks (a comment, an address), as every CSV reader
+    allows. Without it Arrow cuts the file into blocks at any line break, one inside quotes
+    too: a file over a block (1 MiB) of such fields lost rows as "malformed", failed with
+    "parser got out of sync", or (one column) came back with other values and no error.
+    It costs 20-30 % of Arrow's parse (a 1M-row, 165 MB table: 240 -> 300 ms), so a file
+    without a quote character is read without it (:func:`_may_quote`)."""
     import pyarrow.csv as pacsv
 
-    return pacsv.ParseOptions(delimiter=sep, newlines_in_values=True, invalid_row_handler=handler)
+    return pacsv.ParseOptions(delimiter=sep, newlines_in_values=quoted, invalid_row_handler=handler)
+
+
+def _may_quote(path: Path) -> bool:
+    """Whether the file may hold a quoted field (so a quoted line break): False only for an
+    uncompressed file without a ``"`` byte. A memchr scan of the mapped file (165 MB: about
+    28 ms, ending at the first quote where there is one) against the 60 ms that quote-aware
+    parsing costs there."""
+    import mmap
+
+    if compression_of(path) is not None:
+        return True
+    try:
+        with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+            return mapped.find(b'"') != -1
+    except (OSError, ValueError):  # an empty file (nothing to map), a pipe: parse quote-aware
+        return True
 
 
 def _outgrows_block(exc: Exception, path: Path, block: int) -> bool:
@@ -292,12 +310,13 @@ def _read_csv_arrow(
     # Decompressed as the file's first bytes say (.csv.gz, .csv.zip, ... or a compressed
     # file under another name), never parsed as text while compressed.
     block = _BLOCK_SIZE
+    quoted = _may_quote(path)
     try:
         while True:
             try:
                 with open_decompressed(path, arrow=True) as source:
                     table = pacsv.read_csv(source, read_options=read_options, convert_options=convert_options,
-                                           parse_options=_parse_options(sep, handler))
+                                           parse_options=_parse_options(sep, handler, quoted))
                 break
             except ArrowInvalid as exc:
                 # A line or a quoted field longer than the block: read again with blocks
@@ -376,7 +395,7 @@ def _read_csv_arrow(
         start = _header_end(path, sep, encoding, skiprows) if header else skiprows
         return _arrow_read_options(encoding, start, _skipped_size(path, encoding, start), block, column_names=names)
 
-    table = _unsigned_ids(table, path, again, convert_options, sep, typed={name for name, _ in dtypes})
+    table = _unsigned_ids(table, path, again, convert_options, sep, typed={name for name, _ in dtypes}, quoted=quoted)
     if bad:
         bad = sorted(_locate_lines(path, bad, encoding, skiprows), key=lambda b: (b[0] is None, b[0] or 0))
         shown = "; ".join(f"line {n}: {t[:80]!r}" for n, t in bad[:MAX_LINES_IN_MESSAGE])
@@ -423,12 +442,13 @@ def _header_names(names: list[str]) -> list[str]:
 
 
 def _unsigned_ids(table: Any, path: Path, read_options: Callable[[], Any], convert_options: Any, sep: str,
-                  typed: set[str] = frozenset()) -> Any:
+                  typed: set[str] = frozenset(), quoted: bool = True) -> Any:
     """``table`` with its whole-number columns beyond int64 read again exactly: up to
     2**64 - 1 (64-bit hashes, unsigned ids) as uint64, beyond that as their text.
 
     ``read_options()``: the read options of the data rows alone, under ``table``'s names
-    (made only when a column is read again: finding the header's end reads the file).
+    (made only when a column is read again: finding the header's end reads the file);
+    ``quoted``: whether the file may quote (:func:`_may_quote`).
 
     Arrow's CSV type inference knows no uint64 and no wider integer: such a column came
     back float64, every value rounded to 53 bits, silently (pandas keeps the wider ones as
@@ -462,7 +482,7 @@ def _unsigned_ids(table: Any, path: Path, read_options: Callable[[], Any], conve
         try:  # the same rows: malformed lines were counted by the first read and are skipped again
             with open_decompressed(path, arrow=True) as source:
                 return pacsv.read_csv(source, read_options=again, convert_options=options,
-                                      parse_options=_parse_options(sep, lambda _: "skip"))
+                                      parse_options=_parse_options(sep, lambda _: "skip", quoted))
         except pa.ArrowInvalid:
             return None  # fractions or other values beside the big ones: floats they are
 
@@ -755,26 +775,66 @@ def _header_line(names: Sequence[Any], sep: str) -> str:
     return line.getvalue()
 
 
+def _numbers_in_text_pandas(df: Any) -> bool:
+    """Whether a text column of ``df`` (pandas) holds a value the reader takes for a number
+    (``"9"``, ``"1e5"``): one regex pass in Arrow per text column. A column it cannot hand
+    to Arrow (an object column of mixed values) counts as one."""
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    for _, column in df.items():
+        if isinstance(column.dtype, pd.CategoricalDtype):
+            column = pd.Series(column.cat.categories)
+        if not (pd.api.types.is_string_dtype(column.dtype) or column.dtype == object):
+            continue
+        try:
+            values = pa.array(column, from_pandas=True)
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            return True
+        if (pa.types.is_string(values.type) or pa.types.is_large_string(values.type)) and \
+                pc.any(pc.match_substring_regex(values, _NUMBER)).as_py():
+            return True
+    return False
+
+
+def _numbers_in_text_polars(df: Any) -> bool:
+    """:func:`_numbers_in_text_pandas` for a polars frame."""
+    import polars as pl
+
+    texts = [c for c, t in df.schema.items() if t == pl.String or isinstance(t, (pl.Categorical, pl.Enum))]
+    if not texts:
+        return False
+    found = df.select(pl.col(c).cast(pl.String).str.contains(_NUMBER).any() for c in texts)
+    return any(found.row(0))
+
+
 def _write_csv(df: Frame, path: Path, options: WriteOptions) -> None:
     """No index column (write_table made an index that holds data a column); compressed
-    as the suffix says (:func:`open_compressed`), as every backend writes it. Text is
-    quoted, numbers are not: a text column of codes (``"9"``, ``"10"``, ``"K"``) then
-    reads back as text (:func:`_written_as_text`), where unquoted it was refused as a
-    numeric column with a word in it."""
+    as the suffix says (:func:`open_compressed`), as every backend writes it.
+
+    Where a text column holds a value that reads as a number (codes ``"9"``, ``"10"``,
+    ``"K"``), every text value is quoted and no number is, so the column reads back as
+    text (:func:`_written_as_text`); unquoted it was refused as a numeric column with a
+    word in it. Other tables are quoted only where a value needs it, as pandas writes
+    them: quoting every text value made a 1M-row table 10 % larger and pandas' reading
+    of it 20 % slower."""
+    quoting = csv.QUOTE_NONNUMERIC if _numbers_in_text_pandas(df) else csv.QUOTE_MINIMAL
     with open_compressed(path) as fh, io.TextIOWrapper(fh, encoding="utf-8", newline="") as text:
         text.write(_header_line(df.columns, options.sep))
-        _durations_as_text_pandas(df).to_csv(text, index=False, header=False, sep=options.sep,
-                                             quoting=csv.QUOTE_NONNUMERIC)
+        _durations_as_text_pandas(df).to_csv(text, index=False, header=False, sep=options.sep, quoting=quoting)
 
 
 def _write_csv_polars(df: Frame, path: Path, options: WriteOptions) -> None:
     """Compressed as the suffix says (polars itself refuses a ``.gz`` name for plain text
-    and wrote other compressed names as plain text); text quoted, as pandas' writer above.
-    A one-column frame writes a missing value as ``""``, as pandas' writer does: as an
-    empty field it made a blank line, which every CSV reader skips, so the row was lost."""
+    and wrote other compressed names as plain text); text quoted where a text column holds
+    numbers, as pandas' writer above. A one-column frame writes a missing value as ``""``,
+    as pandas' writer does: as an empty field it made a blank line, which every CSV reader
+    skips, so the row was lost."""
+    quote = "non_numeric" if _numbers_in_text_polars(df) else "necessary"
     with open_compressed(path) as fh:
         fh.write(_header_line(df.columns, options.sep).encode("utf-8"))
-        _durations_as_text_polars(df).write_csv(fh, separator=options.sep, quote_style="non_numeric",
+        _durations_as_text_polars(df).write_csv(fh, separator=options.sep, quote_style=quote,
                                                 include_header=False, null_value='""' if df.width == 1 else "")
 
 
