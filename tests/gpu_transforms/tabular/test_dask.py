@@ -58,3 +58,138 @@ def test_cudf_partitions_without_dask_cudf_are_refused_with_the_package_to_insta
     monkeypatch.setattr(dask_module, "choose_dataframe_backend", lambda _: SimpleNamespace(name="cudf"))
     with pytest.raises(ValueError, match="needs dask-cudf: pip install dask-cudf-cu13"):
         read_dask(tmp_path / "t.parquet", backend="cudf")
+
+
+def _uneven(pdf: pd.DataFrame, cuts: list[int]):
+    """A Dask frame of the row ranges ``cuts`` (uneven, some empty), as files or filters give."""
+    import dask.dataframe as dd
+
+    parts = [pdf.iloc[a:b] for a, b in zip(cuts[:-1], cuts[1:], strict=False)]
+    return dd.from_map(lambda p: p, parts, meta=pdf.iloc[:0], enforce_metadata=False)
+
+
+def _sorted_table(n: int = 20_000) -> pd.DataFrame:
+    """Sorted by group, as a time- or key-ordered file is: partitions differ in content."""
+    rng = np.random.default_rng(0)
+    g = np.repeat(["a", "b", "c"], [n // 2, n // 4, n - n // 2 - n // 4])
+    x = np.where(g == "a", rng.normal(0, 1, n), np.where(g == "b", rng.normal(50, 5, n), rng.exponential(200, n)))
+    x[rng.random(n) < 0.05] = np.nan
+    return pd.DataFrame({"g": g, "x": x, "k": rng.integers(0, 3_000, n)})
+
+
+@pytest.mark.parametrize("qs", [(0.01, 0.99), (0.0, 1.0), (0.07, 0.93), (0.25, 0.75)])
+def test_dask_quantile_bounds_equal_pandas_on_uneven_partitions(qs):
+    from gpufeed.gpu_transforms.tabular.dask import quantile_bounds
+
+    pdf = _sorted_table()
+    n = len(pdf)
+    for cuts in ([0, 5, 5, n // 7, n // 3, n - 300, n], [0, n - 5, n], [0, n]):
+        got = quantile_bounds(_uneven(pdf, cuts), ["x", "k"], qs)
+        # Dask's own quantile gave 1% bounds far inside the data here (a 5-row partition).
+        assert got == {c: [float(v) for v in np.quantile(pdf[c].dropna(), qs)] for c in ("x", "k")}
+
+
+def test_dask_quantile_bounds_name_an_empty_column_and_warn_when_approximate():
+    from gpufeed.gpu_transforms.tabular import EmptyTableError
+    from gpufeed.gpu_transforms.tabular.dask import quantile_bounds
+
+    pdf = _sorted_table(2_000).assign(e=np.nan)
+    with pytest.raises(EmptyTableError, match="'e'"):
+        quantile_bounds(to_dask(pdf, 3), ["e"], (0.1, 0.9))
+    with pytest.warns(UserWarning, match="approximate"):
+        quantile_bounds(to_dask(pdf, 3), ["x"], (0.25, 0.75), max_tail=100)
+
+
+def test_clip_quantiles_fitted_on_dask_equal_pandas():
+    from gpufeed.gpu_transforms.tabular import Clip
+
+    pdf = _sorted_table()
+    n = len(pdf)
+    ddf = _uneven(pdf, [0, 5, 5, n // 3, n])
+    fitted = Recipe([Clip(["x", "k"], quantiles=(0.01, 0.99))]).fit(ddf)
+    assert fitted.to_json() == Recipe([Clip(["x", "k"], quantiles=(0.01, 0.99))]).fit(pdf).to_json()
+
+
+def test_read_dask_reads_a_folder_of_csv_and_compressed_csv(tmp_path):
+    pdf = pd.DataFrame({"a": range(30), "b": [f"s{i}" for i in range(30)]})
+    (tmp_path / "csv" / "more").mkdir(parents=True)
+    pdf.iloc[:10].to_csv(tmp_path / "csv" / "p0.csv", index=False)
+    pdf.iloc[10:].to_csv(tmp_path / "csv" / "more" / "p1.csv", index=False)
+    ddf = read_dask(tmp_path / "csv", backend="pandas")  # was read as Parquet: "No files satisfy ..."
+    assert sorted(ddf["a"].compute().tolist()) == list(range(30))
+    for suffix in (".csv.gz", ".csv.bz2", ".csv.xz"):  # .bz2 and .xz were refused as unknown
+        pdf.to_csv(tmp_path / f"t{suffix}", index=False)
+        assert read_dask(tmp_path / f"t{suffix}", backend="pandas")["a"].sum().compute() == 435
+    pdf.to_parquet(tmp_path / "ds.parquet")
+    assert len(read_dask([tmp_path / "ds.parquet"], backend="pandas")) == 30  # a list of Path objects
+    (tmp_path / "mixed").mkdir()
+    pdf.to_csv(tmp_path / "mixed" / "a.csv")
+    pdf.to_parquet(tmp_path / "mixed" / "b.parquet")
+    with pytest.raises(UnknownFormatError, match="both Parquet and CSV"):
+        read_dask(tmp_path / "mixed", backend="pandas")
+
+
+# cudf.pandas runs (gpufeed.gpu_transforms.tabular.cudf_pandas), checked on CPU with a stand-in
+# cudf.pandas package that records one GPU and one CPU call, as the real profiler reports them.
+_FAKE_CUDF_PANDAS = '''
+def install():
+    pass
+
+
+class Profiler:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.per_function_stats = {"DataFrame.sum": {"gpu": [0.5], "cpu": []},
+                                   "DataFrame.apply": {"gpu": [], "cpu": [2.0]}}
+        return False
+'''
+
+
+def _fake_cudf_pandas(tmp_path, monkeypatch):
+    from gpufeed.gpu_transforms.tabular import cudf_pandas
+
+    fake = tmp_path / "fake"
+    (fake / "cudf" / "pandas").mkdir(parents=True)
+    (fake / "cudf" / "__init__.py").write_text("")
+    (fake / "cudf" / "pandas" / "__init__.py").write_text(_FAKE_CUDF_PANDAS)
+    monkeypatch.setenv("PYTHONPATH", str(fake))
+    monkeypatch.setattr(cudf_pandas, "cudf_pandas_available", lambda: True)
+    return cudf_pandas
+
+
+def test_cudf_pandas_script_imports_the_modules_beside_it(tmp_path, monkeypatch):
+    cudf_pandas = _fake_cudf_pandas(tmp_path, monkeypatch)
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "helpers.py").write_text("VALUE = 7\n")
+    (project / "prepare.py").write_text("import sys\nimport helpers\nsys.exit(0 if helpers.VALUE == 7 else 3)\n")
+    monkeypatch.chdir(tmp_path)  # not the script's folder, as `python project/prepare.py` from here
+    report = cudf_pandas.run_script(project / "prepare.py")
+    assert report.returncode == 0  # was 1: ModuleNotFoundError: No module named 'helpers'
+
+
+def test_cudf_pandas_report_survives_a_failing_script(tmp_path, monkeypatch):
+    cudf_pandas = _fake_cudf_pandas(tmp_path, monkeypatch)
+    script = tmp_path / "fails.py"
+    script.write_text("raise ValueError('bad row')\n")
+    report = cudf_pandas.run_script(script)
+    # was: an empty report ("0 of 0 ... 100% of the profiled time ran on the GPU")
+    assert report.returncode == 1 and [f.name for f in report.fallbacks] == ["DataFrame.apply"]
+    assert report.gpu_time_share == pytest.approx(0.2)
+    (tmp_path / "fake" / "cudf" / "pandas" / "__init__.py").write_text("raise ImportError('no GPU')\n")
+    with pytest.raises(RuntimeError, match="wrote no profile"):
+        cudf_pandas.run_script(script)
+
+
+def test_the_torch_hand_off_refuses_a_dask_frame_by_name():
+    # iter_batches had failed with "object of type 'LazyFrame' has no len()".
+    from gpufeed.gpu_transforms.tabular import BackendError
+    from gpufeed.pipelines.tables import iter_batches, to_tensors
+
+    ddf = to_dask(pd.DataFrame({"x": [1.0, 2.0, 3.0], "y": [0, 1, 0]}), 2)
+    for call, name in ((lambda: next(iter_batches(ddf, ["x"], "y")), "iter_batches"),
+                       (lambda: to_tensors(ddf, ["x"], "y"), "to_tensors")):
+        with pytest.raises(BackendError, match=rf"{name} needs a pandas, polars or cuDF frame, got dask"):
+            call()
