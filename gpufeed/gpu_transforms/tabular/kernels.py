@@ -438,11 +438,19 @@ def category_values(frame: NwFrame, backend: str, exprs: dict[str, nw.Expr], min
         return {c: [v for v, n in zip(t[c].to_list(), t[_COUNT].to_list(), strict=True)
                     if n >= min_count and not is_missing(v)]
                 for c, t in zip(exprs, counted, strict=True)}
-    out = {}
-    for c, e in exprs.items():
-        counts = collect_small(frame.select(e.alias(c)).group_by(c).agg(nw.len().alias(_COUNT)))
-        out[c] = [r[c] for r in small_rows(counts) if not is_missing(r[c]) and r[_COUNT] >= min_count]
-    return out
+    if backend == "dask":
+        import dask
+
+        # Every column's group-by count in one graph run (one pass over the partitions
+        # where a compute per column read the table once per column).
+        graphs = [nw.to_native(frame.select(e.alias(c)).group_by(c).agg(nw.len().alias(_COUNT)))
+                  for c, e in exprs.items()]
+        tables = [wrap(t) for t in dask.compute(*graphs)]
+    else:
+        tables = [collect_small(frame.select(e.alias(c)).group_by(c).agg(nw.len().alias(_COUNT)))
+                  for c, e in exprs.items()]
+    return {c: [r[c] for r in small_rows(counts) if not is_missing(r[c]) and r[_COUNT] >= min_count]
+            for c, counts in zip(exprs, tables, strict=True)}
 
 
 def vocabulary_codes(frame: NwFrame, backend: str, exprs: dict[str, nw.Expr],

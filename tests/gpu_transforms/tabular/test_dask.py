@@ -193,3 +193,48 @@ def test_the_torch_hand_off_refuses_a_dask_frame_by_name():
                        (lambda: to_tensors(ddf, ["x"], "y"), "to_tensors")):
         with pytest.raises(BackendError, match=rf"{name} needs a pandas, polars or cuDF frame, got dask"):
             call()
+
+
+def test_categorify_fits_every_column_in_one_pass_over_the_partitions():
+    # A compute per column read a Dask table once per text column (4 columns: 4 passes).
+    from dask.callbacks import Callback
+
+    from gpufeed.gpu_transforms.tabular import Categorify, Recipe
+
+    pdf = pd.DataFrame({"a": list("xyzx") * 50, "b": list("pqpq") * 50, "c": ["u", "v", None, "u"] * 50})
+    runs = []
+
+    class Count(Callback):
+        def _start(self, dsk):
+            runs.append(1)
+
+    recipe = Recipe([Categorify(["a", "b", "c"])])
+    with Count():
+        recipe.fit(to_dask(pdf, 3))
+    assert len(runs) == 1
+    assert recipe.to_json() == Recipe([Categorify(["a", "b", "c"])]).fit(pdf).to_json()
+
+
+def test_hash_bucket_on_dask_is_lazy_and_buckets_as_pandas():
+    # HashBucket's transform ran a compute per column for the distinct values.
+    from dask.callbacks import Callback
+
+    from gpufeed.gpu_transforms.tabular import HashBucket, Recipe
+
+    pdf = pd.DataFrame({"user": [f"u{i % 37}" for i in range(300)], "n": [i % 11 for i in range(300)],
+                        "v": np.arange(300.0)})
+    pdf.loc[5, "user"] = None
+    runs = []
+
+    class Count(Callback):
+        def _start(self, dsk):
+            runs.append(1)
+
+    recipe = Recipe([HashBucket(["user", "n"], buckets=16)])
+    with Count():
+        out = recipe.fit_transform(to_dask(pdf, 4))
+    assert runs == []  # nothing computed until asked
+    expected = Recipe([HashBucket(["user", "n"], buckets=16)]).fit_transform(pdf)
+    got = out.compute()
+    assert got["user"].dtype == "int32" and got["user"].tolist() == expected["user"].tolist()
+    assert got["n"].tolist() == expected["n"].tolist()
