@@ -414,6 +414,12 @@ def apply_rules(df: Frame, rules: Sequence[Rule]) -> Frame:
     for rule in rules:
         require_columns(frame, sorted(rule.columns()), f"rule {rule.output!r}")
     rules = _typed_rules(rules, frame.collect_schema())
+    if backend_of(df) == "dask":
+        # Partition by partition, on the partitions' own backend (pandas or cuDF): the same
+        # outputs and dtypes as there. Dask's own case-when declared int64 and computed an
+        # object column of pd.NA for a rule without a default, where pandas gives Int64.
+        native = nw.to_native(frame)
+        return native.map_partitions(apply_rules, rules, meta=apply_rules(native._meta, rules))
     if backend_of(df) == "pandas" and any(_numpy_friendly(r) for r in rules):
         # Rule by rule: one rule of another kind (booleans, datetimes) sent them all
         # through narwhals' case-when, where pandas made an integer rule without a

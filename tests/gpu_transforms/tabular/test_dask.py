@@ -238,3 +238,20 @@ def test_hash_bucket_on_dask_is_lazy_and_buckets_as_pandas():
     got = out.compute()
     assert got["user"].dtype == "int32" and got["user"].tolist() == expected["user"].tolist()
     assert got["n"].tolist() == expected["n"].tolist()
+
+
+def test_rules_on_dask_give_pandas_outputs_and_dtypes():
+    # A rule without a default came back as an object column of pd.NA (declared int64).
+    from gpufeed.gpu_transforms.tabular import Rule, apply_rules, col
+
+    pdf = pd.DataFrame({"delay": [5.0, 70.0, np.nan, 200.0, -3.0, 61.0], "origin": list("ABABCA")})
+    rules = [Rule("late", [(col("delay") > 60, 2), (col("delay") > 0, 1)]),
+             Rule("flag", [(col("origin") == "A", True)]),
+             Rule("w", [(col("delay") > 100, 0.5)], default=1.0)]
+    expected = apply_rules(pdf, rules)
+    lazy = apply_rules(to_dask(pdf, 3), rules)
+    got = lazy.compute()
+    for r in ("late", "flag", "w"):
+        assert str(lazy[r].dtype) == str(got[r].dtype) == str(expected[r].dtype), r
+        assert got[r].astype(object).where(got[r].notna(), None).tolist() == \
+            expected[r].astype(object).where(expected[r].notna(), None).tolist(), r
