@@ -20,11 +20,11 @@ from gpufeed.gpu_transforms.tabular.category_codes import polars_fit_codes
 from gpufeed.gpu_transforms.tabular.errors import ColumnTypeError, UnseenCategoryError
 from gpufeed.gpu_transforms.tabular.frames import (
     NwFrame,
-    backend_of,
     collect_small,
     first_value,
     is_lazy,
     is_missing,
+    per_partition,
     wrap,
 )
 from gpufeed.gpu_transforms.tabular.kernels import (
@@ -291,16 +291,10 @@ class HashBucket(TableOp):
             if schema[c] in _NESTED:  # polars hashed a list's text, which pandas' differs from
                 _refuse_nested(c, str(schema[c]))
         if backend == "dask":
-            # Per partition: a value's bucket depends on the value alone, so each partition
-            # hashing its own distinct values gives the same buckets, and the transform stays
-            # a lazy graph (a compute per column had brought every distinct value back first).
-            native = nw.to_native(frame)
-
-            def hash_partition(part: Any) -> Any:
-                return nw.to_native(self.transform(wrap(part), backend_of(part)))
-
-            meta = native._meta.astype(dict.fromkeys(self.columns, "int32"))
-            return wrap(native.map_partitions(hash_partition, meta=meta))
+            # A value's bucket depends on the value alone: each partition hashing its own
+            # distinct values gives the same buckets, lazily (a compute per column had
+            # brought every distinct value back first).
+            return per_partition(frame, self.transform)
         out = []
         for c in self.columns:
             # Hash the distinct values in Python (few), then map them vectorised.

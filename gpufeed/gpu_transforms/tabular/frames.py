@@ -166,6 +166,20 @@ def write_back(frame: nw.DataFrame, out: nw.DataFrame) -> nw.DataFrame:
     return wrap(native.with_columns(written))
 
 
+def per_partition(frame: NwFrame, step: Callable[[NwFrame, str], NwFrame]) -> NwFrame:
+    """``step(partition, backend)`` on each partition of a Dask frame, lazily, on the
+    partitions' own backend (pandas or cuDF), with Dask's metadata from ``step`` on the
+    empty partition: the outputs and dtypes are the partitions' backend's. For a step
+    whose result for a row depends on that row alone (a hash, a log, a rule): a step run
+    on the whole frame computed the graph at transform time."""
+    native = nw.to_native(frame)
+
+    def run(part: Any) -> Any:
+        return nw.to_native(step(wrap(part), backend_of(part)))
+
+    return wrap(native.map_partitions(run, meta=run(native._meta)))
+
+
 def columns_of(frame: NwFrame) -> list[str]:
     """Column names, without computing anything on lazy frames."""
     if not is_lazy(frame):  # the names alone: a whole schema of 20 pandas columns cost 80 us, this 4

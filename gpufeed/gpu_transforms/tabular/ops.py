@@ -29,6 +29,7 @@ from gpufeed.gpu_transforms.tabular.frames import (
     is_lazy,
     is_missing,
     nan_as_null,
+    per_partition,
     repeated,
     time_value,
     wrap,
@@ -549,6 +550,8 @@ class Log(TableOp):
         self._check_domain(self._nan_as_null(frame, backend), backend)
 
     def transform(self, frame: NwFrame, backend: str) -> NwFrame:
+        if backend == "dask":  # lazily: each partition checks its own domain when computed
+            return per_partition(frame, self.fit_transform)
         return self.fit_transform(frame, backend)  # stateless: the same checks, the same log
 
     def fit_transform(self, frame: NwFrame, backend: str) -> NwFrame:

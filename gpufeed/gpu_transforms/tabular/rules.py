@@ -41,6 +41,7 @@ from gpufeed.gpu_transforms.tabular.frames import (
     is_lazy,
     is_missing,
     nan_as_null,
+    per_partition,
     require_columns,
     time_value,
     wrap,
@@ -418,8 +419,7 @@ def apply_rules(df: Frame, rules: Sequence[Rule]) -> Frame:
         # Partition by partition, on the partitions' own backend (pandas or cuDF): the same
         # outputs and dtypes as there. Dask's own case-when declared int64 and computed an
         # object column of pd.NA for a rule without a default, where pandas gives Int64.
-        native = nw.to_native(frame)
-        return native.map_partitions(apply_rules, rules, meta=apply_rules(native._meta, rules))
+        return nw.to_native(per_partition(frame, lambda part, _: wrap(apply_rules(nw.to_native(part), rules))))
     if backend_of(df) == "pandas" and any(_numpy_friendly(r) for r in rules):
         # Rule by rule: one rule of another kind (booleans, datetimes) sent them all
         # through narwhals' case-when, where pandas made an integer rule without a

@@ -255,3 +255,27 @@ def test_rules_on_dask_give_pandas_outputs_and_dtypes():
         assert str(lazy[r].dtype) == str(got[r].dtype) == str(expected[r].dtype), r
         assert got[r].astype(object).where(got[r].notna(), None).tolist() == \
             expected[r].astype(object).where(expected[r].notna(), None).tolist(), r
+
+
+def test_log_on_dask_is_lazy_and_checks_its_domain_when_computed():
+    # Log's domain check computed the whole graph at transform time.
+    from dask.callbacks import Callback
+
+    from gpufeed.gpu_transforms.tabular import Log, NonFiniteError, Recipe
+
+    pdf = pd.DataFrame({"x": np.arange(1.0, 61.0), "k": np.arange(60)})
+    recipe = Recipe([Log(["x", "k"])]).fit(pdf)
+    runs = []
+
+    class Count(Callback):
+        def _start(self, dsk):
+            runs.append(1)
+
+    with Count():
+        lazy = recipe.transform(to_dask(pdf, 3))
+    assert runs == []
+    got, expected = lazy.compute(), recipe.transform(pdf)
+    assert got["x"].tolist() == expected["x"].tolist() and got["k"].dtype == expected["k"].dtype
+    bad = pdf.assign(x=pdf["x"] - 30.0)  # values <= 0 in the later partitions
+    with pytest.raises(NonFiniteError, match="log is undefined"):
+        recipe.transform(to_dask(bad, 3)).compute()
