@@ -37,17 +37,32 @@ def image_format(data: bytes | memoryview) -> str | None:
     return next((fmt for sig, fmt in _SIGNATURES if head.startswith(sig)), None)
 
 
-#: TIFF tags read by :func:`tiff_beyond_dali`: BitsPerSample and SampleFormat.
+#: TIFF tags read by :func:`tiff_beyond_dali`.
+_COMPRESSION, _PHOTOMETRIC, _SAMPLES_PER_PIXEL, _PLANAR = 259, 262, 277, 284
 _BITS_PER_SAMPLE, _SAMPLE_FORMAT = 258, 339
+#: Compressions DALI's TIFF decoder reads: none, CCITT fax (2, 3, 4), LZW, JPEG,
+#: Deflate (Adobe and old), PackBits. Others (old-style JPEG 6, LZMA 34925, ZSTD 50000,
+#: WebP 50001, JPEG 2000 ...) failed there on files PIL reads.
+_DALI_TIFF_COMPRESSIONS = frozenset((1, 2, 3, 4, 5, 7, 8, 32773, 32946))
+#: Photometric interpretations DALI decodes to the RGB PIL gives: WhiteIsZero,
+#: BlackIsZero, RGB, palette, CMYK (8-bit), YCbCr. CIELab (8) and the like came out as
+#: other colours than PIL's, a missing tag failed.
+_DALI_TIFF_PHOTOMETRIC = frozenset((0, 1, 2, 3, 5, 6))
 
 
 def tiff_beyond_dali(data: bytes | memoryview | np.ndarray) -> bool:
-    """Whether ``data`` is a classic TIFF whose samples are not unsigned 8 or 16 bits, nor
-    float32 (bilevel, 2/4-bit, 32-bit or signed integers): DALI's decoder fails on some of those
-    (a 1-bit TIFF: "nvImageCodec failure"; a 32-bit one: "Invalid sample_type") where PIL,
-    the torch backend's decoder, reads them, so the two backends disagreed on which
-    samples a folder holds. Only the first image's header is read (a few dozen bytes);
-    BigTIFF and anything unreadable answer False (DALI then decides, as before).
+    """Whether ``data`` is a classic TIFF that DALI's decoder fails on, or decodes to other
+    pixels than PIL (the torch backend's decoder), so that the DALI backend hands it over
+    decoded by PIL instead (:func:`gpufeed.pipelines.feeds.dali_input`).
+
+    Beyond DALI: samples that are not unsigned 8 or 16 bits nor float32 (bilevel,
+    2/4-bit, 32-bit or signed integers: "nvImageCodec failure", "Invalid sample_type");
+    16-bit images with an alpha or extra channel or stored plane by plane (DALI returned
+    wrong colours for them, no error); a palette with an alpha channel; 16-bit CMYK;
+    photometric interpretations other than those in :data:`_DALI_TIFF_PHOTOMETRIC`
+    (CIELab came out in other colours), or none; compressions DALI does not read
+    (:data:`_DALI_TIFF_COMPRESSIONS`). Only the first image's header is read (a few dozen
+    bytes); BigTIFF and anything unreadable answer False (DALI then decides, as before).
     """
     mv = memoryview(data).cast("B")
     head = bytes(mv[:8])
@@ -60,22 +75,35 @@ def tiff_beyond_dali(data: bytes | memoryview | np.ndarray) -> bool:
             raise IndexError(at)
         return int.from_bytes(mv[at:at + size], order)
 
+    wanted = (_BITS_PER_SAMPLE, _SAMPLE_FORMAT, _COMPRESSION, _PHOTOMETRIC, _SAMPLES_PER_PIXEL, _PLANAR)
     try:
         ifd = number(4, 4)
         tags = {}
         for k in range(number(ifd, 2)):
             entry = ifd + 2 + 12 * k
             tag, kind, count = number(entry, 2), number(entry + 2, 2), number(entry + 4, 4)
-            if tag in (_BITS_PER_SAMPLE, _SAMPLE_FORMAT) and kind == 3:  # SHORT values
+            if tag in wanted and kind == 3:  # SHORT values
                 where = entry + 8 if count <= 2 else number(entry + 8, 4)
                 tags[tag] = {number(where + 2 * i, 2) for i in range(min(count, 16))}
+            elif tag in wanted and kind == 4 and count == 1:  # one LONG value
+                tags[tag] = {number(entry + 8, 4)}
     except IndexError:
         return False
     bits = tags.get(_BITS_PER_SAMPLE, {1})  # absent: 1 bit per sample (the TIFF default)
     formats = tags.get(_SAMPLE_FORMAT, {1})
+    samples = max(tags.get(_SAMPLES_PER_PIXEL, {1}))
+    photometric = tags.get(_PHOTOMETRIC, set())
+    if not tags.get(_COMPRESSION, {1}) <= _DALI_TIFF_COMPRESSIONS:
+        return True
+    if len(photometric) != 1 or not photometric <= _DALI_TIFF_PHOTOMETRIC:
+        return True
     if bits == {32} and formats == {3}:  # float32: DALI decodes it as PIL does
         return False
-    return not bits <= {8, 16} or not formats <= {1}
+    if not bits <= {8, 16} or not formats <= {1}:
+        return True
+    if 16 in bits and samples > 1 and (samples != 3 or tags.get(_PLANAR, {1}) != {1} or photometric == {5}):
+        return True  # 16-bit with alpha, plane by plane, or CMYK: wrong colours in DALI
+    return photometric == {3} and samples > 1  # a palette with alpha
 
 
 def sample_fault(data: bytes | memoryview | str, pixels: bool) -> str | None:
@@ -130,6 +158,8 @@ def _png_fault(mv: memoryview) -> str | None:
         length = int.from_bytes(mv[pos: pos + 4], "big")
         kind = bytes(mv[pos + 4: pos + 8])
         end = pos + 8 + length
+        if not kind.isalpha():  # not a chunk type: the bytes lost their chunk boundaries
+            return f"corrupt PNG (no chunk type at byte {pos + 4}: {kind!r})"
         if end + 4 > len(mv):
             return f"truncated PNG (its {kind.decode('latin-1')} chunk is cut short)"
         critical = kind[:1].isupper()
@@ -139,6 +169,40 @@ def _png_fault(mv: memoryview) -> str | None:
             return None
         pos = end + 4
     return "truncated PNG (no IEND chunk)"
+
+
+def png_without_bad_ancillary_chunks(data: bytes | memoryview | np.ndarray) -> bytes | memoryview | np.ndarray:
+    """A PNG's bytes without the ancillary chunks (text, colour profile, ...) whose CRC does
+    not match, or ``data`` itself when it has none (no copy; other formats too).
+
+    Why: libpng (DALI's decoder) ignores such a chunk with a warning and decodes the
+    image, while PIL (the torch backend's PNG decoder, and ``gpufeed convert``'s) refused
+    the whole file ("cannot identify image file", "broken PNG file"), so the torch backend
+    skipped photos the DALI backend yielded. Neither backend uses what those chunks hold.
+    Critical chunks are judged by :func:`undecodable_reason` before this is called.
+    """
+    mv = memoryview(data).cast("B")
+    if image_format(mv) != "png":
+        return data
+    gaps, pos = [], 8
+    while pos + 12 <= len(mv):
+        length = int.from_bytes(mv[pos: pos + 4], "big")
+        kind = bytes(mv[pos + 4: pos + 8])
+        end = pos + 8 + length
+        if end + 4 > len(mv) or kind == b"IEND":
+            break
+        if kind[:1].islower() and zlib.crc32(mv[pos + 4: end]) != int.from_bytes(mv[end: end + 4], "big"):
+            gaps.append((pos, end + 4))
+        pos = end + 4
+    if not gaps:
+        return data
+    pieces, last = [], 0
+    for lo, hi in gaps:
+        pieces.append(mv[last:lo])
+        last = hi
+    pieces.append(mv[last:])
+    joined = b"".join(pieces)
+    return np.frombuffer(joined, dtype=np.uint8) if isinstance(data, np.ndarray) else joined
 
 
 def _jpeg_markers(mv: memoryview) -> Iterator[tuple[int, int, tuple[int, int]]]:

@@ -23,7 +23,12 @@ from PIL import Image
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from gpufeed.backends import BackendChoice
-from gpufeed.datasets.image_bytes import image_format, undecodable_reason, without_addresses
+from gpufeed.datasets.image_bytes import (
+    image_format,
+    png_without_bad_ancillary_chunks,
+    undecodable_reason,
+    without_addresses,
+)
 from gpufeed.datasets.samples import SampleSource
 from gpufeed.machine import worker_start_method
 from gpufeed.pipelines import geometry
@@ -55,10 +60,15 @@ def decode_rgb(data: np.ndarray) -> torch.Tensor:
     torchvision.io decodes JPEG and WebP; PNG, BMP, TIFF, Netpbm (.pgm, .ppm) and
     animated WebP go through PIL. PNG because libpng's errors under torchvision's decoder
     crash the process (a PNG with bytes corrupted in its image data killed every
-    DataLoader worker) where PIL raises; PIL is ~5-10% slower on PNG. Deeper images
+    DataLoader worker) where PIL raises; PIL is ~5-10% slower on PNG. A PNG's ancillary
+    chunks with a bad CRC are dropped first, as libpng (DALI) ignores them where PIL
+    refused the file. Deeper images
     (16-bit PNG and TIFF) are scaled to 8 bits, as DALI does.
     """
-    if image_format(data) in ("png", "bmp", "tiff", "pnm"):
+    fmt = image_format(data)
+    if fmt == "png":
+        return _pil_rgb(png_without_bad_ancillary_chunks(data))
+    if fmt in ("bmp", "tiff", "pnm"):
         return _pil_rgb(data)
     try:
         # torchvision returns CHW as a view of HWC memory: the channels-last layout we want.

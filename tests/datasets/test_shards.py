@@ -628,3 +628,50 @@ def test_loaders_read_every_sample_once_per_epoch(numbered, fmt, backend, worker
                 assert images.shape[1:] == (3, 32, 32)
                 labels += y.tolist()
             assert sorted(labels) == list(range(23))
+
+
+def test_files_the_loaders_yield_are_written_so_every_reader_decodes_them(tmp_path):
+    """A JPEG with stray bytes between its header segments (libjpeg warns "Corrupt JPEG
+    data: 2 extraneous bytes before marker"), a PNG whose text chunk's CRC is wrong (PIL
+    refused it) and a CIELab TIFF (DALI decoded other colours; TensorFlow reads no TIFF):
+    the loaders yield all three, and convert skipped the first two. Now each is written
+    in a form DALI's reader + decoder and PIL decode, with the loaders' pixels."""
+    import zlib
+
+    from PIL import Image
+
+    root = tmp_path / "src" / "a"
+    root.mkdir(parents=True)
+    scene = Image.new("RGB", (40, 32), (20, 40, 120))
+    out = io.BytesIO()
+    scene.save(out, "JPEG", quality=95)
+    jpeg = out.getvalue()
+    dqt = jpeg.find(b"\xff\xdb")
+    (root / "stray.jpg").write_bytes(jpeg[:dqt] + b"\x00\x12" + jpeg[dqt:])
+    out = io.BytesIO()
+    scene.save(out, "PNG")
+    body = b"tEXtComment\0edited"
+    chunk = struct.pack(">I", len(body) - 4) + body + struct.pack(">I", (zlib.crc32(body) + 1) & 0xFFFFFFFF)
+    (root / "text.png").write_bytes(out.getvalue()[:33] + chunk + out.getvalue()[33:])
+    Image.new("LAB", (40, 32), (60, 150, 100)).save(root / "lab.tif")
+    expected = {"stray.jpg": np.array(Image.open(io.BytesIO(jpeg)).convert("RGB")),
+                "text.png": np.array(scene), "lab.tif": np.array(Image.open(root / "lab.tif").convert("RGB"))}
+    report = convert(tmp_path / "src", tmp_path / "wds", format="webdataset", workers=0, progress=False,
+                     shuffle=False)
+    assert (report.written, report.skipped) == (3, [])
+    pytest.importorskip("nvidia.dali")
+    from nvidia.dali import fn, pipeline_def, types
+
+    source = open_converted(tmp_path / "wds")
+
+    @pipeline_def(batch_size=3, num_threads=1, device_id=None)
+    def pipe():
+        image, cls = fn.readers.webdataset(paths=source.files, index_paths=source.dali_index_files(),
+                                           ext=["jpg;png;tif", "cls"], missing_component_behavior="error")
+        return image, fn.decoders.image(image, device="cpu", output_type=types.RGB)
+
+    encoded, decoded = _run_dali(pipe, 3)
+    for name, data, pixels in zip(sorted(expected), encoded, decoded, strict=True):  # lab, stray, text
+        with Image.open(io.BytesIO(data.tobytes())) as img:
+            assert np.abs(np.array(img.convert("RGB")).astype(int) - expected[name]).max() <= 1, name
+        assert np.abs(pixels.astype(int) - expected[name]).max() <= 1, name

@@ -4,6 +4,8 @@ ImageFolder loads gives the same pixels on both backends."""
 from __future__ import annotations
 
 import io
+import struct
+import zlib
 
 import numpy as np
 import pytest
@@ -116,3 +118,101 @@ def _exif_with_thumbnail() -> bytes:
     # a minimal IFD1 is awkward to build through PIL: a header segment holding a whole
     # JPEG (its own FFD8 ... FFD9) stands for the thumbnail, which is what matters here
     return raw + thumb
+
+
+def _tiff16(pixels: np.ndarray, planar: bool) -> bytes:
+    """A Deflate-compressed little-endian 16-bit RGB or RGBA TIFF (as scanners and raw
+    converters write them; PIL cannot write one), chunky or plane by plane."""
+    height, width, channels = pixels.shape
+    planes = [pixels[:, :, c].astype("<u2").tobytes() for c in range(channels)] if planar else \
+        [pixels.astype("<u2").tobytes()]
+    planes = [zlib.compress(plane) for plane in planes]
+    entries = 10 + (channels == 4)
+    ifd_at = 8
+    extra_at = ifd_at + 2 + 12 * entries + 4  # BitsPerSample, StripOffsets, StripByteCounts values
+    data_at = extra_at + 2 * channels + 8 * len(planes)
+    offsets, at = [], data_at
+    for plane in planes:
+        offsets.append(at)
+        at += len(plane)
+
+    def entry(tag: int, kind: int, count: int, value: int) -> bytes:
+        return struct.pack("<HHII", tag, kind, count, value)
+
+    strips = extra_at + 2 * channels
+    tags = [entry(256, 3, 1, width), entry(257, 3, 1, height), entry(258, 3, channels, extra_at),
+            entry(259, 3, 1, 8), entry(262, 3, 1, 2),
+            entry(273, 4, len(planes), strips) if len(planes) > 1 else entry(273, 4, 1, offsets[0]),
+            entry(277, 3, 1, channels), entry(278, 3, 1, height),
+            entry(279, 4, len(planes), strips + 4 * len(planes)) if len(planes) > 1
+            else entry(279, 4, 1, len(planes[0])),
+            entry(284, 3, 1, 2 if planar else 1)]
+    if channels == 4:
+        tags.append(entry(338, 3, 1, 1))  # associated (premultiplied) alpha
+    head = b"II*\x00" + struct.pack("<I", ifd_at) + struct.pack("<H", len(tags)) + b"".join(tags) + bytes(4)
+    values = struct.pack(f"<{channels}H", *[16] * channels)
+    if len(planes) > 1:
+        values += struct.pack(f"<{len(planes)}I", *offsets) + struct.pack(f"<{len(planes)}I", *map(len, planes))
+    else:
+        values += bytes(8 * len(planes))
+    assert len(head) + len(values) <= data_at
+    return (head + values).ljust(data_at, b"\0") + b"".join(planes)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_tiffs_dali_decodes_in_other_colours_give_the_torch_backends_pixels(tmp_path, backend):
+    """16-bit RGB stored plane by plane, 16-bit premultiplied RGBA and CIELab TIFFs: DALI's
+    decoder returned other colours than PIL (the torch backend), with no error."""
+    rng = np.random.default_rng(3)
+    rgba = (rng.integers(0, 256, (SIZE, SIZE, 4)) * 257).astype(np.uint16)
+    (tmp_path / "planar16.tif").write_bytes(_tiff16(rgba[:, :, :3], planar=True))
+    premultiplied = rgba.copy()
+    premultiplied[:, :, :3] = (rgba[:, :, :3].astype(np.uint32) * rgba[:, :, 3:] // 65535).astype(np.uint16)
+    (tmp_path / "rgba16.tif").write_bytes(_tiff16(premultiplied, planar=False))
+    Image.new("LAB", (SIZE, SIZE), (60, 150, 100)).save(tmp_path / "lab.tif")
+    names = ["planar16.tif", "rgba16.tif", "lab.tif"]
+    from gpufeed.datasets.image_bytes import tiff_beyond_dali
+
+    assert all(tiff_beyond_dali((tmp_path / n).read_bytes()) for n in names)
+    eight = (rgba[:, :, :3] >> 8).astype(np.uint8)
+    assert np.array_equal(np.array(Image.open(tmp_path / "planar16.tif").convert("RGB")), eight)
+    files = [(str(tmp_path / n), i) for i, n in enumerate(names)]
+    kw = dict(file_list=files, train=False, batch_size=3, size=SIZE, val_resize=SIZE, dtype=torch.uint8)
+    kit = load(None, backend, **kw)
+    (x, y), = list(kit)
+    assert y.tolist() == [0, 1, 2] and not kit.skipped, [(s.path, s.reason) for s in kit.skipped]
+    (x_torch, _), = list(load(None, "torch", **kw))
+    assert (x[0].permute(1, 2, 0).int() - torch.from_numpy(eight).int()).abs().max() <= 1
+    for i, name in enumerate(names):
+        assert (x[i].int() - x_torch[i].int()).abs().float().mean() < 1, name
+
+
+def _png_with_bad_text_chunk() -> bytes:
+    """A PNG whose text chunk's CRC does not match (a tool that edited the text in place):
+    libpng ignores the chunk, PIL refused the file ("cannot identify image file")."""
+    out = io.BytesIO()
+    _scene().save(out, "PNG")
+    data = out.getvalue()
+    body = b"tEXtComment\0edited"
+    chunk = struct.pack(">I", len(body) - 4) + body + struct.pack(">I", (zlib.crc32(body) + 1) & 0xFFFFFFFF)
+    return data[:33] + chunk + data[33:]  # after the signature and the header chunk
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_png_with_a_bad_ancillary_chunk_is_yielded_by_both_backends(tmp_path, backend):
+    path = tmp_path / "edited.png"
+    path.write_bytes(_png_with_bad_text_chunk())
+    loader = load(None, backend, file_list=[(str(path), 0)], train=False, batch_size=1, size=SIZE,
+                  val_resize=SIZE, dtype=torch.uint8)
+    (x, _), = list(loader)
+    assert not loader.skipped, [(s.path, s.reason) for s in loader.skipped]
+    assert (x[0].permute(1, 2, 0).int() - torch.from_numpy(np.array(_scene())).int()).abs().max() <= 1
+
+
+def test_a_png_whose_bytes_lost_their_chunk_layout_is_named_as_such():
+    # the reason was "truncated PNG (its ô¨\x81á chunk is cut short)": four random bytes read as a name
+    out = io.BytesIO()
+    _scene().save(out, "PNG")
+    data = out.getvalue()
+    broken = data[:12] + b"\xf4\xa8\x81\xe1" + data[16:]
+    assert undecodable_reason(broken) == "corrupt PNG (no chunk type at byte 12: b'\\xf4\\xa8\\x81\\xe1')"

@@ -31,7 +31,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from gpufeed.datasets.image_bytes import image_format, undecodable_reason
+from gpufeed.datasets.image_bytes import (
+    image_format,
+    jpeg_without_stray_bytes,
+    png_without_bad_ancillary_chunks,
+    tiff_beyond_dali,
+    undecodable_reason,
+)
 from gpufeed.datasets.shards import MANIFEST
 from gpufeed.machine import usable_cpus, worker_start_method
 from gpufeed.pipelines.sources import SampleList, read_file_list, scan_image_folder
@@ -237,6 +243,11 @@ def decode_checked(data: np.ndarray) -> tuple[str | None, torch.Tensor | None]:
         return reason, None
     from gpufeed.pipelines.torch_loader import DECODE_ERRORS, decode_failure, decode_rgb
 
+    # Stray bytes between a JPEG's header segments (some cameras and editors write them)
+    # make libjpeg warn "Corrupt JPEG data: N extraneous bytes before marker" about an
+    # intact image: the loaders yield such a file (the DALI feed drops the bytes), so the
+    # check judges it without them, as :func:`_load_and_check` writes it.
+    data = _without_stray_bytes(data)
     try:
         if image_format(data) != "jpeg":
             return None, decode_rgb(data)
@@ -275,6 +286,18 @@ def _with_libjpeg_warning(decode: Callable[[np.ndarray], torch.Tensor], data: np
     return image, None if found is None else found.group(1)
 
 
+def _without_stray_bytes(data: np.ndarray) -> np.ndarray:
+    """The bytes without what decoders pass over and some readers refuse: a JPEG's stray
+    bytes between header segments
+    (:func:`~gpufeed.datasets.image_bytes.jpeg_without_stray_bytes`: DALI's parser refuses
+    them), a PNG's ancillary chunks with a bad CRC
+    (:func:`~gpufeed.datasets.image_bytes.png_without_bad_ancillary_chunks`: PIL refuses
+    them); as a writable array (torch.from_numpy warns on a read-only one), ``data``
+    itself when nothing is dropped."""
+    cleaned = png_without_bad_ancillary_chunks(jpeg_without_stray_bytes(data))
+    return data if cleaned is data else np.array(np.frombuffer(cleaned, dtype=np.uint8))
+
+
 def _read(path: str) -> tuple[str | None, np.ndarray | None]:
     try:
         return None, np.fromfile(path, dtype=np.uint8)
@@ -283,10 +306,33 @@ def _read(path: str) -> tuple[str | None, np.ndarray | None]:
 
 
 def _load_and_check(path: str) -> tuple[str | None, bytes | None]:
-    """Worker task: ``(reason, None)`` for a bad file, ``(None, its bytes)`` for a good one."""
+    """Worker task: ``(reason, None)`` for a bad file, ``(None, its bytes)`` for a good one
+    (a JPEG without the stray bytes between its header segments, which libjpeg passes
+    over and DALI's parser, under ``fn.readers.*`` + ``fn.decoders.image``, refuses: the
+    same image, readable by every reader of the shards)."""
     reason, data = _read(path)
-    reason = reason or check_image(data)
-    return (reason, None) if reason is not None else (None, data.tobytes())
+    if reason is not None:
+        return reason, None
+    data = _without_stray_bytes(data)
+    reason, image = decode_checked(data)
+    if reason is not None:
+        return reason, None
+    if tiff_beyond_dali(data):
+        # A TIFF DALI's decoder fails on or decodes to other colours (1-bit, 16-bit with
+        # alpha, CIELab, LZMA ...): written as a PNG of the pixels the loaders give, so
+        # DALI's own readers (dali_iterator()) and TensorFlow decode it too.
+        return None, _png(image.numpy())
+    return None, data.tobytes()
+
+
+def _png(rgb: np.ndarray) -> bytes:
+    import io
+
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.fromarray(rgb).save(out, format="PNG", compress_level=1)
+    return out.getvalue()
 
 
 def _decode_fitted(task: tuple[str, int, str]) -> tuple[str | None, np.ndarray | None]:
@@ -451,7 +497,8 @@ def _convert_shards(source: SampleList, order: np.ndarray, dst: Path, record: _P
         if writer is None:
             name = f"shard-{shard:06d}{_SUFFIX[fmt]}"
             writer = Writer(dst / f"{name}.partial", dst / f"{name}.idx.partial")
-        writer.add(f"{position:09d}", data, _extension(source.paths[i]), source.labels[i])
+        ext = "png" if image_format(data[:8]) == "png" else _extension(source.paths[i])  # a TIFF re-encoded
+        writer.add(f"{position:09d}", data, ext, source.labels[i])
     if writer is not None:
         finish(len(order))
     else:  # only skips since the last shard: nothing more to write
