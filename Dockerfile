@@ -20,11 +20,14 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # mounted folder are the caller's) can write them; the home folder is only uid 1000's.
 ENV DEBIAN_FRONTEND=noninteractive PIP_NO_CACHE_DIR=1 PYTHONUNBUFFERED=1 \
     GPUFEED_CACHE=/tmp/gpufeed-cache MPLCONFIGDIR=/tmp/matplotlib PATH=/opt/venv/bin:$PATH
-# Distribution packages are not pinned: the base image's release pins them.
+# Distribution packages are not pinned: the base image's release pins them. Ubuntu 23.04
+# and later images ship a user "ubuntu" with uid 1000, which made `useradd --uid 1000` fail
+# ("UID 1000 is not unique") on the CUDA and ubuntu:24.04 bases: it is removed first.
 # hadolint ignore=DL3008
 RUN apt-get update \
  && apt-get install -y --no-install-recommends python3 python3-venv make \
  && rm -rf /var/lib/apt/lists/* \
+ && (if id -u ubuntu >/dev/null 2>&1; then userdel --remove ubuntu; fi) \
  && useradd --create-home --uid 1000 gpufeed \
  && mkdir -p /app /opt/venv /results && chown gpufeed:gpufeed /app /opt/venv /results
 

@@ -83,8 +83,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stop-after", type=int, help="checkpoint and exit after this many steps (a preemption)")
     p.add_argument("--record", help="append per-step JSON lines to RECORD.rank<R>.jsonl")
     args = p.parse_args(argv)
-    if (args.resume or args.stop_after) and not args.checkpoint:
+    if (args.resume or args.stop_after is not None) and not args.checkpoint:
         p.error("--resume and --stop-after need --checkpoint")
+    for option, value, low in (("--epochs", args.epochs, 1), ("--batch-size", args.batch_size, 1),
+                               ("--size", args.size, 1), ("--workers", args.workers, 0),
+                               ("--stop-after", args.stop_after, 1), ("--seed", args.seed, 0)):
+        if value is not None and value < low:
+            p.error(f"{option} must be >= {low}, got {value}")
+    if not args.lr > 0:
+        p.error(f"--lr must be > 0, got {args.lr}")
 
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     device = torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu")
@@ -99,10 +106,13 @@ def main(argv: list[str] | None = None) -> int:
         args.data = str(generate_image_folder(scratch.name, num_images=64, num_classes=4,
                                               min_side=80, max_side=120))
     # No shard_id / num_shards: the loader reads them from the process group.
-    loader = classification_loader(
-        args.data, train=True, batch_size=args.batch_size, size=args.size, backend=args.backend,
-        device=str(device), num_workers=args.workers, seed=args.seed, last_batch=args.last_batch,
-    )
+    try:  # what the loader refuses (a missing folder, no images), as one line per rank
+        loader = classification_loader(
+            args.data, train=True, batch_size=args.batch_size, size=args.size, backend=args.backend,
+            device=str(device), num_workers=args.workers, seed=args.seed, last_batch=args.last_batch,
+        )
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise SystemExit(f"rank {rank}: {exc}") from None
     torch.manual_seed(args.seed)  # before the model: the same --seed, the same first weights
     net = tiny_net(len(loader.classes)) if args.model == "tiny" else torchvision.models.resnet18(
         num_classes=len(loader.classes))  # DDP copies rank 0's weights to the other ranks
@@ -121,7 +131,10 @@ def main(argv: list[str] | None = None) -> int:
         saved = torch.load(ckpt, map_location=device, weights_only=True)
         model.module.load_state_dict(saved["model"])
         opt.load_state_dict(saved["optimizer"])
-        loader.load_state_dict(saved["loader"])  # the next iter() is the rest of that epoch
+        try:  # a state of another dataset, batch size or rank count: named, one line per rank
+            loader.load_state_dict(saved["loader"])  # the next iter() is the rest of that epoch
+        except ValueError as exc:
+            raise SystemExit(f"rank {rank}: cannot resume from {ckpt}: {exc}") from None
         step, first_epoch = saved["step"], saved["loader"]["epoch"]
 
     def save() -> None:

@@ -6,7 +6,7 @@
 
 Runs on the GPU with mixed precision (AMP) when one is present, else on the CPU.
 Ends with the stall report: how much of the time went to waiting for data (gpufeed.profile).
-Under torchrun, each process reads its own shard (RANK / WORLD_SIZE).
+One process: for training on several processes (torchrun, DDP) see examples/train_ddp.py.
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--backend", "--loader", dest="backend", choices=("auto", "dali", "torch"), default="auto",
                    help="the loader backend, as classification_loader(backend=) and train_ddp.py (--loader: the older name)")
-    p.add_argument("--data", help="ImageFolder tree (default: 64 generated images)")
+    p.add_argument("--data", help="an ImageFolder tree, shards or a raw cache from gpufeed convert "
+                                   "(default: 64 generated images)")
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--size", type=int, default=64, help="crop size (224 for ImageNet)")
@@ -47,8 +48,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lr", type=float, default=0.01, help="SGD learning rate (default 0.01 for small batches)")
     p.add_argument("--dali-iterator", action="store_true", help="use DALIClassificationIterator directly")
     args = p.parse_args(argv)
-    if args.steps < 1:
-        p.error(f"--steps must be >= 1, got {args.steps}")
+    for option, value, low in (("--steps", args.steps, 1), ("--batch-size", args.batch_size, 1),
+                               ("--size", args.size, 1), ("--workers", args.workers, 0)):
+        if value is not None and value < low:
+            p.error(f"{option} must be >= {low}, got {value}")
+    if not args.lr > 0:
+        p.error(f"--lr must be > 0, got {args.lr}")
 
     if args.data is None:  # a small generated set, removed when the script ends
         scratch = tempfile.TemporaryDirectory(prefix="gpufeed-example-")
@@ -56,10 +61,13 @@ def main(argv: list[str] | None = None) -> int:
                                               min_side=80, max_side=120))
     data = args.data
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    loader = classification_loader(
-        data, train=True, batch_size=args.batch_size, size=args.size, backend=args.backend,
-        device=str(device), num_workers=args.workers,
-    )
+    try:  # what the loader refuses (a missing folder, no images), as one line
+        loader = classification_loader(
+            data, train=True, batch_size=args.batch_size, size=args.size, backend=args.backend,
+            device=str(device), num_workers=args.workers,
+        )
+    except (OSError, ValueError, RuntimeError) as exc:
+        p.error(str(exc))
     if args.dali_iterator and loader.backend != "dali":
         p.error(f"--dali-iterator needs the DALI backend: use --backend dali (this loader: {loader.backend}, "
                 f"{loader.choice.reason})")
@@ -91,8 +99,10 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = time.perf_counter() - start
     print(f"trained {args.steps} steps, {seen} images in {elapsed:.1f} s ({seen / elapsed:.1f} images/s)")
     print(meter.report().to_text())
-    # The loader and DALI's iterator read files separately: report the one that ran.
-    skipped = dali_iterator.gpufeed_skipped.skipped if dali_iterator is not None else loader.skipped
+    # The loader and DALI's iterator read files separately: report the one that ran. An
+    # iterator on DALI's own shard readers checks no bytes, so it lists nothing.
+    log = getattr(dali_iterator, "gpufeed_skipped", None)
+    skipped = (log.skipped if log is not None else []) if dali_iterator is not None else loader.skipped
     if skipped:
         where = "it.gpufeed_skipped.skipped" if dali_iterator is not None else "loader.skipped"
         print(f"skipped {len(skipped)} files in the last epoch (see {where}): "

@@ -58,3 +58,29 @@ def test_ddp_example_runs_on_one_process_without_torchrun(image_folder, tmp_path
     assert out.returncode == 0, out.stderr[-2000:]
     assert "rank 0/1: torch loader, 5 batches per epoch" in out.stdout and "trained 5 steps" in out.stdout
     assert (tmp_path / "ckpt" / "rank0.pt").is_file()
+
+
+@pytest.mark.parametrize("backend", [b for b in BACKENDS if "dali" in str(b)])
+def test_example_on_dalis_own_shard_readers_ends_cleanly(image_folder, tmp_path, backend):
+    # It trained, printed the stall report, then failed on the reader iterator's missing
+    # skipped-file list (DALI's own readers check no bytes).
+    from gpufeed.datasets.shards.convert import convert
+
+    convert(str(image_folder), str(tmp_path / "wds"), format="webdataset")
+    out = run_example("--backend", "dali", "--dali-iterator", "--data", str(tmp_path / "wds"))
+    assert "trained 3 steps" in out and "stall report: " in out
+
+
+@pytest.mark.parametrize("script, args, message", [
+    (SCRIPT, ["--batch-size", "0"], "--batch-size must be >= 1, got 0"),
+    (SCRIPT, ["--data", "{missing}"], "image root {missing} does not exist"),
+    (DDP_SCRIPT, ["--epochs", "0"], "--epochs must be >= 1, got 0"),
+    (DDP_SCRIPT, ["--stop-after", "0", "--checkpoint", "{missing}"], "--stop-after must be >= 1, got 0"),
+])
+def test_examples_refuse_bad_values_in_one_line(tmp_path, script, args, message):
+    # A zero batch size or a missing folder ended in a 14-76 line traceback.
+    missing = str(tmp_path / "nowhere")
+    out = subprocess.run([sys.executable, str(script), *[a.format(missing=missing) for a in args]],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-2000:]
+    assert out.stderr.strip().splitlines()[-1].endswith(message.format(missing=missing))
