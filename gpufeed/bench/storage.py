@@ -409,7 +409,8 @@ def _contender(name: str, condition: str, spec: str, *, root: str, batch_size: i
                            "setup_s": setup_s, "files": len(files), "check": check}
     if remote is not None:
         opens, nbytes = remote.totals()
-        row["opens_per_epoch"] = (opens - counted_from[0]) / repeats
+        per_epoch = (opens - counted_from[0]) / repeats
+        row["opens_per_epoch"] = int(per_epoch) if per_epoch.is_integer() else per_epoch  # "64", not "64.00"
         row["mb_per_epoch"] = (nbytes - counted_from[1]) / repeats / 1e6
         row["setup_opens"], row["setup_mb"] = at_setup[0], at_setup[1] / 1e6
     return row
@@ -655,18 +656,25 @@ def _markdown(rows: Sequence[dict], targets: Sequence[dict], conversions: dict[s
               cold_note: str) -> str:
     remote = setup["remote"]
     bw = f"{remote['bandwidth_mb_s']:g} MB/s per reader" if remote["bandwidth_mb_s"] else "no bandwidth cap"
+    # Only the conditions this run measured are described (a warm-only run had described
+    # cold and remote too).
+    described = {
+        "warm": "- warm: files in the page cache.",
+        "cold": f"- cold: every file's pages dropped before each timed epoch; {cold_note}. DALI prefetches the "
+                "next epoch's first batches as an epoch ends, before the drop, so a few of its reads per epoch "
+                "are warm.",
+        "remote": f"- remote: SimulatedRemote, {remote['open_latency_ms']:g} ms per open, {bw}, for every "
+                  "contender (the baseline's ImageFolder loader reads through it too); opens and MB per epoch "
+                  "summed over workers/threads. Shard handles are closed between epochs, so every epoch pays one "
+                  "open per shard per reader (the raw cache maps its one file once per reader for the whole run; "
+                  "a RAM cache pays its opens once, in its setup time).",
+    }
     parts = [
         f"train, {setup['files']} images ({setup['mean_file_kib']:.0f} KiB mean) in {setup['classes']} classes, "
         f"batch {setup['batch_size']}, {setup['size']}px, {setup['workers']} workers/threads each, float32 "
         f"normalised NCHW on {setup['device']}; {rounds_text(setup.get('rounds', 1), setup['repeats'])} (the "
         f"untimed one checked); IQR of the per-epoch rates. Ratios are to `{BASELINE}` under the same condition.",
-        f"- warm: files in the page cache.\n- cold: every file's pages dropped before each timed epoch; {cold_note}. "
-        f"DALI prefetches the next epoch's first batches as an epoch ends, before the drop, so a few of its "
-        f"reads per epoch are warm.\n- remote: SimulatedRemote, {remote['open_latency_ms']:g} ms per open, {bw}, "
-        f"for every contender (the baseline's ImageFolder loader reads through it too); opens and MB per epoch "
-        f"summed over workers/threads. Shard handles are closed between epochs, so every epoch pays one open per "
-        f"shard per reader (the raw cache maps its one file once per reader for the whole run; a RAM cache pays "
-        f"its opens once, in its setup time).",
+        "\n".join(described[c] for c in setup["conditions"] if c in described),
     ]
     columns = [("name", "contender"), ("rate", "images/s (median)"), ("iqr", "IQR"), ("ratio", "× torch-pil"),
                ("ratio_rounds", "× per round"), ("setup_s", "setup s"), ("shown", "output check")]

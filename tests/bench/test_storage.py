@@ -176,3 +176,15 @@ def test_dalis_own_readers_without_a_dali_backend_are_refused_by_name(image_fold
     assert main(["bench", "storage", "--data", str(image_folder), "--formats", "webdataset+reader",
                  "--backends", "torch-cpu", "--out", str(tmp_path)]) == 2
     assert "--formats webdataset+reader: DALI's own readers run on the DALI backends only" in capsys.readouterr().err
+
+
+def test_the_report_describes_only_the_conditions_it_measured_and_counts_opens_whole():
+    # A warm-only run described cold and remote too, and opens/epoch read "64.00".
+    from gpufeed.bench.storage import _markdown
+
+    setup = {"remote": {"bandwidth_mb_s": 0, "open_latency_ms": 20}, "files": 8, "mean_file_kib": 10.0,
+             "classes": 2, "batch_size": 4, "size": 32, "workers": 1, "device": "cpu", "repeats": 1,
+             "conditions": ["warm"], "formats": []}
+    row = {"name": "torch-pil/folder", "condition": "warm", "rate": 10.0, "ratio": 1.0, "shown": "ok"}
+    text = _markdown([row], [], {}, setup, "")
+    assert "- warm: files in the page cache." in text and "- cold:" not in text and "- remote:" not in text
