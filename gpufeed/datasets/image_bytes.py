@@ -171,6 +171,21 @@ def _png_fault(mv: memoryview) -> str | None:
     return "truncated PNG (no IEND chunk)"
 
 
+def _without(data: bytes | memoryview | np.ndarray, mv: memoryview,
+             gaps: list[tuple[int, int]]) -> bytes | memoryview | np.ndarray:
+    """``data`` without the byte ranges ``gaps`` (sorted, ``[lo, hi)`` of ``mv``, its bytes),
+    as the same kind of object; ``data`` itself, uncopied, when there are none."""
+    if not gaps:
+        return data
+    pieces, last = [], 0
+    for lo, hi in gaps:
+        pieces.append(mv[last:lo])
+        last = hi
+    pieces.append(mv[last:])
+    joined = b"".join(pieces)
+    return np.frombuffer(joined, dtype=np.uint8) if isinstance(data, np.ndarray) else joined
+
+
 def png_without_bad_ancillary_chunks(data: bytes | memoryview | np.ndarray) -> bytes | memoryview | np.ndarray:
     """A PNG's bytes without the ancillary chunks (text, colour profile, ...) whose CRC does
     not match, or ``data`` itself when it has none (no copy; other formats too).
@@ -194,15 +209,7 @@ def png_without_bad_ancillary_chunks(data: bytes | memoryview | np.ndarray) -> b
         if kind[:1].islower() and zlib.crc32(mv[pos + 4: end]) != int.from_bytes(mv[end: end + 4], "big"):
             gaps.append((pos, end + 4))
         pos = end + 4
-    if not gaps:
-        return data
-    pieces, last = [], 0
-    for lo, hi in gaps:
-        pieces.append(mv[last:lo])
-        last = hi
-    pieces.append(mv[last:])
-    joined = b"".join(pieces)
-    return np.frombuffer(joined, dtype=np.uint8) if isinstance(data, np.ndarray) else joined
+    return _without(data, mv, gaps)
 
 
 def _jpeg_markers(mv: memoryview) -> Iterator[tuple[int, int, tuple[int, int]]]:
@@ -261,15 +268,7 @@ def jpeg_without_stray_bytes(data: bytes | memoryview | np.ndarray) -> bytes | m
             # An APPn or comment segment whose length field is under 2 (it counts itself):
             # libjpeg skips nothing more, DALI's parser refuses the file. It holds nothing.
             gaps.append((pos, pos + 4))
-    if not gaps:
-        return data
-    pieces, last = [], 0
-    for lo, hi in gaps:
-        pieces.append(mv[last:lo])
-        last = hi
-    pieces.append(mv[last:])
-    joined = b"".join(pieces)
-    return np.frombuffer(joined, dtype=np.uint8) if isinstance(data, np.ndarray) else joined
+    return _without(data, mv, gaps)
 
 
 def _jpeg_ends(mv: memoryview) -> bool:
