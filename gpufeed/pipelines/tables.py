@@ -99,20 +99,26 @@ def _check_label_range(column: str, dtype: object, highest: Callable[[], Any]) -
                               "which would wrap round to negative class indices: encode them (Categorify)")
 
 
-def _check_label_values(column: str, low: int, high: int, count: Callable[[int, bool], int], rows: int,
-                        num_classes: int | None) -> None:
-    """Refuse class indices a loss cannot take: negative ones (pandas' ``cat.codes`` gives -1
-    for a missing value; ``cross_entropy`` failed on them, on a GPU as a device-side assert
-    naming no column) and, given ``num_classes``, those not below it. ``count(bound, below)``
-    counts the rows under ``bound`` (``below``) or at or over it; only called on an error."""
+def _check_label_values(column: str, labels: Any, low: int, high: int, num_classes: int | None,
+                        ignore_index: int | None) -> None:
+    """Refuse class indices a loss cannot take: negative ones other than ``ignore_index``
+    (PyTorch's -100, rows a loss leaves out; pandas' ``cat.codes`` gives -1 for a missing
+    value, and ``cross_entropy`` failed on it, on a GPU as a device-side assert naming no
+    column) and, given ``num_classes``, those not below it. ``labels``: the int64 labels
+    (numpy or torch), looked at again only on an error; ``low``, ``high``: their extremes."""
+    rows = labels.shape[0]
     if low < 0:
-        raise ColumnTypeError(f"label column {column!r} holds negative class indices ({count(0, True)} of {rows} rows, "
-                              f"lowest {low}): a class index is 0 or more (pandas' cat.codes gives -1 for a "
-                              "missing value); encode the classes with Categorify, or drop those rows")
+        bad = (labels < 0) if ignore_index is None else ((labels < 0) & (labels != ignore_index))
+        if bool(bad.any()):
+            kept = "" if ignore_index is None else f" other than ignore_index={ignore_index}"
+            raise ColumnTypeError(
+                f"label column {column!r} holds negative class indices{kept} ({int(bad.sum())} of {rows} rows, "
+                f"lowest {int(labels[bad].min())}): a class index is 0 or more (pandas' cat.codes gives -1 for a "
+                "missing value); encode the classes with Categorify, or drop those rows")
     if num_classes is not None and high >= num_classes:
         raise ColumnTypeError(f"label column {column!r} holds class indices beyond num_classes={num_classes} "
-                              f"({count(num_classes, False)} of {rows} rows, highest {high}); Categorify's codes need "
-                              "num_embeddings(column) classes")
+                              f"({int((labels >= num_classes).sum())} of {rows} rows, highest {high}); Categorify's "
+                              "codes need num_embeddings(column) classes")
 
 
 def _check_num_classes(num_classes: int | None, label: str | None, where: str) -> None:
@@ -174,7 +180,7 @@ def _numpy_kind(dtype: object) -> str:
 
 
 def _matrix(df: Frame, columns: Sequence[str], dtype: torch.dtype, device: torch.device,
-            num_classes: int | None = None) -> torch.Tensor:
+            num_classes: int | None = None, ignore_index: int | None = -100) -> torch.Tensor:
     backend = backend_of(df)
     is_label = dtype == torch.int64
     if backend == "cudf":
@@ -195,8 +201,7 @@ def _matrix(df: Frame, columns: Sequence[str], dtype: torch.dtype, device: torch
             _raise_non_finite(columns, tensor.cpu().numpy())
         if is_label and tensor.numel():
             low, high = (int(v) for v in torch.aminmax(tensor))  # one sync
-            _check_label_values(columns[0], low, high, lambda b, below: int(((tensor < b) if below else
-                                                                              (tensor >= b)).sum()), tensor.numel(), num_classes)
+            _check_label_values(columns[0], tensor, low, high, num_classes, ignore_index)
         return tensor if tensor.device == device else tensor.to(device)
     if backend == "polars":
         array = df.select(list(columns)).to_numpy()
@@ -231,9 +236,7 @@ def _matrix(df: Frame, columns: Sequence[str], dtype: torch.dtype, device: torch
     if not is_label and array.dtype.kind in "fO" and not np.isfinite(matrix).all():
         _raise_non_finite(columns, values)
     if is_label and matrix.size:
-        _check_label_values(columns[0], int(matrix.min()), int(matrix.max()),
-                            lambda b, below: int(((matrix < b) if below else (matrix >= b)).sum()), matrix.size,
-                            num_classes)
+        _check_label_values(columns[0], matrix, int(matrix.min()), int(matrix.max()), num_classes, ignore_index)
     array = matrix
     if not array.flags.writeable:
         # A read-only view of the frame's own buffer (pandas copy-on-write, Arrow memory):
@@ -245,7 +248,7 @@ def _matrix(df: Frame, columns: Sequence[str], dtype: torch.dtype, device: torch
 
 def to_tensors(
     df: Frame, features: Sequence[str], label: str | None = None, *, device: str | torch.device = "auto",
-    num_classes: int | None = None,
+    num_classes: int | None = None, ignore_index: int | None = -100,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Features as a float32 ``(rows, len(features))`` tensor and labels as int64 ``(rows,)``.
 
@@ -255,7 +258,9 @@ def to_tensors(
         label: the label column, or None for inference.
         device: ``"auto" | "cpu" | "cuda" | "cuda:N"``.
         num_classes: the number of classes the model predicts: a label at or above it is
-            an error (as a negative label always is) instead of a failure inside the loss.
+            an error (as a negative label is) instead of a failure inside the loss.
+        ignore_index: the one negative label allowed, for rows the loss leaves out
+            (``cross_entropy``'s ``ignore_index``, -100 by default); None allows none.
 
     Returns:
         ``(x, y)``; ``y`` is None without a label. From cuDF they are made on the GPU
@@ -279,20 +284,20 @@ def to_tensors(
     _check_numeric(df, [*features, *([label] if label else [])])
     dev = resolve_device(device)
     x = _matrix(df, features, torch.float32, dev)
-    y = _matrix(df, [label], torch.int64, dev, num_classes).reshape(-1) if label else None
+    y = _matrix(df, [label], torch.int64, dev, num_classes, ignore_index).reshape(-1) if label else None
     return x, y
 
 
 def iter_batches(
     df: Frame, features: Sequence[str], label: str | None = None, *, batch_size: int = 65_536,
     device: str | torch.device = "auto", shuffle: bool = False, seed: int = 0, epoch: int = 0,
-    drop_last: bool = False, num_classes: int | None = None,
+    drop_last: bool = False, num_classes: int | None = None, ignore_index: int | None = -100,
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor | None]]:
     """Yield ``(x, y)`` batches of ``batch_size`` rows; only one batch is converted at a time.
 
     Args:
         df: a pandas, polars or cuDF frame.
-        features, label, device, num_classes: as in :func:`to_tensors`.
+        features, label, device, num_classes, ignore_index: as in :func:`to_tensors`.
         batch_size: rows per batch.
         shuffle: visit the rows in a seeded random order, as a ``DataLoader`` with
             ``shuffle=True`` does: each batch gathers rows from the whole table (a table
@@ -326,4 +331,5 @@ def iter_batches(
     order = np.random.default_rng(seed if epoch == 0 else (seed, epoch)).permutation(n) if shuffle else None
     for start in starts:
         rows = slice(start, start + batch_size) if order is None else order[start:start + batch_size]
-        yield to_tensors(nw.to_native(frame[rows]), features, label, device=device, num_classes=num_classes)
+        yield to_tensors(nw.to_native(frame[rows]), features, label, device=device, num_classes=num_classes,
+                         ignore_index=ignore_index)

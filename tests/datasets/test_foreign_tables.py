@@ -829,3 +829,24 @@ def test_a_file_with_a_column_name_twice_is_refused_by_name_on_every_backend(tmp
     for backend in BACKENDS:
         with pytest.raises(TabularError, match=rf"dup.{suffix}"):
             read_table(path, backend=backend)
+
+
+def test_writes_go_through_links_keep_permissions_and_long_names(tmp_path):
+    # The temporary-folder write had replaced a link by a file (its target unchanged), reset
+    # a 0600 file to 0644, and failed on a 240-character name (the folder's name was longer).
+    import os
+    import stat
+
+    target = tmp_path / "store" / "t.csv"
+    target.parent.mkdir()
+    write_table(pd.DataFrame({"a": [9]}), target)
+    os.chmod(target, 0o600)
+    link = tmp_path / "latest.csv"
+    link.symlink_to(target)
+    write_table(pd.DataFrame({"a": [1, 2]}), link)
+    assert link.is_symlink() and read_table(target, backend="pandas")["a"].tolist() == [1, 2]
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
+    long = tmp_path / ("x" * 236 + ".csv")
+    write_table(pd.DataFrame({"a": [1]}), long)
+    assert read_table(long, backend="pandas")["a"].tolist() == [1]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["store", "latest.csv", long.name])  # no leftovers

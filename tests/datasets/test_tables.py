@@ -1077,3 +1077,26 @@ def test_text_codes_written_by_the_kit_read_back_as_text(tmp_path, backend):
     assert plain.read_text().splitlines() == ["city,n", "Oslo,1", '"Lima, Peru",2']
     one = write_table(to_backend(pd.DataFrame({"grade": ["9", "10", "K"]}), backend), tmp_path / "one.csv")
     assert to_backend(read_table(one), "pandas")["grade"].tolist() == pd.read_csv(one, dtype=str)["grade"].tolist()
+
+
+def test_a_line_longer_than_the_largest_block_is_named_not_an_overflow(tmp_path, monkeypatch):
+    # Growing the block by 8 from 512 MiB asked Arrow for 4 GiB: an OverflowError, not the
+    # error naming the file. Simulated: every block is "outgrown".
+    import gpufeed.datasets.tables.csv as csv_module
+
+    path = tmp_path / "huge.csv"
+    path.write_text("a\n" + "x" * 100 + "\n")
+    monkeypatch.setattr(csv_module, "_outgrows_block", lambda exc, path, block: True)
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    blocks = []
+
+    def failing(source, read_options, **kwargs):
+        blocks.append(read_options.block_size)
+        raise pa.ArrowInvalid("straddling object straddles two block boundaries")
+
+    monkeypatch.setattr(pacsv, "read_csv", failing)
+    with pytest.raises(MalformedCSVError, match=r"huge.csv: a line or quoted field is longer than 1024 MiB"):
+        read_table(path)
+    assert max(blocks) <= 2**31 - 1 and blocks[-1] == 1 << 30

@@ -211,8 +211,16 @@ def test_negative_labels_and_labels_beyond_num_classes_are_named(backend):
     device-side assert on a GPU, naming no column)."""
     df = pd.DataFrame({"a": [0.1, 0.2, 0.3, 0.4], "y": pd.Series(["b", None, "a", "c"]).astype("category").cat.codes})
     frame = to_backend(df, backend)
-    with pytest.raises(ColumnTypeError, match=r"label column 'y' holds negative class indices \(1 of 4 rows, lowest -1\)"):
+    with pytest.raises(ColumnTypeError, match=r"label column 'y' holds negative class indices other than "
+                       r"ignore_index=-100 \(1 of 4 rows, lowest -1\)"):
         to_tensors(frame, ["a"], "y", device="cpu")
+    # -100, cross_entropy's ignore_index, marks rows the loss leaves out: it passes, unless
+    # ignore_index=None (then every negative label is refused)
+    masked = to_backend(df.assign(y=[1, -100, 0, 2]), backend)
+    _, y = to_tensors(masked, ["a"], "y", device="cpu", num_classes=3)
+    assert y.tolist() == [1, -100, 0, 2]
+    with pytest.raises(ColumnTypeError, match=r"negative class indices \(1 of 4 rows, lowest -100\)"):
+        to_tensors(masked, ["a"], "y", device="cpu", ignore_index=None)
     good = to_backend(df.assign(y=[1, 0, 0, 2]), backend)
     _, y = to_tensors(good, ["a"], "y", device="cpu", num_classes=3)
     assert y.tolist() == [1, 0, 0, 2]

@@ -100,7 +100,7 @@ def _arrow_read_options(encoding: str, skiprows: int, size: int | None, block: i
     import pyarrow.csv as pacsv
 
     return pacsv.ReadOptions(encoding="utf8" if encoding == "utf-8" else encoding, skip_rows=skiprows,
-                             block_size=block + (size or 0), **names)
+                             block_size=min(block + (size or 0), 2**31 - 1), **names)  # Arrow's int32
 
 
 def _parse_options(sep: str, handler: Callable[[Any], str], quoted: bool = True) -> Any:
@@ -323,7 +323,7 @@ def _read_csv_arrow(
                 # that hold it (the common file pays nothing for this).
                 if block >= _MAX_BLOCK_SIZE or not _outgrows_block(exc, path, block + (size or 0)):
                     raise
-                block *= 8
+                block = min(block * 8, _MAX_BLOCK_SIZE)  # 512 MiB * 8 passed Arrow's int32 limit
                 bad.clear()
                 read_options = _arrow_read_options(encoding, skiprows, size, block,
                                                    autogenerate_column_names=not header)

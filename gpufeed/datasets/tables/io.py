@@ -16,7 +16,7 @@ import os
 import shutil
 import tempfile
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -298,32 +298,57 @@ def write_table(
                            "rename them before writing")
     out.parent.mkdir(parents=True, exist_ok=True)
     takes, writer = fmt.writer(backend)
-    # Written under the same name in a fresh folder beside ``out`` (the same file system, so
-    # the rename is atomic; the same name, so the writers see the suffixes, and a .zip its
-    # member name, that ``out`` has), then renamed over ``out``: a writer that fails half way
-    # left a partial file (1 byte of JSON, an empty Feather file) in place of a good one.
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".gpufeed-tmp", dir=out.parent))
-    written = staging / out.name
+    frame = df if takes == backend else _to_pandas(df)
+    # Written under the same name in a fresh folder beside the file (the same file system,
+    # so the rename is atomic; the same name, so the writers see the suffixes, and a .zip
+    # its member name, that ``out`` has), then renamed over it: a writer that fails half
+    # way left a partial file (1 byte of JSON, an empty Feather file) in place of a good
+    # one. A symbolic link is written through to the file it names (renaming over the link
+    # replaced it); the replaced file keeps its permissions; in a folder that takes no new
+    # entry, an existing file is written in place, as before.
+    final = Path(os.path.realpath(out))
     try:
-        try:
-            writer(df if takes == backend else _to_pandas(df), written, WriteOptions(sep, target=out))
-        except (OSError, MemoryError, ImportError, TabularError):
-            raise
-        except Exception as exc:  # noqa: BLE001 - the library's words (which name the column), with the file
-            raise TabularError(f"{out}: cannot write the frame as {fmt.name}: "
-                               f"{str(exc).replace(str(written), str(out))}") from exc
-        except BaseException as exc:
-            # A Rust library's panic (pyo3's PanicException, e.g. polars on a type it cannot
-            # write) is a BaseException, so that `except Exception` lets it through; by name,
-            # as it belongs to no importable module.
-            if type(exc).__name__ != "PanicException":
-                raise
-            raise TabularError(f"{out}: cannot write the frame as {fmt.name}: the writer failed "
-                               f"({str(exc).strip()[:200]})") from exc
-        os.replace(written, out)
+        staging: Path | None = Path(tempfile.mkdtemp(prefix=".gpufeed-", dir=final.parent))
+    except PermissionError:
+        staging = None
+    written = final if staging is None else staging / out.name
+    try:
+        _write_with(writer, frame, written, out, fmt.name, sep)
+        if staging is not None:
+            if final.exists():
+                shutil.copymode(final, written)
+            os.replace(written, final)
+    except OSError as exc:
+        if staging is not None and exc.filename is not None and str(staging) in str(exc.filename):
+            raise type(exc)(exc.errno, exc.strerror, str(out)) from exc  # the user's path, not the staging one
+        raise
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
     return out
+
+
+def _write_with(writer: Callable[[Any, Path, WriteOptions], None], frame: Any, written: Path, out: Path,
+                fmt: str, sep: str | None) -> None:
+    """Run a format's writer into ``written``, its failures named by ``out`` (the user's path).
+
+    Raises:
+        TabularError: the writer's own error (which names the column), or a Rust library's
+            panic (pyo3's ``PanicException``, e.g. polars on a type it cannot write: a
+            ``BaseException``, which ``except Exception`` lets through).
+    """
+    try:
+        writer(frame, written, WriteOptions(sep, target=out))
+    except (OSError, MemoryError, ImportError, TabularError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - the library's words (which name the column), with the file
+        raise TabularError(f"{out}: cannot write the frame as {fmt}: "
+                           f"{str(exc).replace(str(written), str(out))}") from exc
+    except BaseException as exc:
+        if type(exc).__name__ != "PanicException":  # by name: it belongs to no importable module
+            raise
+        raise TabularError(f"{out}: cannot write the frame as {fmt}: the writer failed "
+                           f"({str(exc).strip()[:200]})") from exc
 
 
 def convert(

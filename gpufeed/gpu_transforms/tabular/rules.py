@@ -287,7 +287,8 @@ class Rule:
                 raise TypeError(f"rule {self.output!r}: each case is (condition, value), got {case!r}")
         object.__setattr__(self, "cases", [(c, _plain(v)) for c, v in self.cases])
         object.__setattr__(self, "default", _plain(self.default))
-        values = [v for _, v in self.cases] + ([] if self.default is None else [self.default])
+        # None (missing) goes with any kind, as a case's value as well as the default.
+        values = [v for v in [*(v for _, v in self.cases), self.default] if v is not None]
         kinds = {_value_kind(v) for v in values}
         if len(kinds) > 1:
             # pandas made an object column of them, polars one type (True and 0 as Int32,

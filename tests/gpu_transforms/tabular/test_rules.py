@@ -265,3 +265,13 @@ def test_text_against_numbers_is_named_and_isin_numbers_match_by_value(backend):
     out = to_backend(apply_rules(frame, rules), "pandas")
     assert out["fi"].tolist() == [1, 0, 1] and out["ii"].tolist() == [0, 1, 0]
     assert apply_rules_rowwise(frame, rules) == {"fi": [1, 0, 1], "ii": [0, 1, 0]}
+
+
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_a_case_may_give_missing_beside_numbers_or_text(backend):
+    # The kind check counted None as a kind of its own and refused such rules.
+    frame = to_backend(pd.DataFrame({"a": [2.0, -1.0, 0.5]}), backend)
+    for value, default in ((1, 0), ("big", "small")):
+        rule = Rule("out", [(col("a") > 1, value), (col("a") < 0, None)], default=default)
+        out = to_backend(apply_rules(frame, [rule]), "pandas")["out"]
+        assert out.isna().tolist() == [False, True, False] and out[0] == value and out[2] == default
