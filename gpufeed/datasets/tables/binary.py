@@ -272,8 +272,9 @@ def _read_parquet_polars(path: Path, options: ReadOptions, report: ReadReport) -
     parquet = pq.ParquetFile(path)  # the footer: the stored schema and the column types
     schema = parquet.schema_arrow
     unit = _int96_unit(parquet.metadata)
+    int96 = _int96_columns(parquet.metadata) if unit is not None else []
     parquet.close()
-    if unit is not None and any("." in c for c in _int96_columns(parquet.metadata)):
+    if any("." in c for c in int96):
         # A nested INT96 column: polars' reader would saturate it; Arrow's reads it right.
         table = _read_parquet_arrow(path)
         return _without_pandas_index(ordered_as_enums(polars_from_arrow(table), table), schema, path)
@@ -282,8 +283,7 @@ def _read_parquet_polars(path: Path, options: ReadOptions, report: ReadReport) -
         # polars reads INT96 in the stored schema's unit, else in nanoseconds, saturating the
         # dates outside 1677-2262 (a Spark file's 9999-12-31 came as 2262-04-11): those
         # columns from Arrow's reader instead, in the unit every backend reads them in.
-        columns = _int96_columns(parquet.metadata)
-        fixed = pl.from_arrow(pq.read_table(path, columns=columns, coerce_int96_timestamp_unit=unit))
+        fixed = pl.from_arrow(pq.read_table(path, columns=int96, coerce_int96_timestamp_unit=unit))
         frame = frame.with_columns(fixed.get_columns())
     ordered = [f.name for f in schema if getattr(f.type, "ordered", False)]
     if ordered:

@@ -777,11 +777,11 @@ def _header_line(names: Sequence[Any], sep: str) -> str:
 
 def _numbers_in_text_pandas(df: Any) -> bool:
     """Whether a text column of ``df`` (pandas) holds a value the reader takes for a number
-    (``"9"``, ``"1e5"``): one regex pass in Arrow per text column. A column it cannot hand
-    to Arrow (an object column of mixed values) counts as one."""
+    (``"9"``, ``"1e5"``; the reader's own test, :func:`_numbers`): one regex pass in Arrow
+    per text column. A column it cannot hand to Arrow (an object column of mixed values)
+    counts as one."""
     import pandas as pd
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     for _, column in df.items():
         if isinstance(column.dtype, pd.CategoricalDtype):
@@ -792,8 +792,7 @@ def _numbers_in_text_pandas(df: Any) -> bool:
             values = pa.array(column, from_pandas=True)
         except (pa.ArrowInvalid, pa.ArrowTypeError):
             return True
-        if (pa.types.is_string(values.type) or pa.types.is_large_string(values.type)) and \
-                pc.any(pc.match_substring_regex(values, _NUMBER)).as_py():
+        if (pa.types.is_string(values.type) or pa.types.is_large_string(values.type)) and _numbers(values, ".").any():
             return True
     return False
 
