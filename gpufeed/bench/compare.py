@@ -242,15 +242,23 @@ def run(args: argparse.Namespace) -> int:
     return 1 if dropped or gone or missing else 0
 
 
+def _not_run(doc: dict[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
+    """What a run's document says it did not measure: ``({pipeline: why skipped},
+    {pipeline: last line of its error})``."""
+    skipped = doc.get("skipped")
+    failed = {r["name"]: str(r["error"]).strip().splitlines()[-1][:120]
+              for r in doc.get("rows", []) if isinstance(r, dict) and r.get("error")}
+    return (dict(skipped) if isinstance(skipped, dict) else {}), failed
+
+
 def _why_missing(doc: dict[str, Any], pipeline: str) -> str:
     """`` (not run here: no CUDA GPU)`` or `` (failed: ...)`` for a pipeline a run has no
     ratio for, where its document says; else ``""``."""
-    skipped = doc.get("skipped")
-    if isinstance(skipped, dict) and pipeline in skipped:
+    skipped, failed = _not_run(doc)
+    if pipeline in skipped:
         return f" (not run on that machine: {skipped[pipeline]})"
-    row = next((r for r in doc.get("rows", []) if isinstance(r, dict) and r.get("name") == pipeline), None)
-    if row is not None and row.get("error"):
-        return f" (failed: {str(row['error']).strip().splitlines()[-1][:120]})"
+    if pipeline in failed:
+        return f" (failed: {failed[pipeline]})"
     return ""
 
 
@@ -294,10 +302,9 @@ the new run did not run dali-gpu (no CUDA GPU)'
                 if names]
         line = f"{suite}: {what}" + (f" ({'; '.join(only)})" if only else "")
         for side, doc in (("old", old[suite]), ("new", new[suite])):
-            skipped = doc.get("skipped")
-            if isinstance(skipped, dict) and skipped:
+            skipped, failed = _not_run(doc)
+            if skipped:
                 line += f"; the {side} run did not run " + ", ".join(f"{n} ({why})" for n, why in skipped.items())
-            failed = [r["name"] for r in doc.get("rows", []) if isinstance(r, dict) and r.get("error")]
             if failed:
                 line += f"; failed in the {side} run: {', '.join(failed)}"
         differences = setup_differences(old[suite], new[suite])
