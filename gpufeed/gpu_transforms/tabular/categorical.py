@@ -29,6 +29,7 @@ from gpufeed.gpu_transforms.tabular.frames import (
 )
 from gpufeed.gpu_transforms.tabular.kernels import (
     category_values,
+    pandas_category_values,
     pandas_codes,
     pandas_factorize,
     vocabulary_codes,
@@ -66,6 +67,18 @@ def _category_exprs(columns: Sequence[str], frame: NwFrame) -> dict[str, nw.Expr
         return nw.col(column)
 
     return {c: expr(c) for c in columns}
+
+
+def _category_values(frame: NwFrame, backend: str, columns: Sequence[str]) -> NwFrame:
+    """``frame`` with its pandas categoricals of numbers, booleans or dates among ``columns``
+    as their values (:func:`.kernels.pandas_category_values`); as it is on other backends.
+    Cast to text, an integer category was ``"10.0"`` in a batch with a missing value and
+    ``"10"`` in one without."""
+    if backend != "pandas":
+        return frame
+    native = nw.to_native(frame)
+    values = {c: v for c in columns if (v := pandas_category_values(native[c])) is not None}
+    return wrap(assign(native, values)) if values else frame
 
 
 def _vocabulary(values: Any, column: str) -> list[Any]:
@@ -231,7 +244,50 @@ def _hash_text(value: Any) -> str:
         return value.date().isoformat() if midnight else value.isoformat()
     if isinstance(value, datetime.date):
         return value.isoformat()
+    if isinstance(value, datetime.timedelta):  # pandas' Timedelta is one too
+        return _duration_text(value)
     return str(value)
+
+
+def _duration_text(value: datetime.timedelta) -> str:
+    """A duration as ISO 8601 seconds (``PT1.5S``, ``-PT90S``, ``P0D``), the text
+    ``write_table`` gives durations in CSV and JSON, exact to the nanosecond.
+
+    Why: ``str`` of a duration is ``"0 days 00:00:01.500000"`` for pandas' ``Timedelta`` and
+    ``"0:00:01.500000"`` for the ``datetime.timedelta`` polars hands out, so one duration
+    hashed into other buckets on each backend.
+    """
+    ticks = getattr(value, "value", None)  # pandas' Timedelta: nanoseconds
+    if not isinstance(ticks, int):
+        ticks = ((value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds) * 1_000
+    if ticks == 0:
+        return "P0D"
+    seconds, nanos = divmod(abs(ticks), 1_000_000_000)
+    digits = f"{seconds}.{nanos:09d}".rstrip("0").rstrip(".")
+    return f"{'-' if ticks < 0 else ''}PT{digits}S"
+
+
+def _nanosecond_times(frame: NwFrame, backend: str, column: str, expr: nw.Expr, dtype: Any) -> Any:
+    """``(key expression, distinct keys, their values)`` of a polars nanosecond datetime or
+    duration column, keyed by its integer nanoseconds; None for any other column.
+
+    polars hands such values out as Python ``datetime``/``timedelta``, which stop at the
+    microsecond: two values 1 ns apart came out as one, and the lookup of the distinct
+    values failed ("`old` input for `replace` must not contain duplicates"). pandas'
+    ``Timestamp``/``Timedelta`` hold them, and hash as pandas hashes the same values.
+    """
+    if backend != "polars" or dtype not in (nw.Datetime, nw.Duration) or dtype.time_unit != "ns":
+        return None
+    import pandas as pd
+
+    key = expr.dt.timestamp("ns") if dtype == nw.Datetime else expr.dt.total_nanoseconds()
+    ticks = [v for v in collect_small(frame.select(key.alias(column)).unique()).get_column(column).to_list()
+             if v is not None]
+    if dtype == nw.Datetime:
+        values = [pd.Timestamp(t, unit="ns", tz=dtype.time_zone) for t in ticks]
+    else:
+        values = [pd.Timedelta(t, unit="ns") for t in ticks]
+    return key, ticks, values
 
 
 #: The texts :class:`HashBucket` can hash, by name: ``"canonical"`` (the default, see
@@ -285,6 +341,7 @@ class HashBucket(TableOp):
         return super().from_dict({"text": "str", **spec})
 
     def transform(self, frame: NwFrame, backend: str) -> NwFrame:
+        frame = _category_values(frame, backend, self.columns)
         exprs = _category_exprs(self.columns, frame)
         schema = frame.collect_schema()
         for c in self.columns:
@@ -297,6 +354,12 @@ class HashBucket(TableOp):
             return per_partition(frame, self.transform)
         out = []
         for c in self.columns:
+            if (times := _nanosecond_times(frame, backend, c, exprs[c], schema[c])) is not None:
+                key, ticks, values = times
+                mapped = lookup(key, ticks, [stable_hash(v, self.buckets, self.text) for v in values], 0, nw.Int32)
+                out.append(nw.when(exprs[c].is_null()).then(nw.lit(0, nw.Int32)).otherwise(mapped)
+                           .cast(nw.Int32).alias(c))
+                continue
             # Hash the distinct values in Python (few), then map them vectorised.
             try:
                 distinct = collect_small(frame.select(exprs[c].alias(c)).unique()).get_column(c).to_list()

@@ -1,0 +1,77 @@
+"""Column types beyond plain numbers and text, on pandas and polars alike: pandas categoricals
+of numbers, durations, nanosecond times, object columns of Decimals or of mixed values."""
+
+from __future__ import annotations
+
+import pandas as pd
+import polars as pl
+import pytest
+
+from gpufeed.gpu_transforms.tabular import Categorify, HashBucket, Recipe, to_backend
+from gpufeed.gpu_transforms.tabular.categorical import MISSING_INDEX
+
+
+def _out(frame, column):
+    return frame[column].to_list() if isinstance(frame, pl.DataFrame) else frame[column].tolist()
+
+
+def test_categorify_of_integer_categories_orders_them_as_numbers_on_pandas_as_on_polars():
+    # pandas compared them by their text: "10" < "100" < "9", while polars (Int64) sorts
+    # 9 < 10 < 100, so the same column got other codes on each backend.
+    df = pd.DataFrame({"c": pd.Categorical([9, 10, None, 100, 9])})
+    outs = {}
+    for backend in ("pandas", "polars"):
+        recipe = Recipe([Categorify(["c"])])
+        outs[backend] = _out(recipe.fit_transform(to_backend(df, backend)), "c")
+        assert recipe.ops[0].state == {"c": [9, 10, 100]}, backend
+    assert outs["pandas"] == outs["polars"] == [2, 3, MISSING_INDEX, 4, 2]
+
+
+def test_categorify_of_integer_categories_still_reads_a_recipe_that_stored_them_as_text():
+    # What pandas fitted before: the categories' text, in text order.
+    old = Recipe([Categorify(["c"])])
+    old.ops[0].state = {"c": ["10", "100", "9"]}
+    loaded = Recipe.from_json(old.to_json())
+    df = pd.DataFrame({"c": pd.Categorical([9, 10, None, 100])})
+    assert loaded.transform(df)["c"].tolist() == [4, 2, MISSING_INDEX, 3]
+
+
+def test_hash_bucket_of_integer_categories_hashes_a_value_alike_with_or_without_gaps():
+    # Cast to text, 10 was "10.0" in a batch with a missing value and "10" in one without:
+    # a training batch and a serving batch put one value in two buckets.
+    with_gap = pd.DataFrame({"c": pd.Categorical([10, 20, None, 10])})
+    without = pd.DataFrame({"c": pd.Categorical([10, 20, 20, 10])})
+    recipe = Recipe([HashBucket(["c"], 1000)])
+    a = recipe.fit_transform(with_gap)["c"].tolist()
+    b = recipe.transform(without)["c"].tolist()
+    plain = recipe.transform(pl.DataFrame({"c": [10, 20, None, 10]}))["c"].to_list()
+    assert a[0] == b[0] == plain[0] and a[1] == b[1] == plain[1] and a[2] == 0
+
+
+def test_hash_bucket_of_durations_hashes_a_duration_alike_on_pandas_and_polars():
+    # str() of pandas' Timedelta is "0 days 00:00:01.500000", of the timedelta polars hands
+    # out "0:00:01.500000": one duration went to other buckets on each backend.
+    df = pd.DataFrame({"d": pd.to_timedelta([1.5, -90, None, 0, 86400.000001], unit="s")})
+    outs = {b: _out(Recipe([HashBucket(["d"], 1000)]).fit_transform(to_backend(df, b)), "d")
+            for b in ("pandas", "polars")}
+    assert outs["pandas"] == outs["polars"]
+    assert outs["pandas"][2] == 0 and len(set(outs["pandas"])) == 5
+    # The text write_table gives a duration in CSV and JSON hashes to the same bucket.
+    text = Recipe([HashBucket(["d"], 1000)]).fit_transform(pd.DataFrame({"d": ["PT1.5S", "-PT90S", None, "P0D"]}))
+    assert text["d"].tolist() == outs["pandas"][:4]
+
+
+@pytest.mark.parametrize("kind", ["datetime", "datetime-zoned", "duration"])
+def test_hash_bucket_of_nanosecond_times_on_polars_hashes_each_value_as_pandas_does(kind):
+    # polars hands out Python datetimes/timedeltas, which stop at the microsecond: values
+    # 1 ns apart came out as one and polars refused the lookup (duplicates in `replace`).
+    ticks = pl.Series([1, 2, 1_000, None, 1_700_000_000_123_456_789], dtype=pl.Int64)
+    column = {"datetime": ticks.cast(pl.Datetime("ns")),
+              "datetime-zoned": ticks.cast(pl.Datetime("ns")).dt.replace_time_zone("UTC")
+              .dt.convert_time_zone("America/New_York"),
+              "duration": ticks.cast(pl.Duration("ns"))}[kind]
+    frame = pl.DataFrame({"t": column})
+    on_polars = Recipe([HashBucket(["t"], 1000)]).fit_transform(frame)["t"].to_list()
+    on_pandas = Recipe([HashBucket(["t"], 1000)]).fit_transform(frame.to_pandas())["t"].tolist()
+    assert on_polars == on_pandas
+    assert on_polars[3] == 0 and len(set(on_polars)) == 5
