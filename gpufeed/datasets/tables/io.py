@@ -29,7 +29,7 @@ from gpufeed.datasets.tables.base import (
     WriteOptions,
 )
 from gpufeed.datasets.tables.formats import table_format
-from gpufeed.gpu_transforms.tabular.errors import TabularError
+from gpufeed.gpu_transforms.tabular.errors import MixedTypeError, TabularError
 from gpufeed.gpu_transforms.tabular.frames import Frame, backend_of, repeated, to_backend
 from gpufeed.policies import MixedTypes, OnError
 
@@ -96,7 +96,10 @@ def read_table_with_report(
             warnings.warn(f"gpufeed: {src}: the pandas index stored in the file ({', '.join(map(str, frame.index.names))})"
                           f" is not read as a column on {target}, as on pandas, where it is the frame's index; "
                           "reset_index() before writing keeps it as data", stacklevel=3)
-        frame = to_backend(frame, target)
+        try:
+            frame = to_backend(frame, target)
+        except MixedTypeError as exc:  # a pickled or HDF5 object column of numbers and text
+            raise MixedTypeError(f"{src}: {exc}; backend='pandas' reads the file as it is") from exc
     report.rows = len(frame)
     return frame, report
 

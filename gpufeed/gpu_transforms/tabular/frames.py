@@ -23,7 +23,12 @@ from typing import Any
 import narwhals as nw
 
 from gpufeed.backends import choose_dataframe_backend
-from gpufeed.gpu_transforms.tabular.errors import BackendError, ColumnTypeError, MissingColumnError
+from gpufeed.gpu_transforms.tabular.errors import (
+    BackendError,
+    ColumnTypeError,
+    MissingColumnError,
+    MixedTypeError,
+)
 
 Frame = Any  # a native pandas / polars / cuDF / Dask dataframe
 NwFrame = nw.DataFrame | nw.LazyFrame
@@ -255,16 +260,45 @@ def to_backend(df: Frame, backend: str) -> Frame:
 
         # cuDF's to_arrow keeps a non-default index as a column: no backend but pandas has one.
         table = df if source == "pandas" else df.to_arrow(preserve_index=False)
-        out = (keeping_names(df, lambda f: pl.from_pandas(f, nan_to_null=True)) if source == "pandas"
+        out = (_from_pandas(df, target, lambda f: pl.from_pandas(f, nan_to_null=True)) if source == "pandas"
                else polars_from_arrow(table))
         return ordered_as_enums(out, table)
     import cudf  # only reached when the user asked for cuDF (or auto found a GPU)
 
     if source == "pandas":
-        return keeping_names(df, lambda f: cudf.from_pandas(f, nan_as_null=True))
+        return _from_pandas(df, target, lambda f: cudf.from_pandas(f, nan_as_null=True))
     # polars keeps NaN apart from null; cuDF from pandas above turns NaN into null: the same here.
     return cudf.DataFrame.from_arrow(df.fill_nan(None).to_arrow())
 
+
+
+def _from_pandas(pdf: Any, target: str, convert: Callable[[Any], Any]) -> Any:
+    """``keeping_names(pdf, convert)``; a pandas object column whose values have no one type
+    (numbers beside text, from a spreadsheet or a pickle) named in a :class:`MixedTypeError`.
+
+    Arrow, which polars and cuDF convert through, refused such a column in its own words
+    ("Could not convert 'a' with type str: tried to convert to int64"), naming no column.
+    """
+    try:
+        return keeping_names(pdf, convert)
+    except Exception as exc:
+        import pyarrow as pa
+
+        if not isinstance(exc, pa.ArrowException):
+            raise
+        refused = {}
+        for name in pdf.columns:
+            if pdf[name].dtype == object:
+                try:
+                    pa.array(pdf[name], from_pandas=True)
+                except pa.ArrowException as why:
+                    refused[str(name)] = str(why).split("\n")[0][:120]
+        if not refused:
+            raise
+        raise MixedTypeError(
+            f"column(s) {', '.join(map(repr, refused))} cannot be converted to {target}: their values have no one "
+            f"type ({refused}); cast them to one type first (text: df[column].astype('string')), or keep the "
+            "frame on pandas") from exc
 
 
 def keeping_names(pdf: Any, convert: Callable[[Any], Any]) -> Any:

@@ -75,3 +75,11 @@ def test_hash_bucket_of_nanosecond_times_on_polars_hashes_each_value_as_pandas_d
     on_pandas = Recipe([HashBucket(["t"], 1000)]).fit_transform(frame.to_pandas())["t"].tolist()
     assert on_polars == on_pandas
     assert on_polars[3] == 0 and len(set(on_polars)) == 5
+
+
+def test_to_backend_names_a_column_whose_values_have_no_one_type():
+    from gpufeed.gpu_transforms.tabular import MixedTypeError
+
+    df = pd.DataFrame({"n": [1.0, 2.0], "code": pd.Series([7, "x"], dtype=object)})
+    with pytest.raises(MixedTypeError, match=r"'code'.*cannot be converted to polars.*astype\('string'\)"):
+        to_backend(df, "polars")

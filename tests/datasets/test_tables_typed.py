@@ -1,0 +1,25 @@
+"""Typed columns and files from other writers: what read_table and write_table keep, refuse
+or name, on pandas and polars."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from gpufeed.datasets.tables import read_table, write_table
+from gpufeed.gpu_transforms.tabular import MixedTypeError, TabularError
+
+
+@pytest.mark.filterwarnings("ignore:\\s*your performance may suffer")  # HDF5 pickles the object column
+@pytest.mark.parametrize("suffix", [".pkl", ".h5"])
+def test_a_pickled_or_hdf5_column_mixing_numbers_and_text_read_on_polars_names_file_and_column(tmp_path, suffix):
+    # pandas keeps such an object column; Arrow refused it on the way to polars in its own
+    # words ("Could not convert 'a' with type str: tried to convert to int64"), naming
+    # neither the file nor the column.
+    path = tmp_path / f"sheet{suffix}"
+    df = pd.DataFrame({"ok": [1, 2, 3], "code": pd.Series([1, "a", 2.5], dtype=object)})
+    write_table(df, path)
+    assert read_table(path, backend="pandas")["code"].tolist() == [1, "a", 2.5]
+    with pytest.raises(MixedTypeError, match=rf"{path.name}.*'code'.*backend='pandas'") as caught:
+        read_table(path, backend="polars")
+    assert isinstance(caught.value, TabularError) and "'ok'" not in str(caught.value)
