@@ -232,4 +232,51 @@ def decimals_as_numbers(frame: NwFrame, columns: Sequence[str], schema: Any = No
     """``frame`` with its decimal ``columns`` cast to the numbers :func:`decimal_numbers`
     names; ``frame`` itself when none is a decimal (a schema check, no pass over the data)."""
     casts = decimal_numbers(frame, columns, schema)
-    return frame.with_columns(*[decimal_number(frame, c, t) for c, t in casts.items()]) if casts else frame
+    frame = frame.with_columns(*[decimal_number(frame, c, t) for c, t in casts.items()]) if casts else frame
+    return _object_decimals(frame, columns, schema)
+
+
+def _object_decimals(frame: NwFrame, columns: Sequence[str], schema: Any = None) -> NwFrame:
+    """``frame`` with its pandas object columns of ``Decimal`` values among ``columns`` as
+    the numbers polars reads them as (a pickled or HDF5 frame of prices, ``apply(Decimal)``):
+    ``to_backend`` makes them a polars ``Decimal`` of the values' largest scale, which
+    :func:`decimal_numbers` reads as int64 when that scale is 0 and every value fits, else
+    as float64, each value the float nearest to it. ``frame`` itself when there is none (a
+    schema check; an object column's first value).
+
+    On pandas such a column failed inside the op in Python's words (``Standardize``:
+    "unsupported operand type(s) for -: 'decimal.Decimal' and 'float'"), where polars ran.
+    """
+    import decimal
+
+    if type(nw.to_native(frame)).__module__.split(".")[0] != "pandas":
+        return frame
+    schema = schema if schema is not None else frame.collect_schema()
+    objects = [c for c in dict.fromkeys(columns) if schema[c] == nw.Object]
+    if not objects:
+        return frame
+    import pandas as pd
+
+    native = nw.to_native(frame)
+    numbers = {}
+    for c in objects:
+        present = native[c].dropna()
+        if not len(present) or not isinstance(present.iloc[0], decimal.Decimal):
+            continue
+        values = present.tolist()
+        if not all(isinstance(v, decimal.Decimal) for v in values):
+            continue  # mixed: left to the op, which names it
+        exponents = [v.as_tuple().exponent for v in values]
+        whole = all(isinstance(e, int) and e >= 0 for e in exponents) and all(-2**63 <= v < 2**63 for v in values)
+        if whole:
+            out = pd.array([None if is_missing(v) else int(v) for v in native[c]],
+                           dtype="Int64" if len(present) < len(native) else "int64")
+        else:
+            out = np.array([np.nan if is_missing(v) else float(v) for v in native[c]], dtype="float64")
+        numbers[c] = pd.Series(out, index=native.index, name=native[c].name)
+    if not numbers:
+        return frame
+    out = native.copy(deep=False)
+    for c, values in numbers.items():
+        out[c] = values
+    return nw.from_native(out, eager_only=True)

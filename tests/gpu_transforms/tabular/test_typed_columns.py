@@ -83,3 +83,26 @@ def test_to_backend_names_a_column_whose_values_have_no_one_type():
     df = pd.DataFrame({"n": [1.0, 2.0], "code": pd.Series([7, "x"], dtype=object)})
     with pytest.raises(MixedTypeError, match=r"'code'.*cannot be converted to polars.*astype\('string'\)"):
         to_backend(df, "polars")
+
+
+@pytest.mark.parametrize("values", [["1.10", "2.25", None, "3", "4", "5.5"], ["1", "2", None, "30", "4", "5"]],
+                         ids=["fractions", "whole"])
+@pytest.mark.parametrize("op", ["fill", "clip", "log", "standardize", "minmax", "categorify", "hash"])
+def test_an_object_column_of_decimals_is_read_by_every_op_as_on_polars(values, op):
+    # A pickled frame of prices (apply(Decimal)): polars holds a Decimal, which every op
+    # reads as numbers; on pandas Standardize failed with "unsupported operand type(s) for
+    # -: 'decimal.Decimal' and 'float'".
+    import decimal
+
+    from gpufeed.gpu_transforms.tabular import Clip, FillMissing, Log, MinMax, Standardize
+
+    made = {"fill": lambda: FillMissing(["d"]), "clip": lambda: Clip(["d"], quantiles=(0.1, 0.9)),
+            "log": lambda: Log(["d"]), "standardize": lambda: Standardize(["d"], by="g"),
+            "minmax": lambda: MinMax(["d"]), "categorify": lambda: Categorify(["d"]),
+            "hash": lambda: HashBucket(["d"], 1000)}[op]
+    df = pd.DataFrame({"d": pd.Series([None if v is None else decimal.Decimal(v) for v in values], dtype=object),
+                       "g": list("abcabc")})
+    on_pandas = Recipe([made()]).fit_transform(df)["d"]
+    on_polars = Recipe([made()]).fit_transform(to_backend(df, "polars"))["d"]
+    assert on_pandas.astype("float64").tolist() == pytest.approx(on_polars.cast(pl.Float64).fill_null(float("nan"))
+                                                                 .to_list(), rel=1e-15, nan_ok=True)
