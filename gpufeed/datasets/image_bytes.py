@@ -39,7 +39,7 @@ def image_format(data: bytes | memoryview) -> str | None:
 
 #: TIFF tags read by :func:`tiff_beyond_dali`.
 _COMPRESSION, _PHOTOMETRIC, _SAMPLES_PER_PIXEL, _PLANAR = 259, 262, 277, 284
-_BITS_PER_SAMPLE, _SAMPLE_FORMAT = 258, 339
+_BITS_PER_SAMPLE, _SAMPLE_FORMAT, _ORIENTATION = 258, 339, 274
 #: Compressions DALI's TIFF decoder reads: none, CCITT fax (2, 3, 4), LZW, JPEG,
 #: Deflate (Adobe and old), PackBits. Others (old-style JPEG 6, LZMA 34925, ZSTD 50000,
 #: WebP 50001, JPEG 2000 ...) failed there on files PIL reads.
@@ -61,8 +61,11 @@ def tiff_beyond_dali(data: bytes | memoryview | np.ndarray) -> bool:
     wrong colours for them, no error); a palette with an alpha channel; 16-bit CMYK;
     photometric interpretations other than those in :data:`_DALI_TIFF_PHOTOMETRIC`
     (CIELab came out in other colours), or none; compressions DALI does not read
-    (:data:`_DALI_TIFF_COMPRESSIONS`). Only the first image's header is read (a few dozen
-    bytes); BigTIFF and anything unreadable answer False (DALI then decides, as before).
+    (:data:`_DALI_TIFF_COMPRESSIONS`); an Orientation tag other than 1 (top-left), which
+    PIL, and so torchvision's ImageFolder, applies on load (a TIFF's own tag, unlike a
+    JPEG's EXIF orientation) and DALI's decoder, told not to apply EXIF orientation, did
+    not. Only the first image's header is read (a few dozen bytes); BigTIFF and anything
+    unreadable answer False (DALI then decides, as before).
     """
     mv = memoryview(data).cast("B")
     head = bytes(mv[:8])
@@ -75,7 +78,8 @@ def tiff_beyond_dali(data: bytes | memoryview | np.ndarray) -> bool:
             raise IndexError(at)
         return int.from_bytes(mv[at:at + size], order)
 
-    wanted = (_BITS_PER_SAMPLE, _SAMPLE_FORMAT, _COMPRESSION, _PHOTOMETRIC, _SAMPLES_PER_PIXEL, _PLANAR)
+    wanted = (_BITS_PER_SAMPLE, _SAMPLE_FORMAT, _COMPRESSION, _PHOTOMETRIC, _SAMPLES_PER_PIXEL, _PLANAR,
+              _ORIENTATION)
     try:
         ifd = number(4, 4)
         tags = {}
@@ -89,6 +93,8 @@ def tiff_beyond_dali(data: bytes | memoryview | np.ndarray) -> bool:
                 tags[tag] = {number(entry + 8, 4)}
     except IndexError:
         return False
+    if tags.get(_ORIENTATION, {1}) != {1}:
+        return True  # PIL turns the image by it on load; DALI (adjust_orientation=False) did not
     bits = tags.get(_BITS_PER_SAMPLE, {1})  # absent: 1 bit per sample (the TIFF default)
     formats = tags.get(_SAMPLE_FORMAT, {1})
     samples = max(tags.get(_SAMPLES_PER_PIXEL, {1}))
@@ -104,6 +110,17 @@ def tiff_beyond_dali(data: bytes | memoryview | np.ndarray) -> bool:
     if 16 in bits and samples > 1 and (samples != 3 or tags.get(_PLANAR, {1}) != {1} or photometric == {5}):
         return True  # 16-bit with alpha, plane by plane, or CMYK: wrong colours in DALI
     return photometric == {3} and samples > 1  # a palette with alpha
+
+
+def beyond_dali(data: bytes | memoryview | np.ndarray) -> bool:
+    """Whether the DALI backend hands ``data`` over decoded by the torch backend's decoder
+    (PIL) rather than to DALI's decoder: a TIFF :func:`tiff_beyond_dali` names, and every
+    BMP. DALI's BMP decoder failed on BMPs PIL reads (16 bits a pixel, 4-bit RLE, an RLE
+    row running over), read a palette BMP with its palette missing in other colours, and
+    decoded BMPs PIL refuses (bit masks PIL does not take): one decoder for BMP keeps the
+    backends to the same pixels and the same skipped files. BMPs are uncompressed or
+    RLE, so PIL's decode costs little."""
+    return image_format(data) == "bmp" or tiff_beyond_dali(data)
 
 
 def sample_fault(data: bytes | memoryview | str, pixels: bool) -> str | None:

@@ -221,7 +221,10 @@ class DaliLoader(ClassificationLoader):
             return crop
         # As the feed sends it (a file with stray header bytes was blamed here, the bytes
         # DALI refused being ones the feed drops); DALI wants dense arrays.
-        inputs = {"encoded": np.ascontiguousarray(dali_input(data, crop, pixels)), "label": np.zeros((), np.int32)}
+        fed = dali_input(data, crop, pixels)
+        if isinstance(fed, str):  # handed over decoded, and that decoder failed
+            return fed
+        inputs = {"encoded": np.ascontiguousarray(fed), "label": np.zeros((), np.int32)}
         if crop is not None:
             if pixels:  # the window's pixels and its flip
                 inputs["flip"] = crop[2]

@@ -14,11 +14,11 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from gpufeed.datasets.image_bytes import (
+    beyond_dali,
     image_size,
     jpeg_without_stray_bytes,
     pil_reason,
     sample_fault,
-    tiff_beyond_dali,
 )
 from gpufeed.datasets.samples import SampleSource
 from gpufeed.pipelines.geometry import train_window
@@ -61,35 +61,37 @@ def pixel_input(pixels: np.ndarray, crop: tuple[np.ndarray, np.ndarray, np.ndarr
 
 
 def dali_input(data: np.ndarray, crop: tuple[np.ndarray, np.ndarray, np.ndarray] | None,
-               pixels: bool) -> np.ndarray | bytes | memoryview:
+               pixels: bool) -> np.ndarray | bytes | memoryview | str:
     """What DALI is given of one checked sample: decoded pixels through
     :func:`pixel_input`; a file's bytes without the stray bytes between its JPEG header
     segments, which libjpeg passes over and DALI's parser refuses
-    (:func:`~gpufeed.datasets.image_bytes.jpeg_without_stray_bytes`); a TIFF of samples
-    DALI's decoder fails on (:func:`~gpufeed.datasets.image_bytes.tiff_beyond_dali`:
-    bilevel, 32-bit integers) decoded by the torch backend's decoder and handed over as an
-    uncompressed PNG of the same pixels, so both backends yield it alike."""
+    (:func:`~gpufeed.datasets.image_bytes.jpeg_without_stray_bytes`); a file DALI's
+    decoder fails on or decodes otherwise (:func:`~gpufeed.datasets.image_bytes.beyond_dali`:
+    BMPs, TIFFs of bilevel or 32-bit integer samples, or turned by an Orientation tag)
+    decoded by the torch backend's decoder and handed over as an uncompressed PNG of the
+    same pixels, so both backends yield it alike; or, for such a file that decoder fails
+    on, the torch backend's reason (text), so both skip it alike."""
     if pixels:
         return pixel_input(data, crop)
-    if tiff_beyond_dali(data):
+    if beyond_dali(data):
         return _as_png(data)
     return jpeg_without_stray_bytes(data)
 
 
-def _as_png(data: np.ndarray | bytes | memoryview) -> np.ndarray | bytes | memoryview:
+def _as_png(data: np.ndarray | bytes | memoryview) -> np.ndarray | str:
     """The image's RGB pixels, as the torch backend decodes them, in a PNG (no compression:
-    it is decoded again at once); ``data`` itself when that decoder fails too (DALI then
-    fails on it and the file is skipped with DALI's words, as before)."""
+    it is decoded again at once); the torch backend's reason when that decoder fails (DALI's
+    decoder had read some such files the torch backend skips)."""
     import io
 
     from PIL import Image
 
-    from gpufeed.pipelines.torch_loader import decode_rgb
+    from gpufeed.pipelines.torch_loader import DECODE_ERRORS, decode_failure, decode_rgb
 
     try:
         rgb = decode_rgb(np.frombuffer(data, dtype=np.uint8)).numpy()
-    except Exception:  # noqa: BLE001 - any decoder failure: leave the verdict to DALI
-        return data
+    except DECODE_ERRORS as exc:
+        return decode_failure(exc)
     out = io.BytesIO()
     Image.fromarray(rgb).save(out, format="PNG", compress_level=0)
     return np.frombuffer(out.getvalue(), dtype=np.uint8)
@@ -182,10 +184,13 @@ class FileFeed:
             if reason is None and train:
                 crop = crop_inputs(data, self.options, self.epoch, i, pixels)
                 reason = crop if isinstance(crop, str) else None
+            fed = None if reason is not None else dali_input(data, crop, pixels)
+            if isinstance(fed, str):  # the torch backend's decoder refused a file handed over decoded
+                reason = fed
             if reason is not None:
                 self.log.add(path, reason)
                 return False
-            encoded.append(dali_input(data, crop, pixels))
+            encoded.append(fed)
             labels.append(source.labels[i])
             crops.append(crop)
             return True

@@ -97,7 +97,10 @@ def _pil_rgb(data: np.ndarray) -> torch.Tensor:
 
 
 #: What :func:`decode_rgb` raises on bytes it cannot decode.
-DECODE_ERRORS = (RuntimeError, OSError, ValueError, SyntaxError)  # PIL: SyntaxError("broken PNG file")
+#: PIL: SyntaxError("broken PNG file"); DecompressionBombError (an Exception of its own) for
+#: a header claiming over twice ``Image.MAX_IMAGE_PIXELS`` (a BMP's or TIFF's size field
+#: gone wrong), which had ended the epoch.
+DECODE_ERRORS = (RuntimeError, OSError, ValueError, SyntaxError, Image.DecompressionBombError)
 
 
 def decode_failure(exc: Exception) -> str:

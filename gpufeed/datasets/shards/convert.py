@@ -32,10 +32,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from gpufeed.datasets.image_bytes import (
+    beyond_dali,
     image_format,
     jpeg_without_stray_bytes,
     png_without_bad_ancillary_chunks,
-    tiff_beyond_dali,
     undecodable_reason,
 )
 from gpufeed.datasets.shards import MANIFEST
@@ -317,9 +317,9 @@ def _load_and_check(path: str) -> tuple[str | None, bytes | None]:
     reason, image = decode_checked(data)
     if reason is not None:
         return reason, None
-    if tiff_beyond_dali(data):
-        # A TIFF DALI's decoder fails on or decodes to other colours (1-bit, 16-bit with
-        # alpha, CIELab, LZMA ...): written as a PNG of the pixels the loaders give, so
+    if beyond_dali(data):
+        # A BMP, or a TIFF DALI's decoder fails on or decodes to other pixels (1-bit,
+        # 16-bit with alpha, CIELab, LZMA, an Orientation tag ...): written as a PNG of the pixels the loaders give, so
         # DALI's own readers (dali_iterator()) and TensorFlow decode it too.
         return None, _png(image.numpy())
     return None, data.tobytes()
