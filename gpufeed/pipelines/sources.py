@@ -163,8 +163,9 @@ def scan_image_folder(root: str | os.PathLike[str], storage: Storage = LOCAL) ->
     for name in folders:
         files: list[str] = []
         rest: list[str] = []
-        for folder, dirs, names in os.walk(root / name, followlinks=True):  # as ImageFolder walks
-            dirs.sort()
+        # As ImageFolder walks: folders sorted by their whole path ("a-b" before "a/sub",
+        # '-' < '/'), so samples come in its order, not only its count.
+        for folder, _, names in sorted(os.walk(root / name, followlinks=True)):
             for file in sorted(names):
                 (files if file.lower().endswith(IMAGE_EXTENSIONS) else rest).append(os.path.join(folder, file))
         found[name] = (files, rest)
