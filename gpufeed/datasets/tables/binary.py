@@ -313,7 +313,7 @@ def _write_parquet_polars(df: Frame, path: Path, options: WriteOptions) -> None:
 
 
 PARQUET = TableFormat(
-    "parquet", (".parquet", ".pq"),
+    "parquet", (".parquet", ".pq", ".parq"),
     readers={"pandas": _read_parquet_pandas, "polars": _read_parquet_polars, "cudf": _read_parquet_cudf},
     writers={"pandas": _write_parquet, "polars": _write_parquet_polars, "cudf": _write_parquet},
     reads_directories=True,

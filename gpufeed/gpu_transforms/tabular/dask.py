@@ -64,29 +64,37 @@ def _require_dask_cudf() -> None:
 
 #: CSV compressions Dask reads through fsspec (a compressed file is one partition: it
 #: cannot be split at byte offsets). ``.zip`` is left out: Dask cannot read it.
-_CSV_COMPRESSIONS = {".gz": "gzip", ".bz2": "bz2", ".xz": "xz", ".zst": "zstd"}
-_PARQUET_SUFFIXES = (".parquet", ".pq", ".parq")
+_CSV_COMPRESSIONS = ("gzip", "bz2", "xz", "zstd")
+
+
+def _format_of(name: str) -> str | None:
+    """The name of the format a file's suffix gives in the table-format registry
+    (:data:`gpufeed.datasets.tables.FORMATS`, which ``read_table`` uses), or None."""
+    from gpufeed.datasets.tables.formats import FORMATS
+
+    low = name.lower()
+    return next((f.name for f in FORMATS.values() if low.endswith(f.suffixes)), None)
 
 
 def _csv_compression(name: str) -> str | None:
-    """The compression of a ``.csv.<suffix>`` file name, or None (plain CSV)."""
-    stem, dot, suffix = name.lower().rpartition(".")
-    return _CSV_COMPRESSIONS.get(dot + suffix) if stem.endswith(".csv") else None
+    """The compression of a CSV file by its name (``"gzip"`` for ``.csv.gz``), None for a plain one."""
+    from gpufeed.datasets.compression import compression_of_name
+
+    return compression_of_name(name)
 
 
 def _folder_format(folder: str) -> str:
     """``"parquet"`` or ``"csv"``: what a folder's files are (a Parquet dataset, hive
-    partitions included, or a folder of CSV files)."""
+    partitions included, or a folder of plain CSV files); files of other formats are not
+    looked at."""
     suffixes = set()
     for _, _, files in os.walk(folder):
         for f in files:
             if f.startswith((".", "_")):  # _SUCCESS, _metadata, .crc files
                 continue
-            low = f.lower()
-            if low.endswith(_PARQUET_SUFFIXES):
-                suffixes.add("parquet")
-            elif low.endswith(".csv"):
-                suffixes.add("csv")
+            kind = _format_of(f)
+            if kind == "parquet" or (kind == "csv" and _csv_compression(f) is None):
+                suffixes.add(kind)
     if len(suffixes) == 1:
         return suffixes.pop()
     what = "both Parquet and CSV files" if suffixes else "no Parquet (.parquet, .pq, .parq) or CSV (.csv) files"
@@ -125,18 +133,21 @@ def read_dask(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], 
         first = paths[0]
     else:
         paths = first = os.fspath(paths)
-    kind = _folder_format(first) if os.path.isdir(first) else None
-    if kind == "csv":  # Dask's read_csv takes no folder: its CSV files
+    folder = os.path.isdir(first)
+    kind = _folder_format(first) if folder else _format_of(first)
+    if kind == "csv" and folder:  # Dask's read_csv takes no folder: its CSV files
         paths, first = os.path.join(first, "**", "*.csv"), os.path.join(first, "x.csv")
     with dask.config.set({"dataframe.backend": target}):
-        if kind == "parquet" or first.lower().endswith(_PARQUET_SUFFIXES):
+        if kind == "parquet":
             return dd.read_parquet(paths)
-        if first.lower().endswith(".csv"):
-            return dd.read_csv(paths, blocksize=blocksize)
-        if (compression := _csv_compression(first)) is not None:
-            return dd.read_csv(paths, blocksize=None, compression=compression)
+        if kind == "csv":
+            compression = _csv_compression(first)
+            if compression is None:
+                return dd.read_csv(paths, blocksize=blocksize)
+            if compression in _CSV_COMPRESSIONS:
+                return dd.read_csv(paths, blocksize=None, compression=compression)
     raise UnknownFormatError(f"{first}: read_dask reads Parquet or CSV files (CSV compressed as "
-                             f"{', '.join('.csv' + s for s in _CSV_COMPRESSIONS)} too)")
+                             ".csv.gz, .csv.bz2, .csv.xz, .csv.zst too)")
 
 
 def quantile_bounds(ddf: Any, columns: Sequence[str], qs: Sequence[float], *,

@@ -279,3 +279,19 @@ def test_log_on_dask_is_lazy_and_checks_its_domain_when_computed():
     bad = pdf.assign(x=pdf["x"] - 30.0)  # values <= 0 in the later partitions
     with pytest.raises(NonFiniteError, match="log is undefined"):
         recipe.transform(to_dask(bad, 3)).compute()
+
+
+def test_read_dask_tells_formats_as_the_table_registry_does(tmp_path):
+    # read_dask's suffixes are the registry's (read_table's): .parq is Parquet to both, a
+    # zipped or unknown file is refused by name, with what read_dask reads.
+    from gpufeed.datasets.tables import detect_format, read_table
+
+    pdf = pd.DataFrame({"a": range(6), "b": list("abcabc")})
+    pdf.to_parquet(tmp_path / "t.parq")
+    assert detect_format(tmp_path / "t.parq") == "parquet"
+    assert read_table(tmp_path / "t.parq", backend="pandas").equals(pdf)
+    assert read_dask(tmp_path / "t.parq", backend="pandas").compute()["a"].tolist() == list(range(6))
+    pdf.to_csv(tmp_path / "t.csv.zip", index=False)
+    for name in ("t.csv.zip", "t.csv.lz4", "t.json"):
+        with pytest.raises(UnknownFormatError, match=rf"{name}: read_dask reads Parquet or CSV files"):
+            read_dask(tmp_path / name, backend="pandas")
