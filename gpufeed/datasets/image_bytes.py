@@ -114,13 +114,31 @@ def tiff_beyond_dali(data: bytes | memoryview | np.ndarray) -> bool:
 
 def beyond_dali(data: bytes | memoryview | np.ndarray) -> bool:
     """Whether the DALI backend hands ``data`` over decoded by the torch backend's decoder
-    (PIL) rather than to DALI's decoder: a TIFF :func:`tiff_beyond_dali` names, and every
-    BMP. DALI's BMP decoder failed on BMPs PIL reads (16 bits a pixel, 4-bit RLE, an RLE
+    (PIL) rather than to DALI's decoder: a TIFF :func:`tiff_beyond_dali` names, every
+    BMP and every animated PNG. DALI's BMP decoder failed on BMPs PIL reads (16 bits a pixel, 4-bit RLE, an RLE
     row running over), read a palette BMP with its palette missing in other colours, and
     decoded BMPs PIL refuses (bit masks PIL does not take): one decoder for BMP keeps the
     backends to the same pixels and the same skipped files. BMPs are uncompressed or
-    RLE, so PIL's decode costs little."""
-    return image_format(data) == "bmp" or tiff_beyond_dali(data)
+    RLE, so PIL's decode costs little. And every animated PNG (APNG): where its default
+    image is not a frame of the animation DALI gave the first frame and PIL the default
+    image; DALI failed on some APNGs PIL reads and read some PIL refuses."""
+    fmt = image_format(data)
+    if fmt == "png":
+        return _png_animated(memoryview(data).cast("B"))
+    return fmt == "bmp" or tiff_beyond_dali(data)
+
+
+def _png_animated(mv: memoryview) -> bool:
+    """Whether a PNG has an animation control chunk (``acTL``) before its image data."""
+    pos = 8
+    while pos + 8 <= len(mv):
+        kind = bytes(mv[pos + 4: pos + 8])
+        if kind == b"acTL":
+            return True
+        if kind in (b"IDAT", b"IEND"):
+            return False
+        pos += 12 + int.from_bytes(mv[pos: pos + 4], "big")
+    return False
 
 
 def sample_fault(data: bytes | memoryview | str, pixels: bool) -> str | None:

@@ -67,7 +67,8 @@ def dali_input(data: np.ndarray, crop: tuple[np.ndarray, np.ndarray, np.ndarray]
     segments, which libjpeg passes over and DALI's parser refuses
     (:func:`~gpufeed.datasets.image_bytes.jpeg_without_stray_bytes`); a file DALI's
     decoder fails on or decodes otherwise (:func:`~gpufeed.datasets.image_bytes.beyond_dali`:
-    BMPs, TIFFs of bilevel or 32-bit integer samples, or turned by an Orientation tag)
+    BMPs, animated PNGs, TIFFs of bilevel or 32-bit integer samples or turned by an
+    Orientation tag)
     decoded by the torch backend's decoder and handed over as an uncompressed PNG of the
     same pixels, so both backends yield it alike; or, for such a file that decoder fails
     on, the torch backend's reason (text), so both skip it alike."""

@@ -156,3 +156,17 @@ def test_a_folders_samples_come_in_torchvisions_order_with_its_labels(tmp_path):
     assert list(found.paths) == [p for p, _ in reference.samples]
     assert list(found.labels) == [lbl for _, lbl in reference.samples]
     assert {c: i for i, c in enumerate(found.classes)} == reference.class_to_idx
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_animated_png_gives_the_image_pil_gives(tmp_path, backend):
+    # An APNG whose default image is not one of its frames: PIL (so ImageFolder) gives
+    # the default image, DALI's decoder gave the first frame.
+    path = tmp_path / "anim.png"
+    red, blue, green = (Image.new("RGB", (8, 8), c) for c in ("red", "blue", "green"))
+    red.save(path, save_all=True, append_images=[blue, green], default_image=True)
+    loader = load(None, backend, file_list=[(str(path), 0)], train=False, batch_size=1, size=8, val_resize=8,
+                  dtype=torch.uint8)
+    (images, _), = list(loader)
+    expected = torch.from_numpy(_pil_rgb(path.read_bytes())).permute(2, 0, 1)
+    assert expected[:, 0, 0].tolist() == [255, 0, 0] and torch.equal(images[0], expected)

@@ -318,7 +318,7 @@ def _load_and_check(path: str) -> tuple[str | None, bytes | None]:
     if reason is not None:
         return reason, None
     if beyond_dali(data):
-        # A BMP, or a TIFF DALI's decoder fails on or decodes to other pixels (1-bit,
+        # A BMP, an APNG, or a TIFF DALI's decoder fails on or decodes to other pixels (1-bit,
         # 16-bit with alpha, CIELab, LZMA, an Orientation tag ...): written as a PNG of the pixels the loaders give, so
         # DALI's own readers (dali_iterator()) and TensorFlow decode it too.
         return None, _png(image.numpy())
