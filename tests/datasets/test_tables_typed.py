@@ -23,3 +23,21 @@ def test_a_pickled_or_hdf5_column_mixing_numbers_and_text_read_on_polars_names_f
     with pytest.raises(MixedTypeError, match=rf"{path.name}.*'code'.*backend='pandas'") as caught:
         read_table(path, backend="polars")
     assert isinstance(caught.value, TabularError) and "'ok'" not in str(caught.value)
+
+
+@pytest.mark.parametrize("suffix", [".json", ".jsonl"])
+def test_periods_and_intervals_are_written_to_json_as_their_text_as_to_csv(tmp_path, suffix):
+    # Through Arrow a period became its ordinal (2024-01 was written as 648) and an interval
+    # a {"left", "right"} object, silently.
+    df = pd.DataFrame({"month": pd.period_range("2024-01", periods=3, freq="M").insert(3, pd.NaT),
+                       "band": pd.IntervalIndex.from_breaks([0, 1, 5, 10]).insert(3, float("nan")),
+                       "x": [1.5, 2.5, 3.5, 4.5]})
+    want = {"month": ["2024-01", "2024-02", "2024-03", None], "band": ["(0.0, 1.0]", "(1.0, 5.0]", "(5.0, 10.0]", None]}
+    for suffix_ in (suffix, ".csv"):
+        path = tmp_path / f"t{suffix_}"
+        write_table(df, path)
+        for backend in ("pandas", "polars"):
+            back = read_table(path, backend=backend)
+            for column, values in want.items():
+                got = back[column].to_list() if backend == "polars" else back[column].tolist()
+                assert [None if v != v else v for v in got] == values, (suffix_, backend, column)

@@ -617,6 +617,7 @@ def _write_json_pandas(pdf: pd.DataFrame, out: Path, options: WriteOptions) -> N
     from pyarrow import ArrowException
 
     errors = (ArrowException, TypeError, ValueError)
+    pdf = _periods_as_text(pdf)
     try:
         frame = keeping_names(pdf.reset_index(drop=True), pl.from_pandas)
     except errors:
@@ -639,6 +640,24 @@ def _write_json_pandas(pdf: pd.DataFrame, out: Path, options: WriteOptions) -> N
             fh.write(text.encode("utf-8"))
         return
     _write_json_polars(frame, out, options)
+
+
+def _periods_as_text(pdf: pd.DataFrame) -> pd.DataFrame:
+    """``pdf`` with its period and interval columns as their text (``2024-01``, ``(0, 1]``),
+    as the CSV writer writes them; missing values stay missing.
+
+    Through Arrow a period became its ordinal (months since 1970: ``2024-01`` was written
+    as ``648``) and an interval a ``{"left", "right"}`` object, silently; JSON has no such
+    types.
+    """
+    special = [i for i, t in enumerate(pdf.dtypes) if isinstance(t, pd.PeriodDtype | pd.IntervalDtype)]
+    if not special:
+        return pdf
+    out = pdf.copy(deep=False)
+    for i in special:
+        column = pdf.iloc[:, i]
+        out.isetitem(i, column.astype(str).astype(object).where(column.notna(), None))
+    return out
 
 
 def _write_json_polars(df: Frame, path: Path, options: WriteOptions) -> None:
