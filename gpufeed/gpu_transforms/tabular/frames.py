@@ -372,7 +372,8 @@ def _ordered_text_categories(table: Any) -> dict[str, list[str]]:
 
 def time_value(value: Any, dtype: Any, column: str, what: str) -> Any:
     """An ISO 8601 text ``value`` meant for a datetime or date column as a datetime (or a
-    date), in the column's time zone; any other value as it is. pandas compares and fills
+    date), in the column's time zone; text meant for a duration column as a ``pd.Timedelta``
+    (:func:`_duration_value`); any other value as it is. pandas compares and fills
     datetimes with text, polars and cuDF refuse to (or made the column text).
 
     Text without an offset is a wall-clock time in the column's zone; text with one
@@ -391,6 +392,8 @@ def time_value(value: Any, dtype: Any, column: str, what: str) -> Any:
             and the column. ColumnTypeError: text with an offset for a column without a
             time zone.
     """
+    if isinstance(value, str) and dtype == nw.Duration:
+        return _duration_value(value, column, what)
     if not isinstance(value, str) or dtype not in (nw.Datetime, nw.Date):
         return value
     import pandas as pd
@@ -402,6 +405,20 @@ def time_value(value: Any, dtype: Any, column: str, what: str) -> Any:
     if dtype == nw.Date:
         return stamp.date()
     return in_zone(stamp, dtype, column, what, value)
+
+
+def _duration_value(value: str, column: str, what: str) -> Any:
+    """Text meant for a duration column (ISO 8601 ``PT2S``, the text ``write_table`` gives
+    durations, or pandas' ``"2s"``, ``"1 day"``) as a ``pd.Timedelta``, exact to the
+    nanosecond. pandas compared a duration column with such text; polars refused, in its
+    own words ("casting from Duration('us') to String not supported")."""
+    import pandas as pd
+
+    try:
+        return pd.Timedelta(value)
+    except ValueError as exc:
+        raise ValueError(f"{what} {value!r} for the duration column {column!r} is not a duration (e.g. "
+                         "'PT1.5S', '2s', '1 day')") from exc
 
 
 def in_zone(stamp: Any, dtype: Any, column: str, what: str, shown: Any) -> Any:

@@ -106,3 +106,17 @@ def test_an_object_column_of_decimals_is_read_by_every_op_as_on_polars(values, o
     on_polars = Recipe([made()]).fit_transform(to_backend(df, "polars"))["d"]
     assert on_pandas.astype("float64").tolist() == pytest.approx(on_polars.cast(pl.Float64).fill_null(float("nan"))
                                                                  .to_list(), rel=1e-15, nan_ok=True)
+
+
+@pytest.mark.parametrize("text", ["PT2S", "2s", "0 days 00:00:02"])
+def test_a_rule_compares_a_duration_column_with_text_on_polars_as_on_pandas(text):
+    # pandas compared them; polars refused: "casting from Duration('us') to String not supported".
+    from gpufeed.gpu_transforms.tabular import Rule, apply_rules, col
+
+    df = pd.DataFrame({"wait": pd.to_timedelta([1, 2, 3, None], unit="s")})
+    rule = Rule("slow", [(col("wait") > text, 1)], default=0)
+    on_pandas = apply_rules(df, [rule])["slow"].tolist()
+    on_polars = apply_rules(to_backend(df, "polars"), [rule])["slow"].to_list()
+    assert on_pandas == on_polars == [0, 0, 1, 0]
+    with pytest.raises(ValueError, match=r"'soon' for the duration column 'wait' is not a duration"):
+        apply_rules(to_backend(df, "polars"), [Rule("slow", [(col("wait") > "soon", 1)], default=0)])
