@@ -195,6 +195,8 @@ def _cutoff(value: Any, dtype: Any, column: str, what: str) -> Any:
     """
     if value is None:
         return None
+    if dtype == nw.Duration and isinstance(value, str):  # "PT2S", "2s": a pd.Timedelta
+        return time_value(value, dtype, column, what)
     if dtype in (nw.Datetime, nw.Date):
         if isinstance(value, str):
             return time_value(value, dtype, column, what)

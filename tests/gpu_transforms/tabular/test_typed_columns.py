@@ -120,3 +120,11 @@ def test_a_rule_compares_a_duration_column_with_text_on_polars_as_on_pandas(text
     assert on_pandas == on_polars == [0, 0, 1, 0]
     with pytest.raises(ValueError, match=r"'soon' for the duration column 'wait' is not a duration"):
         apply_rules(to_backend(df, "polars"), [Rule("slow", [(col("wait") > "soon", 1)], default=0)])
+
+
+def test_split_by_time_cuts_a_duration_column_at_text_cutoffs_on_polars_as_on_pandas():
+    from gpufeed.gpu_transforms.tabular import split_by_time
+
+    df = pd.DataFrame({"wait": pd.to_timedelta([1, 2, 3, None, 5, 6], unit="s")})
+    rows = [split_by_time(to_backend(df, b), "wait", cutoffs=("PT2S", "PT4S")).rows for b in ("pandas", "polars")]
+    assert rows[0] == rows[1] == {"train": 2, "val": 2, "test": 2}
