@@ -41,3 +41,19 @@ def test_periods_and_intervals_are_written_to_json_as_their_text_as_to_csv(tmp_p
             for column, values in want.items():
                 got = back[column].to_list() if backend == "polars" else back[column].tolist()
                 assert [None if v != v else v for v in got] == values, (suffix_, backend, column)
+
+
+def test_an_hdf5_file_of_h5py_datasets_is_refused_naming_them(tmp_path):
+    # It said "without a 'data' (or 'table') table and with 0 other tables (keys: none)".
+    h5py = pytest.importorskip("h5py")
+    import numpy as np
+
+    path = tmp_path / "arrays.h5"
+    with h5py.File(path, "w") as fh:
+        fh["x"] = np.arange(4)
+        fh["group/y"] = np.ones(4)
+    for backend in ("pandas", "polars"):
+        with pytest.raises(TabularError, match=r"arrays\.h5: HDF5 file without a pandas table: it holds 2 "
+                                               r"array\(s\) .*'/x'.*h5py") as caught:
+            read_table(path, backend=backend)
+        assert "'/group/y'" in str(caught.value)

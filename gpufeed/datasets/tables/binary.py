@@ -414,6 +414,13 @@ def _read_hdf5(path: Path, options: ReadOptions, report: ReadReport) -> Frame:
         key = next((k for k in (_HDF_KEY, _HDF_OLD_KEY) if k in keys), keys[0] if len(keys) == 1 else None)
         if key is not None:
             return _as_frame(store.select(key), path)
+        if not keys:  # h5py's (or another tool's) datasets, which pandas' HDFStore does not read
+            arrays = [n._v_pathname for n in store._handle.walk_nodes("/", "Leaf")]
+            shown = ", ".join(map(repr, arrays[:10])) + (" ..." if len(arrays) > 10 else "")
+            raise TabularError(f"{path}: HDF5 file without a pandas table: it holds "
+                               f"{f'{len(arrays)} array(s) ({shown})' if arrays else 'no data'}, written by h5py "
+                               "or another tool, not pandas' to_hdf; read them with h5py (h5py.File(path)[name][:]) "
+                               "and make the frame from them")
     held = ", ".join(map(repr, keys[:10])) + (" ..." if len(keys) > 10 else "") if keys else "none"
     raise TabularError(f"{path}: HDF5 file without a {_HDF_KEY!r} (or {_HDF_OLD_KEY!r}) table and with "
                        f"{len(keys)} other tables (keys: {held}); read_table reads one table per file: "
