@@ -57,3 +57,19 @@ def test_an_hdf5_file_of_h5py_datasets_is_refused_naming_them(tmp_path):
                                                r"array\(s\) .*'/x'.*h5py") as caught:
             read_table(path, backend=backend)
         assert "'/group/y'" in str(caught.value)
+
+
+def test_hdf5_stores_nullable_number_columns_without_gaps_as_their_numpy_type(tmp_path):
+    # A Parquet file read on pandas keeps its writer's nullable dtypes (UInt8 ids with no
+    # gap): HDF5 refused every such column, full or not.
+    df = pd.DataFrame({"id": pd.array([1, 2, 250], dtype="UInt8"), "x": pd.array([0.5, 1.5, 2.5], dtype="Float64"),
+                       "ok": pd.array([True, False, True], dtype="boolean"), "n": pd.array([-1, 0, 2**40], dtype="Int64")})
+    path = tmp_path / "t.h5"
+    write_table(df, path)
+    back = pd.read_hdf(path)
+    assert {c: str(t) for c, t in back.dtypes.items()} == {"id": "uint8", "x": "float64", "ok": "bool", "n": "int64"}
+    assert back.astype(object).values.tolist() == df.astype(object).values.tolist()
+    assert read_table(path, backend="polars")["n"].to_list() == [-1, 0, 2**40]
+    gap = df.assign(n=pd.array([1, None, 3], dtype="Int64"))
+    with pytest.raises(TabularError, match=r"t2\.h5: HDF5 cannot store column\(s\) \{'n': 'Int64'\}"):
+        write_table(gap, tmp_path / "t2.h5")

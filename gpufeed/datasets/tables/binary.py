@@ -443,6 +443,7 @@ def _write_hdf5(df: Frame, path: Path, options: WriteOptions) -> None:
     # refused the others (nullable integers from a table with missing ids, booleans with
     # missing values) with a NotImplementedError naming no column.
     kept = (pd.CategoricalDtype, pd.DatetimeTZDtype, pd.StringDtype)
+    df = _nullable_as_numpy(df)
     bad = {c: str(t) for c, t in df.dtypes.items()
            if isinstance(t, pd.api.extensions.ExtensionDtype) and not isinstance(t, kept)}
     if bad:
@@ -452,6 +453,26 @@ def _write_hdf5(df: Frame, path: Path, options: WriteOptions) -> None:
         )
     categorical = any(isinstance(t, pd.CategoricalDtype) for t in df.dtypes)
     df.to_hdf(path, key=_HDF_KEY, mode="w", format="table" if categorical else "fixed")
+
+
+def _nullable_as_numpy(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with its pandas nullable number and boolean columns (``Int8``..``UInt64``,
+    ``Float32``/``Float64``, ``boolean``) that hold no missing value as the numpy dtype of
+    the same values, which HDF5 stores; those with a missing value are left to be refused.
+
+    Why: a table read from Parquet on pandas keeps the nullable dtypes its writer had
+    (``UInt8`` ids without a gap), and HDF5 refused every such column, full or not.
+    """
+    masked = [i for i, t in enumerate(df.dtypes) if isinstance(t, pd.api.extensions.ExtensionDtype)
+              and t.kind in "iufb" and not isinstance(t, pd.CategoricalDtype | pd.ArrowDtype)
+              and not df.iloc[:, i].hasnans]
+    if not masked:
+        return df
+    out = df.copy(deep=False)
+    for i in masked:
+        column = df.iloc[:, i]
+        out.isetitem(i, column.to_numpy(dtype=column.dtype.numpy_dtype))
+    return out
 
 
 HDF5 = TableFormat(
