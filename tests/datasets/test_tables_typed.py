@@ -73,3 +73,20 @@ def test_hdf5_stores_nullable_number_columns_without_gaps_as_their_numpy_type(tm
     gap = df.assign(n=pd.array([1, None, 3], dtype="Int64"))
     with pytest.raises(TabularError, match=r"t2\.h5: HDF5 cannot store column\(s\) \{'n': 'Int64'\}"):
         write_table(gap, tmp_path / "t2.h5")
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".feather", ".pkl"])
+def test_pandas_periods_and_intervals_read_on_polars_are_their_text_not_their_storage(tmp_path, suffix):
+    # polars kept pandas' period type as an Extension of its ordinals: 2024-01 read as 648,
+    # an interval as a {left, right} struct, and the ops took them as numbers or structs.
+    df = pd.DataFrame({"month": pd.period_range("2024-01", periods=3, freq="M").insert(3, pd.NaT),
+                       "quarter": pd.period_range("2024Q1", periods=4, freq="Q"),
+                       "band": pd.IntervalIndex.from_breaks([0, 1, 5, 10]).insert(3, float("nan"))})
+    path = tmp_path / f"t{suffix}"
+    write_table(df, path)
+    back = read_table(path, backend="polars")
+    assert back.to_dict(as_series=False) == {"month": ["2024-01", "2024-02", "2024-03", None],
+                                             "quarter": ["2024Q1", "2024Q2", "2024Q3", "2024Q4"],
+                                             "band": ["(0.0, 1.0]", "(1.0, 5.0]", "(5.0, 10.0]", None]}
+    on_pandas = read_table(path, backend="pandas")
+    assert str(on_pandas["month"].dtype) == "period[M]"  # as pd.read_parquet gives it

@@ -25,7 +25,12 @@ from gpufeed.datasets.tables.base import (
     arrow_to_pandas,
 )
 from gpufeed.gpu_transforms.tabular.errors import TabularError
-from gpufeed.gpu_transforms.tabular.frames import Frame, ordered_as_enums, polars_from_arrow
+from gpufeed.gpu_transforms.tabular.frames import (
+    Frame,
+    ordered_as_enums,
+    pandas_extensions_as_text,
+    polars_from_arrow,
+)
 
 #: The key write_table stores an HDF5 table under. Not ``"table"``: pandas takes a group
 #: with a child named ``table`` for a table of its own, so a file whose only frame was under
@@ -247,7 +252,7 @@ def _without_pandas_index(frame: Any, schema: Any, path: Path) -> Any:
     meta = schema.pandas_metadata or {}
     stored = [c for c in meta.get("index_columns", []) if isinstance(c, str) and c in frame.columns]
     if not stored:
-        return frame
+        return pandas_extensions_as_text(frame)
     named = [c for c in stored if not (c.startswith("__index_level_") and c.endswith("__"))]
     if named:
         import warnings
@@ -255,7 +260,7 @@ def _without_pandas_index(frame: Any, schema: Any, path: Path) -> Any:
         warnings.warn(f"gpufeed: {path}: column(s) {named} hold the pandas index stored in the file: not read as "
                       "columns, on any backend (pandas reads them as the frame's index); reset_index() before "
                       "writing keeps them as data", stacklevel=5)
-    return frame.drop(stored)
+    return pandas_extensions_as_text(frame.drop(stored))
 
 
 def _read_parquet_polars(path: Path, options: ReadOptions, report: ReadReport) -> Frame:

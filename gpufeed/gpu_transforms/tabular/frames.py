@@ -262,7 +262,7 @@ def to_backend(df: Frame, backend: str) -> Frame:
         table = df if source == "pandas" else df.to_arrow(preserve_index=False)
         out = (_from_pandas(df, target, lambda f: pl.from_pandas(f, nan_to_null=True)) if source == "pandas"
                else polars_from_arrow(table))
-        return ordered_as_enums(out, table)
+        return pandas_extensions_as_text(ordered_as_enums(out, table))
     import cudf  # only reached when the user asked for cuDF (or auto found a GPU)
 
     if source == "pandas":
@@ -299,6 +299,51 @@ def _from_pandas(pdf: Any, target: str, convert: Callable[[Any], Any]) -> Any:
             f"column(s) {', '.join(map(repr, refused))} cannot be converted to {target}: their values have no one "
             f"type ({refused}); cast them to one type first (text: df[column].astype('string')), or keep the "
             "frame on pandas") from exc
+
+
+def pandas_extensions_as_text(frame: Any) -> Any:
+    """A polars frame with its columns of pandas' period and interval types (what polars
+    makes of a pandas ``period[M]`` or ``interval`` column, from a Parquet, Feather or pickle
+    file or ``to_backend``) as their text, as pandas prints them (``2024-01``, ``(0, 1]``)
+    and as CSV and JSON hold them; ``frame`` itself when it has none (a schema check).
+
+    polars kept them as an ``Extension`` of their storage: a month was its ordinal (648 for
+    2024-01), an interval a ``{left, right}`` struct, which the ops read as numbers or
+    structs where pandas has ``Period`` and ``Interval`` values.
+    """
+    import json
+
+    import polars as pl
+
+    special = {name: dtype for name, dtype in frame.schema.items() if getattr(dtype, "is_extension", lambda: False)()
+               and dtype.ext_name() in ("pandas.period", "pandas.interval")}
+    if not special:
+        return frame
+    import numpy as np
+    import pandas as pd
+
+    columns = []
+    for name, dtype in special.items():
+        meta = json.loads(dtype.ext_metadata() or "{}")
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        storage = frame.get_column(name).to_arrow()  # the storage: polars casts no extension type
+        if isinstance(storage, pa.ChunkedArray):
+            storage = storage.combine_chunks()
+        if isinstance(storage.type, pa.ExtensionType):  # pandas' own Arrow types, once pandas registered them
+            storage = storage.storage
+        present = pc.is_valid(storage).to_numpy(zero_copy_only=False)
+        if dtype.ext_name() == "pandas.period":
+            ordinals = pc.fill_null(storage, 0).to_numpy(zero_copy_only=False)
+            values = pd.arrays.PeriodArray(ordinals, dtype=pd.PeriodDtype(meta.get("freq"))).astype(str)
+        else:
+            left, right = (pc.struct_field(storage, [i]).to_pandas() for i in (0, 1))
+            values = pd.arrays.IntervalArray.from_arrays(left.where(present, 0), right.where(present, 1),
+                                                         closed=meta.get("closed", "right")).astype(str)
+        text = np.where(present, np.asarray(values, dtype=object), None)
+        columns.append(pl.Series(name, text.tolist(), dtype=pl.String))
+    return frame.with_columns(columns)
 
 
 def keeping_names(pdf: Any, convert: Callable[[Any], Any]) -> Any:
