@@ -130,7 +130,8 @@ def _build_parser(chosen: Sequence[str] = ()) -> argparse.ArgumentParser:
                     "the loader alone: prints the stall report and the what-if, writes JSON, Markdown "
                     "and a timeline PNG (docs/profile.md).",
     )
-    stall.add_argument("--data", help="ImageFolder tree, or shards (default: the generated, cached ImageNet-like set)")
+    stall.add_argument("--data", help="ImageFolder tree, or shards / a raw cache (gpufeed convert) "
+                                       "(default: the generated, cached ImageNet-like set)")
     stall.add_argument("--model", choices=("resnet18", "resnet50", "tiny"), default="resnet18",
                        help="default: resnet18 (tiny: a small conv net, for quick CPU runs)")
     stall.add_argument("--loader", choices=("torch", "dali", "auto", "pil"), default="auto",
