@@ -14,6 +14,27 @@ from gpufeed.datasets.storage import Storage
 #: source counts the samples it would; WebDataset shards name image members by the same.
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 
+#: The largest label numbered classes (a file list's, shards') may have: 2**24 - 1, some
+#: 16.7 million classes, hundreds of times the widest classification heads trained (4
+#: million face identities). A label is a class index, 0..N-1, and N is the output layer's
+#: width: an ID used as a label (a WordNet offset, a database key) made millions to
+#: billions of class names here (a label of 10**9 ran out of memory), and past 2**31 - 1
+#: it does not fit DALI's int32 labels.
+MAX_LABEL = 2**24 - 1
+
+
+def numbered_classes(max_label: int, where: str) -> tuple[str, ...]:
+    """Class names ``"0" .. str(max_label)`` for labels without names.
+
+    Raises:
+        ValueError: ``max_label`` is over :data:`MAX_LABEL`; ``where`` names the sample.
+    """
+    if max_label > MAX_LABEL:
+        raise ValueError(f"{where}: label {max_label} would make {max_label + 1:,} classes; labels are class "
+                         f"indices 0..N-1 (N, the model's output width, at most {MAX_LABEL + 1:,} here): "
+                         "renumber them, e.g. index = sorted(set(labels)).index(label)")
+    return tuple(str(i) for i in range(max_label + 1))
+
 
 class SampleSource(ABC):
     """The samples of a classification dataset, readable by index from any process.

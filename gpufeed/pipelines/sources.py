@@ -7,6 +7,7 @@ out through :mod:`gpufeed.pipelines.skips`.
 from __future__ import annotations
 
 import hashlib
+import operator
 import os
 import warnings
 from collections.abc import Sequence
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gpufeed.datasets.samples import IMAGE_EXTENSIONS, SampleSource
+from gpufeed.datasets.samples import IMAGE_EXTENSIONS, SampleSource, numbered_classes
 from gpufeed.datasets.storage import LOCAL, Storage
 
 
@@ -258,25 +259,21 @@ def read_file_list(
         if not list_path.is_file():
             raise FileNotFoundError(f"file list {list_path} does not exist")
         base = Path(root) if root is not None else list_path.parent
-        for lineno, line in enumerate(list_path.read_text().splitlines(), 1):
+        for lineno, line in enumerate(_list_lines(list_path), 1):
             if not line.strip():  # no comments: DALI's format has none, and "#1.jpg 0" is a file
                 continue
             # Any whitespace before the label, as DALI's reader takes it (tabs too); the
             # path keeps its inner spaces.
             fields = line.strip().rsplit(None, 1)
-            try:
-                path, label = fields
-                pairs.append((str(base / path.strip()), int(label)))
-            except ValueError:
-                raise ValueError(
-                    f"{list_path}:{lineno}: expected '<path> <integer label>', got {line!r}"
-                ) from None
+            if len(fields) != 2 or not _is_integer(fields[1]):
+                raise ValueError(f"{list_path}:{lineno}: expected '<path> <integer label>', got {line!r}")
+            pairs.append((str(base / fields[0].strip()), int(fields[1])))
             where.append(f"{list_path}:{lineno}")
     else:
         base = Path(root) if root is not None else Path()
         for k, (path, label) in enumerate(file_list):
             try:
-                pairs.append((str(base / path), int(label)))
+                pairs.append((str(base / path), _integer_label(label)))
             except (TypeError, ValueError):
                 raise ValueError(f"file_list[{k}]: label {label!r} of {path} is not an integer") from None
             where.append(f"file_list[{k}]")
@@ -288,8 +285,57 @@ def read_file_list(
     if negative:
         raise ValueError(f"labels must be >= 0; {len(negative)} negative: {', '.join(negative[:5])}"
                          + (" ..." if len(negative) > 5 else ""))
-    classes = tuple(str(i) for i in range(max(lbl for _, lbl in pairs) + 1))
+    top = max(lbl for _, lbl in pairs)
+    classes = numbered_classes(top, next(w for w, (_, lbl) in zip(where, pairs, strict=True) if lbl == top))
+    duplicates = _listed_twice([p for p, _ in pairs], where)
+    if duplicates:
+        warnings.warn(f"gpufeed: file list: {duplicates}; each entry is a sample (DALI's file reader keeps "
+                      "them too)", stacklevel=4)
     return SampleList(tuple(p for p, _ in pairs), tuple(lbl for _, lbl in pairs), classes, storage)
+
+
+def _list_lines(list_path: Path) -> list[str]:
+    """A list file's lines: UTF-8 (a byte-order mark, as Windows editors write, left out),
+    names in other encodings kept as the bytes they are (surrogate escapes, as Python
+    holds such file names), split at line feeds alone (a CR before one dropped): file
+    names may hold the other characters ``str.splitlines`` splits at (U+0085, U+2028)."""
+    text = list_path.read_bytes().decode("utf-8", "surrogateescape").removeprefix("\ufeff")
+    return [line.removesuffix("\r") for line in text.split("\n")]
+
+
+def _is_integer(text: str) -> bool:
+    """A label as DALI's reader and C read one: ASCII digits, an optional sign (``int()``
+    also took ``1_000`` and other scripts' digits)."""
+    digits = text[1:] if text[:1] in "+-" else text
+    return digits.isascii() and digits.isdigit()
+
+
+def _integer_label(label: object) -> int:
+    """A pair's label as an int: an integer (numpy's too), a float with no fraction (a
+    pandas column with gaps is float), or digits as text; ``int()`` had cut 1.7 to 1."""
+    if isinstance(label, str):
+        if not _is_integer(label.strip()):
+            raise ValueError(label)
+        return int(label)
+    if isinstance(label, float | np.floating):
+        if not float(label).is_integer():
+            raise ValueError(label)
+        return int(label)
+    return operator.index(label)
+
+
+def _listed_twice(paths: list[str], where: list[str]) -> str:
+    """The entries naming a file an earlier entry names, in words ("" for none)."""
+    first: dict[str, int] = {}
+    twice: list[str] = []
+    for k, path in enumerate(paths):
+        seen = first.setdefault(os.path.normpath(path), k)
+        if seen != k:
+            twice.append(f"{where[k]} (as {where[seen]})")
+    if not twice:
+        return ""
+    return (f"{len(twice)} entr{'y names' if len(twice) == 1 else 'ies name'} a file listed before: "
+            + ", ".join(twice[:3]) + (" ..." if len(twice) > 3 else ""))
 
 
 def _check_files_exist(paths: list[str], where: list[str]) -> None:

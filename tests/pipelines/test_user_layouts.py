@@ -13,7 +13,7 @@ import torch
 from PIL import Image, ImageDraw
 from torchvision.datasets import ImageFolder
 
-from gpufeed.pipelines.sources import scan_image_folder
+from gpufeed.pipelines.sources import read_file_list, scan_image_folder
 from tests.pipelines.test_loader_contract import BACKENDS, load
 
 
@@ -170,3 +170,71 @@ def test_an_animated_png_gives_the_image_pil_gives(tmp_path, backend):
     (images, _), = list(loader)
     expected = torch.from_numpy(_pil_rgb(path.read_bytes())).permute(2, 0, 1)
     assert expected[:, 0, 0].tolist() == [255, 0, 0] and torch.equal(images[0], expected)
+
+
+def _list_of(tmp_path, text: bytes, names: list[str]) -> list[str]:
+    """Images named ``names`` (relative) and ``list.txt`` holding ``text``; the images' paths."""
+    for name in names:
+        path = tmp_path / os.fsdecode(name.encode("utf-8", "surrogateescape"))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _scene(8, 8).save(path, format="JPEG")
+    (tmp_path / "list.txt").write_bytes(text)
+    return [str(tmp_path / n) for n in names]
+
+
+def test_a_file_list_as_editors_and_old_disks_write_it(tmp_path):
+    # Windows Notepad: a byte-order mark and CRLF; a name in Latin-1 (not UTF-8); a name
+    # holding U+0085, at which str.splitlines had cut the line; spaces, commas, '#',
+    # unicode; blank lines; the last line without a line feed; an absolute path.
+    names = ["a.jpg", "img/b c,d #1.jpg", "img/Zürich 写真.jpg", "img/caf\udce9.jpg", "img/x\u0085y.jpg"]
+    paths = _list_of(tmp_path, b"", names)
+    lines = [f"{n} {k + 3}".encode("utf-8", "surrogateescape") for k, n in enumerate(names[:-1])]
+    lines[0] = f"{paths[0]}\t3".encode()  # absolute, tab-separated
+    text = b"\xef\xbb\xbf" + b"\r\n".join(lines) + b"\r\n\r\n  \n" + f"{names[-1]} 7".encode()
+    (tmp_path / "list.txt").write_bytes(text)
+    found = read_file_list(tmp_path / "list.txt")
+    assert list(found.paths) == paths and list(found.labels) == [3, 4, 5, 6, 7]
+    assert len(found.classes) == 8  # labels are class indices: 0..7
+
+
+@pytest.mark.parametrize("label", ["1_0", "\u0663", "1.0", "cat", "0x1f"])
+def test_a_label_that_is_not_plain_digits_is_refused_by_line(tmp_path, label):
+    # int() took "1_0" (10) and other scripts' digits ("\u0663", Arabic-Indic 3)
+    _list_of(tmp_path, f"a.jpg 0\n\na.jpg {label}\n".encode(), ["a.jpg"])
+    with pytest.raises(ValueError, match=r"list\.txt:3: expected '<path> <integer label>'"):
+        read_file_list(tmp_path / "list.txt")
+
+
+def test_a_label_far_beyond_any_class_count_is_refused_by_line(tmp_path):
+    # an ID used as a label: 2**24 had built 16.7 million class names (10**9 ran out of
+    # memory, and past 2**31 - 1 DALI's int32 labels overflow)
+    _list_of(tmp_path, f"a.jpg 0\na.jpg {2**24}\n".encode(), ["a.jpg"])
+    with pytest.raises(ValueError, match=r"list\.txt:2: label 16777216 would make 16,777,217 classes"):
+        read_file_list(tmp_path / "list.txt")
+    assert len(read_file_list([(tmp_path / "a.jpg", 2**24 - 1)]).classes) == 2**24
+
+
+def test_a_webdataset_label_far_beyond_any_class_count_is_refused_by_sample(tmp_path):
+    import webdataset as wds
+
+    jpeg = io.BytesIO()
+    _scene(8, 8).save(jpeg, format="JPEG")
+    with wds.TarWriter(str(tmp_path / "train-0.tar")) as sink:
+        sink.write({"__key__": "a", "jpg": jpeg.getvalue(), "cls": b"0"})
+        sink.write({"__key__": "b", "jpg": jpeg.getvalue(), "cls": str(2**24).encode()})
+    with pytest.raises(ValueError, match=r"train-0\.tar: sample b: label 16777216 would make"):
+        load(str(tmp_path / "train-0.tar"), "torch", train=False, batch_size=2)
+
+
+def test_pair_labels_must_be_whole_numbers(tmp_path):
+    path = _list_of(tmp_path, b"", ["a.jpg"])[0]
+    assert read_file_list([(path, 2.0), (path, np.int64(1)), (path, "3")]).labels == (2, 1, 3)
+    with pytest.raises(ValueError, match=r"file_list\[1\]: label 1.7 of .*a\.jpg is not an integer"):
+        read_file_list([(path, 0), (path, 1.7)])  # int() had cut it to 1
+
+
+def test_a_file_listed_twice_is_named_in_a_warning(tmp_path):
+    _list_of(tmp_path, b"a.jpg 0\nb.jpg 1\n./a.jpg 1\n", ["a.jpg", "b.jpg"])
+    with pytest.warns(UserWarning, match=r"1 entry names a file listed before: .*list\.txt:3 \(as .*list\.txt:1\)"):
+        found = read_file_list(tmp_path / "list.txt")
+    assert found.labels == (0, 1, 1)  # kept: each entry is a sample, as in DALI's reader

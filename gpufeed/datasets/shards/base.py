@@ -14,7 +14,7 @@ from typing import ClassVar
 import numpy as np
 
 from gpufeed.datasets.cache import cache_dir
-from gpufeed.datasets.samples import SampleSource
+from gpufeed.datasets.samples import MAX_LABEL, SampleSource, numbered_classes
 from gpufeed.datasets.storage import Storage
 
 
@@ -62,9 +62,14 @@ class ShardSource(SampleSource):
         self._groups = np.asarray(counts, dtype=np.int64)
         if min(labels) < 0:
             first = next(k for k, label in enumerate(labels) if label < 0)
-            raise ValueError(f"{self._files[self._shard[first]]}: sample {self._tag(first)} has the negative "
-                             f"label {labels[first]} (labels are class numbers, 0 and up)")
-        self.classes = _classes(self._files, max(labels))
+            raise ValueError(f"{self._where(first)} has the negative label {labels[first]} (labels are class "
+                             "numbers, 0 and up)")
+        top = max(labels)
+        self.classes = _classes(self._files, top, lambda: self._where(labels.index(top)))
+
+    def _where(self, k: int) -> str:
+        """Sample ``k`` as errors name it: its shard and key (or record number)."""
+        return f"{self._files[self._shard[k]]}: sample {self._tag(k)}"
 
     def _entries(self, path: str, read_index: Callable[[str], list], fits: Callable[[list, int], bool],
                  scan: Callable[[str], list]) -> list:
@@ -144,8 +149,10 @@ class ShardSource(SampleSource):
         return f"{type(self).__name__}({len(self._files)} shards, {len(self.labels)} samples)"
 
 
-def _classes(files: list[str], max_label: int) -> tuple[str, ...]:
-    """Class names from the ``gpufeed convert`` manifest of the shards' folder, else numbers."""
+def _classes(files: list[str], max_label: int, where: Callable[[], str]) -> tuple[str, ...]:
+    """Class names from the ``gpufeed convert`` manifest of the shards' folder, else numbers
+    (:func:`~gpufeed.datasets.samples.numbered_classes`; ``where()`` names the sample with
+    the largest label, when it is too large)."""
     from gpufeed.datasets.shards import read_manifest
 
     folders = {os.path.dirname(os.path.abspath(f)) for f in files}
@@ -154,7 +161,7 @@ def _classes(files: list[str], max_label: int) -> tuple[str, ...]:
         names = (manifest or {}).get("classes")
         if names and len(names) > max_label:
             return tuple(str(c) for c in names)
-    return tuple(str(i) for i in range(max_label + 1))
+    return numbered_classes(max_label, where() if max_label > MAX_LABEL else "")
 
 
 def index_file_for(shard: str, valid: bool, write: Callable[[str], None], kind: str) -> str:
