@@ -214,6 +214,7 @@ class Categorify(TableOp):
 
 def stable_hash(value: Any, buckets: int, text: str = "canonical") -> int:
     """The bucket of ``value`` in ``1 .. buckets-1`` (CRC32 of its text; 0 is for missing).
+    ``text``: a name of :data:`HASH_TEXTS`; ``"canonical"`` is the latest canonical text.
 
     CRC32 of the text is the same on every machine, process and backend, unlike Python's
     salted ``hash`` or each library's own hash function. The text is canonical, so one
@@ -227,11 +228,21 @@ def stable_hash(value: Any, buckets: int, text: str = "canonical") -> int:
         >>> stable_hash(130.0, 1000) == stable_hash(130, 1000)
         True
     """
-    return 1 + zlib.crc32(HASH_TEXTS[text](value).encode()) % (buckets - 1)
+    return 1 + zlib.crc32(HASH_TEXTS[HASH_TEXT_ALIASES.get(text, text)](value).encode()) % (buckets - 1)
 
 
 def _hash_text(value: Any) -> str:
-    """The text :func:`stable_hash` hashes (see there)."""
+    """The text :func:`stable_hash` hashes (see there): ``"canonical-v2"``."""
+    if isinstance(value, datetime.timedelta):  # pandas' Timedelta is one too
+        return _duration_text(value)
+    return _hash_text_v1(value)
+
+
+def _hash_text_v1(value: Any) -> str:
+    """``"canonical-v1"``: the canonical text as recipes saved before the canonical text had
+    versions hashed it (they stored ``"text": "canonical"``). It differs from ``"canonical-v2"`` for durations
+    only, which it hashes as ``str(value)``: ``"0 days 00:00:01.500000"`` for pandas'
+    ``Timedelta``, ``"0:00:01.500000"`` for the ``datetime.timedelta`` polars hands out."""
     if isinstance(value, bool | np.bool_ | str):
         return str(value)
     if isinstance(value, numbers.Integral):
@@ -244,8 +255,6 @@ def _hash_text(value: Any) -> str:
         return value.date().isoformat() if midnight else value.isoformat()
     if isinstance(value, datetime.date):
         return value.isoformat()
-    if isinstance(value, datetime.timedelta):  # pandas' Timedelta is one too
-        return _duration_text(value)
     return str(value)
 
 
@@ -285,15 +294,23 @@ def _nanosecond_times(frame: NwFrame, backend: str, column: str, expr: nw.Expr, 
              if v is not None]
     if dtype == nw.Datetime:
         values = [pd.Timestamp(t, unit="ns", tz=dtype.time_zone) for t in ticks]
-    else:
-        values = [pd.Timedelta(t, unit="ns") for t in ticks]
+    else:  # whole microseconds as the timedelta polars handed out before (its str differs)
+        values = [datetime.timedelta(microseconds=t // 1000) if t % 1000 == 0 else pd.Timedelta(t, unit="ns")
+                  for t in ticks]
     return key, ticks, values
 
 
-#: The texts :class:`HashBucket` can hash, by name: ``"canonical"`` (the default, see
-#: :func:`stable_hash`) and ``"str"`` (Python's ``str(value)``, what recipes saved before the
-#: canonical text hashed, so a model trained on their buckets gets the same buckets).
-HASH_TEXTS: dict[str, Callable[[Any], str]] = {"canonical": _hash_text, "str": str}
+#: The texts :class:`HashBucket` can hash, by name. A text, once named here, never changes
+#: (a saved recipe names its text, and a model was trained on its buckets); a change to the
+#: canonical text is a new version. ``"canonical-v2"`` (the latest, see :func:`stable_hash`;
+#: durations as ISO 8601 seconds, ``PT1.5S``, alike on every backend), ``"canonical-v1"``
+#: (durations as ``str(value)``, which differs between backends; what recipes saved as
+#: ``"canonical"`` hashed) and ``"str"`` (Python's ``str(value)``, what recipes saved before
+#: the canonical text hashed).
+HASH_TEXTS: dict[str, Callable[[Any], str]] = {"canonical-v2": _hash_text, "canonical-v1": _hash_text_v1, "str": str}
+#: Names a user may pass for a text: ``"canonical"`` is the latest canonical text. A saved
+#: recipe always names the version (:meth:`HashBucket.to_dict`).
+HASH_TEXT_ALIASES = {"canonical": "canonical-v2"}
 
 
 #: Column types whose values are collections, not categories.
@@ -317,8 +334,18 @@ class HashBucket(TableOp):
 
     Useful for high-cardinality ids whose vocabulary would be large or keeps growing;
     unseen values hash like any other. No fitting needed. ``text``: which text of a value
-    is hashed (:data:`HASH_TEXTS`); a recipe saved without it is read with ``"str"``, the
-    text it hashed then.
+    is hashed (:data:`HASH_TEXTS`); ``"canonical"`` (the default) is the latest canonical
+    text, ``"canonical-v2"``, and the op keeps and saves that versioned name.
+
+    Saved recipes: the recipe's JSON names the text's version, so a recipe gives the
+    buckets it gave when it was saved, whichever version is the latest when it is loaded
+    (a model's embedding rows are those buckets). A recipe saved before versions were named
+    stored ``"text": "canonical"`` and is read with ``"canonical-v1"``, the text it hashed
+    then (durations as ``str(value)``, which differs between pandas and polars: such a
+    recipe keeps the buckets of the backend it is served on, as it had them); one saved
+    before ``text`` existed is read with ``"str"``. Refit (or pass ``text="canonical"``
+    to a new op) to get the latest text. An older gpufeed refuses a recipe naming a newer
+    version by name instead of hashing other text.
     """
 
     buckets: int = 1024
@@ -330,15 +357,22 @@ class HashBucket(TableOp):
         super().__post_init__()
         if self.buckets < 2:
             raise ValueError(f"HashBucket: buckets must be >= 2, got {self.buckets}")
+        self.text = HASH_TEXT_ALIASES.get(self.text, self.text)
         if self.text not in HASH_TEXTS:
-            raise ValueError(f"HashBucket: text must be one of {', '.join(map(repr, HASH_TEXTS))}, got {self.text!r}")
+            raise ValueError(f"HashBucket: text must be one of {', '.join(map(repr, [*HASH_TEXT_ALIASES, *HASH_TEXTS]))}, "
+                             f"got {self.text!r}")
 
     @classmethod
     def from_dict(cls, spec: dict[str, Any]) -> HashBucket:
         """As :meth:`TableOp.from_dict`; a recipe saved before ``text`` hashed ``str(value)``
         (a whole float as ``"130.0"``, a datetime as ``"2024-01-01 00:00:00"``): read with
-        ``text="str"``, so it gives the buckets its model was trained on."""
-        return super().from_dict({"text": "str", **spec})
+        ``text="str"``; one saved as ``"canonical"``, before the canonical text had versions,
+        with ``"canonical-v1"``, the text it hashed then. So each gives the buckets its model
+        was trained on."""
+        spec = {"text": "str", **spec}
+        if spec["text"] == "canonical":
+            spec["text"] = "canonical-v1"
+        return super().from_dict(spec)
 
     def transform(self, frame: NwFrame, backend: str) -> NwFrame:
         frame = _category_values(frame, backend, self.columns)

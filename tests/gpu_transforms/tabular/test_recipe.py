@@ -298,9 +298,9 @@ def test_a_hash_bucket_saved_before_the_canonical_text_keeps_its_buckets():
     assert out["d"].tolist()[:2] == [1 + zlib.crc32(b"2024-01-01 00:00:00") % 999,
                                      1 + zlib.crc32(b"2024-01-02 10:00:00") % 999]
     new = Recipe([HashBucket(["f", "d"], buckets=1000)])
-    assert Recipe.from_json(new.to_json()).ops[0].text == "canonical"
+    assert Recipe.from_json(new.to_json()).ops[0].text == "canonical-v2"
     assert new.fit_transform(df)["f"].tolist()[0] == stable_hash(130, 1000)
-    with pytest.raises(ValueError, match="text must be one of 'canonical', 'str'"):
+    with pytest.raises(ValueError, match="text must be one of 'canonical', 'canonical-v2', 'canonical-v1', 'str'"):
         HashBucket(["f"], text="repr")
 
 

@@ -3,6 +3,9 @@ of numbers, durations, nanosecond times, object columns of Decimals or of mixed 
 
 from __future__ import annotations
 
+import json
+import zlib
+
 import pandas as pd
 import polars as pl
 import pytest
@@ -128,3 +131,49 @@ def test_split_by_time_cuts_a_duration_column_at_text_cutoffs_on_polars_as_on_pa
     df = pd.DataFrame({"wait": pd.to_timedelta([1, 2, 3, None, 5, 6], unit="s")})
     rows = [split_by_time(to_backend(df, b), "wait", cutoffs=("PT2S", "PT4S")).rows for b in ("pandas", "polars")]
     assert rows[0] == rows[1] == {"train": 2, "val": 2, "test": 2}
+
+
+def _saved_hash_bucket(text):
+    spec = {"op": "hash_bucket", "columns": ["d"], "buckets": 1000, "state": None}
+    if text is not None:
+        spec["text"] = text
+    return Recipe.from_json(json.dumps({"gpufeed_recipe": 1, "ops": [spec]}))
+
+
+def _crc_bucket(text):
+    return 1 + zlib.crc32(text.encode()) % 999
+
+
+def test_a_recipe_saved_as_canonical_before_durations_hashed_as_iso_keeps_its_buckets():
+    # Recipes saved before the canonical text had versions stored "text": "canonical" and hashed
+    # a duration as str(value), which each backend gave its own way; read now, they must give
+    # the buckets their model was trained on, not PT1.5S's.
+    old = _saved_hash_bucket("canonical")
+    assert old.ops[0].text == "canonical-v1"
+    df = pd.DataFrame({"d": pd.to_timedelta([1.5, None], unit="s")})
+    assert old.transform(df)["d"].tolist() == [_crc_bucket("0 days 00:00:01.500000"), 0]
+    assert old.transform(pl.from_pandas(df))["d"].to_list() == [_crc_bucket("0:00:01.500000"), 0]
+    # The text stays what it was for the other values (the canonical text of 130.0 is 130).
+    assert old.transform(pd.DataFrame({"d": [130.0]}))["d"].tolist() == [_crc_bucket("130")]
+
+
+def test_a_new_hash_bucket_saves_the_version_of_its_text_and_hashes_durations_as_iso():
+    new = Recipe([HashBucket(["d"], buckets=1000)])
+    assert new.ops[0].text == "canonical-v2"
+    assert json.loads(new.to_json())["ops"][0]["text"] == "canonical-v2"
+    loaded = Recipe.from_json(new.to_json())
+    df = pd.DataFrame({"d": pd.to_timedelta([1.5, None], unit="s")})
+    for frame in (df, pl.from_pandas(df)):
+        assert _out(loaded.transform(frame), "d") == [_crc_bucket("PT1.5S"), 0]
+    assert _out(Recipe([HashBucket(["d"], buckets=1000, text="canonical-v1")]).transform(df), "d")[0] == \
+        _crc_bucket("0 days 00:00:01.500000")
+
+
+def test_hash_bucket_str_text_of_polars_nanosecond_durations_is_the_text_polars_gives_microsecond_ones():
+    # The nanosecond path handed pandas' Timedelta to str(): "0 days 00:00:01.500000" where
+    # the same whole-microsecond duration hashed as "0:00:01.500000" before.
+    ticks = pl.Series([1_500_000_000, None], dtype=pl.Int64)
+    for unit in ("ns", "us"):
+        frame = pl.DataFrame({"d": ticks.cast(pl.Duration("ns")).cast(pl.Duration(unit))})
+        out = Recipe([HashBucket(["d"], buckets=1000, text="str")]).transform(frame)["d"].to_list()
+        assert out == [_crc_bucket("0:00:01.500000"), 0], unit
