@@ -238,3 +238,31 @@ def test_a_file_listed_twice_is_named_in_a_warning(tmp_path):
     with pytest.warns(UserWarning, match=r"1 entry names a file listed before: .*list\.txt:3 \(as .*list\.txt:1\)"):
         found = read_file_list(tmp_path / "list.txt")
     assert found.labels == (0, 1, 1)  # kept: each entry is a sample, as in DALI's reader
+
+
+def test_convert_writes_what_dali_would_decode_otherwise_as_the_loaders_pixels(tmp_path):
+    # shards are read by DALI's own readers (dali_iterator()) and by TensorFlow, which
+    # decode a member themselves: a turned TIFF, a BMP and an APNG are written as PNGs of
+    # the pixels the loaders yield
+    import tarfile
+
+    from gpufeed.datasets.shards.convert import convert
+
+    root = tmp_path / "train" / "c"
+    root.mkdir(parents=True)
+    (root / "turned.tif").write_bytes(_oriented_tiff(6))
+    (root / "rgb555.bmp").write_bytes(_rgb555_bmp(_scene()))
+    red, blue = Image.new("RGB", (8, 8), "red"), Image.new("RGB", (8, 8), "blue")
+    red.save(root / "anim.png", save_all=True, append_images=[blue], default_image=True)
+    _scene().save(root / "plain.png")
+    report = convert(tmp_path / "train", tmp_path / "wds", format="webdataset", shuffle=False, workers=0,
+                     progress=False)
+    assert report.written == 4 and not report.skipped
+    with tarfile.open(tmp_path / "wds" / "shard-000000.tar") as tar:
+        members = [m for m in tar.getmembers() if not m.name.endswith(".cls")]
+        written = {m.name: tar.extractfile(m).read() for m in members}
+    sources = sorted(root.iterdir())  # the folder's order: anim, plain, rgb555, turned
+    assert [os.path.splitext(n)[1] for n in written] == [".png"] * 4
+    for source, data in zip(sources, written.values(), strict=True):
+        assert np.array_equal(_pil_rgb(data), _pil_rgb(source.read_bytes())), source.name
+    assert written[next(n for n in written if n.startswith("000000001"))] == (root / "plain.png").read_bytes()
