@@ -1,7 +1,8 @@
 """Categorical ops: :class:`Categorify` (a fitted vocabulary) and :class:`HashBucket` (none).
 
 Both give int32 codes for an embedding table, with a reserved code for missing values;
-categorical columns are compared by their text values.
+categorical columns of text are compared by their text values, categoricals of numbers
+(pandas, Dask) by their numbers, as polars holds them.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from gpufeed.gpu_transforms.tabular.kernels import (
     pandas_category_values,
     pandas_codes,
     pandas_factorize,
+    text_categories,
     vocabulary_codes,
 )
 from gpufeed.gpu_transforms.tabular.numpy_kernels import spread
@@ -79,6 +81,101 @@ def _category_values(frame: NwFrame, backend: str, columns: Sequence[str]) -> Nw
     native = nw.to_native(frame)
     values = {c: v for c in columns if (v := pandas_category_values(native[c])) is not None}
     return wrap(assign(native, values)) if values else frame
+
+
+#: Marks the text :func:`_dask_category_values` gives a number of a categorical whose
+#: categories Dask does not know, with its kind (``i``: integer, ``f``: float, ``b``: boolean,
+#: ``t``: time); no text value of a column starts so.
+_MARK = "\x00gpufeed-category:"
+
+
+def _marked_text(value: Any) -> Any:
+    """A category's value as :data:`_MARK` text (text itself stays as it is)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool | np.bool_):
+        return f"{_MARK}b:{bool(value)}"
+    if isinstance(value, numbers.Integral):
+        return f"{_MARK}i:{int(value)}"
+    if isinstance(value, numbers.Real):
+        return f"{_MARK}f:{float(value)!r}"
+    return f"{_MARK}t:{value.isoformat()}"  # pandas' Timestamp (a categorical of dates)
+
+
+def _unmarked(value: Any) -> Any:
+    """The value a :func:`_marked_text` stands for."""
+    if not isinstance(value, str) or not value.startswith(_MARK):
+        return value
+    kind, text = value[len(_MARK)], value[len(_MARK) + 2:]
+    if kind == "t":
+        import pandas as pd
+
+        return pd.Timestamp(text)
+    return {"b": lambda t: t == "True", "i": int, "f": float}[kind](text)
+
+
+def _dask_category_values(frame: NwFrame, backend: str, columns: Sequence[str], *,
+                          plain: Sequence[str] = ()) -> tuple[NwFrame, dict[str, str]]:
+    """``(frame, converted)``: a Dask frame with its categoricals of numbers, booleans or dates
+    among ``columns`` compared by their values, as pandas and polars compare them, lazily;
+    ``converted``: those columns, each ``"values"`` or ``"marked"``. Other backends, and
+    categoricals of text Dask knows as such: as they are.
+
+    Known categories of numbers, booleans or dates: cast to their type (nullable integers
+    and booleans, so that every partition has one dtype): ``"values"``. Unknown categories
+    (``read_parquet`` does not read them): each partition's values as text, those of a
+    partition whose categories are numbers, booleans or dates marked with their kind
+    (:func:`_marked_text`, which :func:`_unmarked` reads back), so the fitted vocabulary holds
+    the numbers, sorted as numbers, with no pass over the data beyond the fit's own:
+    ``"marked"``. ``plain``: columns whose numbers are to be plain text (``"10"``), to meet
+    a vocabulary of their text (a recipe fitted on pandas before they were numbers).
+
+    Why: cast to text, a partition with a missing value gave ``"10.0"`` and one without
+    ``"10"``, and the vocabulary sorted ``"10" < "100" < "9"``, where pandas and polars
+    fit ``[9, 10, 100]``.
+    """
+    if backend != "dask":
+        return frame, {}
+    import pandas as pd
+
+    native = nw.to_native(frame)
+    casts, unknown = {}, []
+    for c in dict.fromkeys(columns):
+        dtype = native.dtypes[c]
+        if not isinstance(dtype, pd.CategoricalDtype):
+            continue
+        if not native[c].cat.known:
+            unknown.append(c)
+        elif not text_categories(dtype):
+            kind = dtype.categories.dtype
+            casts[c] = (pd.api.types.pandas_dtype(
+                "boolean" if kind.kind == "b" else ("UInt" if kind.kind == "u" else "Int") + str(kind.itemsize * 8))
+                if kind.kind in "iub" else kind)
+    if casts:
+        native = native.astype(casts)
+    if unknown:
+        plain = set(plain)
+
+        def texts(part: Any) -> Any:
+            out = part.copy(deep=False)
+            for c in unknown:
+                column = part[c]
+                values = pandas_category_values(column)
+                if values is None:
+                    out[c] = column.astype("string")
+                    continue
+                text = str if c in plain else _marked_text
+                out[c] = pd.Series([None if is_missing(v) else text(v) for v in values.astype(object)],
+                                   index=column.index, dtype="string")
+            return out
+
+        meta = native._meta.copy()
+        for c in unknown:
+            meta[c] = meta[c].astype("string")
+        native = native.map_partitions(texts, meta=meta)
+    if not casts and not unknown:
+        return frame, {}
+    return wrap(native), {**dict.fromkeys(casts, "values"), **dict.fromkeys(unknown, "marked")}
 
 
 def _vocabulary(values: Any, column: str) -> list[Any]:
@@ -136,11 +233,14 @@ class Categorify(TableOp):
             raise ValueError(f"Categorify: min_count must be >= 1, got {self.min_count}")
 
     def fit(self, frame: NwFrame, backend: str) -> None:
+        frame, converted = _dask_category_values(frame, backend, self.columns)
         exprs = _category_exprs(self.columns, frame)
         try:
             values = category_values(frame, backend, exprs, self.min_count)
         except TypeError as exc:  # unhashable values: pandas' words name no column
             _name_unhashable(frame, self.columns, exc)
+        for c in (c for c, how in converted.items() if how == "marked"):
+            values[c] = [_unmarked(v) for v in values[c]]
         self.state = {c: _vocabulary(values[c], c) for c in self.columns}
 
     polars_eager: ClassVar[bool] = True  # polars_fit_codes needs an eager frame
@@ -181,8 +281,17 @@ class Categorify(TableOp):
         return len(self.state[column]) + 2
 
     def transform(self, frame: NwFrame, backend: str) -> NwFrame:
-        exprs = _category_exprs(self.columns, frame)
         vocabularies = {c: self.state[c] for c in self.columns}
+        # A vocabulary of text (fitted on pandas before categoricals of numbers were numbers)
+        # meets such a column by its plain text.
+        texts = [c for c in self.columns if vocabularies[c] and all(isinstance(v, str) for v in vocabularies[c])]
+        frame, converted = _dask_category_values(frame, backend, self.columns, plain=texts)
+        exprs = _category_exprs(self.columns, frame)
+        for c, how in converted.items():
+            if c in texts:
+                exprs[c] = exprs[c].cast(nw.String)
+            elif how == "marked":
+                vocabularies[c] = [_marked_text(v) for v in vocabularies[c]]
         if self.on_unseen is not OnUnseen.RAISE:
             return vocabulary_codes(frame, backend, exprs, vocabularies, UNSEEN_INDEX, MISSING_INDEX)
         # Unseen is what the lookup maps to UNSEEN_INDEX (one definition, so a value matched
@@ -193,7 +302,7 @@ class Categorify(TableOp):
         for c, n in counts.items():
             if n:
                 unseen = coded.filter(nw.col(names[c]) == UNSEEN_INDEX).select(exprs[c].alias(c))
-                examples = collect_small(unseen).get_column(c).head(3).to_list()
+                examples = [_unmarked(v) for v in collect_small(unseen).get_column(c).head(3).to_list()]
                 raise UnseenCategoryError(
                     f"Categorify: column {c!r} has {int(n)} value(s) not seen at fit time, e.g. {examples}; "
                     f"use on_unseen='index' to map them to index {UNSEEN_INDEX}"

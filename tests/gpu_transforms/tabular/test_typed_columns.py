@@ -177,3 +177,36 @@ def test_hash_bucket_str_text_of_polars_nanosecond_durations_is_the_text_polars_
         frame = pl.DataFrame({"d": ticks.cast(pl.Duration("ns")).cast(pl.Duration(unit))})
         out = Recipe([HashBucket(["d"], buckets=1000, text="str")]).transform(frame)["d"].to_list()
         assert out == [_crc_bucket("0:00:01.500000"), 0], unit
+
+
+@pytest.mark.parametrize("categories", ["known", "unknown"])
+def test_categorify_of_integer_categories_on_dask_fits_their_numbers_as_pandas_does(tmp_path, categories):
+    # Dask cast them to text per partition: "10.0" in a partition with a gap, "10" in one
+    # without, sorted "10" < "100" < "9"; pandas and polars fit [9, 10, 100].
+    dd = pytest.importorskip("dask.dataframe")
+    from gpufeed.gpu_transforms.tabular.dask import read_dask
+
+    df = pd.DataFrame({"c": pd.Categorical([9, 10, None, 100, 9, 10, 10, 9]),
+                       "s": pd.Categorical(list("abcabNab"))})
+    if categories == "known":
+        ddf = dd.from_pandas(df, npartitions=3)
+    else:  # Parquet's categoricals come with categories Dask does not know
+        df.to_parquet(tmp_path / "t.parquet", row_group_size=3)
+        ddf = read_dask(str(tmp_path / "t.parquet"), backend="pandas")
+    expected = Recipe([Categorify(["c", "s"])])
+    want = expected.fit_transform(df)
+    recipe = Recipe([Categorify(["c", "s"])])
+    got = recipe.fit_transform(ddf).compute()
+    assert recipe.ops[0].state == expected.ops[0].state == {"c": [9, 10, 100], "s": ["N", "a", "b", "c"]}
+    assert got["c"].tolist() == want["c"].tolist() and got["s"].tolist() == want["s"].tolist()
+    loaded = Recipe.from_json(recipe.to_json())
+    assert loaded.transform(ddf).compute()["c"].tolist() == want["c"].tolist()
+    # A vocabulary of their text (fitted on pandas before) still meets them.
+    old = Recipe([Categorify(["c"])])
+    old.ops[0].state = {"c": ["10", "100", "9"]}
+    assert old.transform(ddf).compute()["c"].tolist() == [4, 2, MISSING_INDEX, 3, 4, 2, 2, 4]
+    # Unseen values are named by their numbers.
+    strict = Recipe([Categorify(["c"], on_unseen="raise")])
+    strict.ops[0].state = {"c": [9, 10]}
+    with pytest.raises(Exception, match=r"e\.g\. \[100\]"):
+        strict.transform(ddf).compute()
