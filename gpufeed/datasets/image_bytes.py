@@ -247,6 +247,32 @@ def png_without_bad_ancillary_chunks(data: bytes | memoryview | np.ndarray) -> b
     return _without(data, mv, gaps)
 
 
+#: PNG chunks of text (tEXt, zTXt, iTXt): metadata no loader reads.
+_PNG_TEXT = frozenset((b"tEXt", b"zTXt", b"iTXt"))
+
+
+def png_without_text(data: bytes | memoryview | np.ndarray) -> bytes | memoryview | np.ndarray:
+    """A PNG's bytes without its text chunks, or ``data`` itself when it has none.
+
+    Why: PIL refuses a PNG whose compressed text inflates past ``MAX_TEXT_CHUNK`` (1 MB;
+    "Decompressed data too large", e.g. a long XMP history) and libpng (DALI) decodes it;
+    the torch backend retries such a file without its text (:func:`gpufeed.pipelines.torch_loader.decode_rgb`).
+    """
+    mv = memoryview(data).cast("B")
+    if image_format(mv) != "png":
+        return data
+    gaps, pos = [], 8
+    while pos + 12 <= len(mv):
+        end = pos + 8 + int.from_bytes(mv[pos: pos + 4], "big")
+        kind = bytes(mv[pos + 4: pos + 8])
+        if end + 4 > len(mv) or kind == b"IEND":
+            break
+        if kind in _PNG_TEXT:
+            gaps.append((pos, end + 4))
+        pos = end + 4
+    return _without(data, mv, gaps)
+
+
 def _jpeg_markers(mv: memoryview) -> Iterator[tuple[int, int, tuple[int, int]]]:
     """``(marker, position, stray)`` of a JPEG's header segments, in order, up to its first
     scan (0xDA, start of scan): the bytes ``mv[stray[0]:stray[1]]`` before the marker

@@ -266,3 +266,24 @@ def test_convert_writes_what_dali_would_decode_otherwise_as_the_loaders_pixels(t
     for source, data in zip(sources, written.values(), strict=True):
         assert np.array_equal(_pil_rgb(data), _pil_rgb(source.read_bytes())), source.name
     assert written[next(n for n in written if n.startswith("000000001"))] == (root / "plain.png").read_bytes()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_png_with_text_pil_will_not_inflate_is_yielded_by_both_backends(tmp_path, backend):
+    # a zTXt chunk inflating to 2 MB (a long XMP history): PIL refused the file
+    # ("Decompressed data too large for PngImagePlugin.MAX_TEXT_CHUNK"), libpng (DALI) not
+    import zlib
+
+    plain = io.BytesIO()
+    _scene().save(plain, "PNG")
+    png = plain.getvalue()
+    body = b"XML:com.adobe.xmp\0\0" + zlib.compress(b" " * (2 << 20))
+    chunk = struct.pack(">I", len(body)) + b"zTXt" + body + struct.pack(">I", zlib.crc32(b"zTXt" + body))
+    path = tmp_path / "xmp.png"
+    path.write_bytes(png[:33] + chunk + png[33:])  # after the 8-byte signature and 25-byte IHDR
+    loader = load(None, backend, file_list=[(str(path), 0)], train=False, batch_size=1, size=24, val_resize=24,
+                  dtype=torch.uint8)
+    (images, _), = list(loader)
+    assert not loader.skipped
+    expected = _pil_rgb(png)[:, 6:30]
+    assert np.abs(images[0].permute(1, 2, 0).numpy().astype(int) - expected).max() <= 1
