@@ -147,10 +147,7 @@ def _dask_category_values(frame: NwFrame, backend: str, columns: Sequence[str], 
         if not native[c].cat.known:
             unknown.append(c)
         elif not text_categories(dtype):
-            kind = dtype.categories.dtype
-            casts[c] = (pd.api.types.pandas_dtype(
-                "boolean" if kind.kind == "b" else ("UInt" if kind.kind == "u" else "Int") + str(kind.itemsize * 8))
-                if kind.kind in "iub" else kind)
+            casts[c] = pandas_category_values(native._meta[c], nullable=True).dtype
     if casts:
         native = native.astype(casts)
     if unknown:

@@ -407,16 +407,17 @@ def text_categories(dtype: Any) -> bool:
     return isinstance(kind, pd.StringDtype) or getattr(kind, "kind", "O") in "OSU"
 
 
-def pandas_category_values(series: Any) -> Any | None:
+def pandas_category_values(series: Any, *, nullable: bool = False) -> Any | None:
     """A pandas categorical of numbers, booleans or dates as its values (a nullable integer
-    or boolean dtype where a value is missing, as polars holds them); None for any other
-    column (text categories included), which is compared as it is."""
+    or boolean dtype where a value is missing, as polars holds them, or always with
+    ``nullable``: Dask's partitions need one dtype); None for any other column (text
+    categories included), which is compared as it is."""
     import pandas as pd
 
     if not isinstance(series.dtype, pd.CategoricalDtype) or text_categories(series.dtype):
         return None
     kind = series.dtype.categories.dtype
-    if kind.kind in "iub" and (series.cat.codes.to_numpy() < 0).any():
+    if kind.kind in "iub" and (nullable or (series.cat.codes.to_numpy() < 0).any()):
         kind = pd.api.types.pandas_dtype("boolean" if kind.kind == "b" else
                                          ("UInt" if kind.kind == "u" else "Int") + str(kind.itemsize * 8))
     return series.astype(kind)

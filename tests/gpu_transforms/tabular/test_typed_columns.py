@@ -10,8 +10,19 @@ import pandas as pd
 import polars as pl
 import pytest
 
-from gpufeed.gpu_transforms.tabular import Categorify, HashBucket, Recipe, to_backend
+from gpufeed.gpu_transforms.tabular import (
+    Categorify,
+    Clip,
+    FillMissing,
+    HashBucket,
+    Log,
+    MinMax,
+    Recipe,
+    Standardize,
+    to_backend,
+)
 from gpufeed.gpu_transforms.tabular.categorical import MISSING_INDEX
+from gpufeed.gpu_transforms.tabular.errors import ColumnTypeError
 
 
 def _out(frame, column):
@@ -210,3 +221,32 @@ def test_categorify_of_integer_categories_on_dask_fits_their_numbers_as_pandas_d
     strict.ops[0].state = {"c": [9, 10]}
     with pytest.raises(Exception, match=r"e\.g\. \[100\]"):
         strict.transform(ddf).compute()
+
+
+@pytest.mark.parametrize("op", [Standardize(["c", "f"]), Log(["c", "n"]), MinMax(["c", "f"]),
+                                Clip(["c", "n"], lower=0, upper=50), FillMissing(["c", "f"]),
+                                FillMissing(["c"], strategy="constant", value=5)], ids=lambda op: op.kind)
+def test_numeric_ops_read_a_pandas_categorical_of_numbers_as_its_numbers_as_polars_does(op):
+    # polars holds such a column as Int64 (or Float64) and ran; pandas refused it as a
+    # Categorical: the same table, two outcomes.
+    df = pd.DataFrame({"c": pd.Categorical([9, 10, None, 100, 9]), "f": pd.Categorical([1.5, 2.5, None, 1.5, 3.0]),
+                       "n": pd.Categorical([9, 10, 11, 100, 9])})
+    on_pandas = Recipe([op]).fit_transform(df)
+    on_polars = Recipe([op]).fit_transform(to_backend(df, "polars"))
+    for c in op.columns:
+        assert pl.from_pandas(on_pandas[c]).to_list() == on_polars[c].to_list(), c
+
+
+def test_numeric_ops_still_refuse_a_categorical_of_text_by_name():
+    with pytest.raises(ColumnTypeError, match=r"'c': 'Categorical'"):
+        Recipe([Standardize(["c"])]).fit(pd.DataFrame({"c": pd.Categorical(["a", "b"])}))
+
+
+def test_numeric_ops_read_a_dask_categorical_of_numbers_as_its_numbers():
+    dd = pytest.importorskip("dask.dataframe")
+    df = pd.DataFrame({"c": pd.Categorical([9, 10, None, 100, 9, 10])})
+    recipe = Recipe([Clip(["c"], lower=0, upper=50), Log(["c"])])
+    got = recipe.fit_transform(dd.from_pandas(df, npartitions=3)).compute()["c"]
+    want = Recipe([Clip(["c"], lower=0, upper=50), Log(["c"])]).fit_transform(df)["c"]
+    assert got.isna().tolist() == want.isna().tolist()
+    assert got.dropna().tolist() == want.dropna().tolist()
