@@ -31,6 +31,7 @@ from gpufeed.gpu_transforms.tabular.frames import (
     nan_as_null,
     per_partition,
     repeated,
+    schema_of,
     time_value,
     wrap,
 )
@@ -228,7 +229,7 @@ def all_missing_as_float(frame: NwFrame, op: TableOp) -> NwFrame:
     (a served batch of one row with a gap: polars' Null, a pandas object column of None)
     cast to float64, so that the op gives missing values (or its fill) as for any float
     column, instead of failing in the backend's words or returning an object column."""
-    schema = frame.collect_schema()
+    schema = schema_of(frame)
     empty = [c for c in op.numeric_columns()
              if schema[c] in (nw.Object, nw.Unknown, nw.String) and _held(frame, c) == _NO_VALUES]
     return frame.with_columns(*[nw.col(c).cast(nw.Float64) for c in empty]) if empty else frame
@@ -278,7 +279,7 @@ class FillMissing(TableOp):
 
     def fit(self, frame: NwFrame, backend: str) -> None:
         if self.strategy == "constant":
-            schema = frame.collect_schema()
+            schema = schema_of(frame)
             for c in self.columns:
                 self._check_constant(frame, schema[c], c)
             self.state = {c: self.value for c in self.columns}
@@ -288,7 +289,7 @@ class FillMissing(TableOp):
         if found is not None:
             self.state = found
             return
-        schema = frame.collect_schema()
+        schema = schema_of(frame)
         exprs = [getattr(f64(c, schema), self.strategy)().alias(c) for c in self.columns]
         if self.strategy == "mean":
             stats = aggregate_finite(frame, exprs, self.columns, "FillMissing")
@@ -327,7 +328,7 @@ class FillMissing(TableOp):
         native = float64_columns(frame, self.columns) if backend == "pandas" else None
         if native is not None and all(isinstance(self.state[c], float) for c in self.columns):
             return fill_columns(native, {c: self.state[c] for c in self.columns})
-        schema = frame.collect_schema()
+        schema = schema_of(frame)
         for c in self.columns:
             # An unordered categorical takes a new value as a category (added last): polars'
             # Categorical has no fixed set of categories and fills, and adding one is how
@@ -466,7 +467,7 @@ class Clip(TableOp):
         native = float64_columns(frame, self.columns) if backend == "pandas" else None
         if native is not None:
             return clip_columns(native, {c: self.state[c] for c in self.columns})
-        schema = frame.collect_schema()
+        schema = schema_of(frame)
         exprs = []
         for c in self.columns:
             bounds = self.state[c]
@@ -599,7 +600,7 @@ class Standardize(TableOp):
         return [*self.columns, *([self.by] if self.by else [])]
 
     def fit(self, frame: NwFrame, backend: str) -> None:
-        schema = frame.collect_schema()
+        schema = schema_of(frame)
         if self.by:
             # The global statistics (for unseen groups) pooled from the groups' own: one
             # pass over the table instead of two.
@@ -686,7 +687,7 @@ class MinMax(TableOp):
 
     def transform(self, frame: NwFrame, backend: str) -> NwFrame:
         params = {c: (low, (high - low) or 1.0) for c, (low, high) in self.state.items()}
-        schema = frame.collect_schema()
+        schema = schema_of(frame)
         # Integers beyond 2**53 (ids, nanosecond times) lose digits as floats: a column of
         # -2**60 + 0..4 became all 0. Their minimum is taken off in integers first, exactly,
         # as pandas by hand does; other columns go the float way (exact there, and fast).
@@ -711,7 +712,7 @@ def affine_columns(frame: NwFrame, backend: str, params: Mapping[str, Sequence[f
     native = numpy_columns(frame, list(params)) if backend == "pandas" else None
     if native is not None:
         return scale_columns(native, params)
-    schema = frame.collect_schema()
+    schema = schema_of(frame)
     if backend == "polars":
         # polars' own expressions, the same query narwhals builds: narwhals' parsing of the
         # expressions cost ~0.13 ms a call (MinMax of 2 columns: 0.53 -> 0.40 ms at 1,000

@@ -4,6 +4,7 @@ of numbers, durations, nanosecond times, object columns of Decimals or of mixed 
 from __future__ import annotations
 
 import json
+import re
 import zlib
 
 import pandas as pd
@@ -250,3 +251,16 @@ def test_numeric_ops_read_a_dask_categorical_of_numbers_as_its_numbers():
     want = Recipe([Clip(["c"], lower=0, upper=50), Log(["c"])]).fit_transform(df)["c"]
     assert got.isna().tolist() == want.isna().tolist()
     assert got.dropna().tolist() == want.dropna().tolist()
+
+
+@pytest.mark.parametrize("zone", ["America/New_York", "Etc/GMT+5"])
+def test_errors_name_a_zoned_pandas_column_by_its_dtype_as_on_polars(zone):
+    # narwhals' pattern for pandas dtype names takes zones of letters and '/' only: the
+    # column was 'Unknown: Timestamp' in messages, and a number filled into it failed in
+    # pandas' words ("Cannot cast DatetimeArray to dtype float64").
+    df = pd.DataFrame({"t": pd.to_datetime(["2024-01-01", None]).tz_localize(zone)})
+    for frame in (df, to_backend(df, "polars")):
+        with pytest.raises(ColumnTypeError, match=rf"'t': \"Datetime\(time_unit='us', time_zone='{re.escape(zone)}'\)\""):
+            Recipe([Log(["t"])]).fit(frame)
+        with pytest.raises(ColumnTypeError, match="constant 5 cannot fill column 't' .*needs an ISO date/time"):
+            Recipe([FillMissing(["t"], strategy="constant", value=5)]).fit_transform(frame)
