@@ -26,6 +26,7 @@ from gpufeed.gpu_transforms.tabular.frames import (
     is_lazy,
     is_missing,
     per_partition,
+    several_zones,
     wrap,
 )
 from gpufeed.gpu_transforms.tabular.kernels import (
@@ -406,6 +407,24 @@ def _nanosecond_times(frame: NwFrame, backend: str, column: str, expr: nw.Expr, 
     return key, ticks, values
 
 
+def _in_utc(frame: NwFrame, column: str, distinct: list[Any]) -> list[Any]:
+    """``distinct`` (the values of a pandas object ``column``) in UTC where the column holds
+    aware datetimes in several zones (:func:`.frames.several_zones`), as ``to_backend``
+    gives such a column to polars and cuDF; ``distinct`` itself otherwise (a look at the
+    distinct values; a pass over the column only where they are all aware datetimes).
+
+    Why: pandas hashed each instant in the zone of whichever of its values came first
+    (equal instants are one distinct value), polars in the zone of the column's first value.
+    """
+    if not distinct or not all(isinstance(v, datetime.datetime) and v.tzinfo is not None for v in distinct):
+        return distinct
+    if not several_zones(nw.to_native(frame)[column]):
+        return distinct
+    import pandas as pd
+
+    return [pd.Timestamp(v).tz_convert("UTC") for v in distinct]
+
+
 #: The texts :class:`HashBucket` can hash, by name. A text, once named here, never changes
 #: (a saved recipe names its text, and a model was trained on its buckets); a change to the
 #: canonical text is a new version. ``"canonical-v2"`` (the latest, see :func:`stable_hash`;
@@ -512,7 +531,8 @@ class HashBucket(TableOp):
             if (nested := next((v for v in distinct if isinstance(v, _NESTED_VALUES)), None)) is not None:
                 _refuse_nested(c, f"{schema[c]} of {type(nested).__name__}")
             distinct = [v for v in distinct if not is_missing(v)]
-            mapped = lookup(exprs[c], distinct, [stable_hash(v, self.buckets, self.text) for v in distinct], 0, nw.Int32)
+            hashed = _in_utc(frame, c, distinct) if backend == "pandas" and schema[c] == nw.Object else distinct
+            mapped = lookup(exprs[c], distinct, [stable_hash(v, self.buckets, self.text) for v in hashed], 0, nw.Int32)
             out.append(nw.when(exprs[c].is_null()).then(nw.lit(0, nw.Int32)).otherwise(mapped)
                        .cast(nw.Int32).alias(c))
         return frame.with_columns(*out)

@@ -292,6 +292,7 @@ def _from_pandas(pdf: Any, target: str, convert: Callable[[Any], Any]) -> Any:
     Arrow, which polars and cuDF convert through, refused such a column in its own words
     ("Could not convert 'a' with type str: tried to convert to int64"), naming no column.
     """
+    pdf = _several_zones_as_utc(pdf)
     try:
         return keeping_names(pdf, convert)
     except Exception as exc:
@@ -312,6 +313,56 @@ def _from_pandas(pdf: Any, target: str, convert: Callable[[Any], Any]) -> Any:
             f"column(s) {', '.join(map(repr, refused))} cannot be converted to {target}: their values have no one "
             f"type ({refused}); cast them to one type first (text: df[column].astype('string')), or keep the "
             "frame on pandas") from exc
+
+
+def several_zones(values: Iterable[Any]) -> bool | None:
+    """Whether ``values`` (an object column's, missing ones skipped) are time-zone-aware
+    datetimes in more than one zone (offsets of one named zone, e.g. EST and EDT, are one
+    zone); None when they are not all aware datetimes (or there is none)."""
+    import datetime
+
+    zones = set()
+    for v in values:
+        if is_missing(v):
+            continue
+        if not isinstance(v, datetime.datetime) or v.tzinfo is None:
+            return None
+        zones.add(str(v.tzinfo))
+    return len(zones) > 1 if zones else None
+
+
+def _several_zones_as_utc(pdf: Any) -> Any:
+    """``pdf`` with its object columns of aware datetimes in several zones (a pickled frame
+    of events from several places) as UTC datetimes, as ``pd.to_datetime(..., utc=True)``
+    reads them (pandas has no column of several zones); ``pdf`` itself when it has none (a
+    look at each object column's first value, a pass only over such columns).
+
+    Why: polars and cuDF (through Arrow) put such a column in the zone of its first value,
+    so an instant's text, which ``HashBucket`` hashes, depended on the row order, and
+    pandas, hashing each value in its own zone, gave other buckets.
+    """
+    import datetime
+
+    import numpy as np
+    import pandas as pd
+
+    utc = {}
+    for i, dtype in enumerate(pdf.dtypes):
+        if dtype != np.dtype(object):
+            continue
+        column = pdf.iloc[:, i]
+        first = column.first_valid_index()
+        if first is None:
+            continue
+        value = column.iloc[column.index.get_indexer_for([first])[0]]
+        if isinstance(value, datetime.datetime) and value.tzinfo is not None and several_zones(column):
+            utc[i] = pd.to_datetime(column, utc=True)
+    if not utc:
+        return pdf
+    out = pdf.copy(deep=False)
+    for i, values in utc.items():
+        out.isetitem(i, values)
+    return out
 
 
 def pandas_extensions_as_text(frame: Any) -> Any:

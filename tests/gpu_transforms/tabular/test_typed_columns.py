@@ -264,3 +264,28 @@ def test_errors_name_a_zoned_pandas_column_by_its_dtype_as_on_polars(zone):
             Recipe([Log(["t"])]).fit(frame)
         with pytest.raises(ColumnTypeError, match="constant 5 cannot fill column 't' .*needs an ISO date/time"):
             Recipe([FillMissing(["t"], strategy="constant", value=5)]).fit_transform(frame)
+
+
+def test_hash_bucket_of_an_object_column_of_several_zones_hashes_instants_in_utc_on_every_backend(tmp_path):
+    # polars (through Arrow) put such a column in its first value's zone, pandas hashed each
+    # instant in the zone of whichever equal value came first: other buckets, and on each
+    # backend the buckets moved with the row order.
+    from gpufeed.datasets.tables import read_table
+
+    stamps = [pd.Timestamp("2024-01-01 10:00", tz="America/New_York"), pd.Timestamp("2024-01-01 15:00", tz="Europe/Paris"),
+              pd.Timestamp("2024-01-01 15:00", tz="UTC"), None]
+    utc = pd.DataFrame({"t": pd.to_datetime(stamps, utc=True)})
+    want = Recipe([HashBucket(["t"], buckets=1000)]).fit_transform(utc)["t"].tolist()
+    assert want[0] == want[2] != want[1] and want[3] == 0
+    for order in (slice(None), slice(None, None, -1)):
+        df = pd.DataFrame({"t": pd.Series(stamps[order], dtype=object)})
+        df.to_pickle(tmp_path / "t.pkl")
+        frames = {"pandas": df, "polars": to_backend(df, "polars"),
+                  "pickle on polars": read_table(tmp_path / "t.pkl", backend="polars")}
+        for name, frame in frames.items():
+            assert _out(Recipe([HashBucket(["t"], buckets=1000)]).fit_transform(frame), "t") == want[order], name
+    # One zone (its offsets in winter and summer): hashed in that zone, as a zoned column is.
+    one = [pd.Timestamp("2024-01-01 10:00", tz="America/New_York"), pd.Timestamp("2024-07-01 10:00", tz="America/New_York")]
+    zoned = Recipe([HashBucket(["t"], buckets=1000)]).fit_transform(pd.DataFrame({"t": pd.DatetimeIndex(one)}))
+    for frame in (pd.DataFrame({"t": pd.Series(one, dtype=object)}), to_backend(pd.DataFrame({"t": pd.Series(one, dtype=object)}), "polars")):
+        assert _out(Recipe([HashBucket(["t"], buckets=1000)]).fit_transform(frame), "t") == zoned["t"].tolist()
