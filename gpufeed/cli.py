@@ -196,13 +196,19 @@ def _build_parser(chosen: Sequence[str] = ()) -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``gpufeed`` command; returns the process exit status."""
-    argv = list(sys.argv[1:] if argv is None else argv)
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    """The command line ``argv`` (without the program name) parsed as ``gpufeed`` parses it,
+    running nothing: ``gpufeed bench`` with no suite named is ``gpufeed bench images``.
+    A usage error exits with status 2, as argparse does."""
+    argv = list(argv)
     if argv[:1] == ["bench"] and (len(argv) == 1 or argv[1].startswith("-") and argv[1] not in ("-h", "--help")):
         argv.insert(1, "images")  # `gpufeed bench` alone is the main job
-    parser = _build_parser(argv[:2])
-    args = parser.parse_args(argv)
+    return _build_parser(argv[:2]).parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``gpufeed`` command; returns the process exit status."""
+    args = parse_args(sys.argv[1:] if argv is None else argv)
     missing = _missing_input(args)
     if missing:
         print(f"gpufeed: error: {missing}", file=sys.stderr)
