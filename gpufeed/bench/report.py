@@ -46,7 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``gpufeed bench all``."""
     add_out_argument(parser)
     parser.add_argument("--quick", action="store_true", help="smaller runs of every suite (fewer repeats, smaller tables, a shorter sweep)")
-    parser.add_argument("--data", default=None, help="ImageFolder tree for images and tune (default: generated)")
+    parser.add_argument("--data", default=None, help="ImageFolder tree for the images, tune, storage and stalls suites (default: generated)")
     parser.add_argument("--suites", default=",".join(STEPS), type=_suite_list,
                         help=f"comma list (default: {','.join(STEPS)})")
     parser.add_argument("--device", default="auto", type=device_name, help="auto | cpu | cuda (default: auto)")

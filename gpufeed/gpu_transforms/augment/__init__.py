@@ -3,7 +3,9 @@
 :class:`GpuAugment` takes a list of ops and augments (B, C, H, W) batches, uint8 or float,
 on CPU or CUDA, together with their masks, boxes and keypoints. Geometric ops are fused
 into one warp per batch; photometric ops are batched tensor math; random parameters are
-drawn on the device in one call, recorded, and replayable.
+drawn on the device in one call, recorded, and replayable. Your own ops subclass
+:class:`Op` (photometric), :class:`GeometricOp` (a warp fused with the others) or
+:class:`MixOp` (mixes samples and their labels): ``docs/augment.md``, "Writing an op".
 
 Example::
 
@@ -15,6 +17,7 @@ Example::
 """
 
 from gpufeed.gpu_transforms.augment.geometric import (
+    GeometricOp,
     RandomAffine,
     RandomHorizontalFlip,
     RandomPerspective,
@@ -22,7 +25,7 @@ from gpufeed.gpu_transforms.augment.geometric import (
     RandomRotation,
     RandomVerticalFlip,
 )
-from gpufeed.gpu_transforms.augment.mixing import CutMix, MixUp
+from gpufeed.gpu_transforms.augment.mixing import CutMix, MixOp, MixUp
 from gpufeed.gpu_transforms.augment.params import AugmentParams, Op
 from gpufeed.gpu_transforms.augment.photometric import (
     ColorJitter,
@@ -38,7 +41,7 @@ from gpufeed.pipelines.options import IMAGENET_MEAN, IMAGENET_STD  # the loaders
 
 __all__ = [
     "IMAGENET_MEAN", "IMAGENET_STD", "AugmentParams", "AugmentResult", "ColorJitter", "CutMix",
-    "GaussianBlur", "GpuAugment", "MixUp", "Normalize", "Op", "RandomAffine", "RandomErasing",
+    "GaussianBlur", "GeometricOp", "GpuAugment", "MixOp", "MixUp", "Normalize", "Op", "RandomAffine", "RandomErasing",
     "RandomGrayscale", "RandomHorizontalFlip", "RandomPerspective", "RandomPosterize",
     "RandomResizedCrop", "RandomRotation", "RandomSolarize", "RandomVerticalFlip",
 ]

@@ -307,8 +307,10 @@ def test_cpu_chunks_restore_the_torch_thread_setting():
 
 
 def test_ops_declare_their_traits_and_the_stage_needs_no_edit_for_new_ones():
-    from gpufeed.gpu_transforms.augment.mixing import MixOp
-    from gpufeed.gpu_transforms.augment.params import Op
+    # The three bases a user's op subclasses come from the package, as docs/augment.md says.
+    from gpufeed.gpu_transforms.augment import GeometricOp, MixOp, Op
+
+    assert GeometricOp.__module__.endswith(".geometric") and issubclass(GeometricOp, Op)
 
     class HalfMix(MixOp):  # a new mixing op: blends every sample half and half with its partner
         def sample(self, u, size):
