@@ -95,6 +95,8 @@ def resolve_shard(shard_id: int | None, num_shards: int | None) -> tuple[int, in
             ``num_shards=4`` would silently read shard 1 of 4 of a split the other ranks
             do not share. Or, with no launcher, a ``shard_id`` above 0 without
             ``num_shards`` (which is then 1): the error says to pass ``num_shards`` too.
+            Or, with no launcher, a ``num_shards`` other than 1 without ``shard_id``
+            (which would be 0 in every process, so each would read slice 0 only).
     """
     default_id, default_count = default_shard()
     if (shard_id is None) != (num_shards is None) and default_count > 1:
@@ -108,6 +110,12 @@ def resolve_shard(shard_id: int | None, num_shards: int | None) -> tuple[int, in
         raise ValueError(f"shard_id={shard_id} was given without num_shards, which is then {default_count} "
                          "(no launcher sets WORLD_SIZE): pass num_shards too, e.g. "
                          f"shard_id={shard_id}, num_shards={shard_id + 1} or more")
+    if shard_id is None and num_shards is not None and num_shards != default_count:
+        # Without this, every process would read slice 0 of num_shards: a run over
+        # 1/num_shards of the data, repeated num_shards times.
+        raise ValueError(f"num_shards={num_shards} was given without shard_id, which is then {default_id} "
+                         "(no launcher sets RANK), so every process would read slice 0 only: pass both "
+                         f"shard_id and num_shards (shard_id=rank, num_shards={num_shards}), or neither")
     return (default_id if shard_id is None else shard_id), (default_count if num_shards is None else num_shards)
 
 

@@ -233,6 +233,18 @@ def test_half_explicit_shards_next_to_a_launcher_are_refused(image_folder, monke
     assert (loader.plan.shard_id, loader.plan.num_shards) == (1, 2)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_num_shards_without_shard_id_and_no_launcher_is_refused(image_folder, backend, monkeypatch):
+    """Pass both or neither: shard_id would be 0 in every process, each reading slice 0 only."""
+    for name in ("RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(ValueError, match=r"^num_shards=2 was given without shard_id, .*every process would read "
+                                         r"slice 0 only: pass both shard_id and num_shards .*or neither$"):
+        load(image_folder, backend, train=True, batch_size=8, num_shards=2)
+    loader = load(image_folder, "torch", train=True, batch_size=8, num_shards=1)  # no split: as if neither
+    assert (loader.plan.shard_id, loader.plan.num_shards) == (0, 1)
+
+
 def test_numpy_integers_and_torch_devices_are_accepted(tmp_path):
     files = indexed_file_list(tmp_path, 6)
     loader = classification_loader(file_list=files, train=True, batch_size=np.int64(4), seed=np.int64(3),
