@@ -589,6 +589,65 @@ def test_cli_convert_end_to_end(src, tmp_path, capsys):
     assert "does not exist" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("fmt", [*FORMATS, "raw"])
+def test_a_finished_conversion_run_again_says_so_and_a_resumed_one_counts_both_runs(src, tmp_path, capsys,
+                                                                                   monkeypatch, fmt):
+    """Every format alike: a re-run of a finished conversion prints no progress line and says
+    that DST already holds it, with the first run's counts; a resumed one says how many
+    samples were there before and how many it wrote."""
+    dst = tmp_path / "out"
+    args = ["convert", str(src), str(dst), "--format", fmt, "--shard-size", "30KB", "--raw-size", "32",
+            "--workers", "0"]
+    assert main(args) == 0
+    first = capsys.readouterr()
+    assert "48 written, 0 skipped" in first.out and "already" not in first.out and "img" in first.err
+    assert main(args) == 0
+    again = capsys.readouterr()
+    assert again.err == ""  # no "writing raw cache ...: 0 img" lines
+    assert again.out.startswith(f"{dst} already holds this conversion ({fmt}) of 48 samples: 48 written, "
+                                "0 skipped, ") and again.out.rstrip().endswith("; nothing to do")
+    kw = {"format": fmt, "shard_size": SHARD_SIZE, "raw_size": 32, "workers": 0, "progress": False}
+    report = convert(src, dst, **kw)
+    assert (report.already_complete, report.already_written, report.written_now) == (True, 48, 0)
+    assert report.written == 48 and report.skipped == []  # the finished conversion's counts, as before
+
+    # Resumed: stopped after some samples, then run to its end.
+    resumed = tmp_path / "resumed"
+    if fmt == "raw":
+        from gpufeed.datasets.shards.raw import RawWriter
+
+        add, added = RawWriter.add, []
+
+        def add_then_stop(self, index, pixels, label):
+            add(self, index, pixels, label)
+            added.append(index)
+            if len(added) == 20:
+                self.flush()  # what the periodic save would have recorded before a kill
+                raise Stop
+
+        monkeypatch.setattr(RawWriter, "add", add_then_stop)
+        with pytest.raises(Stop):
+            convert(src, resumed, **kw)
+        monkeypatch.setattr(RawWriter, "add", add)
+        there = 20
+    else:
+        def stop(shard: int, path: str) -> None:
+            if shard == 1:
+                raise Stop
+
+        with pytest.raises(Stop):
+            convert(src, resumed, on_shard=stop, **kw)
+        there = json.loads((resumed / PROGRESS_FILE).read_text())["written"]
+    assert 0 < there < 48
+    report = convert(src, resumed, **kw)
+    assert (report.already_complete, report.already_written, report.written_now) == (False, there, 48 - there)
+    assert report.written == 48 and f"48 written ({there} already there, {48 - there} now), 0 skipped" in (
+        report.summary())
+    fresh = convert(src, tmp_path / "fresh", **kw)
+    assert (fresh.already_complete, fresh.already_written, fresh.written_now) == (False, 0, 48)
+    assert "already" not in fresh.summary()
+
+
 @pytest.fixture(scope="module")
 def numbered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """23 images, label == sample number, converted to both formats (so the labels a

@@ -66,6 +66,16 @@ class ConvertReport:
         seconds: wall time of this run (a resumed run counts only itself).
         dst: the output folder.
         format: ``"webdataset"``, ``"tfrecord"`` or ``"raw"``.
+        already_complete: ``dst`` held this whole conversion before this run, which wrote
+            nothing (``written``, ``skipped`` and ``shards`` are then the counts of the
+            run that made it).
+        already_written: of ``written``, the samples ``dst`` held before this run (a
+            resumed conversion's complete shards, or raw images already stored).
+        written_now: of ``written``, the samples this run wrote
+            (``already_written + written_now == written``).
+
+    ``written``, ``skipped`` and ``shards`` always describe the whole conversion in
+    ``dst``, however many runs it took.
     """
 
     samples_in: int
@@ -75,13 +85,26 @@ class ConvertReport:
     seconds: float = 0.0
     dst: str = ""
     format: str = ""
+    already_complete: bool = False
+    already_written: int = 0
+    written_now: int | None = None  # None: written - already_written
+
+    def __post_init__(self) -> None:
+        if self.written_now is None:
+            self.written_now = self.written - self.already_written
 
     def summary(self, show: int = 5) -> str:
-        """A few lines for a terminal: counts, the first ``show`` skipped files, shards, time."""
-        lines = [f"converted {self.samples_in} samples into {self.dst} ({self.format}): "
-                 f"{self.written} written, {len(self.skipped)} skipped, {self.shards} "
-                 f"{'cache file(s)' if self.format == 'raw' else 'shard(s)'}, "
-                 f"{self.seconds:.1f} s"]
+        """A few lines for a terminal: counts, the first ``show`` skipped files, shards, time;
+        for a conversion that was already complete, that ``dst`` holds it, with its counts."""
+        files = f"{self.shards} {'cache file(s)' if self.format == 'raw' else 'shard(s)'}"
+        if self.already_complete:
+            lines = [f"{self.dst} already holds this conversion ({self.format}) of {self.samples_in} samples: "
+                     f"{self.written} written, {len(self.skipped)} skipped, {files}; nothing to do"]
+        else:
+            written = (f"{self.written} written ({self.already_written} already there, {self.written_now} now)"
+                       if self.already_written else f"{self.written} written")
+            lines = [f"converted {self.samples_in} samples into {self.dst} ({self.format}): "
+                     f"{written}, {len(self.skipped)} skipped, {files}, {self.seconds:.1f} s"]
         lines += [f"  skipped {name}: {reason}" for name, reason in self.skipped[:show]]
         if len(self.skipped) > show:
             lines.append(f"  ... and {len(self.skipped) - show} more")
@@ -192,11 +215,12 @@ def convert(
     else:
         settings["shard_size"] = int(shard_size)
     record = _Progress.open(dst, settings)
+    was_complete = bool(record.data.get("complete"))
     workers = usable_cpus() if workers is None else max(0, int(workers))
     if format == "raw":
-        _convert_raw(source, order, dst, record, raw_size, raw_mode, workers, progress)
+        written_now = _convert_raw(source, order, dst, record, raw_size, raw_mode, workers, progress)
     else:
-        _convert_shards(source, order, dst, record, format, shard_size, workers, progress, on_shard)
+        written_now = _convert_shards(source, order, dst, record, format, shard_size, workers, progress, on_shard)
     manifest = {"format": format, "samples": record.written, "classes": list(source.classes),
                 "files": record.files, "seed": int(seed), "shuffle": bool(shuffle),
                 "skipped": len(record.skipped), "source": os.path.abspath(src)}
@@ -210,7 +234,8 @@ def convert(
     skipped = sorted(record.skipped, key=lambda s: s[2])
     return ConvertReport(samples_in=n, written=record.written, skipped=[(p, r) for p, r, _ in skipped],
                          shards=len(record.files), seconds=time.perf_counter() - start, dst=str(dst),
-                         format=format)
+                         format=format, already_complete=was_complete and written_now == 0,
+                         already_written=record.written - written_now, written_now=written_now)
 
 
 # -- checking and decoding, in worker processes ----------------------------------------
@@ -379,7 +404,7 @@ def _map_ordered(fn: Callable, tasks: list, workers: int) -> Iterator:
 
 
 def _progress(items: Iterator, total: int, desc: str, show: bool) -> Iterator:
-    if not show:
+    if not show or not total:  # nothing to do (a finished conversion run again): no lines
         return items
     from gpufeed.progress import progress
 
@@ -447,7 +472,8 @@ def _write_json(path: Path, data: dict) -> None:
 
 def _convert_shards(source: SampleList, order: np.ndarray, dst: Path, record: _Progress, fmt: str,
                     shard_size: int, workers: int, show: bool,
-                    on_shard: Callable[[int, str], None] | None) -> None:
+                    on_shard: Callable[[int, str], None] | None) -> int:
+    """Write the shards from the record's next position on; return the samples written."""
     if fmt == "webdataset":
         from gpufeed.datasets.shards.webdataset import TarShardWriter as Writer
     else:
@@ -455,9 +481,10 @@ def _convert_shards(source: SampleList, order: np.ndarray, dst: Path, record: _P
     for stale in dst.glob("*.partial"):  # an interrupted shard: rewritten from its first sample
         stale.unlink()
     first = record.data["next"]
+    before = record.written
     todo = [int(i) for i in order[first:]]
     if not todo:
-        return
+        return 0
     # Keep every skip of a position before `next` (those shards are complete); a skip after
     # it belongs to the interrupted shard, which is redone.
     position_of = {int(i): p for p, i in enumerate(order)}
@@ -505,6 +532,7 @@ def _convert_shards(source: SampleList, order: np.ndarray, dst: Path, record: _P
         record.skipped.extend(pending)
         record.data["next"] = len(order)
         record.save()
+    return record.written - before
 
 
 def _extension(path: str) -> str:
@@ -517,10 +545,11 @@ def _extension(path: str) -> str:
 # -- raw --------------------------------------------------------------------------------
 
 def _convert_raw(source: SampleList, order: np.ndarray, dst: Path, record: _Progress, size: int, mode: str,
-                 workers: int, show: bool) -> None:
+                 workers: int, show: bool) -> int:
     """Two passes: check every image (the raw cache's sample count is fixed when it is
     created, so the bad ones must be known first), then decode and store the good ones
-    (:class:`~gpufeed.datasets.shards.raw.RawWriter` resumes by itself)."""
+    (:class:`~gpufeed.datasets.shards.raw.RawWriter` resumes by itself); return the
+    samples stored by this run."""
     from gpufeed.datasets.shards.raw import RawWriter
 
     if "good" not in record.data:
@@ -552,4 +581,5 @@ def _convert_raw(source: SampleList, order: np.ndarray, dst: Path, record: _Prog
     record.data["files"] = list(manifest.get("files", []))
     record.data["written"] = len(good)
     record.save()
+    return len(todo)
 
