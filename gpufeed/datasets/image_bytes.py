@@ -130,15 +130,26 @@ def beyond_dali(data: bytes | memoryview | np.ndarray) -> bool:
 
 def _png_animated(mv: memoryview) -> bool:
     """Whether a PNG has an animation control chunk (``acTL``) before its image data."""
-    pos = 8
-    while pos + 8 <= len(mv):
-        kind = bytes(mv[pos + 4: pos + 8])
+    for kind, _, _ in _png_chunks(mv):
         if kind == b"acTL":
             return True
-        if kind in (b"IDAT", b"IEND"):
+        if kind == b"IDAT":
             return False
-        pos += 12 + int.from_bytes(mv[pos: pos + 4], "big")
     return False
+
+
+def _png_chunks(mv: memoryview) -> Iterator[tuple[bytes, int, int]]:
+    """``(kind, start, end)`` of a PNG's chunks in order, up to ``IEND`` or the first chunk
+    the file cuts short: the chunk is ``mv[start:end + 4]``, its data ``mv[start + 8:end]``,
+    its CRC the 4 bytes at ``end``."""
+    pos = 8
+    while pos + 12 <= len(mv):
+        end = pos + 8 + int.from_bytes(mv[pos: pos + 4], "big")
+        kind = bytes(mv[pos + 4: pos + 8])
+        if end + 4 > len(mv) or kind == b"IEND":
+            return
+        yield kind, pos, end
+        pos = end + 4
 
 
 def sample_fault(data: bytes | memoryview | str, pixels: bool) -> str | None:
@@ -234,16 +245,8 @@ def png_without_bad_ancillary_chunks(data: bytes | memoryview | np.ndarray) -> b
     mv = memoryview(data).cast("B")
     if image_format(mv) != "png":
         return data
-    gaps, pos = [], 8
-    while pos + 12 <= len(mv):
-        length = int.from_bytes(mv[pos: pos + 4], "big")
-        kind = bytes(mv[pos + 4: pos + 8])
-        end = pos + 8 + length
-        if end + 4 > len(mv) or kind == b"IEND":
-            break
-        if kind[:1].islower() and zlib.crc32(mv[pos + 4: end]) != int.from_bytes(mv[end: end + 4], "big"):
-            gaps.append((pos, end + 4))
-        pos = end + 4
+    gaps = [(pos, end + 4) for kind, pos, end in _png_chunks(mv)
+            if kind[:1].islower() and zlib.crc32(mv[pos + 4: end]) != int.from_bytes(mv[end: end + 4], "big")]
     return _without(data, mv, gaps)
 
 
@@ -261,16 +264,38 @@ def png_without_text(data: bytes | memoryview | np.ndarray) -> bytes | memoryvie
     mv = memoryview(data).cast("B")
     if image_format(mv) != "png":
         return data
-    gaps, pos = [], 8
-    while pos + 12 <= len(mv):
-        end = pos + 8 + int.from_bytes(mv[pos: pos + 4], "big")
-        kind = bytes(mv[pos + 4: pos + 8])
-        if end + 4 > len(mv) or kind == b"IEND":
-            break
-        if kind in _PNG_TEXT:
-            gaps.append((pos, end + 4))
-        pos = end + 4
-    return _without(data, mv, gaps)
+    return _without(data, mv, [(pos, end + 4) for kind, pos, end in _png_chunks(mv) if kind in _PNG_TEXT])
+
+
+def png_text_beyond_pil(data: bytes | memoryview | np.ndarray) -> bool:
+    """Whether PIL refuses a PNG for a compressed text chunk (``zTXt``, or ``iTXt`` with
+    its compression flag) that inflates past ``PngImagePlugin.MAX_TEXT_CHUNK``; the torch
+    backend then decodes it without its text, and ``gpufeed convert`` writes it so
+    (:func:`png_without_text`), as readers that decode with PIL (``webdataset`` + PIL)
+    refuse it otherwise. Inflates each such chunk up to the limit and no further; a chunk
+    that does not inflate is one PIL passes over, as here."""
+    mv = memoryview(data).cast("B")
+    if image_format(mv) != "png":
+        return False
+    from PIL.PngImagePlugin import MAX_TEXT_CHUNK
+
+    for kind, pos, end in _png_chunks(mv):
+        body = bytes(mv[pos + 8: end]) if kind in (b"zTXt", b"iTXt") else b""
+        keyword, _, rest = body.partition(b"\0")
+        if kind == b"zTXt" and rest[:1] == b"\0":  # method 0 (deflate), then the text
+            packed = rest[1:]
+        elif kind == b"iTXt" and rest[:2] == b"\1\0" and rest[2:].count(b"\0") >= 2:
+            packed = rest[2:].split(b"\0", 2)[2]  # after the language tag and translated keyword
+        else:
+            continue
+        inflater = zlib.decompressobj()
+        try:
+            inflater.decompress(packed, MAX_TEXT_CHUNK)
+        except zlib.error:
+            continue
+        if inflater.unconsumed_tail:
+            return True
+    return False
 
 
 def _jpeg_markers(mv: memoryview) -> Iterator[tuple[int, int, tuple[int, int]]]:

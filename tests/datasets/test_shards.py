@@ -734,3 +734,37 @@ def test_files_the_loaders_yield_are_written_so_every_reader_decodes_them(tmp_pa
         with Image.open(io.BytesIO(data.tobytes())) as img:
             assert np.abs(np.array(img.convert("RGB")).astype(int) - expected[name]).max() <= 1, name
         assert np.abs(pixels.astype(int) - expected[name]).max() <= 1, name
+
+
+def test_a_png_whose_text_pil_will_not_inflate_is_written_without_its_text(tmp_path):
+    # A zTXt chunk inflating past PIL's MAX_TEXT_CHUNK (a long XMP history): the loaders
+    # yield the image (the torch backend drops the text), so convert keeps it, and writes
+    # it without its text so that readers decoding members with PIL (webdataset + PIL) do
+    # too; a PNG with ordinary text keeps its bytes.
+    import zlib
+
+    from PIL import Image
+
+    from gpufeed.datasets.image_bytes import png_text_beyond_pil
+
+    def with_text(png: bytes, kind: bytes, body: bytes) -> bytes:
+        chunk = struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+        return png[:33] + chunk + png[33:]  # after the signature and the IHDR chunk
+
+    plain = io.BytesIO()
+    Image.new("RGB", (40, 30), (200, 30, 90)).save(plain, "PNG")
+    big = zlib.compress(b" " * (2 << 20))
+    files = {"ztxt": with_text(plain.getvalue(), b"zTXt", b"XML:com.adobe.xmp\0\0" + big),
+             "itxt": with_text(plain.getvalue(), b"iTXt", b"XML:com.adobe.xmp\0\1\0\0\0" + big),
+             "small": with_text(plain.getvalue(), b"zTXt", b"Comment\0\0" + zlib.compress(b"hello"))}
+    assert [png_text_beyond_pil(d) for d in files.values()] == [True, True, False]
+    for name, data in files.items():
+        (tmp_path / "src" / "a").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "src" / "a" / f"{name}.png").write_bytes(data)
+    report = convert(tmp_path / "src", tmp_path / "wds", format="webdataset", progress=False)
+    assert report.written == 3 and not report.skipped
+    with tarfile.open(next((tmp_path / "wds").glob("*.tar"))) as tar:
+        members = [tar.extractfile(m).read() for m in tar.getmembers() if m.name.endswith(".png")]
+    assert sorted(map(len, members)) == sorted([len(plain.getvalue())] * 2 + [len(files["small"])])
+    for data in members:  # every member opens in PIL, as webdataset's decoder opens it
+        assert Image.open(io.BytesIO(data)).convert("RGB").getpixel((0, 0)) == (200, 30, 90)

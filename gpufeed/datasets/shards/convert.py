@@ -35,7 +35,9 @@ from gpufeed.datasets.image_bytes import (
     beyond_dali,
     image_format,
     jpeg_without_stray_bytes,
+    png_text_beyond_pil,
     png_without_bad_ancillary_chunks,
+    png_without_text,
     undecodable_reason,
 )
 from gpufeed.datasets.shards import MANIFEST
@@ -317,9 +319,12 @@ def _without_stray_bytes(data: np.ndarray) -> np.ndarray:
     (:func:`~gpufeed.datasets.image_bytes.jpeg_without_stray_bytes`: DALI's parser refuses
     them), a PNG's ancillary chunks with a bad CRC
     (:func:`~gpufeed.datasets.image_bytes.png_without_bad_ancillary_chunks`: PIL refuses
-    them); as a writable array (torch.from_numpy warns on a read-only one), ``data``
-    itself when nothing is dropped."""
+    them), a PNG's text when PIL will not inflate it
+    (:func:`~gpufeed.datasets.image_bytes.png_text_beyond_pil`); as a writable array
+    (torch.from_numpy warns on a read-only one), ``data`` itself when nothing is dropped."""
     cleaned = png_without_bad_ancillary_chunks(jpeg_without_stray_bytes(data))
+    if png_text_beyond_pil(cleaned):
+        cleaned = png_without_text(cleaned)
     return data if cleaned is data else np.array(np.frombuffer(cleaned, dtype=np.uint8))
 
 
