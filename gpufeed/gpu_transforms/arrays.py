@@ -138,18 +138,49 @@ def device_of(obj: Any) -> torch.device:
     raise TypeError(f"cannot tell where a {type(obj).__name__} lives")
 
 
+def _numpy_typed(obj: Any) -> Any:
+    """A cuDF Series or DataFrame with its pandas nullable or Arrow number dtypes (``Int64``,
+    ``Float64``, ``boolean``, ``int32[pyarrow]``, which cuDF keeps on a column made from
+    pandas) as the numpy dtypes of the same values (a cast on the GPU, no host copy); ``obj``
+    itself when every dtype is numpy's already.
+
+    Why: cuDF's ``to_cupy`` hands such a dtype to cupy (``cupy.empty(dtype=Int64Dtype())``,
+    ``cupy.can_cast``), which takes numpy dtypes only and raised a TypeError.
+    """
+    if hasattr(obj, "columns"):
+        casts = {name: numpy for name, t in obj.dtypes.items() if (numpy := _numpy_number(t)) is not None}
+        return obj.astype(casts) if casts else obj
+    numpy = _numpy_number(obj.dtype)
+    return obj if numpy is None else obj.astype(numpy)
+
+
+def _numpy_number(dtype: Any) -> np.dtype | None:
+    """The numpy dtype of a pandas nullable or Arrow number or boolean dtype; None for a
+    numpy dtype (nothing to cast) or any other (text, categories: left to cuDF's errors)."""
+    if isinstance(dtype, np.dtype):
+        return None
+    numpy = getattr(dtype, "numpy_dtype", None)
+    return numpy if isinstance(numpy, np.dtype) and numpy.kind in "biuf" else None
+
+
 def _cudf_to_cupy(obj: Any, dtype: str | None = None) -> Any:
     # A numeric column without nulls is one contiguous device buffer: to_cupy() views it.
     if hasattr(obj, "columns"):  # DataFrame: one 2-D array, which needs one dtype
+        # As for a column: cuDF's to_cupy made a column's nulls NaN (an integer column
+        # float64) without a word, or raised for booleans.
+        gaps = {name: int(obj[name].null_count) for name in obj.columns if obj[name].null_count}
+        if gaps:
+            raise ValueError(f"cuDF column(s) {list(gaps)} have missing values ({', '.join(map(str, gaps.values()))}), "
+                             "and a column with missing values has no zero-copy array view; fill them first")
         # Cast after, not by to_cupy(dtype=): in cuDF 25.10-26.04 its path for columns of one
         # dtype without nulls copies their bytes into a matrix of the asked dtype without a
         # cast (int32 read as float32 bits, float64 refused as too large; fixed in 26.06).
-        matrix = obj.to_cupy()
+        matrix = _numpy_typed(obj).to_cupy()
         return matrix if dtype is None else matrix.astype(dtype, order="C", copy=False)
     if obj.null_count:
         raise ValueError(f"cuDF column {obj.name!r} has {int(obj.null_count)} missing value(s), and a column with "
                          "missing values has no zero-copy array view; fill them first")
-    return obj.to_cupy(dtype=dtype)
+    return _numpy_typed(obj).to_cupy(dtype=dtype)
 
 
 def cudf_to_torch(obj: Any, dtype: str | None = None) -> torch.Tensor:

@@ -91,7 +91,7 @@ def _check_label_range(column: str, dtype: object, highest: Callable[[], Any]) -
     """Refuse uint64 labels beyond int64, on every backend: cast to the int64 class index
     they would wrap round to negative values. ``highest()`` (the column's maximum, None or
     missing when it is empty) is only computed for a uint64 column."""
-    if _numpy_kind(dtype) != "u" or np.dtype(dtype).itemsize < 8:
+    if _numpy_kind(dtype) != "u" or _numpy_dtype(dtype).itemsize < 8:
         return
     top = highest()
     if top is not None and not is_missing(top) and int(top) > np.iinfo(np.int64).max:
@@ -170,11 +170,24 @@ def _check_numeric(df: Frame, columns: Sequence[str]) -> None:
                         "(Categorify or HashBucket for categories)")
 
 
+def _numpy_dtype(dtype: object) -> np.dtype:
+    """The numpy dtype of a column's dtype: a pandas nullable or Arrow dtype by its
+    ``numpy_dtype`` (``Int64``: int64), which cuDF (from 25.x) keeps on a column made
+    from pandas (``cudf.from_pandas`` of an ``Int64`` column is ``Int64``, not int64).
+
+    Raises:
+        TypeError: a dtype numpy has none for (a categorical, list, struct).
+    """
+    return np.dtype(getattr(dtype, "numpy_dtype", dtype))
+
+
 def _numpy_kind(dtype: object) -> str:
     """numpy's kind letter of a cuDF dtype; ``"O"`` for one numpy has no dtype for (cuDF's
-    categorical, list, struct), where ``np.dtype`` raised a TypeError naming no column."""
+    categorical, list, struct), where ``np.dtype`` raised a TypeError naming no column.
+    pandas' nullable ``Int64`` (which a cuDF column made from pandas keeps) is ``"i"``:
+    ``np.dtype`` refused it, and such labels were called "not integers"."""
     try:
-        return np.dtype(dtype).kind
+        return _numpy_dtype(dtype).kind
     except TypeError:
         return "O"
 

@@ -8,6 +8,7 @@ import sys
 import textwrap
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -134,8 +135,41 @@ def test_cudf_columns_come_over_without_copy():
     assert to_cupy(s).data.ptr == t.data_ptr()
     back = to_cudf(t * 2, name="x")
     assert back.name == "x" and back.to_numpy().tolist() == [0, 2, 4, 6, 8]
-    with pytest.raises(ValueError, match="nulls"):
+    with pytest.raises(ValueError, match="missing value"):  # the message says "missing value(s)"
         to_torch(cudf.Series([1.0, None]))
+
+
+def test_pandas_nullable_number_dtypes_become_numpy_before_cupy():
+    # cuDF keeps pandas' Int64/boolean/Arrow dtypes on a column made from pandas, and its
+    # to_cupy handed them to cupy, which takes numpy dtypes only: the same check on pandas.
+    import pyarrow as pa
+
+    from gpufeed.gpu_transforms.arrays import _numpy_typed
+
+    df = pd.DataFrame({"a": pd.array([1, 2], dtype="Int64"), "b": [1.0, 2.0],
+                       "c": pd.array([True, False], dtype="boolean"),
+                       "p": pd.array([1, 2], dtype=pd.ArrowDtype(pa.int32())), "s": pd.array(["x", "y"], dtype="string")})
+    typed = _numpy_typed(df)
+    assert typed.dtypes[["a", "b", "c", "p"]].tolist() == [np.int64, np.float64, np.bool_, np.int32]
+    assert typed["s"].dtype == df["s"].dtype  # text is left to cuDF's own error
+    assert _numpy_typed(df["a"]).dtype == np.int64
+    plain = df[["b"]]
+    assert _numpy_typed(plain) is plain and _numpy_typed(plain["b"]).dtype == np.float64
+
+
+@pytest.mark.gpu
+def test_cudf_frames_of_pandas_nullable_dtypes_and_gaps():
+    cudf = pytest.importorskip("cudf")
+
+    gdf = cudf.from_pandas(pd.DataFrame({"a": pd.array([1, 2, 3], dtype="Int64"), "b": [0.5, 1.5, 2.5]}))
+    t = to_torch(gdf)
+    assert t.device.type == "cuda" and t.cpu().numpy().tolist() == [[1.0, 0.5], [2.0, 1.5], [3.0, 2.5]]
+    assert to_torch(gdf["a"]).cpu().numpy().tolist() == [1, 2, 3]
+    ints = cudf.from_pandas(pd.DataFrame({"a": pd.array([1, 2], dtype="Int64"), "b": pd.array([3, 4], dtype="Int64")}))
+    assert to_torch(ints).cpu().numpy().tolist() == [[1, 3], [2, 4]]
+    # a gap in a frame is refused as in a column (cuDF made it NaN, an int column float64)
+    with pytest.raises(ValueError, match=r"\['a'\] have missing values \(1\)"):
+        to_torch(cudf.DataFrame({"a": [1, None], "b": [1.0, 2.0]}))
 
 
 def test_device_constants_are_made_once_and_reused():

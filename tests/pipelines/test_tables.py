@@ -118,6 +118,29 @@ def test_cudf_columns_of_one_dtype_are_cast_not_reinterpreted(dtype):
         to_tensors(cudf.from_pandas(table), ["a"], "label", device="cuda")
 
 
+def test_pandas_nullable_dtypes_have_their_numpy_kind():
+    # cuDF keeps pandas' Int64 on a column made from pandas: such labels were "not integers"
+    from gpufeed.pipelines.tables import _numpy_dtype, _numpy_kind
+
+    assert [_numpy_kind(t) for t in (pd.Int64Dtype(), pd.UInt8Dtype(), pd.BooleanDtype(), np.dtype("int8"))] == \
+        ["i", "u", "b", "i"]
+    assert _numpy_kind(pd.CategoricalDtype([0, 1])) == "O" and _numpy_dtype(pd.UInt64Dtype()).itemsize == 8
+
+
+@pytest.mark.gpu
+def test_cudf_columns_of_pandas_nullable_dtypes_hand_off():
+    cudf = pytest.importorskip("cudf", reason="cuDF is not installed")
+
+    table = pd.DataFrame({"a": pd.array([1, 2, 3], dtype="Int64"), "b": [0.5, 1.5, 2.5],
+                          "y": pd.array([0, 2, 1], dtype="Int64")})
+    x, y = to_tensors(cudf.from_pandas(table), ["a", "b"], "y", device="cuda")
+    np.testing.assert_array_equal(x.cpu().numpy(), [[1, 0.5], [2, 1.5], [3, 2.5]])
+    assert y.dtype == torch.int64 and y.cpu().tolist() == [0, 2, 1]
+    big = cudf.from_pandas(pd.DataFrame({"a": [1.0], "y": pd.array([2**63 + 1], dtype="UInt64")}))
+    with pytest.raises(ColumnTypeError, match="beyond int64"):
+        to_tensors(big, ["a"], "y", device="cuda")
+
+
 def test_text_columns_inf_and_a_bare_string_are_refused_by_name():
     df = pd.DataFrame({"a": [1.0, 2.0], "name": ["x", "y"], "big": [1.0, np.inf], "label": [0, 1]})
     # The table ops' errors, so `except TabularError` covers the hand-off too
