@@ -31,6 +31,7 @@ from gpufeed.gpu_transforms.tabular.frames import (
 )
 from gpufeed.gpu_transforms.tabular.kernels import (
     category_values,
+    cudf_category_values,
     pandas_category_values,
     pandas_codes,
     pandas_factorize,
@@ -74,13 +75,17 @@ def _category_exprs(columns: Sequence[str], frame: NwFrame) -> dict[str, nw.Expr
 
 def _category_values(frame: NwFrame, backend: str, columns: Sequence[str]) -> NwFrame:
     """``frame`` with its pandas categoricals of numbers, booleans or dates among ``columns``
-    as their values (:func:`.kernels.pandas_category_values`); as it is on other backends.
+    as their values (:func:`.kernels.pandas_category_values`), and cuDF's likewise
+    (:func:`.kernels.cudf_category_values`); as it is on other backends.
     Cast to text, an integer category was ``"10.0"`` in a batch with a missing value and
     ``"10"`` in one without."""
-    if backend != "pandas":
+    if backend not in ("pandas", "cudf"):
         return frame
     native = nw.to_native(frame)
-    values = {c: v for c in columns if (v := pandas_category_values(native[c])) is not None}
+    if backend == "cudf":
+        values = {c: v for c in columns if (v := cudf_category_values(native[c])) is not None}
+    else:
+        values = {c: v for c in columns if (v := pandas_category_values(native[c])) is not None}
     return wrap(assign(native, values)) if values else frame
 
 
@@ -232,6 +237,8 @@ class Categorify(TableOp):
 
     def fit(self, frame: NwFrame, backend: str) -> None:
         frame, converted = _dask_category_values(frame, backend, self.columns)
+        if backend == "cudf":  # pandas' factorisation reads a categorical's values itself
+            frame = _category_values(frame, backend, self.columns)
         exprs = _category_exprs(self.columns, frame)
         try:
             values = category_values(frame, backend, exprs, self.min_count)
@@ -284,6 +291,8 @@ class Categorify(TableOp):
         # meets such a column by its plain text.
         texts = [c for c in self.columns if vocabularies[c] and all(isinstance(v, str) for v in vocabularies[c])]
         frame, converted = _dask_category_values(frame, backend, self.columns, plain=texts)
+        if backend == "cudf":
+            frame = _category_values(frame, backend, [c for c in self.columns if c not in texts])
         exprs = _category_exprs(self.columns, frame)
         for c, how in converted.items():
             if c in texts:

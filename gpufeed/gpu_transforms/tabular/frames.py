@@ -117,6 +117,8 @@ def nan_as_null(frame: NwFrame, columns: Iterable[str], *, backend: str | None =
     caller already knows it.
     """
     backend = backend or backend_of(frame)
+    if backend == "dask":
+        return _dask_cudf_nan_as_null(frame, columns)
     if backend not in ("polars", "cudf"):
         return frame
     schema = frame.collect_schema()
@@ -143,6 +145,32 @@ def nan_as_null(frame: NwFrame, columns: Iterable[str], *, backend: str | None =
             native[c] = native[c].nans_to_nulls()
         return nw.from_native(native)
     return frame.with_columns(*[nw.col(c).fill_nan(None) for c in floats])
+
+
+def _dask_cudf_nan_as_null(frame: NwFrame, columns: Iterable[str]) -> NwFrame:
+    """A Dask frame of cuDF partitions (dask-cudf) with NaN in its float ``columns`` made
+    missing, lazily, partition by partition (cuDF's ``nans_to_nulls``, a no-op on a column
+    without NaN); a Dask frame of pandas partitions as it is (NaN is missing there already).
+
+    Why: a cuDF partition keeps NaN as a value (``read_dask`` of Parquet floats holding NaN),
+    so Dask's mean, std and counts over it gave NaN where pandas partitions skip it, and
+    ``Clip(quantiles=)``'s exact tails (cuDF sorts NaN above every number) were NaN.
+    """
+    native = nw.to_native(frame)
+    if type(getattr(native, "_meta", None)).__module__.split(".")[0] != "cudf":
+        return frame
+    schema = frame.collect_schema()
+    floats = [c for c in dict.fromkeys(columns) if c in schema and schema[c].is_float()]
+    if not floats:
+        return frame
+
+    def part(df: Any) -> Any:
+        out = df.copy(deep=False)
+        for c in floats:
+            out[c] = out[c].nans_to_nulls()
+        return out
+
+    return wrap(native.map_partitions(part, meta=native._meta))
 
 
 def write_back(frame: nw.DataFrame, out: nw.DataFrame) -> nw.DataFrame:

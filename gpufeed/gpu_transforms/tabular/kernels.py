@@ -423,6 +423,26 @@ def pandas_category_values(series: Any, *, nullable: bool = False) -> Any | None
     return series.astype(kind)
 
 
+def cudf_category_values(series: Any) -> Any | None:
+    """A cuDF categorical of numbers, booleans or dates as its values (a cast on the GPU;
+    cuDF's integer and boolean columns hold missing values themselves); None for any other
+    column (text categories included), which is compared as it is. The cuDF twin of
+    :func:`pandas_category_values`.
+
+    Why: ``cudf.from_pandas`` (``to_backend``) keeps a pandas categorical of integers as a
+    cuDF categorical, where polars gets Int64 and pandas' ops read its values: on cuDF
+    ``Categorify`` compared it by its text (a vocabulary sorted ``"10" < "100" < "9"``, other
+    codes than pandas and polars), ``HashBucket`` hashed ``"10"`` instead of 10, and the
+    numeric ops refused the column as "not numbers".
+    """
+    if str(series.dtype) != "category":  # cuDF's CategoricalDtype is not pandas' class
+        return None
+    kind = series.dtype.categories.dtype
+    if isinstance(kind, np.dtype) and kind.kind in "biufmM":
+        return series.astype(kind)
+    return None
+
+
 def pandas_codes(found: np.ndarray, uniques: np.ndarray, vocabulary: list[Any], unseen: int,
                  missing: int, start: int = 2) -> np.ndarray:
     """Vocabulary codes of a factorised column: only its distinct values are looked up.

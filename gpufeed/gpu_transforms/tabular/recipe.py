@@ -42,7 +42,7 @@ from gpufeed.gpu_transforms.tabular.frames import (
     wrap,
     write_back,
 )
-from gpufeed.gpu_transforms.tabular.kernels import pandas_category_values
+from gpufeed.gpu_transforms.tabular.kernels import cudf_category_values, pandas_category_values
 from gpufeed.gpu_transforms.tabular.numpy_kernels import release_pooled
 from gpufeed.gpu_transforms.tabular.ops import (
     OPS,
@@ -125,6 +125,12 @@ def _category_numbers(frame: NwFrame, op: TableOp, schema: dict[str, Any]) -> tu
     native = nw.to_native(frame)
     if backend == "pandas":
         values = {c: v for c in categoricals if (v := pandas_category_values(native[c])) is not None
+                  and v.dtype.kind in "iufb"}
+        if not values:
+            return frame, schema
+        frame = wrap(assign(native, values))
+    elif backend == "cudf":
+        values = {c: v for c in categoricals if (v := cudf_category_values(native[c])) is not None
                   and v.dtype.kind in "iufb"}
         if not values:
             return frame, schema

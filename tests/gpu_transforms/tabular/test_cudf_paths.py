@@ -1,0 +1,82 @@
+"""cuDF (and dask-cudf) paths of the table ops, checked value for value against pandas and
+polars on a GPU; the parts that can be checked without one run on their pandas twins."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gpufeed.gpu_transforms.tabular import (
+    Categorify,
+    Clip,
+    FillMissing,
+    HashBucket,
+    MinMax,
+    Recipe,
+    Standardize,
+    to_backend,
+)
+from gpufeed.gpu_transforms.tabular.frames import nan_as_null, wrap
+from gpufeed.gpu_transforms.tabular.kernels import cudf_category_values
+
+
+def _pandas(frame) -> pd.DataFrame:
+    return frame if isinstance(frame, pd.DataFrame) else frame.to_pandas()
+
+
+def test_category_values_reads_numbers_not_text():
+    # The same checks as on a cuDF Series (dtype named "category", categories.dtype numpy's)
+    ints = pd.Series(pd.Categorical([9, 10, 100, 9]))
+    assert cudf_category_values(ints).dtype == np.int64 and cudf_category_values(ints).tolist() == [9, 10, 100, 9]
+    assert cudf_category_values(pd.Series(pd.Categorical([True, False]))).dtype == np.bool_
+    assert cudf_category_values(pd.Series(pd.Categorical(["a", "b"]))) is None
+    assert cudf_category_values(pd.Series([1, 2])) is None
+
+
+def test_nan_as_null_leaves_pandas_partitions_alone():
+    dd = pytest.importorskip("dask.dataframe")
+    ddf = dd.from_pandas(pd.DataFrame({"x": [1.0, np.nan, 3.0]}), npartitions=2)
+    frame = wrap(ddf)
+    assert nan_as_null(frame, ["x"], backend="dask") is frame  # NaN is missing there already
+
+
+@pytest.fixture
+def categories() -> pd.DataFrame:
+    return pd.DataFrame({"c": pd.Categorical([9, 10, 100, 9, None, 10]),
+                         "v": [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]})
+
+
+@pytest.mark.gpu
+def test_cudf_categoricals_of_numbers_are_their_values(categories):
+    pytest.importorskip("cudf", reason="cuDF is not installed")
+
+    gdf = to_backend(categories, "cudf")
+    assert str(gdf["c"].dtype) == "category"  # cudf.from_pandas keeps it, polars gets Int64
+    for ops in ([Categorify(["c"])], [HashBucket(["c"], 64)], [MinMax(["c"])], [FillMissing(["c"])]):
+        reference = Recipe(ops).fit(categories)
+        recipe = Recipe(ops).fit(gdf)
+        assert recipe.ops[0].state == reference.ops[0].state, ops
+        got, expected = _pandas(recipe.transform(gdf)), reference.transform(categories)
+        np.testing.assert_array_equal(got["c"].to_numpy(dtype=float, na_value=np.nan),
+                                      expected["c"].to_numpy(dtype=float, na_value=np.nan))
+    assert Recipe([Categorify(["c"])]).fit(gdf).ops[0].state["c"] == [9, 10, 100]  # not "10" < "100" < "9"
+
+
+@pytest.mark.gpu
+def test_dask_cudf_partitions_read_nan_as_missing():
+    cudf = pytest.importorskip("cudf", reason="cuDF is not installed")
+    pytest.importorskip("dask_cudf", reason="dask-cudf is not installed")
+    from gpufeed.gpu_transforms.tabular.dask import to_dask
+
+    values = [1.0, np.nan, 3.0, None, 9.0, 2.0, np.nan, 7.0]
+    pdf = pd.DataFrame({"x": values, "y": np.arange(8.0)})
+    native = cudf.DataFrame({"x": cudf.Series(values, nan_as_null=False), "y": np.arange(8.0)})
+    assert int(native["x"].isnull().sum()) == 4 and native["x"].null_count == 1  # NaN kept as values
+    ddf = to_dask(native, 3)
+    for ops in ([FillMissing(["x"])], [Standardize(["x"])], [MinMax(["x"])], [Clip(["x"], quantiles=(0.1, 0.9))]):
+        reference = Recipe(ops).fit(pdf)
+        recipe = Recipe(ops).fit(ddf)  # NaN as values: means, stds, bounds were NaN
+        got = recipe.transform(ddf).compute().to_pandas().sort_index()
+        np.testing.assert_allclose(got["x"].to_numpy(dtype=float, na_value=np.nan),
+                                   reference.transform(pdf)["x"].to_numpy(), rtol=1e-12)
