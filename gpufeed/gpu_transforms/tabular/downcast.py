@@ -21,6 +21,7 @@ from gpufeed.gpu_transforms.tabular.frames import (
     backend_of,
     first_row,
     is_lazy,
+    is_missing,
     require_columns,
     wrap,
 )
@@ -214,8 +215,10 @@ def downcast(
             *[nw.col(c).n_unique().alias(f"nu:{c}") for c in texts],
             )) if (ints or floats or texts) else {}
         for c in ints:
-            if stats[f"min:{c}"] is None:
-                continue  # all missing: nothing tells us the range
+            if is_missing(stats[f"min:{c}"]):
+                # all missing: nothing tells us the range (polars gives None, cuDF NaN: its
+                # reduction of an all-null column is NaN, and int(NaN) failed)
+                continue
             t = _smallest_int(int(stats[f"min:{c}"]), int(stats[f"max:{c}"]), allow_unsigned)
             if t is not None and t != schema[c]:
                 targets[c], notes[c] = t, f"range {stats[f'min:{c}']}..{stats[f'max:{c}']}"

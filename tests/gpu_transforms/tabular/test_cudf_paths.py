@@ -80,3 +80,15 @@ def test_dask_cudf_partitions_read_nan_as_missing():
         got = recipe.transform(ddf).compute().to_pandas().sort_index()
         np.testing.assert_allclose(got["x"].to_numpy(dtype=float, na_value=np.nan),
                                    reference.transform(pdf)["x"].to_numpy(), rtol=1e-12)
+
+
+@pytest.mark.gpu
+def test_downcast_keeps_an_all_missing_integer_column_on_cudf():
+    cudf = pytest.importorskip("cudf", reason="cuDF is not installed")
+    from gpufeed.gpu_transforms.tabular import downcast
+
+    gdf = cudf.DataFrame({"gap": cudf.Series([None, None, None], dtype="int64"), "n": [1, 2, 3]})
+    small, report = downcast(gdf)  # cuDF's min of an all-null column is NaN: int(NaN) failed
+    changes = {c.column: (c.before, c.after) for c in report.columns}
+    assert changes == {"gap": ("Int64", "Int64"), "n": ("Int64", "Int8")}
+    assert small["gap"].null_count == 3 and small["n"].to_arrow().to_pylist() == [1, 2, 3]
