@@ -143,6 +143,20 @@ def check_labels(images: torch.Tensor, labels: torch.Tensor, mixed: str | None =
     return labels
 
 
+def check_class_ids(labels: torch.Tensor, num_classes: int) -> None:
+    """Refuse int class ids outside ``[0, num_classes)``, which a mixing op one-hot encodes
+    (float soft labels pass: their width is checked where they are mixed).
+
+    On a GPU ``one_hot`` leaves the range to a device-side assert, which ends the
+    process's CUDA context; one ``aminmax`` and one device sync catch it first.
+    """
+    if labels.is_floating_point() or labels.numel() == 0:
+        return
+    lo, hi = torch.stack(torch.aminmax(labels)).tolist()  # one sync
+    if lo < 0 or hi >= num_classes:
+        raise ValueError(f"labels must be in [0, num_classes={num_classes}), got values in [{lo}, {hi}]")
+
+
 def check_masks(images: torch.Tensor, masks: torch.Tensor, fill: float | None = None) -> torch.Tensor:
     """Check segmentation masks: (B, H, W) or (B, K, H, W) matching the images' size, and
     that ``fill`` (the stage's ``mask_fill``) is a value their dtype holds."""

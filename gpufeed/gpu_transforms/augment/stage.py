@@ -111,7 +111,9 @@ class GpuAugment:
             must be a whole number their dtype holds, else :meth:`apply` refuses them
             rather than wrapping the value (bool masks read it as a truth value).
         min_box_size: boxes narrower or shorter than this (pixels) after clipping are dropped.
-        check_inputs: check values (range, NaN/inf), costing one device sync per batch.
+        check_inputs: check values (float pixels' range, NaN/inf; the class ids a mixing
+            op one-hot encodes), costing one device sync per batch for each. Without them
+            a class id out of range fails inside ``one_hot``: a device-side assert on a GPU.
         chunk_size: samples processed together; None: the whole batch on a GPU, chunks of
             about 4 MB of float pixels on a CPU, run on one thread per torch intra-op
             thread, each op single-threaded (torch's process-wide thread setting is
@@ -369,6 +371,8 @@ class GpuAugment:
     def _check_targets(self, images, labels, boxes, box_labels, masks, keypoints) -> None:  # noqa: ANN001
         if labels is not None:
             checks.check_labels(images, labels, self._mixer_names if self._mixers else None)
+            if self._mixers and self.check_inputs:
+                checks.check_class_ids(labels, self._mixers[0].num_classes)
         elif self._mixers:
             raise ValueError(f"labels are required: {self._mixer_names} mixes the labels with the images")
         if self._mixers and (boxes is not None or masks is not None or keypoints is not None):
