@@ -102,9 +102,12 @@ def _build(name: str, size: int, device: str, threads: int) -> Callable:
     if name == KORNIA:
         import kornia.augmentation as K
 
+        # mean/std made on the device: kornia keeps them in flags, which .to() does not move,
+        # and copies CPU ones to the batch's device on every call, each copy from pageable
+        # memory waiting for the GPU's queue to drain (a sync the contender should not pay).
         aug = K.AugmentationSequential(
             K.RandomResizedCrop((size, size)), K.RandomHorizontalFlip(), K.ColorJitter(*JITTER, p=1.0),
-            K.Normalize(mean=torch.tensor(MEAN), std=torch.tensor(STD)),
+            K.Normalize(mean=torch.tensor(MEAN, device=device), std=torch.tensor(STD, device=device)),
         ).to(device)
         return lambda x: aug(x.float().div_(255))  # kornia takes float in [0, 1]
     if name == "floor":
