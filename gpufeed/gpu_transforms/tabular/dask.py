@@ -13,6 +13,7 @@ per-partition percentiles, which is far off when partitions differ in size or co
 
 from __future__ import annotations
 
+import glob
 import os
 import warnings
 from collections.abc import Iterator, Sequence
@@ -137,6 +138,10 @@ def read_dask(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], 
     kind = _folder_format(first) if folder else _format_of(first)
     if kind == "csv" and folder:  # Dask's read_csv takes no folder: its CSV files
         paths, first = os.path.join(first, "**", "*.csv"), os.path.join(first, "x.csv")
+        if target == "cudf":
+            # dask-cudf globs without recursive=True, where '**' is exactly one folder level:
+            # the folder's own files were left out without a word. The files, listed here.
+            paths = sorted(glob.glob(paths, recursive=True))
     with dask.config.set({"dataframe.backend": target}):
         if kind == "parquet":
             return dd.read_parquet(paths)
@@ -144,6 +149,11 @@ def read_dask(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], 
             compression = _csv_compression(first)
             if compression is None:
                 return dd.read_csv(paths, blocksize=blocksize)
+            if compression == "xz" and target == "cudf":
+                # cuDF's CSV reader has no xz (libcudf: gzip, bz2, zip, zstd): pandas reads
+                # each file, and its partitions move to the GPU.
+                with dask.config.set({"dataframe.backend": "pandas"}):
+                    return dd.read_csv(paths, blocksize=None, compression=compression).to_backend("cudf")
             if compression in _CSV_COMPRESSIONS:
                 return dd.read_csv(paths, blocksize=None, compression=compression)
     raise UnknownFormatError(f"{first}: read_dask reads Parquet or CSV files (CSV compressed as "

@@ -92,3 +92,57 @@ def test_downcast_keeps_an_all_missing_integer_column_on_cudf():
     changes = {c.column: (c.before, c.after) for c in report.columns}
     assert changes == {"gap": ("Int64", "Int64"), "n": ("Int64", "Int8")}
     assert small["gap"].null_count == 3 and small["n"].to_arrow().to_pylist() == [1, 2, 3]
+
+
+def test_read_dask_on_cudf_lists_a_csv_folder_and_reads_xz_through_pandas(monkeypatch, tmp_path):
+    # dask-cudf globs '**' without recursive=True (one folder level: the folder's own files
+    # were left out), and cuDF's CSV reader has no xz: checked with a stand-in reader.
+    from types import SimpleNamespace
+
+    import dask
+    import dask.dataframe as dd
+
+    from gpufeed.gpu_transforms.tabular import dask as dask_module
+
+    calls = []
+
+    class Read:
+        def to_backend(self, name):
+            calls.append(("to_backend", name))
+            return self
+
+    def read_csv(paths, **kwargs):
+        calls.append((paths, kwargs, dask.config.get("dataframe.backend")))
+        return Read()
+
+    monkeypatch.setattr(dask_module, "installed", lambda name: True)
+    monkeypatch.setattr(dask_module, "choose_dataframe_backend", lambda _: SimpleNamespace(name="cudf"))
+    monkeypatch.setattr(dd, "read_csv", read_csv)
+    (tmp_path / "csv" / "more").mkdir(parents=True)
+    for name in ("csv/p0.csv", "csv/more/p1.csv"):
+        (tmp_path / name).write_text("a\n1\n")
+    dask_module.read_dask(tmp_path / "csv", backend="cudf")
+    assert calls[0][0] == [str(tmp_path / "csv" / "more" / "p1.csv"), str(tmp_path / "csv" / "p0.csv")]
+    assert calls[0][2] == "cudf"
+    calls.clear()
+    (tmp_path / "t.csv.xz").write_bytes(b"")
+    dask_module.read_dask(tmp_path / "t.csv.xz", backend="cudf")
+    assert calls == [(str(tmp_path / "t.csv.xz"), {"blocksize": None, "compression": "xz"}, "pandas"),
+                     ("to_backend", "cudf")]
+
+
+@pytest.mark.gpu
+def test_read_dask_on_cudf_reads_what_pandas_partitions_read(tmp_path):
+    pytest.importorskip("dask_cudf", reason="dask-cudf is not installed")
+    from gpufeed.gpu_transforms.tabular.dask import read_dask
+
+    pdf = pd.DataFrame({"a": range(30), "b": [f"s{i}" for i in range(30)]})
+    (tmp_path / "csv" / "more").mkdir(parents=True)
+    pdf.iloc[:10].to_csv(tmp_path / "csv" / "p0.csv", index=False)
+    pdf.iloc[10:].to_csv(tmp_path / "csv" / "more" / "p1.csv", index=False)
+    got = read_dask(tmp_path / "csv", backend="cudf").compute()
+    assert type(got).__module__.startswith("cudf") and sorted(got["a"].to_arrow().to_pylist()) == list(range(30))
+    for suffix in (".csv.gz", ".csv.bz2", ".csv.xz"):  # cuDF's reader has no xz
+        pdf.to_csv(tmp_path / f"t{suffix}", index=False)
+        got = read_dask(tmp_path / f"t{suffix}", backend="cudf").compute()
+        assert type(got).__module__.startswith("cudf") and int(got["a"].sum()) == 435, suffix
