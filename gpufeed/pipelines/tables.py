@@ -211,7 +211,9 @@ def _matrix(df: Frame, columns: Sequence[str], dtype: torch.dtype, device: torch
         # (a row of a batch then is contiguous for the model's first layer).
         tensor = cudf_to_torch(picked, "int64" if is_label else "float32").contiguous()
         if not is_label and not bool(torch.isfinite(tensor).all()):  # one sync per hand-off
-            _raise_non_finite(columns, tensor.cpu().numpy())
+            # Named from the float64 values, as on pandas: in the float32 tensor a value
+            # beyond float32's range is inf already, and was called an inf value.
+            _raise_non_finite(columns, cudf_to_torch(picked, "float64").cpu().numpy())
         if is_label and tensor.numel():
             low, high = (int(v) for v in torch.aminmax(tensor))  # one sync
             _check_label_values(columns[0], tensor, low, high, num_classes, ignore_index)

@@ -136,6 +136,9 @@ def test_cudf_columns_of_pandas_nullable_dtypes_hand_off():
     x, y = to_tensors(cudf.from_pandas(table), ["a", "b"], "y", device="cuda")
     np.testing.assert_array_equal(x.cpu().numpy(), [[1, 0.5], [2, 1.5], [3, 2.5]])
     assert y.dtype == torch.int64 and y.cpu().tolist() == [0, 2, 1]
+    huge = cudf.from_pandas(pd.DataFrame({"a": [1.0, 1e300], "b": [0.0, 1.0]}))
+    with pytest.raises(NonFiniteError, match=r"beyond float32's range .* in column\(s\) \['a'\]"):
+        to_tensors(huge, ["a", "b"], device="cuda")  # as on pandas, not "inf values"
     big = cudf.from_pandas(pd.DataFrame({"a": [1.0], "y": pd.array([2**63 + 1], dtype="UInt64")}))
     with pytest.raises(ColumnTypeError, match="beyond int64"):
         to_tensors(big, ["a"], "y", device="cuda")
