@@ -308,6 +308,17 @@ def shared_empty(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     return torch.empty(0, dtype=dtype).set_(storage, 0, shape)
 
 
+def pinned_empty(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """An uninitialised CPU tensor in pinned (page-locked) memory, for batches bound for a
+    GPU: ``.to(device, non_blocking=True)`` from it is a real asynchronous copy, where a copy
+    from pageable memory first waits for the GPU's queue to drain (CUDA's pageable
+    host-to-device rule), i.e. for the previous training step. Fresh from torch's caching
+    host allocator every time, which hands a block out again only once the copies recorded
+    on it have finished, so a batch still being copied is never overwritten (pooled
+    :class:`ReusedBuffers` could not tell)."""
+    return torch.empty(shape, dtype=dtype, pin_memory=True)
+
+
 class ReusedBuffers:
     """CPU output tensors whose memory is reused once nobody holds them any more.
 

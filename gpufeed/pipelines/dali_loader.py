@@ -149,8 +149,14 @@ class DaliLoader(ClassificationLoader):
             number = self._feed.in_flight.popleft()[1]
             # Both conversions read DALI's buffers before the next run() reuses them.
             labels = torch.from_numpy(np.asarray(labels.as_tensor())).view(-1).to(torch.int64)
-            images = self._geometry_on_cpu(images) if self._on_cpu else self._from_gpu(images)
-            yield number, images, labels.to(images.device, non_blocking=True)
+            if self._on_cpu:
+                yield number, self._geometry_on_cpu(images), labels
+                continue
+            images = self._from_gpu(images)
+            # From pinned memory: a copy from pageable memory first waits for the GPU's
+            # queue to drain (CUDA's documented behaviour for pageable host-to-device
+            # copies), so every batch would have waited for the previous training step.
+            yield number, images, labels.pin_memory().to(images.device, non_blocking=True)
         self._follows = epoch + 1
 
     def _geometry_on_cpu(self, decoded) -> torch.Tensor:

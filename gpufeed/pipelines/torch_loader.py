@@ -39,6 +39,7 @@ from gpufeed.pipelines.base import (
     Normalizer,
     NumberedBatch,
     ReusedBuffers,
+    pinned_empty,
     shared_empty,
 )
 from gpufeed.pipelines.options import LoaderOptions
@@ -259,9 +260,12 @@ class TorchLoader(ClassificationLoader):
         processes = 0 if self._threads else o.workers
         if on_gpu:
             # Batches cross PCIe as uint8 NCHW, a quarter of float32's bytes, and are
-            # normalised on the device. Made here, they are reused buffers: a copy from
-            # pageable memory returns once the bytes are staged, so reuse is safe.
-            made = Normalizer(raw, shared_empty if processes else ReusedBuffers(keep=8).empty)
+            # normalised on the device, copied from pinned memory (a copy from pageable
+            # memory first waits for the GPU's queue to drain: every batch would wait for
+            # the last training step). The DataLoader pins what its workers (or, without
+            # workers, this process) made; batches of the pixel threads are made pinned.
+            made = Normalizer(raw, shared_empty if processes else pinned_empty if self._threads
+                              else ReusedBuffers(keep=8).empty)
             self._finish: Normalizer | None = Normalizer(o)
         elif processes:
             # Workers hand batches over as uint8 NCHW in shared memory (share_memory_()
@@ -309,7 +313,7 @@ class TorchLoader(ClassificationLoader):
 
         self._pool.run(len(keys), one)
         labels = torch.tensor([self.samples.labels[i] for _, _, i in keys], dtype=torch.int64)
-        return keys[0][1], out, labels, []
+        return keys[0][1], out, labels.pin_memory() if self.device.type == "cuda" else labels, []
 
     def _batches(self) -> Iterator:
         if self._loader is None:  # a pixel source, made on this process's threads
