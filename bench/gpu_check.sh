@@ -54,6 +54,22 @@ loader = classification_loader(str(Path(sys.argv[1]) / source), train=mode == "t
                                backend="dali", device="cuda")
 n = sum(len(y) for _, y in loader)
 print(f"smoke: DALI GPU {source} {mode} gave {n} images on {loader.device}, {len(loader.skipped)} skipped")
+if source in ("webdataset", "tfrecord"):
+    # The loader reads shards through the kit's feed; dali_iterator() runs DALI's own reader
+    # graph (mixed image_random_crop, checkpointing), another GPU graph: one epoch, then a
+    # checkpoint taken after batch 1 must give batch 2 again (same samples and crops).
+    import torch
+    it = loader.dali_iterator()
+    m = sum(b[0]["label"].shape[0] for b in it)
+    it = loader.dali_iterator()
+    next(it)
+    state = it.state_dict()
+    want = next(it)[0]
+    got = loader.dali_iterator(checkpoint=state).__next__()[0]
+    same = torch.equal(got["label"], want["label"]) and torch.equal(got["data"], want["data"])
+    print(f"smoke: DALI GPU {source} dali_iterator() gave {m} images on {want['data'].device}; "
+          f"resumed from a checkpoint: {'same batch' if same else 'ANOTHER BATCH'}")
+    sys.exit(0 if same and want["data"].is_cuda else 1)
 PY
         rc=${PIPESTATUS[0]}
         [ "$rc" -eq 0 ] || { echo "smoke: DALI GPU $graph graph FAILED (exit $rc; 139/-11 is a crash in the decoder)" | tee -a "$OUT/smoke.log"; status=1; }
