@@ -75,9 +75,16 @@ def collect_small(frame: NwFrame) -> nw.DataFrame:
 def small_rows(frame: NwFrame) -> list[dict[str, Any]]:
     """Rows of a small result (aggregates, vocabularies) as Python dicts, on every backend.
 
-    Goes column-wise through ``to_list`` because cuDF cannot iterate rows.
+    Goes column-wise through ``to_list`` because cuDF cannot iterate rows. On cuDF each
+    column's ``to_list`` (through Arrow: ints stay ints, nulls None): ``to_dict`` goes
+    through ``to_pandas``, which made an integer column with a missing value float64, so a
+    vocabulary or group keys came out as ``9.0`` where polars and pandas' ``Int64`` give 9.
     """
-    columns = collect_small(frame).to_dict(as_series=False)
+    frame = collect_small(frame)
+    if backend_of(frame) == "cudf":
+        columns = {c: frame.get_column(c).to_list() for c in frame.columns}
+    else:
+        columns = frame.to_dict(as_series=False)
     return [dict(zip(columns, values, strict=True)) for values in zip(*columns.values(), strict=True)]
 
 

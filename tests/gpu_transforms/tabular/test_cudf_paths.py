@@ -146,3 +146,20 @@ def test_read_dask_on_cudf_reads_what_pandas_partitions_read(tmp_path):
         pdf.to_csv(tmp_path / f"t{suffix}", index=False)
         got = read_dask(tmp_path / f"t{suffix}", backend="cudf").compute()
         assert type(got).__module__.startswith("cudf") and int(got["a"].sum()) == 435, suffix
+
+
+@pytest.mark.gpu
+def test_cudf_integer_keys_with_gaps_stay_integers_in_fitted_state():
+    pytest.importorskip("cudf", reason="cuDF is not installed")
+
+    pdf = pd.DataFrame({"k": pd.array([3, 1, None, 3, 2, 1], dtype="Int64"), "v": [1.0, 2.0, 3.0, 4.0, 5.0, 7.0]})
+    polars_frame = to_backend(pdf, "polars")
+    gdf = to_backend(polars_frame, "cudf")  # int64 with a null (no pandas dtype kept)
+    for ops in ([Categorify(["k"])], [Standardize(["v"], by="k")]):
+        expected = Recipe(ops).fit(polars_frame)
+        got = Recipe(ops).fit(gdf)  # small results came through to_pandas: keys 1.0, 2.0, 3.0
+        state = got.ops[0].state
+        keys = state["k"] if "groups" not in state else [g[0] for g in state["groups"]["v"]]
+        assert keys == [1, 2, 3] and all(type(k) is int for k in keys), keys  # 1.0 == 1: the types decide
+        np.testing.assert_allclose(_pandas(got.transform(gdf))[ops[0].columns[0]].to_numpy(dtype=float),
+                                   expected.transform(polars_frame)[ops[0].columns[0]].to_numpy().astype(float))
