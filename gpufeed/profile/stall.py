@@ -3,10 +3,13 @@ the next batch against the time spent in the step.
 
 A step starts when the meter hands a batch to the loop and ends when the loop asks for the
 next one (or leaves: ``break``, an exception, ``zip`` running out). On CUDA the clock is read
-only after ``torch.cuda.synchronize``: a step's kernels run asynchronously, and without the
-synchronise a step would look as fast as its launches while the queued work spilled into the
-next wait. The meter synchronises twice a step: when the batch arrives (the loader's own
-queued GPU work — a copy, a normalise — counts as waiting) and when the step ends.
+only after torch's current stream is synchronised: a step's kernels run asynchronously, and
+without the synchronise a step would look as fast as its launches while the queued work
+spilled into the next wait. The meter synchronises twice a step: when the batch arrives (the
+loader's own queued GPU work on that stream — DALI's copy into torch's tensor, a normalise —
+counts as waiting) and when the step ends. The stream, not the device: a device-wide
+synchronise also waited for work the loader runs ahead on its own streams (DALI decoding the
+next batches), which overlaps the step in training and was charged to it here.
 """
 
 from __future__ import annotations
@@ -23,8 +26,9 @@ from gpufeed.profile.report import StallReport
 
 
 class _Clock:
-    """Wall clock, read after a device-wide synchronise on CUDA; there it also records a CUDA
-    event pair around each step (the GPU's own time for the step's queued work)."""
+    """Wall clock, read after synchronising torch's current stream on CUDA; there it also
+    records a CUDA event pair on that stream around each step (the GPU's own time for the
+    step's queued work)."""
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
@@ -41,9 +45,9 @@ class _Clock:
         return "wall, CUDA-synchronised" if self.cuda else "wall"
 
     def now(self) -> float:
-        """Seconds, after all queued GPU work is done."""
+        """Seconds, after the work queued on torch's current stream is done."""
         if self.cuda:
-            torch.cuda.synchronize(self.device)
+            torch.cuda.current_stream(self.device).synchronize()
         return time.perf_counter()
 
     def step_started(self) -> float:
@@ -83,8 +87,8 @@ class StallMeter:
         warmup: leading steps left out of the figures (worker start-up, cuDNN autotuning,
             first-touch allocations); they still show in the timeline.
         device: the device the step runs on: ``"auto"`` (CUDA when available), ``"cpu"``,
-            ``"cuda"``, ``"cuda:N"`` or a ``torch.device``. On CUDA the meter synchronises it
-            at each step's start and end.
+            ``"cuda"``, ``"cuda:N"`` or a ``torch.device``. On CUDA the meter synchronises
+            torch's current stream on it at each step's start and end.
         batch_size_of: returns a batch's sample count (default: the first dimension of the
             batch's first tensor, depth first through tuples, lists and dicts).
         unit: what a sample is, for the text report.

@@ -149,3 +149,79 @@ def test_on_cuda_the_step_includes_its_queued_gpu_work():
     # Synchronised: the step's wall time covers the GPU time of its kernels.
     assert all(s >= g * 0.95 for s, g in zip(report.step, report.gpu, strict=True))
     assert report.gpu_busy_pct > 50
+
+
+def test_on_cuda_the_meter_waits_for_torchs_stream_not_the_whole_device(monkeypatch):
+    # A device-wide synchronise also waited for the loader's own streams (DALI decoding the
+    # next batches ahead), charging that overlapped work to the step. CUDA faked here.
+    from gpufeed.profile import stall
+
+    calls: list[str] = []
+
+    class Stream:
+        def synchronize(self):
+            calls.append("stream")
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            assert enable_timing
+
+        def record(self, stream):
+            assert isinstance(stream, Stream)
+            calls.append("event")
+
+        def elapsed_time(self, end):
+            return 2.0
+
+    def device_wide(*args):
+        raise AssertionError("device-wide synchronize")
+
+    monkeypatch.setattr(stall, "resolve_device", lambda device: torch.device("cuda", 0))
+    monkeypatch.setattr(torch.cuda, "synchronize", device_wide)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: Stream())
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    meter = StallMeter([batch(), batch(), batch()], warmup=1, device="cuda")
+    for _ in meter:
+        pass
+    report = meter.report()
+    assert report.gpu == (0.002, 0.002, 0.002) and "CUDA" in report.clock
+    # iter(), then per step: sync + start event, end event + sync; the closing next() syncs once
+    assert calls == ["stream"] + ["stream", "event", "event", "stream"] * 3 + ["stream"]
+
+
+@pytest.mark.gpu
+def test_on_cuda_a_loaders_side_stream_work_is_not_charged_to_the_step():
+    # A thread keeps its own stream busy while the loop runs, as DALI's executor decodes the
+    # next batches: a device-wide synchronise at the step's end waited for it.
+    import threading
+
+    side, stop, bursts = torch.cuda.Stream(), threading.Event(), []
+
+    def decode_ahead():
+        with torch.cuda.stream(side):
+            y = torch.randn(4096, 4096, device="cuda")
+            while not stop.is_set():
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record(side)
+                for _ in range(20):
+                    y = y @ y
+                    y = y / y.norm()
+                end.record(side)
+                end.synchronize()
+                bursts.append(start.elapsed_time(end) / 1e3)
+
+    thread = threading.Thread(target=decode_ahead, daemon=True)
+    thread.start()
+    try:
+        while not bursts:  # warmed up: one burst done
+            time.sleep(0.01)
+        meter = StallMeter([batch() for _ in range(21)], warmup=1, device="cuda")
+        for _ in meter:
+            time.sleep(0.002)  # a host-only step: no GPU work on torch's stream
+    finally:
+        stop.set()
+        thread.join()
+    steps = meter.report().step
+    burst = sorted(bursts)[len(bursts) // 2]
+    assert burst > 0.005, burst  # the side work is long enough to tell apart
+    assert sorted(steps)[len(steps) // 2] < 0.002 + burst / 4, (steps, burst)
