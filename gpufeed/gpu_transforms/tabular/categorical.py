@@ -26,6 +26,7 @@ from gpufeed.gpu_transforms.tabular.frames import (
     is_lazy,
     is_missing,
     per_partition,
+    series_values,
     several_zones,
     wrap,
 )
@@ -309,7 +310,7 @@ class Categorify(TableOp):
         for c, n in counts.items():
             if n:
                 unseen = coded.filter(nw.col(names[c]) == UNSEEN_INDEX).select(exprs[c].alias(c))
-                examples = [_unmarked(v) for v in collect_small(unseen).get_column(c).head(3).to_list()]
+                examples = [_unmarked(v) for v in series_values(collect_small(unseen).get_column(c).head(3))]
                 raise UnseenCategoryError(
                     f"Categorify: column {c!r} has {int(n)} value(s) not seen at fit time, e.g. {examples}; "
                     f"use on_unseen='index' to map them to index {UNSEEN_INDEX}"

@@ -76,16 +76,27 @@ def small_rows(frame: NwFrame) -> list[dict[str, Any]]:
     """Rows of a small result (aggregates, vocabularies) as Python dicts, on every backend.
 
     Goes column-wise through ``to_list`` because cuDF cannot iterate rows. On cuDF each
-    column's ``to_list`` (through Arrow: ints stay ints, nulls None): ``to_dict`` goes
+    column's :func:`series_values` (through Arrow: ints stay ints, nulls None): ``to_dict`` goes
     through ``to_pandas``, which made an integer column with a missing value float64, so a
     vocabulary or group keys came out as ``9.0`` where polars and pandas' ``Int64`` give 9.
     """
     frame = collect_small(frame)
     if backend_of(frame) == "cudf":
-        columns = {c: frame.get_column(c).to_list() for c in frame.columns}
+        columns = {c: series_values(frame.get_column(c)) for c in frame.columns}
     else:
         columns = frame.to_dict(as_series=False)
-    return [dict(zip(columns, values, strict=True)) for values in zip(*columns.values(), strict=True)]
+    return [dict(zip(columns, row, strict=True)) for row in zip(*columns.values(), strict=True)]
+
+
+def series_values(series: nw.Series) -> list[Any]:
+    """A (small) narwhals Series' values as a Python list: ``to_list``, but a cuDF Series'
+    through Arrow. Why: narwhals' ``collect`` of a Dask frame of cuDF partitions (dask-cudf)
+    labels the cuDF result as pandas, so its ``to_list`` called cuDF's, which raises
+    ("conversion to host memory via the tolist() method" is unsupported)."""
+    native = nw.to_native(series)
+    if type(native).__module__.split(".")[0] == "cudf":
+        return native.to_arrow().to_pylist()
+    return series.to_list()
 
 
 def first_row(frame: NwFrame) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from gpufeed.gpu_transforms.tabular.frames import (
     nan_as_null,
     require_columns,
     row_count,
+    series_values,
     time_value,
     wrap,
 )
@@ -142,7 +143,7 @@ def split_by_group(df: Frame, column: str, fractions: Sequence[float] = (0.8, 0.
     require_columns(frame, [column], "split_by_group")
     # NaN keys are missing too (pandas reports a missing text key as NaN; polars keeps NaN).
     keys = nan_as_null(frame.select(nw.col(column)), [column])
-    groups = collect_small(keys.unique()).get_column(column).to_list()
+    groups = series_values(collect_small(keys.unique()).get_column(column))  # cuDF: through Arrow
     groups = [g for g in groups if not is_missing(g)]
     try:
         groups.sort()

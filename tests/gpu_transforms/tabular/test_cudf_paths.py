@@ -41,6 +41,46 @@ def test_nan_as_null_leaves_pandas_partitions_alone():
     assert nan_as_null(frame, ["x"], backend="dask") is frame  # NaN is missing there already
 
 
+def _cudf_labelled_as_pandas(data: dict) -> pd.DataFrame:
+    """What narwhals' collect of a dask-cudf frame gives: a cuDF frame that narwhals takes
+    for pandas. A stand-in: a pandas frame of cuDF's module whose columns refuse
+    ``to_list`` as cuDF's do, and have ``to_arrow``."""
+    import pyarrow as pa
+
+    class Series(pd.Series):
+        @property
+        def _constructor(self):
+            return Series
+
+        def tolist(self):
+            raise TypeError("cuDF does not support conversion to host memory via the `tolist()` method")
+
+        to_list = tolist
+
+        def to_arrow(self):
+            return pa.array(pd.Series(self, dtype=self.dtype))
+
+    class Frame(pd.DataFrame):
+        _constructor_sliced = Series
+
+        @property
+        def _constructor(self):
+            return Frame
+
+    Series.__module__, Frame.__module__ = "cudf.core.series", "cudf.core.dataframe"
+    return Frame(data)
+
+
+def test_small_results_of_cudf_labelled_as_pandas_are_read_through_arrow():
+    from gpufeed.gpu_transforms.tabular import split_by_group
+    from gpufeed.gpu_transforms.tabular.frames import small_rows
+
+    frame = _cudf_labelled_as_pandas({"k": pd.array([3, None, 1, 3], dtype="Int64"), "v": [1.0, 2.0, 3.0, 4.0]})
+    rows = small_rows(wrap(frame))
+    assert rows[1] == {"k": None, "v": 2.0} and type(rows[0]["k"]) is int
+    assert split_by_group(frame, "k", (0.5, 0.5, 0.0), seed=0).rows["test"] == 0  # cuDF's to_list raised
+
+
 @pytest.fixture
 def categories() -> pd.DataFrame:
     return pd.DataFrame({"c": pd.Categorical([9, 10, 100, 9, None, 10]),
