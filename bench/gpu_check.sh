@@ -66,7 +66,8 @@ if source in ("webdataset", "tfrecord"):
     state = it.state_dict()
     want = next(it)[0]
     got = loader.dali_iterator(checkpoint=state).__next__()[0]
-    same = torch.equal(got["label"], want["label"]) and torch.equal(got["data"], want["data"])
+    # Other crops differ by far more than a decoder's rounding (normalised units).
+    same = torch.equal(got["label"], want["label"]) and (got["data"] - want["data"]).abs().mean() < 0.02
     print(f"smoke: DALI GPU {source} dali_iterator() gave {m} images on {want['data'].device}; "
           f"resumed from a checkpoint: {'same batch' if same else 'ANOTHER BATCH'}")
     sys.exit(0 if same and want["data"].is_cuda else 1)
