@@ -72,13 +72,30 @@ def _cudf_labelled_as_pandas(data: dict) -> pd.DataFrame:
 
 
 def test_small_results_of_cudf_labelled_as_pandas_are_read_through_arrow():
-    from gpufeed.gpu_transforms.tabular import split_by_group
-    from gpufeed.gpu_transforms.tabular.frames import small_rows
+    from gpufeed.gpu_transforms.tabular.frames import series_values, small_rows
 
-    frame = _cudf_labelled_as_pandas({"k": pd.array([3, None, 1, 3], dtype="Int64"), "v": [1.0, 2.0, 3.0, 4.0]})
-    rows = small_rows(wrap(frame))
+    frame = wrap(_cudf_labelled_as_pandas({"k": pd.array([3, None, 1, 3], dtype="Int64"), "v": [1.0, 2.0, 3.0, 4.0]}))
+    with pytest.raises(TypeError, match="tolist"):
+        frame.get_column("k").to_list()  # what split_by_group called on dask-cudf
+    assert series_values(frame.get_column("k")) == [3, None, 1, 3]
+    rows = small_rows(frame)
     assert rows[1] == {"k": None, "v": 2.0} and type(rows[0]["k"]) is int
-    assert split_by_group(frame, "k", (0.5, 0.5, 0.0), seed=0).rows["test"] == 0  # cuDF's to_list raised
+
+
+@pytest.mark.gpu
+def test_dask_cudf_split_by_group_and_unseen_examples():
+    cudf = pytest.importorskip("cudf", reason="cuDF is not installed")
+    pytest.importorskip("dask_cudf", reason="dask-cudf is not installed")
+    from gpufeed.gpu_transforms.tabular import UnseenCategoryError, split_by_group
+    from gpufeed.gpu_transforms.tabular.dask import to_dask
+
+    pdf = pd.DataFrame({"g": ["a", "b", "c", "d", "a", "b"] * 5, "v": np.arange(30.0)})
+    ddf = to_dask(cudf.from_pandas(pdf), 3)
+    split = split_by_group(ddf, "g", (0.5, 0.25, 0.25), seed=1)  # narwhals' collect: cuDF labelled pandas
+    assert split.rows == split_by_group(pdf, "g", (0.5, 0.25, 0.25), seed=1).rows
+    recipe = Recipe([Categorify(["g"], on_unseen="raise")]).fit(to_dask(cudf.from_pandas(pdf.iloc[:3]), 1))
+    with pytest.raises(UnseenCategoryError, match=r"e\.g\. \['d'"):
+        recipe.transform(ddf).compute()
 
 
 @pytest.fixture
