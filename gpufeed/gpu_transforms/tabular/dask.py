@@ -212,7 +212,14 @@ def quantile_bounds(ddf: Any, columns: Sequence[str], qs: Sequence[float], *,
             i, lo, hi, gamma = spot
             # Ascending (nlargest gives them descending); inf at a bound gives inf or NaN, as
             # numpy's does, which Clip names.
-            values = np.sort(np.asarray(found[i].to_numpy(dtype="float64")))
+            tail = found[i]
+            if type(tail).__module__.split(".")[0] == "cudf":
+                # Sorted on the GPU, and only the two order statistics come to the host
+                # (the tail may hold up to max_tail values).
+                picked = tail.astype("float64").sort_values(ignore_index=True).iloc[[lo, hi]]
+                bounds.append(_lerp(*(float(v) for v in picked.to_numpy()), gamma))
+                continue
+            values = np.sort(np.asarray(tail.to_numpy(dtype="float64")))
             bounds.append(_lerp(float(values[lo]), float(values[hi]), gamma))
         out[c] = bounds
     if approximate:
