@@ -71,10 +71,59 @@ def test_example_on_dalis_own_shard_readers_ends_cleanly(image_folder, tmp_path,
     assert "trained 3 steps" in out and "stall report: " in out
 
 
+TABULAR_SCRIPT = SCRIPT.parent / "train_tabular.py"
+
+
+def test_tabular_example_trains_on_polars_and_pandas_alike(tmp_path):
+    # The table story end to end on the generated transactions table: read, downcast, split by
+    # time, fit, save, reload, transform, one epoch; the same numbers on either CPU backend.
+    from gpufeed.gpu_transforms.tabular import Categorify, Recipe
+
+    metrics = {}
+    for backend in ("polars", "pandas"):
+        recipe = tmp_path / f"recipe-{backend}.json"
+        out = subprocess.run([sys.executable, str(TABULAR_SCRIPT), "--rows", "400", "--epochs", "1", "--batch-size",
+                              "64", "--device", "cpu", "--backend", backend, "--recipe-out", str(recipe)],
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert f"400 rows x 20 columns on {backend}" in out.stdout
+        assert "by-time (timestamp) split of 400 rows: train 320 (80.0%), val 80 (20.0%)" in out.stdout
+        line = out.stdout.strip().splitlines()[-1]
+        assert line.startswith("metrics: train_loss="), out.stdout
+        metrics[backend] = dict(kv.split("=") for kv in line.removeprefix("metrics: ").split())
+        assert set(metrics[backend]) == {"train_loss", "train_acc", "val_loss", "val_acc", "data_rows_per_s",
+                                         "step_rows_per_s"}
+        assert 0 <= float(metrics[backend]["val_acc"]) <= 1
+        loaded = Recipe.load(recipe)  # the saved recipe is what serving loads
+        assert loaded.fitted
+        assert any(isinstance(op, Categorify) and "channel" in op.columns for op in loaded.ops)
+    for key in ("train_loss", "train_acc", "val_loss", "val_acc"):
+        assert float(metrics["polars"][key]) == pytest.approx(float(metrics["pandas"][key]), abs=1e-3), key
+
+
+def test_tabular_example_regression_on_a_csv_without_time(tmp_path):
+    # Random split, a regression target standardised by the recipe, RMSE in the target's units.
+    from gpufeed.datasets.tables import write_table
+    from gpufeed.datasets.transactions import iter_transaction_chunks
+
+    table = next(iter_transaction_chunks(300, 65_536)).head(300).drop(columns=["timestamp"])
+    write_table(table, tmp_path / "t.csv")
+    out = subprocess.run([sys.executable, str(TABULAR_SCRIPT), "--data", str(tmp_path / "t.csv"), "--target",
+                          "amount", "--task", "regression", "--drop", "label", "--epochs", "1", "--device", "cpu",
+                          "--backend", "pandas", "--recipe-out", str(tmp_path / "r.json")],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "random split of" in out.stdout and "val_rmse=" in out.stdout.strip().splitlines()[-1]
+
+
 @pytest.mark.parametrize("script, args, message", [
     (SCRIPT, ["--batch-size", "0"], "--batch-size must be >= 1, got 0"),
     (SCRIPT, ["--data", "{missing}"], "image root {missing} does not exist"),
     (DDP_SCRIPT, ["--epochs", "0"], "--epochs must be >= 1, got 0"),
+    (TABULAR_SCRIPT, ["--epochs", "0"], "--epochs must be >= 1, got 0"),
+    (TABULAR_SCRIPT, ["--data", "{missing}.csv"], "{missing}.csv: no such file"),
+    (TABULAR_SCRIPT, ["--rows", "100", "--target", "amount"],
+     "--target 'amount' holds Float64, not classes: pass --task regression, or --above X"),
     (DDP_SCRIPT, ["--stop-after", "0", "--checkpoint", "{missing}"], "--stop-after must be >= 1, got 0"),
 ])
 def test_examples_refuse_bad_values_in_one_line(tmp_path, script, args, message):
