@@ -13,7 +13,8 @@ still takes the narwhals form in the same function, so results stay identical:
     different bounds; reading the tails is also faster than a full copy to numpy.
   - pandas: numpy's partial sort, one thread per column (numpy releases the GIL); faster
     than pandas' (and narwhals') quantile.
-  - cuDF: narwhals' linear quantile, on the GPU (the same order statistics; the interpolation may round differently in the last bit).
+  - cuDF: cuDF's linear quantile, on the GPU, both quantiles of a column from one sort (the
+    same order statistics; the interpolation may round differently in the last bit).
 
 - :func:`group_stats_f64` (``Standardize(by=)``): one narwhals group-by, except that on
   eager pandas and cuDF float32 columns are cast to float64 a chunk at a time, so the
@@ -214,6 +215,12 @@ def quantile_bounds(frame: NwFrame, backend: str, columns: Sequence[str],
         return _polars_quantiles(frame, columns, qs)
     if backend == "pandas":
         return _numpy_quantiles_threaded(frame, columns, qs)
+    if backend == "cudf":
+        # Both quantiles of a column from one sort (narwhals asks for each on its own, and
+        # cuDF's quantile sorts the column each time); two values per column to the host.
+        native = nw.to_native(frame)
+        found = {c: native[c].quantile([low, high], interpolation="linear").to_arrow().to_pylist() for c in columns}
+        return {c: [number(v, c, "Clip") for v in found[c]] for c in columns}  # None: no value
     stats = aggregate(frame, [
         *[nw.col(c).quantile(low, interpolation="linear").alias(f"lo:{c}") for c in columns],
         *[nw.col(c).quantile(high, interpolation="linear").alias(f"hi:{c}") for c in columns],

@@ -220,3 +220,22 @@ def test_cudf_integer_keys_with_gaps_stay_integers_in_fitted_state():
         assert keys == [1, 2, 3] and all(type(k) is int for k in keys), keys  # 1.0 == 1: the types decide
         np.testing.assert_allclose(_pandas(got.transform(gdf))[ops[0].columns[0]].to_numpy(dtype=float),
                                    expected.transform(polars_frame)[ops[0].columns[0]].to_numpy().astype(float))
+
+
+@pytest.mark.gpu
+def test_cudf_clip_quantiles_come_from_one_sort_and_match_pandas():
+    pytest.importorskip("cudf", reason="cuDF is not installed")
+    from gpufeed.gpu_transforms.tabular import EmptyTableError
+
+    rng = np.random.default_rng(3)
+    pdf = pd.DataFrame({"x": rng.normal(size=1000), "k": rng.integers(0, 100, 1000),
+                        "i": pd.array(rng.integers(0, 9, 1000), dtype="Int64")})
+    pdf.loc[::7, "x"] = np.nan
+    gdf = to_backend(pdf, "cudf")
+    reference = Recipe([Clip(["x", "k", "i"], quantiles=(0.05, 0.95))]).fit(pdf)
+    recipe = Recipe([Clip(["x", "k", "i"], quantiles=(0.05, 0.95))]).fit(gdf)
+    for c in ("x", "k", "i"):
+        assert recipe.ops[0].state[c] == pytest.approx(reference.ops[0].state[c], rel=1e-12), c
+    empty = to_backend(pd.DataFrame({"x": [np.nan, np.nan]}), "cudf")
+    with pytest.raises(EmptyTableError, match="'x' has no non-missing value"):
+        Recipe([Clip(["x"], quantiles=(0.1, 0.9))]).fit(empty)
