@@ -60,10 +60,15 @@ class Split:
 
 
 def _check_fractions(fractions: Sequence[float]) -> tuple[float, float, float]:
+    """``(train, val, test)`` shares; two, ``(train, val)``, mean an empty test part (the
+    :class:`Split` still has its ``test`` frame, with no row)."""
+    if isinstance(fractions, str) or not hasattr(fractions, "__len__"):
+        raise ValueError(f"fractions must be (train, val) or (train, val, test), got {fractions!r}")
     # not (f >= 0): NaN passed the old `f < 0` test and failed later in round()
-    if len(fractions) != 3 or any(not (f >= 0) for f in fractions) or abs(sum(fractions) - 1.0) > 1e-9:
-        raise ValueError(f"fractions must be three non-negative numbers summing to 1, got {tuple(fractions)}")
-    return float(fractions[0]), float(fractions[1]), float(fractions[2])
+    if len(fractions) not in (2, 3) or any(not (f >= 0) for f in fractions) or abs(sum(fractions) - 1.0) > 1e-9:
+        raise ValueError("fractions must be two (train, val) or three (train, val, test) non-negative numbers "
+                         f"summing to 1, got {tuple(fractions)}")
+    return float(fractions[0]), float(fractions[1]), float(fractions[2]) if len(fractions) == 3 else 0.0
 
 
 def _part_sizes(n: int, fractions: tuple[float, float, float]) -> tuple[int, int]:
@@ -97,7 +102,8 @@ def split_random(df: Frame, fractions: Sequence[float] = (0.8, 0.1, 0.1), *, see
 
     Args:
         df: a pandas, polars or cuDF frame.
-        fractions: shares of rows for train, val and test (sum to 1).
+        fractions: shares of rows for train, val and test (sum to 1); two, ``(train, val)``,
+            leave the test part empty.
         seed: the same seed gives the same split.
 
     Returns:
@@ -154,7 +160,7 @@ def split_by_group(df: Frame, column: str, fractions: Sequence[float] = (0.8, 0.
     order = [groups[i] for i in np.random.default_rng(seed).permutation(len(groups))]
     n_train, n_val = _part_sizes(len(groups), shares)
     val, test = order[n_train:n_train + n_val], order[n_train + n_val:]
-    empty = [name for name, share, part in zip(("train", "val", "test"), fractions,
+    empty = [name for name, share, part in zip(("train", "val", "test"), shares,
                                                (order[:n_train], val, test), strict=True) if share > 0 and not part]
     if empty:
         warnings.warn(f"split_by_group: {len(groups)} groups of {column!r} are too few for fractions "
@@ -232,7 +238,8 @@ def split_by_time(df: Frame, column: str, fractions: Sequence[float] = (0.8, 0.1
     Args:
         df: any supported frame.
         column: a sortable time (or sequence) column.
-        fractions: target shares; rows sharing the cut timestamp stay together, so the
+        fractions: target shares (train, val, test), or (train, val) with no test part;
+            rows sharing the cut timestamp stay together, so the
             shares are approximate when timestamps repeat.
         cutoffs: ``(val_start, test_start)``; computed from ``fractions`` when omitted
             (eager frames only). For a datetime column: ``datetime``, ``pd.Timestamp``,
@@ -252,7 +259,7 @@ def split_by_time(df: Frame, column: str, fractions: Sequence[float] = (0.8, 0.1
         UserWarning: computed cutoffs left a part with a non-zero share empty (a column of
         a few distinct times, such as a year).
     """
-    _check_fractions(fractions)
+    fractions = _check_fractions(fractions)
     frame = wrap(df)
     require_columns(frame, [column], "split_by_time")
     dtype = datetime_dtype(frame, column, frame.collect_schema()[column])

@@ -25,6 +25,7 @@ from gpufeed.gpu_transforms.tabular import (
     MissingColumnError,
     NonFiniteError,
     Recipe,
+    Split,
     Standardize,
     UnseenCategoryError,
     downcast,
@@ -1228,9 +1229,28 @@ def test_a_part_with_a_zero_share_gets_no_row(backend, n):
     assert split_random(frame, (1.0, 0.0, 0.0), seed=0).rows == {"train": n, "val": 0, "test": 0}
 
 
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_two_fractions_split_train_and_val_with_an_empty_test_part(backend):
+    # split_random(df, (0.8, 0.2)) raised "fractions must be three"
+    df = pd.DataFrame({"x": range(10), "g": [i // 2 for i in range(10)], "t": range(10)})
+    frame = to_backend(df, backend)
+    for two, three in ((split_random(frame, (0.8, 0.2), seed=1), split_random(frame, (0.8, 0.2, 0.0), seed=1)),
+                       (split_by_group(frame, "g", (0.6, 0.4), seed=1), split_by_group(frame, "g", (0.6, 0.4, 0.0),
+                                                                                      seed=1)),
+                       (split_by_time(frame, "t", (0.8, 0.2)), split_by_time(frame, "t", (0.8, 0.2, 0.0)))):
+        assert isinstance(two, Split) and two.rows == three.rows and two.rows["test"] == 0
+        assert [to_backend(p, "pandas")["x"].tolist() for p in (two.train, two.val, two.test)] == [
+            to_backend(p, "pandas")["x"].tolist() for p in (three.train, three.val, three.test)]
+        assert type(two.test) is type(frame)
+    assert split_random(frame, (0.8, 0.2), seed=1).rows == {"train": 8, "val": 2, "test": 0}
+    with pytest.raises(ValueError, match=r"fractions must be two .* got \(1.0,\)"):
+        split_random(frame, (1.0,))
+
+
 def test_split_fractions_with_nan_and_groups_of_mixed_kinds_get_clear_answers():
     df = pd.DataFrame({"x": range(4), "g": pd.Series([1, "a", 2, "b"], dtype=object)})
-    with pytest.raises(ValueError, match=r"fractions must be three non-negative numbers summing to 1, got \(nan"):
+    with pytest.raises(ValueError, match=r"fractions must be two \(train, val\) or three \(train, val, test\) "
+                       r"non-negative numbers summing to 1, got \(nan"):
         split_random(df, (float("nan"), 0.5, 0.5))
     # sorting 1 and "a" raised Python's TypeError
     split, again = (split_by_group(df, "g", (0.5, 0.25, 0.25), seed=0) for _ in range(2))
