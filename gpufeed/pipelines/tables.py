@@ -1,4 +1,5 @@
-"""Hand a prepared table to torch: float32 features, int64 labels, on the training device.
+"""Hand a prepared table to torch: float32 features, int64 category codes and labels (or
+float regression targets), on the training device.
 
 From cuDF the columns go to a cupy matrix on the GPU and into torch through DLPack
 (:func:`gpufeed.gpu_transforms.arrays.cudf_to_torch`), so the data never leaves the device
@@ -81,13 +82,36 @@ def _label_missing_error(column: str, count: int, rows: int) -> NonFiniteError:
                           "class index for every row; drop those rows (or give them a class) before the hand-off")
 
 
+def _target_missing_error(column: str, count: int, rows: int) -> NonFiniteError:
+    return NonFiniteError(f"missing values in label column {column!r} ({count} of {rows} rows): a regression "
+                          "target needs a value in every row; drop those rows before the hand-off")
+
+
+def _codes_missing_error(columns: Sequence[str], counts: Any, rows: int) -> NonFiniteError:
+    bad = [(c, int(k)) for c, k in zip(columns, counts, strict=True) if k]
+    return NonFiniteError(f"missing values in categorical column(s) {[c for c, _ in bad]} "
+                          f"({', '.join(str(k) for _, k in bad)} of {rows} rows): encode them with Categorify or "
+                          "HashBucket (a missing value gets its own code) before the hand-off")
+
+
+def _gaps_error(kind: str, columns: Sequence[str], counts: Any, rows: int) -> NonFiniteError:
+    """The error for missing values in ``columns`` (``counts``: per column), by what they are."""
+    if kind == "label":
+        return _label_missing_error(columns[0], int(counts[0]), rows)
+    if kind == "target":
+        return _target_missing_error(columns[0], int(counts[0]), rows)
+    if kind == "codes":
+        return _codes_missing_error(columns, counts, rows)
+    return _missing_error(columns, counts, rows)
+
+
 def _label_error(column: str, dtype: object) -> ColumnTypeError:
     return ColumnTypeError(f"label column {column!r} has dtype {dtype}, not integers: a label here is a class "
                            "index (int64); cast whole-number floats or booleans to int64 first, encode text "
-                           "classes with Categorify, and pass a regression target as a feature column instead")
+                           "classes with LabelEncode, and pass label_dtype=torch.float32 for a regression target")
 
 
-def _check_label_range(column: str, dtype: object, highest: Callable[[], Any]) -> None:
+def _check_label_range(column: str, dtype: object, highest: Callable[[], Any], what: str = "label column") -> None:
     """Refuse uint64 labels beyond int64, on every backend: cast to the int64 class index
     they would wrap round to negative values. ``highest()`` (the column's maximum, None or
     missing when it is empty) is only computed for a uint64 column."""
@@ -95,8 +119,8 @@ def _check_label_range(column: str, dtype: object, highest: Callable[[], Any]) -
         return
     top = highest()
     if top is not None and not is_missing(top) and int(top) > np.iinfo(np.int64).max:
-        raise ColumnTypeError(f"label column {column!r} holds values beyond int64 (up to {int(top)}), "
-                              "which would wrap round to negative class indices: encode them (Categorify)")
+        raise ColumnTypeError(f"{what} {column!r} holds values beyond int64 (up to {int(top)}), "
+                              "which would wrap round to negative indices: encode them (Categorify)")
 
 
 def _check_label_values(column: str, labels: Any, low: int, high: int, num_classes: int | None,
@@ -114,16 +138,42 @@ def _check_label_values(column: str, labels: Any, low: int, high: int, num_class
             raise ColumnTypeError(
                 f"label column {column!r} holds negative class indices{kept} ({int(bad.sum())} of {rows} rows, "
                 f"lowest {int(labels[bad].min())}): a class index is 0 or more (pandas' cat.codes gives -1 for a "
-                "missing value); encode the classes with Categorify, or drop those rows")
+                "missing value); encode the classes with LabelEncode, or drop those rows")
     if num_classes is not None and high >= num_classes:
         raise ColumnTypeError(f"label column {column!r} holds class indices beyond num_classes={num_classes} "
-                              f"({int((labels >= num_classes).sum())} of {rows} rows, highest {high}); Categorify's "
-                              "codes need num_embeddings(column) classes")
+                              f"({int((labels >= num_classes).sum())} of {rows} rows, highest {high}); for a "
+                              f"target the recipe encoded pass num_classes=recipe.num_classes({column!r}) "
+                              "(LabelEncode: its K classes; Categorify: vocabulary + 2)")
 
 
-def _check_num_classes(num_classes: int | None, label: str | None, where: str) -> None:
+def _check_codes_values(columns: Sequence[str], codes: Any, low: int) -> None:
+    """Refuse negative category codes (``nn.Embedding`` fails on them, on a GPU as a
+    device-side assert naming no column). ``codes``: the int64 matrix, looked at again
+    only on an error; ``low``: its minimum."""
+    if low >= 0:
+        return
+    negative = codes < 0
+    per_column = negative.sum(0)
+    bad = [(c, int(k)) for c, k in zip(columns, per_column.tolist(), strict=True) if k]
+    raise ColumnTypeError(f"categorical column(s) {[c for c, _ in bad]} hold negative codes "
+                          f"({', '.join(str(k) for _, k in bad)} of {codes.shape[0]} rows, lowest {low}): an "
+                          "embedding index is 0 or more; encode them with Categorify or HashBucket")
+
+
+#: What ``label_dtype`` may be: class indices, or a regression target in float32 or float64.
+_LABEL_DTYPES = (torch.int64, torch.float32, torch.float64)
+
+
+def _check_num_classes(num_classes: int | None, label: str | None, where: str,
+                       label_dtype: torch.dtype = torch.int64) -> None:
+    if label_dtype not in _LABEL_DTYPES:
+        raise ValueError(f"{where}: label_dtype must be torch.int64 (class indices), torch.float32 or "
+                         f"torch.float64 (a regression target), got {label_dtype!r}")
     if num_classes is None:
         return
+    if label_dtype != torch.int64:
+        raise ValueError(f"{where}: num_classes={num_classes} checks class indices, but label_dtype={label_dtype} "
+                         "makes the label a regression target; leave num_classes out (or use torch.int64)")
     if isinstance(num_classes, bool) or not isinstance(num_classes, int | np.integer) or num_classes < 1:
         raise ValueError(f"{where}: num_classes must be a positive integer, got {num_classes!r}")
     if label is None:
@@ -138,14 +188,27 @@ def _converts(values: np.ndarray) -> bool:
     return True
 
 
-def _check_features(features: Sequence[str], where: str, label: str | None = None) -> None:
+def _check_features(features: Sequence[str], where: str, label: str | None = None,
+                    categorical: Sequence[str] | None = None) -> None:
     """Refuse a bare string, no feature, a feature listed twice, or the label among the
-    features, naming them."""
-    if isinstance(features, str):
-        raise TypeError(f"{where}: features is a list of column names, got the string {features!r} "
-                        f"(write [{features!r}])")
-    if not features:
+    features, naming them; ``categorical`` likewise (and none of them among the features)."""
+    for name, given in (("features", features), ("categorical", categorical)):
+        if isinstance(given, str):
+            raise TypeError(f"{where}: {name} is a list of column names, got the string {given!r} "
+                            f"(write [{given!r}])")
+    if not features and not categorical:
         raise ValueError(f"{where} needs at least one feature column")
+    if categorical:
+        twice = repeated(categorical)
+        if twice:
+            raise ValueError(f"{where}: categorical column(s) {', '.join(map(repr, twice))} listed more than once")
+        both = [c for c in categorical if c in features]
+        if both:
+            raise ValueError(f"{where}: column(s) {', '.join(map(repr, both))} listed both as features and as "
+                             "categorical; list each in one of them (categorical: int64 codes for nn.Embedding)")
+        if label is not None and label in categorical:
+            raise ValueError(f"{where}: the label column {label!r} is also listed as categorical; leave it out "
+                             "(the model would be given the answer it is to predict)")
     twice = repeated(features)
     if twice:  # polars cannot select a column twice; pandas could: one answer on every backend
         raise ValueError(f"{where}: feature column(s) {', '.join(map(repr, twice))} listed more than once; "
@@ -170,6 +233,15 @@ def _check_numeric(df: Frame, columns: Sequence[str]) -> None:
                         "(Categorify or HashBucket for categories)")
 
 
+def _check_codes(df: Frame, columns: Sequence[str]) -> None:
+    """Name the categorical columns that hold no integer codes (a schema check)."""
+    schema = wrap(df).collect_schema()
+    bad = {c: str(schema[c]) for c in columns if not schema[c].is_integer()}
+    if bad:
+        raise ColumnTypeError(f"to_tensors: categorical columns hold integer codes for nn.Embedding; {bad} do not: "
+                              "encode them first (Categorify or HashBucket), or pass them as features")
+
+
 def _numpy_dtype(dtype: object) -> np.dtype:
     """The numpy dtype of a column's dtype: a pandas nullable or Arrow dtype by its
     ``numpy_dtype`` (``Int64``: int64), which cuDF (from 25.x) keeps on a column made
@@ -192,31 +264,39 @@ def _numpy_kind(dtype: object) -> str:
         return "O"
 
 
-def _matrix(df: Frame, columns: Sequence[str], dtype: torch.dtype, device: torch.device,
-            num_classes: int | None = None, ignore_index: int | None = -100) -> torch.Tensor:
+def _matrix(df: Frame, columns: Sequence[str], kind: str, device: torch.device,
+            dtype: torch.dtype = torch.float32, num_classes: int | None = None,
+            ignore_index: int | None = -100) -> torch.Tensor:
+    """``columns`` as one row-major matrix of ``kind``: ``"features"`` (float32), ``"codes"``
+    (category codes, int64), ``"label"`` (class indices, int64) or ``"target"`` (a regression
+    label, ``dtype`` float32 or float64), checked as that kind."""
     backend = backend_of(df)
-    is_label = dtype == torch.int64
+    integer = kind in ("label", "codes")
+    is_label = kind == "label"
+    out = "int64" if integer else "float64" if dtype == torch.float64 else "float32"
     if backend == "cudf":
         picked = df[list(columns)]
         nulls = picked.isna().any().to_numpy()
         if nulls.any():
-            if is_label:
-                raise _label_missing_error(columns[0], int(picked.iloc[:, 0].isna().sum()), len(picked))
-            raise _missing_error(columns, picked.isna().sum().to_numpy(), len(picked))
+            raise _gaps_error(kind, columns, picked.isna().sum().to_numpy(), len(picked))
         if is_label and _numpy_kind(picked.dtypes.iloc[0]) not in "iu":
             raise _label_error(columns[0], picked.dtypes.iloc[0])
-        if is_label:
-            _check_label_range(columns[0], picked.dtypes.iloc[0], lambda: picked.iloc[:, 0].max())
+        if integer:
+            for c in columns:
+                _check_label_range(c, picked[c].dtype, lambda c=c: picked[c].max(),
+                                   "label column" if is_label else "categorical column")
         # No host round trip. cuDF's matrix is column-major: made row-major, as from numpy
         # (a row of a batch then is contiguous for the model's first layer).
-        tensor = cudf_to_torch(picked, "int64" if is_label else "float32").contiguous()
-        if not is_label and not bool(torch.isfinite(tensor).all()):  # one sync per hand-off
+        tensor = cudf_to_torch(picked, out).contiguous()
+        if not integer and not bool(torch.isfinite(tensor).all()):  # one sync per hand-off
             # Named from the float64 values, as on pandas: in the float32 tensor a value
             # beyond float32's range is inf already, and was called an inf value.
             _raise_non_finite(columns, cudf_to_torch(picked, "float64").cpu().numpy())
         if is_label and tensor.numel():
             low, high = (int(v) for v in torch.aminmax(tensor))  # one sync
             _check_label_values(columns[0], tensor, low, high, num_classes, ignore_index)
+        if kind == "codes" and tensor.numel():
+            _check_codes_values(columns, tensor, int(tensor.min()))  # one sync
         return tensor if tensor.device == device else tensor.to(device)
     if backend == "polars":
         array = df.select(list(columns)).to_numpy()
@@ -238,20 +318,26 @@ def _matrix(df: Frame, columns: Sequence[str], dtype: torch.dtype, device: torch
             bad = [c for i, c in enumerate(columns) if not _converts(array[:, i])]
             raise ColumnTypeError(f"to_tensors needs numeric columns; {bad} hold values that are not numbers "
                             f"({exc}): encode them first (Categorify or HashBucket)") from exc
-    if is_label and array.dtype.kind in "fO" and (gaps := int(np.isnan(values).sum())):
-        raise _label_missing_error(columns[0], gaps, len(values))
+        # Labels and codes: gaps first, which make an integer column float on the way to numpy.
+        if kind != "features" and (gaps := np.isnan(values).sum(axis=0)).any():
+            raise _gaps_error(kind, columns, gaps, len(values))
+        if kind == "codes":  # integer columns (checked by their schema) with no gap: whole numbers
+            array = values
     if is_label and array.dtype.kind not in "iu":
         raise _label_error(columns[0], array.dtype)
-    if is_label:
-        _check_label_range(columns[0], array.dtype, lambda: array.max() if array.size else None)
+    if integer and array.dtype.kind == "u":
+        _check_label_range(", ".join(columns), array.dtype, lambda: array.max() if array.size else None,
+                           "label column" if is_label else "categorical column(s)")
     with np.errstate(over="ignore"):  # checked below, with the column named
-        matrix = np.ascontiguousarray(array, dtype=np.int64 if is_label else np.float32)
+        matrix = np.ascontiguousarray(array, dtype=np.dtype(out))
     # One pass in the common case (every value finite), after the cast so that a float64
     # beyond float32's range is caught too; which columns fail is only worked out then.
-    if not is_label and array.dtype.kind in "fO" and not np.isfinite(matrix).all():
+    if not integer and array.dtype.kind in "fO" and not np.isfinite(matrix).all():
         _raise_non_finite(columns, values)
     if is_label and matrix.size:
         _check_label_values(columns[0], matrix, int(matrix.min()), int(matrix.max()), num_classes, ignore_index)
+    if kind == "codes" and matrix.size:
+        _check_codes_values(columns, matrix, int(matrix.min()))
     array = matrix
     if not array.flags.writeable:
         # A read-only view of the frame's own buffer (pandas copy-on-write, Arrow memory):
@@ -261,58 +347,92 @@ def _matrix(df: Frame, columns: Sequence[str], dtype: torch.dtype, device: torch
     return tensor if device.type == "cpu" else tensor.to(device, non_blocking=True)
 
 
+def _empty(rows: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    return torch.empty((rows, 0), dtype=dtype, device=device)
+
+
 def to_tensors(
-    df: Frame, features: Sequence[str], label: str | None = None, *, device: str | torch.device = "auto",
-    num_classes: int | None = None, ignore_index: int | None = -100,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Features as a float32 ``(rows, len(features))`` tensor and labels as int64 ``(rows,)``.
+    df: Frame, features: Sequence[str], label: str | None = None, *, categorical: Sequence[str] | None = None,
+    device: str | torch.device = "auto", num_classes: int | None = None, ignore_index: int | None = -100,
+    label_dtype: torch.dtype = torch.int64,
+) -> tuple[torch.Tensor, torch.Tensor | None] | tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Features as a float32 ``(rows, len(features))`` tensor and labels as int64 ``(rows,)``
+    (class indices) or, with ``label_dtype=torch.float32``, a float regression target; with
+    ``categorical=``, those columns' codes as an int64 ``(rows, len(categorical))`` tensor beside.
 
     Args:
         df: a pandas, polars or cuDF frame (after preprocessing: no missing labels).
-        features: feature columns, in the order the model expects.
+        features: numeric feature columns, in the order the model expects (may be empty
+            when ``categorical`` is given).
         label: the label column, or None for inference.
+        categorical: integer code columns (``Categorify``, ``HashBucket``) for ``nn.Embedding``:
+            returned as their own int64 tensor, exact (in ``features`` they would come back
+            as float32). Given (even ``[]``), the result is ``(x_num, x_cat, y)``.
         device: ``"auto" | "cpu" | "cuda" | "cuda:N"``.
         num_classes: the number of classes the model predicts: a label at or above it is
-            an error (as a negative label is) instead of a failure inside the loss.
+            an error (as a negative label is) instead of a failure inside the loss
+            (``recipe.num_classes(label)`` for a target the recipe encoded).
         ignore_index: the one negative label allowed, for rows the loss leaves out
             (``cross_entropy``'s ``ignore_index``, -100 by default); None allows none.
+        label_dtype: ``torch.int64`` (default): the label is a class index, checked as one
+            (integers, not negative, below ``num_classes``). ``torch.float32`` or
+            ``torch.float64``: a regression target (``mse_loss``) or 0/1 floats for
+            ``BCEWithLogitsLoss``; any numeric or boolean column, missing or infinite values
+            refused by name.
 
     Returns:
-        ``(x, y)``; ``y`` is None without a label. From cuDF they are made on the GPU
-        (no host copy).
+        ``(x, y)``, or ``(x_num, x_cat, y)`` with ``categorical``; ``y`` is None without a
+        label. From cuDF they are made on the GPU (no host copy).
 
     Raises:
         MissingColumnError: a feature or the label is absent. ColumnTypeError: text
-            features, labels that are not integers, negative labels (or labels from
-            ``num_classes`` on). NonFiniteError: missing or infinite values. ValueError: the
-            label listed among the features.
+            features, categorical columns that are not integers or hold negative codes,
+            labels that are not integers, negative labels (or labels from ``num_classes``
+            on). NonFiniteError: missing or infinite values. ValueError: the label listed
+            among the features, a column both a feature and categorical.
 
     Example:
         >>> x, y = to_tensors(prepared, features, "label", device="cpu")  # doctest: +SKIP
         >>> x.dtype, y.dtype  # doctest: +SKIP
         (torch.float32, torch.int64)
+        >>> x_num, x_cat, y = to_tensors(prepared, ["amount"], "price", categorical=["region"],  # doctest: +SKIP
+        ...                              label_dtype=torch.float32)
     """
-    _check_features(features, "to_tensors", label)
-    _check_num_classes(num_classes, label, "to_tensors")
+    _check_features(features, "to_tensors", label, categorical)
+    _check_num_classes(num_classes, label, "to_tensors", label_dtype)
     df = _collected(df, "to_tensors")
-    require_columns(wrap(df), [*features, *([label] if label else [])], "to_tensors")
+    codes = list(categorical or [])
+    require_columns(wrap(df), [*features, *codes, *([label] if label else [])], "to_tensors")
     _check_numeric(df, [*features, *([label] if label else [])])
+    _check_codes(df, codes)
     dev = resolve_device(device)
-    x = _matrix(df, features, torch.float32, dev)
-    y = _matrix(df, [label], torch.int64, dev, num_classes, ignore_index).reshape(-1) if label else None
-    return x, y
+    rows = None if features and (categorical is None or codes) else len(wrap(df))
+    x = _matrix(df, features, "features", dev) if features else _empty(rows, torch.float32, dev)
+    if label is None:
+        y = None
+    elif label_dtype == torch.int64:
+        y = _matrix(df, [label], "label", dev, torch.int64, num_classes, ignore_index).reshape(-1)
+    else:
+        y = _matrix(df, [label], "target", dev, label_dtype).reshape(-1)
+    if categorical is None:
+        return x, y
+    x_cat = _matrix(df, codes, "codes", dev, torch.int64) if codes else _empty(rows, torch.int64, dev)
+    return x, x_cat, y
 
 
 def iter_batches(
-    df: Frame, features: Sequence[str], label: str | None = None, *, batch_size: int = 65_536,
-    device: str | torch.device = "auto", shuffle: bool = False, seed: int = 0, epoch: int = 0,
-    drop_last: bool = False, num_classes: int | None = None, ignore_index: int | None = -100,
-) -> Iterator[tuple[torch.Tensor, torch.Tensor | None]]:
-    """Yield ``(x, y)`` batches of ``batch_size`` rows; only one batch is converted at a time.
+    df: Frame, features: Sequence[str], label: str | None = None, *, categorical: Sequence[str] | None = None,
+    batch_size: int = 65_536, device: str | torch.device = "auto", shuffle: bool = False, seed: int = 0,
+    epoch: int = 0, drop_last: bool = False, num_classes: int | None = None, ignore_index: int | None = -100,
+    label_dtype: torch.dtype = torch.int64,
+) -> Iterator[tuple[torch.Tensor, torch.Tensor | None] | tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]:
+    """Yield ``(x, y)`` batches (``(x_num, x_cat, y)`` with ``categorical``) of ``batch_size``
+    rows; only one batch is converted at a time.
 
     Args:
         df: a pandas, polars or cuDF frame.
-        features, label, device, num_classes, ignore_index: as in :func:`to_tensors`.
+        features, label, categorical, device, num_classes, ignore_index, label_dtype: as in
+            :func:`to_tensors`.
         batch_size: rows per batch.
         shuffle: visit the rows in a seeded random order, as a ``DataLoader`` with
             ``shuffle=True`` does: each batch gathers rows from the whole table (a table
@@ -330,13 +450,15 @@ def iter_batches(
     Example:
         >>> for x, y in iter_batches(prepared, features, "label", batch_size=4096):  # doctest: +SKIP
         ...     loss = model(x).cross_entropy(y)
+        >>> for x_num, x_cat, y in iter_batches(prepared, numeric, "label", categorical=codes):  # doctest: +SKIP
+        ...     loss = cross_entropy(model(x_num, x_cat), y)
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    _check_features(features, "iter_batches", label)
-    _check_num_classes(num_classes, label, "iter_batches")
+    _check_features(features, "iter_batches", label, categorical)
+    _check_num_classes(num_classes, label, "iter_batches", label_dtype)
     frame = wrap(_collected(df, "iter_batches"))
-    require_columns(frame, [*features, *([label] if label else [])], "iter_batches")
+    require_columns(frame, [*features, *(categorical or []), *([label] if label else [])], "iter_batches")
     n = len(frame)
     starts = list(range(0, n, batch_size))
     if drop_last and starts and n - starts[-1] < batch_size:
@@ -346,5 +468,5 @@ def iter_batches(
     order = np.random.default_rng(seed if epoch == 0 else (seed, epoch)).permutation(n) if shuffle else None
     for start in starts:
         rows = slice(start, start + batch_size) if order is None else order[start:start + batch_size]
-        yield to_tensors(nw.to_native(frame[rows]), features, label, device=device, num_classes=num_classes,
-                         ignore_index=ignore_index)
+        yield to_tensors(nw.to_native(frame[rows]), features, label, categorical=categorical, device=device,
+                         num_classes=num_classes, ignore_index=ignore_index, label_dtype=label_dtype)

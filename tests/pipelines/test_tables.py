@@ -189,7 +189,7 @@ def test_iter_batches_reshuffles_per_epoch_and_checks_features_like_to_tensors(t
     assert order(0) == order(0) and order(0) != order(1) and sorted(order(0)) == sorted(order(1))
     with pytest.raises(TypeError, match=r"iter_batches: .*write \['a'\]"):
         next(iter_batches(table, "a", device="cpu"))
-    with pytest.raises(ValueError, match="regression target as a feature"):
+    with pytest.raises(ValueError, match=r"pass label_dtype=torch.float32 for a regression target"):
         to_tensors(table.fillna(0), ["b"], "a", device="cpu")
 
 
