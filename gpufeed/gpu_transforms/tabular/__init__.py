@@ -25,6 +25,7 @@ from gpufeed.gpu_transforms.tabular.categorical import (
     UNSEEN_INDEX,
     Categorify,
     HashBucket,
+    LabelEncode,
 )
 from gpufeed.gpu_transforms.tabular.downcast import DowncastReport, downcast
 from gpufeed.gpu_transforms.tabular.errors import (
@@ -48,7 +49,7 @@ from gpufeed.gpu_transforms.tabular.split import Split, split_by_group, split_by
 
 __all__ = [
     "MISSING_INDEX", "UNSEEN_INDEX", "BackendError", "Categorify", "Clip", "ColumnTypeError", "DowncastError", "DowncastReport",
-    "EmptyTableError", "FillMissing", "HashBucket", "Log", "MalformedCSVError", "MinMax", "MissingColumnError",
+    "EmptyTableError", "FillMissing", "HashBucket", "LabelEncode", "Log", "MalformedCSVError", "MinMax", "MissingColumnError",
     "MixedTypeError", "NonFiniteError", "Recipe", "Rule", "Split", "Standardize", "TableOp", "TabularError",
     "UnknownFormatError", "UnseenCategoryError", "apply_rules", "apply_rules_rowwise", "backend_of", "col",
     "downcast", "split_by_group", "split_by_time", "split_random", "to_backend",

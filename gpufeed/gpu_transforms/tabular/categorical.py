@@ -215,6 +215,12 @@ def _name_unhashable(frame: NwFrame, columns: Sequence[str], exc: TypeError) -> 
     raise exc
 
 
+def _examples(frame: NwFrame, where: nw.Expr, expr: nw.Expr, column: str) -> list[Any]:
+    """Up to three values of ``column`` (as compared: ``expr``) on the rows ``where`` holds."""
+    picked = frame.filter(where).select(expr.alias(column))
+    return [_unmarked(v) for v in series_values(collect_small(picked).get_column(column).head(3))]
+
+
 @dataclass
 class Categorify(TableOp):
     """Map each category to a dense integer index fitted on the training table.
@@ -283,10 +289,26 @@ class Categorify(TableOp):
         return wrap(assign(native, {c: as_column(native, codes) for c, (_, codes) in fitted.items()}))
 
     def num_embeddings(self, column: str) -> int:
-        """Rows an embedding table for ``column`` needs (vocabulary + the two reserved indices)."""
-        return len(self.state[column]) + 2
+        """Rows an embedding table for ``column`` needs (vocabulary + the two reserved indices).
 
-    def transform(self, frame: NwFrame, backend: str) -> NwFrame:
+        Raises:
+            KeyError: ``column`` is not one of the op's columns; RuntimeError: not fitted.
+        """
+        return len(self._vocabulary_of(column)) + 2
+
+    def _vocabulary_of(self, column: str) -> list[Any]:
+        if column not in self.columns:
+            raise KeyError(f"{type(self).__name__}: column {column!r} is not one of its columns {self.columns}")
+        if column not in self.state:
+            raise RuntimeError(f"{type(self).__name__}: not fitted (column {column!r} has no vocabulary yet): "
+                               "fit the recipe first")
+        return self.state[column]
+
+    def _codes(self, frame: NwFrame, backend: str, unseen: int, missing: int, start: int,
+               names: dict[str, str] | None = None) -> tuple[NwFrame, dict[str, nw.Expr]]:
+        """``(frame with the codes, the columns as compared)``: ``start + i`` for the
+        vocabulary's ``i``-th value, ``missing`` and ``unseen`` (:func:`.kernels.vocabulary_codes`),
+        written over each column or into ``names[column]``."""
         vocabularies = {c: self.state[c] for c in self.columns}
         # A vocabulary of text (fitted on pandas before categoricals of numbers were numbers)
         # meets such a column by its plain text.
@@ -300,17 +322,20 @@ class Categorify(TableOp):
                 exprs[c] = exprs[c].cast(nw.String)
             elif how == "marked":
                 vocabularies[c] = [_marked_text(v) for v in vocabularies[c]]
+        return vocabulary_codes(frame, backend, exprs, vocabularies, unseen, missing, start=start,
+                                names=names), exprs
+
+    def transform(self, frame: NwFrame, backend: str) -> NwFrame:
         if self.on_unseen is not OnUnseen.RAISE:
-            return vocabulary_codes(frame, backend, exprs, vocabularies, UNSEEN_INDEX, MISSING_INDEX)
+            return self._codes(frame, backend, UNSEEN_INDEX, MISSING_INDEX, 2)[0]
         # Unseen is what the lookup maps to UNSEEN_INDEX (one definition, so a value matched
         # by text across backends is not refused here): codes beside the values, for examples.
         names = {c: f"__gpufeed_code_{c}" for c in self.columns}
-        coded = vocabulary_codes(frame, backend, exprs, vocabularies, UNSEEN_INDEX, MISSING_INDEX, names=names)
+        coded, exprs = self._codes(frame, backend, UNSEEN_INDEX, MISSING_INDEX, 2, names=names)
         counts = aggregate(coded, [(nw.col(names[c]) == UNSEEN_INDEX).sum().alias(c) for c in self.columns])
         for c, n in counts.items():
             if n:
-                unseen = coded.filter(nw.col(names[c]) == UNSEEN_INDEX).select(exprs[c].alias(c))
-                examples = [_unmarked(v) for v in series_values(collect_small(unseen).get_column(c).head(3))]
+                examples = _examples(coded, nw.col(names[c]) == UNSEEN_INDEX, exprs[c], c)
                 raise UnseenCategoryError(
                     f"Categorify: column {c!r} has {int(n)} value(s) not seen at fit time, e.g. {examples}; "
                     f"use on_unseen='index' to map them to index {UNSEEN_INDEX}"
@@ -327,6 +352,82 @@ class Categorify(TableOp):
         if spec.get("on_unseen") == "error":
             spec = {**spec, "on_unseen": OnUnseen.RAISE.value}
         return super().from_dict(spec)
+
+
+@dataclass
+class LabelEncode(TableOp):
+    """Encode a target's classes as 0 .. K-1 (sorted, as scikit-learn's ``LabelEncoder``):
+    class indices for ``cross_entropy``, with no reserved code.
+
+    :class:`Categorify` reserves 0 (unseen) and 1 (missing) for features, so a text target
+    through it gets classes 2, 3, ...: two outputs of the model never train. A target has
+    no unseen or missing class: a value not seen at fit time, or a missing one, is an
+    :class:`UnseenCategoryError` naming the column, how many rows and a few of the values,
+    when transforming (drop those rows first). Fitted like ``Categorify`` (the same
+    vocabulary on every backend); saved in the recipe's JSON as ``"label_encode"``.
+
+    Example:
+        >>> recipe = Recipe([Standardize(["x"]), LabelEncode(["species"])])  # doctest: +SKIP
+        >>> recipe.num_classes("species"), recipe.inverse("species", [0, 2])  # doctest: +SKIP
+        (3, ['adelie', 'gentoo'])
+    """
+
+    kind: ClassVar[str] = "label_encode"
+    polars_eager: ClassVar[bool] = True  # as Categorify, whose codes it uses
+
+    def _vocabularies(self) -> Categorify:
+        return Categorify(self.columns, state=self.state)
+
+    def fit(self, frame: NwFrame, backend: str) -> None:
+        fitted = Categorify(self.columns)
+        fitted.fit(frame, backend)
+        self.state = fitted.state
+
+    def transform(self, frame: NwFrame, backend: str) -> NwFrame:
+        names = {c: f"__gpufeed_code_{c}" for c in self.columns}
+        coded, exprs = self._vocabularies()._codes(frame, backend, -1, -2, 0, names=names)
+        counts = aggregate(coded, [*[(nw.col(names[c]) == -1).sum().alias(f"u:{c}") for c in self.columns],
+                                   *[(nw.col(names[c]) == -2).sum().alias(f"m:{c}") for c in self.columns]])
+        for c in self.columns:
+            unseen, missing = int(counts[f"u:{c}"]), int(counts[f"m:{c}"])
+            if unseen or missing:
+                told = []
+                if unseen:
+                    told.append(f"{unseen} value(s) not seen at fit time, e.g. "
+                                f"{_examples(coded, nw.col(names[c]) == -1, exprs[c], c)}")
+                if missing:
+                    told.append(f"{missing} missing value(s)")
+                raise UnseenCategoryError(
+                    f"LabelEncode: target column {c!r} has {' and '.join(told)}; a class index is one of the "
+                    f"{len(self.state[c])} classes fitted ({self.state[c][:5]}{' ...' if len(self.state[c]) > 5 else ''}): "
+                    "drop those rows first (or fit on a table holding those classes)")
+        return coded.with_columns(*[nw.col(names[c]).alias(c) for c in self.columns]).drop(*names.values())
+
+    def num_classes(self, column: str) -> int:
+        """The number of classes of ``column`` (``num_classes=`` of ``to_tensors``, the model's outputs)."""
+        return len(self._vocabularies()._vocabulary_of(column))
+
+    num_embeddings = num_classes  # codes 0 .. K-1: K rows, where the column is embedded
+
+    def classes(self, column: str) -> list[Any]:
+        """The classes of ``column`` in code order: ``classes(column)[k]`` is code ``k``."""
+        return list(self._vocabularies()._vocabulary_of(column))
+
+    def inverse(self, column: str, values: Any) -> list[Any]:
+        """The classes of codes ``values`` (a tensor, an array, a list of integers): predictions
+        back as the target's values.
+
+        Raises:
+            ValueError: a code outside 0 .. K-1.
+        """
+        classes = self.classes(column)
+        codes = values.tolist() if hasattr(values, "tolist") else list(values)
+        codes = codes if isinstance(codes, list) else [codes]
+        bad = [k for k in codes if not (isinstance(k, numbers.Integral) and 0 <= k < len(classes))]
+        if bad:
+            raise ValueError(f"LabelEncode.inverse({column!r}): codes {bad[:5]} are not class indices 0 .. "
+                             f"{len(classes) - 1}")
+        return [classes[k] for k in codes]
 
 
 def stable_hash(value: Any, buckets: int, text: str = "canonical") -> int:
@@ -546,6 +647,17 @@ class HashBucket(TableOp):
             out.append(nw.when(exprs[c].is_null()).then(nw.lit(0, nw.Int32)).otherwise(mapped)
                        .cast(nw.Int32).alias(c))
         return frame.with_columns(*out)
+
+    def num_embeddings(self, column: str) -> int:
+        """Rows an embedding table for ``column`` needs: ``buckets`` (bucket 0 is for missing
+        values, 1 .. buckets-1 for the hashed ones).
+
+        Raises:
+            KeyError: ``column`` is not one of the op's columns.
+        """
+        if column not in self.columns:
+            raise KeyError(f"HashBucket: column {column!r} is not one of its columns {self.columns}")
+        return self.buckets
 
     def params(self) -> dict[str, Any]:
         return {"buckets": self.buckets, "text": self.text}

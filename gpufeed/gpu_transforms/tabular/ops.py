@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -581,6 +581,14 @@ class Log(TableOp):
     def params(self) -> dict[str, Any]:
         return {"offset": self.offset}
 
+    def inverse(self, column: str, values: Any) -> Any:
+        """Undo the log of ``column``: ``exp(values) - offset``; ``values`` as in
+        :meth:`Standardize.inverse`."""
+        if column not in self.columns:
+            raise KeyError(f"Log: column {column!r} is not one of its columns {self.columns}")
+        x, back = _float_values(values, f"Log.inverse({column!r})")
+        return back((x.exp() if hasattr(x, "exp") else np.exp(x)) - self.offset)
+
 
 @dataclass
 class Standardize(TableOp):
@@ -649,8 +657,85 @@ class Standardize(TableOp):
             tables[c] = ([m for m, _ in rows], [sd for _, sd in rows])
         return standardize_by_code(frame, backend, tables).drop(GROUP_CODE)
 
+    def inverse(self, column: str, values: Any, groups: Any = None) -> Any:
+        """Undo the standardisation of ``column``: ``values * std + mean`` with the fitted
+        statistics (model outputs back in the column's units, to report an RMSE), exact to
+        float rounding.
+
+        Args:
+            column: one of the op's columns.
+            values: standardised values: a torch tensor (kept on its device; a floating one
+                keeps its dtype, computed in float64), a numpy array, a list or a number.
+            groups: with ``by=``, each row's group (the ``by`` column of the same rows before
+                the recipe: a Series of any backend, an array, a list); an unseen or missing
+                group uses the global statistics, as ``transform`` does.
+
+        Raises:
+            KeyError: ``column`` is not one of the op's; RuntimeError: not fitted;
+            ValueError: ``by=`` without ``groups`` (or ``groups`` of another length).
+        """
+        mean, std = _fitted(self, column, "global")
+        where = f"Standardize.inverse({column!r})"
+        x, back = _float_values(values, where)
+        if not self.by:
+            if groups is not None:
+                raise ValueError(f"{where}: groups= is for Standardize(by=...); this op has no by")
+            return back(x * std + mean)
+        if groups is None:
+            raise ValueError(f"{where}: the op scaled {column!r} per group of {self.by!r}: pass groups= (each "
+                             f"row's {self.by!r} value before the recipe, e.g. val[{self.by!r}])")
+        codes, keys = _group_keys(groups, int(x.shape[0]) if x.ndim else 1, where)
+        stats = {g[0]: g[1:] for g in self.state["groups"][column]}
+        rows = [stats.get(k, [mean, std]) if not is_missing(k) else [mean, std] for k in keys] + [[mean, std]]
+        table = np.asarray(rows, dtype=np.float64).reshape(-1, 2)
+        picked = table[np.where(codes < 0, len(keys), codes)]  # -1 (missing): the global row
+        if type(x).__module__.split(".")[0] == "torch":
+            import torch
+
+            picked = torch.from_numpy(picked).to(x.device)
+        shape = tuple(x.shape[:1]) + (1,) * (x.ndim - 1)  # one row's statistics across its other axes
+        return back(x * picked[:, 1].reshape(shape) + picked[:, 0].reshape(shape))
+
     def params(self) -> dict[str, Any]:
         return {"by": self.by}
+
+
+def _float_values(values: Any, where: str) -> tuple[Any, Callable[[Any], Any]]:
+    """``values`` (a torch tensor on any device, a numpy array, a list or a number) as float64
+    for an inverse, and how to give the result back in their kind: a floating tensor keeps
+    its dtype and device (computed in float64, rounded once), any other tensor becomes
+    float64; arrays and lists come back as float64 numpy arrays, a number as a float."""
+    if type(values).__module__.split(".")[0] == "torch":
+        dtype = values.dtype if values.is_floating_point() else None
+        import torch
+
+        def back(out: Any) -> Any:
+            return out if dtype is None else out.to(dtype)
+
+        return values.detach().to(torch.float64), back
+    if isinstance(values, numbers.Number) and not isinstance(values, bool):
+        return np.float64(values), float
+    try:
+        array = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{where}: values must be numbers (a tensor, an array or a list), got "
+                        f"{type(values).__name__}") from exc
+    return array, lambda out: out
+
+
+def _group_keys(groups: Any, rows: int, where: str) -> tuple[np.ndarray, list[Any]]:
+    """``(codes per row, distinct keys)`` of ``groups`` (a Series of any backend, an array, a
+    list, a tensor): pandas' factorisation, -1 for a missing key."""
+    import pandas as pd
+
+    if type(groups).__module__.split(".")[0] in ("polars", "cudf"):  # cuDF has no tolist
+        keys = groups.to_arrow().to_pylist()
+    else:
+        keys = groups.tolist() if hasattr(groups, "tolist") else list(groups)
+    if len(keys) != rows:
+        raise ValueError(f"{where}: groups has {len(keys)} values for {rows} rows; pass one group per row")
+    codes, uniques = pd.factorize(pd.Series(keys, dtype=object))
+    return codes, [u.item() if isinstance(u, np.generic) else u for u in uniques]
 
 
 def _group_stats(row: dict[str, Any], column: str, fallback: list[float]) -> list[float]:
@@ -658,6 +743,18 @@ def _group_stats(row: dict[str, Any], column: str, fallback: list[float]) -> lis
     if is_missing(mean):
         return list(fallback)  # a group with no value for this column
     return [float(mean), scale(row[f"s:{column}"], mean, row[f"n:{column}"])]
+
+
+def _fitted(op: TableOp, column: str, key: str | None = None) -> Any:
+    """``op``'s fitted statistics of ``column`` (under ``state[key]`` when given), or an error
+    naming the op and column."""
+    name = type(op).__name__
+    if column not in op.columns:
+        raise KeyError(f"{name}: column {column!r} is not one of its columns {op.columns}")
+    state = op.state.get(key, {}) if key else op.state
+    if column not in state:
+        raise RuntimeError(f"{name}: not fitted (no statistics for column {column!r}): fit the recipe first")
+    return state[column]
 
 
 #: An integer column's span beyond this overflows int64 when its minimum is taken off.
@@ -700,6 +797,14 @@ class MinMax(TableOp):
         # its own type on polars (int8 minus -128 wrapped round).
         rest = {c: (float(low), float(span)) for c, (low, span) in params.items() if c not in big}
         return affine_columns(frame, backend, rest) if rest else frame
+
+    def inverse(self, column: str, values: Any) -> Any:
+        """Undo the scaling of ``column``: ``values * (max - min) + min`` (a constant column's
+        0 gives its value back), exact to float rounding; ``values`` as in
+        :meth:`Standardize.inverse` (a tensor keeps its device and floating dtype)."""
+        low, high = _fitted(self, column)
+        x, back = _float_values(values, f"MinMax.inverse({column!r})")
+        return back(x * (float(high - low) or 1.0) + float(low))
 
 
 def affine_columns(frame: NwFrame, backend: str, params: Mapping[str, Sequence[float]]) -> NwFrame:

@@ -30,7 +30,8 @@ from typing import Any
 import narwhals as nw
 import numpy as np
 
-import gpufeed.gpu_transforms.tabular.categorical  # noqa: F401 - registers Categorify and HashBucket in OPS
+# importing categorical registers Categorify, HashBucket and LabelEncode in OPS
+from gpufeed.gpu_transforms.tabular.categorical import LabelEncode
 from gpufeed.gpu_transforms.tabular.frames import (
     Frame,
     NwFrame,
@@ -46,6 +47,7 @@ from gpufeed.gpu_transforms.tabular.kernels import cudf_category_values, pandas_
 from gpufeed.gpu_transforms.tabular.numpy_kernels import release_pooled
 from gpufeed.gpu_transforms.tabular.ops import (
     OPS,
+    Standardize,
     TableOp,
     all_missing_as_float,
     require_numbers,
@@ -249,6 +251,71 @@ class Recipe:
         """Fit on ``df`` and return ``df`` transformed: what ``fit(df).transform(df)`` gives,
         in one pass (fitting already computes each op's output for the next op)."""
         return nw.to_native(self._fit(df, transform_last=True))
+
+    def _encoder(self, column: str, method: str) -> Any:
+        """The last op that encoded ``column`` (the codes a model sees), by ``method``."""
+        encoders = [op for op in self.ops if hasattr(op, "num_embeddings")]
+        for op in reversed(encoders):
+            if column in op.columns:
+                return op
+        encoded = [c for op in encoders for c in op.columns]
+        raise ValueError(f"Recipe.{method}: no op of the recipe encodes column {column!r} (Categorify, "
+                         f"HashBucket or LabelEncode do); encoded columns: {encoded or 'none'}")
+
+    def num_embeddings(self, column: str) -> int:
+        """Rows an ``nn.Embedding`` for ``column`` needs, from the op that encoded it:
+        ``Categorify`` (vocabulary + 2 reserved), ``HashBucket`` (``buckets``), ``LabelEncode``
+        (its classes).
+
+        Raises:
+            ValueError: no op encodes ``column`` (named, with the encoded columns);
+            RuntimeError: the op is not fitted.
+        """
+        return self._encoder(column, "num_embeddings").num_embeddings(column)
+
+    def num_classes(self, column: str) -> int:
+        """The classes of a target ``column`` (``to_tensors(num_classes=)``, the model's
+        outputs): what :meth:`num_embeddings` gives, the range of its codes (``LabelEncode``:
+        K; ``Categorify``: its vocabulary + 2, codes 0 and 1 being unseen and missing)."""
+        return self._encoder(column, "num_classes").num_embeddings(column)
+
+    def inverse(self, column: str, values: Any, *, groups: Any = None) -> Any:
+        """``values`` of ``column`` as the recipe gave them (model outputs, targets) back in
+        the column's own units: each op on ``column`` undone, the last first.
+
+        ``Standardize`` and ``MinMax`` are undone exactly (to float rounding), ``Log`` by
+        ``exp(x) - offset``, ``LabelEncode`` gives the classes (a list); ``FillMissing`` and
+        ``Clip`` pass values through (a filled or clipped value cannot be told apart).
+
+        Args:
+            column: a column the recipe transformed.
+            values: a torch tensor (kept on its device; a floating one keeps its dtype,
+                computed in float64), a numpy array, a list or a number.
+            groups: for ``Standardize(by=...)``: each row's group before the recipe
+                (e.g. ``val["region"]``); unseen or missing groups use the global statistics.
+
+        Raises:
+            ValueError: no op transformed ``column``; ``Categorify`` or ``HashBucket`` codes
+            (no number to go back to); ``Standardize(by=...)`` without ``groups``.
+        """
+        ops = [op for op in self.ops if column in op.columns]
+        if not ops:
+            raise ValueError(f"Recipe.inverse: no op of the recipe transforms column {column!r}")
+        for i, op in enumerate(reversed(ops)):
+            if isinstance(op, LabelEncode):
+                if i:
+                    raise ValueError(f"Recipe.inverse: {column!r} was changed after LabelEncode by "
+                                     f"{ops[len(ops) - i].kind}; nothing to invert to")
+                values = op.inverse(column, values)
+            elif isinstance(op, Standardize):
+                values = op.inverse(column, values, groups=groups)
+            elif hasattr(op, "inverse"):
+                values = op.inverse(column, values)
+            elif hasattr(op, "num_embeddings"):
+                raise ValueError(f"Recipe.inverse: {op.kind} codes of column {column!r} are no numbers to "
+                                 "invert (categories map to codes, not back)")
+            # FillMissing, Clip: values pass through
+        return values
 
     def to_json(self) -> str:
         """The recipe and its fitted statistics as JSON (serving loads it with :meth:`from_json`)."""
