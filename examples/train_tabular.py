@@ -9,9 +9,12 @@
 The story: read any table read_table takes (CSV, Parquet, Feather, JSON, ...) on cuDF, polars
 or pandas; shrink its dtypes losslessly (downcast); split it by time when it has a datetime
 column (else at random); fit a Recipe on the training split only (fill, clip, log of skewed
-non-negative columns, standardise, Categorify text, HashBucket high-cardinality ids), save it,
-and transform the validation split with the recipe loaded back from the file, as serving
-would. The frames go to torch with iter_batches; the MLP embeds each encoded column.
+non-negative columns, standardise, Categorify text, HashBucket high-cardinality ids; a text
+target LabelEncode'd to classes 0..K-1, a regression target standardised), save it, and
+transform the validation split with the recipe loaded back from the file, as serving would.
+The frames go to torch with iter_batches: float features, int64 codes (categorical=) and the
+label (float32 for regression); the MLP embeds each encoded column, sized by
+recipe.num_embeddings, and the RMSE is reported in the target's units through recipe.inverse.
 On the transactions table the label is 1 for ~12% of rows at most amounts, so accuracy stays at
 predicting 0 (0.88); the loss is what the model learns. Ends with one line of metrics (loss, accuracy or RMSE) and the rows/s of the data path
 (iter_batches) against the training step. The same flags give the same numbers on every
@@ -38,6 +41,7 @@ from gpufeed.gpu_transforms.tabular import (
     Clip,
     FillMissing,
     HashBucket,
+    LabelEncode,
     Log,
     Recipe,
     Rule,
@@ -91,27 +95,13 @@ def plan(train, target: str, task: str, time_column: str | None, max_categories:
     ops += [Categorify(sorted(set(text) - many))] if set(text) - many else []
     ops += [HashBucket(sorted(many), buckets=buckets)] if many else []
     if task == "regression":
-        ops.append(Standardize([target]))  # trained on z-scores; the RMSE is reported in the target's units
+        ops.append(Standardize([target]))  # trained on z-scores; recipe.inverse gives the target's units back
     elif frame.schema[target] in (nw.String, nw.Categorical, nw.Enum, nw.Boolean):
-        ops.append(Categorify([target]))  # class index = code: 2, 3, ... (0 unseen, 1 missing)
-    if not ops:
+        ops.append(LabelEncode([target]))  # classes 0..K-1 (a class not seen in training is an error)
+    if not numeric and not text:
         raise ValueError(f"no feature columns besides the target {target!r}")
     encoded = sorted(set(text) - many) + sorted(many)
     return Recipe(ops), numeric, encoded, left_out
-
-
-def cardinalities(recipe: Recipe, columns: list[str]) -> list[int]:
-    """Embedding rows per encoded column, from the fitted (here: loaded) recipe.
-
-    No Recipe.num_embeddings(column): look up the op that encodes the column."""
-    sizes = {}
-    for op in recipe.ops:
-        for c in op.columns:
-            if isinstance(op, Categorify):
-                sizes[c] = op.num_embeddings(c)  # vocabulary + unseen (0) + missing (1)
-            elif isinstance(op, HashBucket):
-                sizes[c] = op.buckets  # buckets 1..buckets-1, 0 for missing
-    return [sizes[c] for c in columns]
 
 
 class TabularMLP(nn.Module):
@@ -125,15 +115,13 @@ class TabularMLP(nn.Module):
                                  nn.Linear(hidden, outputs))
         self.numeric = numeric
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # iter_batches gives one float32 matrix: the codes come back as float32 (exact below
-        # 2**24, far above any vocabulary here) and are cast back to indices for nn.Embedding.
-        codes = x[:, self.numeric:].long()
-        parts = [x[:, :self.numeric], *(e(codes[:, i]) for i, e in enumerate(self.embeddings))]
+    def forward(self, x_num: torch.Tensor, x_cat: torch.Tensor) -> torch.Tensor:
+        # x_num: float32 (rows, numeric); x_cat: int64 codes (rows, encoded), one column per embedding
+        parts = [x_num, *(e(x_cat[:, i]) for i, e in enumerate(self.embeddings))]
         return self.mlp(torch.cat(parts, dim=1))
 
 
-def run_epoch(model, frame, features, label, args, device, *, train, epoch, opt=None, target_std=1.0,
+def run_epoch(model, frame, numeric, encoded, label, args, device, recipe, *, train, epoch, opt=None,
               num_classes=None):
     """One pass over ``frame``; returns (loss, accuracy or RMSE, rows, data seconds, step seconds)."""
     regression = args.task == "regression"
@@ -143,10 +131,11 @@ def run_epoch(model, frame, features, label, args, device, *, train, epoch, opt=
     # table that fits could go through to_tensors once and be sliced on the device instead:
     # ~3x the data path's rows/s on flights (327k rows, 2-core CPU), at the cost of the
     # whole table as float32 on the device.
-    batches = iter_batches(frame, features, None if regression else label, batch_size=args.batch_size,
-                           device=device, shuffle=train, seed=args.seed, epoch=epoch, num_classes=num_classes)
+    batches = iter_batches(frame, numeric, label, categorical=encoded, batch_size=args.batch_size, device=device,
+                           shuffle=train, seed=args.seed, epoch=epoch, num_classes=num_classes,
+                           label_dtype=torch.float32 if regression else torch.int64)
     model.train(train)
-    total = hits = rows = 0.0
+    total = hits = squares = rows = 0.0
     data_s = step_s = 0.0
     while True:
         t0 = time.perf_counter()
@@ -154,11 +143,9 @@ def run_epoch(model, frame, features, label, args, device, *, train, epoch, opt=
         t1 = time.perf_counter()
         if batch is None:
             break
-        x, y = batch
-        if regression:  # to_tensors' label is a class index (int64): the target rides as the last feature
-            x, y = x[:, :-1], x[:, -1]
+        x_num, x_cat, y = batch
         with torch.set_grad_enabled(train):
-            out = model(x)
+            out = model(x_num, x_cat)
             loss = (nn.functional.mse_loss(out.squeeze(1), y) if regression
                     else nn.functional.cross_entropy(out, y, ignore_index=IGNORE))
             if train:
@@ -167,7 +154,10 @@ def run_epoch(model, frame, features, label, args, device, *, train, epoch, opt=
                 opt.step()
         n = len(y)
         total += loss.item() * n  # .item() waits for the GPU: the step time is the step's own
-        if not regression:
+        if regression:  # errors in the target's units: the recipe's Standardize undone
+            pred = recipe.inverse(label, out.detach().squeeze(1))
+            squares += ((pred - recipe.inverse(label, y)) ** 2).sum().item()
+        else:
             hits += (out.argmax(1) == y).sum().item()
         rows += n
         data_s += t1 - t0
@@ -175,7 +165,7 @@ def run_epoch(model, frame, features, label, args, device, *, train, epoch, opt=
     if not rows:
         raise ValueError(f"the {'training' if train else 'validation'} split has no rows")
     loss = total / rows
-    metric = math.sqrt(loss) * target_std if regression else hits / rows
+    metric = math.sqrt(squares / rows) if regression else hits / rows
     return loss, metric, int(rows), data_s, step_s
 
 
@@ -262,8 +252,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.split == "time" and not times:
         p.error(f"--split time needs a datetime column; {args.data} has none")
     time_column = times[0] if times and args.split != "random" else None
-    split = (split_by_time(small, time_column, (0.8, 0.2, 0.0)) if time_column
-             else split_random(small, (0.8, 0.2, 0.0), seed=args.seed))
+    split = (split_by_time(small, time_column, (0.8, 0.2)) if time_column
+             else split_random(small, (0.8, 0.2), seed=args.seed))
     print(split.report())
     schema = nw.from_native(split.train).schema
     if args.task == "classification" and not (schema[label].is_integer() or schema[label] in (
@@ -280,20 +270,16 @@ def main(argv: list[str] | None = None) -> int:
         p.error(str(exc))
     if left_out:
         print("left out: " + ", ".join(f"{c} ({why})" for c, why in left_out.items()))
-    sizes = cardinalities(recipe, encoded)
+    sizes = [recipe.num_embeddings(c) for c in encoded]  # Categorify: vocabulary + 2; HashBucket: buckets
     print(f"recipe: {len(recipe.ops)} ops ({', '.join(op.kind for op in recipe.ops)}) saved to {args.recipe_out}; "
           f"{len(numeric)} numeric, {len(encoded)} embedded ({', '.join(f'{c}:{n}' for c, n in zip(encoded, sizes, strict=True))})")
 
     # 3. Train.
     regression = args.task == "regression"
-    features = [*numeric, *encoded, *([label] if regression else [])]
-    target_std = 1.0
     if regression:
-        target_std = next(op for op in recipe.ops if isinstance(op, Standardize) and label in op.columns
-                          ).state["global"][label][1]
         outputs = 1
-    elif any(isinstance(op, Categorify) and label in op.columns for op in recipe.ops):
-        outputs = cardinalities(recipe, [label])[0]
+    elif any(isinstance(op, LabelEncode) and label in op.columns for op in recipe.ops):
+        outputs = recipe.num_classes(label)  # classes 0..K-1
     else:
         low, high = nw.from_native(train)[label].min(), nw.from_native(train)[label].max()
         if low < 0:
@@ -302,14 +288,14 @@ def main(argv: list[str] | None = None) -> int:
     model = TabularMLP(len(numeric), sizes, outputs).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=args.lr)
     what = "rmse" if regression else "acc"
-    print(f"training on {device}: {len(features) - regression} features, {outputs} outputs, "
+    print(f"training on {device}: {len(numeric) + len(encoded)} features, {outputs} outputs, "
           f"batch {args.batch_size}, {args.epochs} epochs")
     for epoch in range(args.epochs):
-        tr_loss, tr_metric, rows, data_s, step_s = run_epoch(model, train, features, label, args, device, train=True,
-                                                             epoch=epoch, opt=opt, target_std=target_std,
+        tr_loss, tr_metric, rows, data_s, step_s = run_epoch(model, train, numeric, encoded, label, args, device,
+                                                             recipe, train=True, epoch=epoch, opt=opt,
                                                              num_classes=None if regression else outputs)
-        va_loss, va_metric, *_ = run_epoch(model, val, features, label, args, device, train=False, epoch=0,
-                                           target_std=target_std, num_classes=None if regression else outputs)
+        va_loss, va_metric, *_ = run_epoch(model, val, numeric, encoded, label, args, device, recipe, train=False,
+                                           epoch=0, num_classes=None if regression else outputs)
         print(f"epoch {epoch + 1}/{args.epochs}  train loss {tr_loss:.4f} {what} {tr_metric:.4f}  "
               f"val loss {va_loss:.4f} {what} {va_metric:.4f}  "
               f"data {rows / max(data_s, 1e-9):,.0f} rows/s, step {rows / max(step_s, 1e-9):,.0f} rows/s")

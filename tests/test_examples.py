@@ -114,6 +114,27 @@ def test_tabular_example_regression_on_a_csv_without_time(tmp_path):
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "random split of" in out.stdout and "val_rmse=" in out.stdout.strip().splitlines()[-1]
+    # the label reaches the model as a float32 target (no longer as the last feature), and the
+    # RMSE is in dollars through recipe.inverse (amounts spread by tens of dollars, not ~1 as z-scores)
+    assert "training on cpu: " in out.stdout and ", 1 outputs" in out.stdout
+    metrics = dict(kv.split("=") for kv in out.stdout.strip().splitlines()[-1].removeprefix("metrics: ").split())
+    assert float(metrics["val_rmse"]) > 5
+
+
+def test_tabular_example_label_encodes_a_text_target(tmp_path):
+    # A text target through Categorify got classes 2, 3, ... (0, 1 reserved): two outputs never
+    # trained. LabelEncode gives 0..K-1, and the model has K outputs.
+    from gpufeed.gpu_transforms.tabular import LabelEncode, Recipe
+
+    recipe = tmp_path / "r.json"
+    out = subprocess.run([sys.executable, str(TABULAR_SCRIPT), "--rows", "400", "--epochs", "1", "--device", "cpu",
+                          "--backend", "polars", "--target", "payment_method", "--recipe-out", str(recipe)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    loaded = Recipe.load(recipe)
+    assert isinstance(loaded.ops[-1], LabelEncode) and loaded.ops[-1].columns == ["payment_method"]
+    assert f", {loaded.num_classes('payment_method')} outputs" in out.stdout
+    assert "val_acc=" in out.stdout.strip().splitlines()[-1]
 
 
 @pytest.mark.parametrize("script, args, message", [
