@@ -235,6 +235,8 @@ def _check_numeric(df: Frame, columns: Sequence[str]) -> None:
 
 def _check_codes(df: Frame, columns: Sequence[str]) -> None:
     """Name the categorical columns that hold no integer codes (a schema check)."""
+    if not columns:
+        return
     schema = wrap(df).collect_schema()
     bad = {c: str(schema[c]) for c in columns if not schema[c].is_integer()}
     if bad:
