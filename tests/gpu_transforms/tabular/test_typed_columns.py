@@ -289,3 +289,15 @@ def test_hash_bucket_of_an_object_column_of_several_zones_hashes_instants_in_utc
     zoned = Recipe([HashBucket(["t"], buckets=1000)]).fit_transform(pd.DataFrame({"t": pd.DatetimeIndex(one)}))
     for frame in (pd.DataFrame({"t": pd.Series(one, dtype=object)}), to_backend(pd.DataFrame({"t": pd.Series(one, dtype=object)}), "polars")):
         assert _out(Recipe([HashBucket(["t"], buckets=1000)]).fit_transform(frame), "t") == zoned["t"].tolist()
+
+
+def test_categorify_of_duration_categories_on_dask_is_refused_by_name_as_on_pandas():
+    # Dask's unknown categories of durations were marked as times and read back with
+    # pd.Timestamp('P0DT0H0M1S'): a DateParseError naming no column, where pandas names it.
+    dd = pytest.importorskip("dask.dataframe")
+    df = pd.DataFrame({"c": pd.Series(pd.to_timedelta([1, 2, 1, None], unit="s")).astype("category")})
+    ddf = dd.from_pandas(df, npartitions=2)
+    ddf["c"] = ddf["c"].cat.as_unknown()
+    for frame in (df, ddf):
+        with pytest.raises(ColumnTypeError, match=r"Categorify: column 'c' holds Timedelta values"):
+            Recipe([Categorify(["c"])]).fit(frame)
