@@ -35,6 +35,12 @@ still takes the narwhals form in the same function, so results stay identical:
   values, which a column with missing values has none of; ``np.log`` of the Series goes
   through cuDF's ``__array_ufunc__``, which keeps them missing.
 
+- ``HashBucket`` of text and integer columns on polars and pandas (and Dask's pandas
+  partitions): CRC32 over the column's Arrow text in numpy (:mod:`.crc32`, called from
+  ``categorical._bucket_column``), exactly ``stable_hash`` per value, instead of each
+  distinct value hashed in Python (~30-60x faster on 1M-distinct ids). cuDF takes the
+  narwhals form.
+
 - :func:`with_category` (``FillMissing`` of an unordered categorical with a new value):
   pandas, cuDF and Dask keep a categorical's categories with the column and refuse a fill
   outside them; narwhals has no way to add one, so the backend's ``cat.add_categories`` does.
