@@ -90,3 +90,19 @@ def test_pandas_periods_and_intervals_read_on_polars_are_their_text_not_their_st
                                              "band": ["(0.0, 1.0]", "(1.0, 5.0]", "(5.0, 10.0]", None]}
     on_pandas = read_table(path, backend="pandas")
     assert str(on_pandas["month"].dtype) == "period[M]"  # as pd.read_parquet gives it
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".pkl"])
+def test_an_interval_of_times_with_a_gap_read_on_polars_is_its_text(tmp_path, suffix):
+    # The gap was filled with 0 beside the times before the intervals were made: pandas
+    # refused that ("category, object, and string subtypes are not supported for
+    # IntervalArray", naming no column), where polars had read the column (as a struct).
+    times = pd.date_range("2024-01-01", periods=3)
+    df = pd.DataFrame({"span": pd.IntervalIndex.from_breaks(times).insert(1, float("nan")),
+                       "ids": pd.IntervalIndex.from_breaks([0, 1, 5]).insert(0, float("nan"))})
+    path = tmp_path / f"t{suffix}"
+    write_table(df, path)
+    back = read_table(path, backend="polars")
+    assert back["span"].to_list() == ["(2024-01-01 00:00:00, 2024-01-02 00:00:00]", None,
+                                      "(2024-01-02 00:00:00, 2024-01-03 00:00:00]"]
+    assert back["ids"].to_list() == [None, *df["ids"].iloc[1:].astype(str)]  # as pandas prints them

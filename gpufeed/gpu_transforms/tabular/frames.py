@@ -448,9 +448,12 @@ def pandas_extensions_as_text(frame: Any) -> Any:
             ordinals = pc.fill_null(storage, 0).to_numpy(zero_copy_only=False)
             values = pd.arrays.PeriodArray(ordinals, dtype=pd.PeriodDtype(meta.get("freq"))).astype(str)
         else:
-            left, right = (pc.struct_field(storage, [i]).to_pandas() for i in (0, 1))
-            values = pd.arrays.IntervalArray.from_arrays(left.where(present, 0), right.where(present, 1),
-                                                         closed=meta.get("closed", "right")).astype(str)
+            # Made from the present rows only: a gap filled with a number beside times was
+            # an object array, which IntervalArray refuses.
+            left, right = (pc.struct_field(storage, [i]).to_pandas()[present] for i in (0, 1))
+            values = np.full(len(present), None, dtype=object)
+            values[present] = np.asarray(pd.arrays.IntervalArray.from_arrays(
+                left, right, closed=meta.get("closed", "right")).astype(str), dtype=object)
         text = np.where(present, np.asarray(values, dtype=object), None)
         columns.append(pl.Series(name, text.tolist(), dtype=pl.String))
     return frame.with_columns(columns)
