@@ -321,6 +321,8 @@ def _integer_label(label: object) -> int:
         if not float(label).is_integer():
             raise ValueError(label)
         return int(label)
+    if isinstance(label, np.bool_):  # as Python's bool: 0/1 (a binary task's labels from a mask)
+        return int(label)
     return operator.index(label)
 
 

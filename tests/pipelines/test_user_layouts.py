@@ -231,6 +231,9 @@ def test_pair_labels_must_be_whole_numbers(tmp_path):
     assert read_file_list([(path, 2.0), (path, np.int64(1)), (path, "3")]).labels == (2, 1, 3)
     with pytest.raises(ValueError, match=r"file_list\[1\]: label 1.7 of .*a\.jpg is not an integer"):
         read_file_list([(path, 0), (path, 1.7)])  # int() had cut it to 1
+    # A binary task's labels from a boolean array (numpy's bool, as zip(paths, mask) gives
+    # them) are 0/1 as Python's bool is, as int() took them.
+    assert read_file_list([(path, np.bool_(True)), (path, np.array([False])[0]), (path, True)]).labels == (1, 0, 1)
 
 
 def test_a_file_listed_twice_is_named_in_a_warning(tmp_path):
