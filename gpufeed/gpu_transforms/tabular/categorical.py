@@ -699,7 +699,11 @@ class HashBucket(TableOp):
     recipe keeps the buckets of the backend it is served on, as it had them); one saved
     before ``text`` existed is read with ``"str"``. Refit (or pass ``text="canonical"``
     to a new op) to get the latest text. An older gpufeed refuses a recipe naming a newer
-    version by name instead of hashing other text.
+    version by name instead of hashing other text. Not kept by any version: pandas object
+    columns of ``Decimal`` values, of datetimes in several zones, and categoricals of
+    numbers in a batch with a gap are read as polars reads them since 2026-11-26 (numbers,
+    UTC instants, numbers), so their buckets differ from a recipe saved before then
+    (``docs/tabular.md``, HashBucket): refit such a recipe.
     """
 
     buckets: int = 1024
