@@ -312,6 +312,15 @@ class Categorify(TableOp):
         """``(frame with the codes, the columns as compared)``: ``start + i`` for the
         vocabulary's ``i``-th value, ``missing`` and ``unseen`` (:func:`.kernels.vocabulary_codes`),
         written over each column or into ``names[column]``."""
+        if backend == "dask":
+            # Each partition coded on its own backend's path (pandas: one factorisation, only
+            # the distinct values looked up): narwhals' lookup on a Dask frame of text went
+            # row by row (1M rows, 1,000 distinct strings, 4 partitions: 13.4 s; pandas 0.02 s).
+            coded = per_partition(frame, lambda part, on: self._codes(part, on, unseen, missing, start, names)[0])
+            # As compared, for the unseen examples: a categorical by its values (numbers stay numbers).
+            schema = frame.collect_schema()
+            return coded, {c: nw.col(c) if schema[c] == nw.Categorical else e
+                           for c, e in _category_exprs(self.columns, frame).items()}
         vocabularies = {c: self.state[c] for c in self.columns}
         # A vocabulary of text (fitted on pandas before categoricals of numbers were numbers)
         # meets such a column by its plain text.

@@ -295,3 +295,26 @@ def test_read_dask_tells_formats_as_the_table_registry_does(tmp_path):
     for name in ("t.csv.zip", "t.csv.lz4", "t.json"):
         with pytest.raises(UnknownFormatError, match=rf"{name}: read_dask reads Parquet or CSV files"):
             read_dask(tmp_path / name, backend="pandas")
+
+
+def test_categorify_on_dask_codes_each_partition_as_pandas_does(monkeypatch):
+    # The transform went through narwhals' lookup on the Dask frame, which mapped text row
+    # by row (1M rows, 1,000 distinct strings: 13 s against pandas' 0.02 s). Each partition
+    # is now coded on its own backend's path: one factorisation, the distinct values looked up.
+    from gpufeed.gpu_transforms.tabular import Categorify, Recipe, categorical
+
+    pdf = pd.DataFrame({"s": pd.array([f"k{i % 7}" for i in range(40)], dtype="str"),
+                        "c": pd.Categorical([i % 5 for i in range(40)]), "n": np.arange(40) % 3})
+    train, serve = pdf.iloc[:30].copy(), pdf.copy()
+    serve.loc[[3, 33], "s"] = [None, "new"]
+    coded_on = []
+    real = categorical.vocabulary_codes
+    monkeypatch.setattr(categorical, "vocabulary_codes",
+                        lambda frame, backend, *a, **k: coded_on.append(backend) or real(frame, backend, *a, **k))
+    recipe = Recipe([Categorify(["s", "c", "n"])]).fit(to_dask(train, 3))
+    got = recipe.transform(to_dask(serve, 4)).compute()
+    expected = Recipe([Categorify(["s", "c", "n"])]).fit(train).transform(serve)
+    assert coded_on and set(coded_on) == {"pandas"}  # the partitions, on pandas' path
+    for c in ("s", "c", "n"):
+        assert got[c].dtype == expected[c].dtype == "int32" and got[c].tolist() == expected[c].tolist(), c
+    assert got["s"].tolist()[3] == 1 and got["s"].tolist()[33] == 0  # missing, unseen
