@@ -125,12 +125,11 @@ def run_epoch(model, frame, numeric, encoded, label, args, device, recipe, *, tr
               num_classes=None):
     """One pass over ``frame``; returns (loss, accuracy or RMSE, rows, data seconds, step seconds)."""
     regression = args.task == "regression"
-    # iter_batches, not to_tensors: only one batch is converted at a time, so a table larger
+    # iter_batches, not to_tensors: it converts a chunk of batches at a time, so a table larger
     # than the device's memory trains the same way, and shuffle=True draws rows from the whole
-    # table in a new seeded order each epoch (a table split by time is sorted by time). A
-    # table that fits could go through to_tensors once and be sliced on the device instead:
-    # ~3x the data path's rows/s on flights (327k rows, 2-core CPU), at the cost of the
-    # whole table as float32 on the device.
+    # table in a new seeded order each epoch (a table split by time is sorted by time). On
+    # the CPU it outruns to_tensors once plus a randperm gather; on flights (2-core CPU) it
+    # moves 5.0M rows/s on polars, 8.5M on pandas, ~10x the training step.
     batches = iter_batches(frame, numeric, label, categorical=encoded, batch_size=args.batch_size, device=device,
                            shuffle=train, seed=args.seed, epoch=epoch, num_classes=num_classes,
                            label_dtype=torch.float32 if regression else torch.int64)

@@ -4,9 +4,10 @@ float regression targets), on the training device.
 From cuDF the columns go to a cupy matrix on the GPU and into torch through DLPack
 (:func:`gpufeed.gpu_transforms.arrays.cudf_to_torch`), so the data never leaves the device
 (cuDF's matrix is column-major: one copy on the GPU makes it row-major, as from numpy). From pandas and polars they go through one
-numpy float32 matrix (``torch.from_numpy`` shares it), then ``.to(device)``. Tables larger
-than one batch are cut into row slices (or, shuffled, gathered rows) first, so only one
-batch is ever converted at a time.
+numpy float32 matrix (``torch.from_numpy`` shares it), then ``.to(device)``.
+:func:`iter_batches` converts a table in chunks of whole batches (row slices, or shuffled,
+gathered rows; about 262,144 rows), so a table larger than memory or the device is never
+converted whole, and slices each chunk's tensors into batches.
 
 Not imported by :mod:`gpufeed.pipelines` itself, so image-only code never loads the table
 stack (narwhals, polars).
@@ -266,6 +267,20 @@ def _numpy_kind(dtype: object) -> str:
         return "O"
 
 
+def _row_major(array: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """``array`` as a row-major matrix of ``dtype``. One that is not row-major already
+    (polars' matrix is column-major, a pandas frame's block too, and a row slice of one is
+    strided) is copied column by column into the row-major result: ~2x faster than
+    ``np.ascontiguousarray`` with a cast (262,144 rows x 10 float64 columns to float32:
+    1.3 ms against 3.0), the same values."""
+    if array.ndim != 2 or array.shape[1] < 2 or array.dtype == object or array.flags.c_contiguous:
+        return np.ascontiguousarray(array, dtype=dtype)
+    matrix = np.empty(array.shape, dtype=dtype)
+    for j in range(array.shape[1]):
+        matrix[:, j] = array[:, j]
+    return matrix
+
+
 def _matrix(df: Frame, columns: Sequence[str], kind: str, device: torch.device,
             dtype: torch.dtype = torch.float32, num_classes: int | None = None,
             ignore_index: int | None = -100) -> torch.Tensor:
@@ -331,7 +346,7 @@ def _matrix(df: Frame, columns: Sequence[str], kind: str, device: torch.device,
         _check_label_range(", ".join(columns), array.dtype, lambda: array.max() if array.size else None,
                            "label column" if is_label else "categorical column(s)")
     with np.errstate(over="ignore"):  # checked below, with the column named
-        matrix = np.ascontiguousarray(array, dtype=np.dtype(out))
+        matrix = _row_major(array, np.dtype(out))
     # One pass in the common case (every value finite), after the cast so that a float64
     # beyond float32's range is caught too; which columns fail is only worked out then.
     if not integer and array.dtype.kind in "fO" and not np.isfinite(matrix).all():
@@ -347,6 +362,12 @@ def _matrix(df: Frame, columns: Sequence[str], kind: str, device: torch.device,
         array = array.copy()
     tensor = torch.from_numpy(array)  # shares the numpy buffer
     return tensor if device.type == "cpu" else tensor.to(device, non_blocking=True)
+
+
+#: Rows converted at once by :func:`iter_batches` (rounded down to whole batches, at least
+#: one): large enough that the per-conversion cost is spread over many small batches, small
+#: enough that a table much larger than memory or the device is never converted whole.
+_CHUNK_ROWS = 1 << 18
 
 
 def _empty(rows: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -429,7 +450,13 @@ def iter_batches(
     label_dtype: torch.dtype = torch.int64,
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor | None] | tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]:
     """Yield ``(x, y)`` batches (``(x_num, x_cat, y)`` with ``categorical``) of ``batch_size``
-    rows; only one batch is converted at a time.
+    rows, converted a chunk of whole batches at a time (about 262,144 rows, at least one
+    batch): one gather on the frame, one conversion, one set of checks and one copy to the
+    device per chunk, and each batch a row slice (a view) of the chunk's tensors. The
+    batches are those each batch's rows give through :func:`to_tensors` (the same rows,
+    order and values for the same ``seed`` and ``epoch``); a chunk with bad rows is
+    converted batch by batch, so the batches before the bad one come out and the error
+    counts the rows of its batch.
 
     Args:
         df: a pandas, polars or cuDF frame.
@@ -462,13 +489,34 @@ def iter_batches(
     frame = wrap(_collected(df, "iter_batches"))
     require_columns(frame, [*features, *(categorical or []), *([label] if label else [])], "iter_batches")
     n = len(frame)
-    starts = list(range(0, n, batch_size))
-    if drop_last and starts and n - starts[-1] < batch_size:
-        starts.pop()
+    stop = n - n % batch_size if drop_last else n
+    if stop <= 0:
+        return
     # Shuffled: rows, not batches. Shuffling only the order of fixed slices left the same
     # tail out of every epoch with drop_last, and never mixed a sorted table's rows.
     order = np.random.default_rng(seed if epoch == 0 else (seed, epoch)).permutation(n) if shuffle else None
-    for start in starts:
-        rows = slice(start, start + batch_size) if order is None else order[start:start + batch_size]
-        yield to_tensors(nw.to_native(frame[rows]), features, label, categorical=categorical, device=device,
-                         num_classes=num_classes, ignore_index=ignore_index, label_dtype=label_dtype)
+    convert = dict(categorical=categorical, device=device, num_classes=num_classes, ignore_index=ignore_index,
+                   label_dtype=label_dtype)
+    # Whole batches per chunk, about _CHUNK_ROWS rows: one gather on the frame, one
+    # conversion and one set of checks per chunk, and each batch a row slice (a view) of
+    # the chunk's tensors, on the device already. The batches are the rows they were one
+    # batch at a time (same order, same seed), and memory stays bounded by the chunk.
+    step = batch_size * max(1, _CHUNK_ROWS // batch_size)
+    for start in range(0, stop, step):
+        end = min(start + step, stop)
+        rows = slice(start, end) if order is None else order[start:end]
+        try:
+            chunk = to_tensors(nw.to_native(frame[rows]), features, label, **convert)
+        except (TypeError, ValueError):
+            chunk = None  # (out of the except block: the batch's own error, not chained to this)
+        if chunk is None:
+            # Bad data somewhere in the chunk: batch by batch, as before, so the batches
+            # before the bad one come out and the error counts the rows of its batch.
+            for first in range(start, end, batch_size):
+                rows = slice(first, first + batch_size) if order is None else order[first:first + batch_size]
+                yield to_tensors(nw.to_native(frame[rows]), features, label, **convert)
+            continue
+        x, *rest, y = chunk
+        for first in range(0, end - start, batch_size):
+            last = first + batch_size
+            yield (x[first:last], *(c[first:last] for c in rest), None if y is None else y[first:last])

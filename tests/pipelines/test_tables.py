@@ -268,3 +268,71 @@ def test_the_label_as_a_feature_is_refused_and_missing_features_are_counted(back
             call()
     with pytest.raises(NonFiniteError, match=r"missing values in column\(s\) \['a', 'b'\] \(2, 1 of 4 rows\)"):
         to_tensors(frame, ["a", "b"], "y", device="cpu")
+
+
+def _one_batch_at_a_time(frame, batch_size, shuffle, seed, epoch, drop_last, **kw):
+    """What iter_batches gave before it converted chunks: each batch's rows (the seeded
+    permutation's, or a slice) through to_tensors alone."""
+    n = len(frame)
+    order = np.random.default_rng(seed if epoch == 0 else (seed, epoch)).permutation(n) if shuffle else np.arange(n)
+    stop = n - n % batch_size if drop_last else n
+    native = to_backend(frame, "pandas") if not isinstance(frame, pd.DataFrame) else frame
+    return [to_tensors(native.iloc[order[s:min(s + batch_size, stop)]], **kw) for s in range(0, stop, batch_size)]
+
+
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+@pytest.mark.parametrize(("batch_size", "shuffle", "drop_last"),
+                         [(7, False, False), (7, True, True), (64, True, False), (300, False, True), (2000, True, False)])
+def test_chunked_batches_are_the_rows_and_order_one_batch_at_a_time_gave(monkeypatch, table, backend, batch_size,
+                                                                          shuffle, drop_last):
+    # iter_batches converts ~_CHUNK_ROWS rows at once and slices batches out of them: the
+    # same batches as converting each batch alone (same seeded order), row-major, any chunk size.
+    import gpufeed.pipelines.tables as tables
+
+    monkeypatch.setattr(tables, "_CHUNK_ROWS", 100)
+    frame = to_backend(table.assign(k=table["b"].astype("int64") % 3), backend)
+    kw = dict(features=["a", "c"], label="label", categorical=["k", "b"], device="cpu")
+    got = list(iter_batches(frame, batch_size=batch_size, shuffle=shuffle, seed=3, epoch=1, drop_last=drop_last,
+                            **kw))
+    want = _one_batch_at_a_time(table.assign(k=table["b"].astype("int64") % 3), batch_size, shuffle, 3, 1,
+                                drop_last, **kw)
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        for a, b in zip(g, w, strict=True):
+            assert a.dtype == b.dtype and a.is_contiguous() and torch.equal(a, b)
+
+
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_bad_rows_mid_table_fail_at_their_batch_with_its_row_count(monkeypatch, backend):
+    # A chunk with bad rows goes batch by batch: the batches before the bad one come out,
+    # and the error counts the rows of its batch, as when each batch was converted alone.
+    import gpufeed.pipelines.tables as tables
+
+    monkeypatch.setattr(tables, "_CHUNK_ROWS", 40)
+    a = np.arange(100, dtype=float)
+    a[57] = np.nan
+    frame = to_backend(pd.DataFrame({"a": a, "y": np.arange(100) % 3}), backend)
+    seen = []
+    with pytest.raises(NonFiniteError, match=r"missing values in column\(s\) \['a'\] \(1 of 10 rows\)"):
+        for x, _ in iter_batches(frame, ["a"], "y", batch_size=10, device="cpu"):
+            seen.append(x)
+    assert [float(x[0, 0]) for x in seen] == [0.0, 10.0, 20.0, 30.0, 40.0]
+    big = to_backend(pd.DataFrame({"a": np.arange(100.0), "y": np.where(np.arange(100) == 93, 5, 1)}), backend)
+    with pytest.raises(ColumnTypeError, match=r"beyond num_classes=3 \(1 of 10 rows, highest 5\)"):
+        list(iter_batches(big, ["a"], "y", batch_size=10, device="cpu", num_classes=3))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_chunked_batches_on_the_gpu_equal_those_on_the_cpu(monkeypatch, table, backend):
+    # Each chunk goes to the device once and its batches are slices there.
+    import gpufeed.pipelines.tables as tables
+
+    monkeypatch.setattr(tables, "_CHUNK_ROWS", 256)
+    frame = to_backend(table, backend)
+    cpu = list(iter_batches(frame, FEATURES, "label", batch_size=100, device="cpu", shuffle=True, seed=2))
+    gpu = list(iter_batches(frame, FEATURES, "label", batch_size=100, device="cuda", shuffle=True, seed=2))
+    assert len(cpu) == len(gpu) == 10
+    for (x, y), (gx, gy) in zip(cpu, gpu, strict=True):
+        assert gx.device.type == "cuda" and gx.is_contiguous()
+        assert torch.equal(x, gx.cpu()) and torch.equal(y, gy.cpu())
