@@ -159,6 +159,67 @@ def test_mixed_types_are_found_in_columns_of_distinct_values_and_of_repeats(tmp_
         assert list(read_table(tmp_path / "codes.csv", backend=backend)["code"][:3]) == ["u0", "0E0", "12"]
 
 
+@pytest.mark.parametrize(("numbers", "options"), [
+    (["7", "1e3", "8.5"], {}), (["-7", "-7.5", "-0.25"], {}), (["+7", "+7.5", "+1e3"], {}), ([".5", ".25", ".75"], {}),
+    ([" 7", " 8.5", "  9"], {}), (["\t7", "\t8", "\t9"], {}), (["inf", "Infinity", "inf"], {}),
+    (["INF", "Inf", "INFINITY"], {}), ([",5", ",25", ",75"], {"sep": ";", "decimal": ","}),
+])
+def test_mixed_types_are_found_whatever_the_numbers_start_with(tmp_path, numbers, options):
+    # The check passes over a text column none of whose values starts as a number can
+    # (a sign, a digit, a decimal mark, "inf", a space): columns of numbers all starting
+    # with one of these, with one word among them, are still refused.
+    sep = options.get("sep", ",")
+    path = tmp_path / "mixed.csv"
+    path.write_text(f"station{sep}power\n" + "".join(f"s{i}{sep}{v}\n" for i, v in enumerate(numbers * 3))
+                    + f"s9{sep}n/a?\n")
+    with pytest.raises(MixedTypeError, match=r"column 'power'.*'n/a\?' on line 11\."):
+        read_table(path, backend="pandas", **options)
+
+
+def test_the_number_prefilter_never_misses_a_number():
+    # _may_hold_numbers may say "maybe" of a column of words, never "no" of one holding a
+    # value the checks take for a number: random values from number-like pieces, in
+    # chunked, sliced, large and gappy columns.
+    import pyarrow as pa
+
+    from gpufeed.datasets.tables.csv import _may_hold_numbers, _numbers
+
+    rng = np.random.default_rng(0)
+    pieces = ["1", "07", ".", ",", "+", "-", "e", "E", "inf", "Infinity", "nan", " ", "\t", "x", "C", "\u0663",
+              "\u00a0", "é", ""]
+    values = ["".join(rng.choice(pieces, size=rng.integers(1, 5))) for _ in range(4000)]
+    for decimal in (".", ","):
+        numeric = _numbers(pa.array(values), decimal)
+        assert numeric.any()
+        for value, is_number in zip(values, numeric, strict=True):
+            if is_number:
+                for kind in (pa.string(), pa.large_string()):
+                    column = pa.chunked_array([pa.array(["Cx", None, ""], kind),
+                                               pa.array(["", "abc", value], kind).slice(1)])
+                    assert _may_hold_numbers(column), (value, decimal, kind)
+    # gaps and empty values anywhere, also at a chunk's end after a value ending in a digit
+    words = pa.chunked_array([pa.array(["C0234831", None, "", "cit_001"]), pa.array(["x", "", "Zürich"]).slice(1),
+                              pa.array(["x", "5"]).slice(0, 1), pa.array(["mer_00012", None]), pa.array(["cit_7", ""]),
+                              pa.array(["zd9", None, "", None]).slice(0, 3)])
+    assert not _may_hold_numbers(words)
+    assert not _may_hold_numbers(pa.chunked_array([pa.array([None, ""], pa.string())]))
+
+
+def test_slots_within_is_true_only_when_every_value_is_within():
+    import pyarrow as pa
+
+    from gpufeed.datasets.tables.base import slots_within
+
+    assert slots_within(pa.chunked_array([pa.array([2**60, 1, -2**53]).slice(1)]), 2**53)
+    assert not slots_within(pa.chunked_array([pa.array([1, -2**53 - 1])]), 2**53)
+    assert not slots_within(pa.chunked_array([pa.array([1, 2**64 - 1], pa.uint64())]), 2**53)
+    assert slots_within(pa.chunked_array([pa.array([0, 2**53], pa.uint64())]), 2**53)
+    assert not slots_within(pa.chunked_array([pa.array([1.0, float("nan")])]), 2.0**63)
+    assert not slots_within(pa.chunked_array([pa.array([1.0, float("inf")])]), 2.0**63)
+    assert slots_within(pa.chunked_array([pa.array([1.0, None, -2.5])]), 2.0**63)
+    assert not slots_within(pa.chunked_array([pa.array([1.0]), pa.array([-2.0**63])]), float(np.nextafter(2.0**63, 0)))
+
+
 @pytest.mark.parametrize(("name", "text", "line"), [
     # a skipped malformed line and a blank line before the bad value, gzip-compressed
     ("mixed.csv.gz", "station,power\ns1,10\ns2,1,2\n\ns3,n/a?\ns4,7\n", 5),
@@ -1022,6 +1083,36 @@ def test_quoted_line_breaks_read_whole_past_the_first_block(tmp_path, backend):
     assert len(frame) == len(expected) == 30_000 and report.bad_lines == []
     back = to_backend(frame, "pandas")
     assert back["note"].tolist() == expected["note"].tolist() and back["v"].tolist() == expected["v"].tolist()
+
+
+def test_csv_text_on_polars_is_polars_strings_in_every_chunk(tmp_path):
+    # Text reaches polars as Arrow string views (short ones inline, long ones in buffers),
+    # over several of Arrow's blocks: the same String column pl.read_csv gives.
+    values = ["a", "", None, "Zürich", "x" * 12, "y" * 13, "long text past the inline twelve bytes ✓"]
+    rows = [values[i % len(values)] for i in range(300_000)]
+    path = tmp_path / "text.csv"
+    path.write_text("id,name\n" + "".join(f"{i},{'' if v is None else v}\n" for i, v in enumerate(rows)))
+    frame = read_table(path, backend="polars")
+    assert frame.schema["name"] == pl.String and frame["name"].n_chunks() >= 1
+    expected = pl.read_csv(path)["name"]
+    assert frame["name"].equals(expected) and frame["name"].null_count() == expected.null_count() > 0
+    assert frame["name"].str.len_bytes().sum() == expected.str.len_bytes().sum()
+
+
+def test_a_quote_found_past_the_first_scanned_bytes_reads_quote_aware(tmp_path, monkeypatch):
+    # The scan for a quote reads the file a buffer at a time: a quoted line break after
+    # the first buffer (here 64 bytes) still makes Arrow parse quote-aware.
+    from gpufeed.datasets.tables import csv as csv_module
+
+    monkeypatch.setattr(csv_module, "_SCAN_SIZE", 64)
+    path = tmp_path / "late.csv"
+    path.write_text("id,note\n" + "".join(f"{i},plain\n" for i in range(40)) + '40,"two\nlines"\n41,last\n')
+    assert csv_module._may_quote(path)
+    frame = read_table(path, backend="pandas")
+    assert len(frame) == 42 and frame["note"].iloc[40] == "two\nlines"
+    plain = tmp_path / "plain.csv"
+    plain.write_text("id,note\n" + "".join(f"{i},plain\n" for i in range(40)))
+    assert not csv_module._may_quote(plain)
 
 
 def test_a_header_or_a_field_longer_than_a_block_is_read(tmp_path):

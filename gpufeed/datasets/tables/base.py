@@ -295,6 +295,27 @@ NULLABLE_INTS = {"int8": "Int8", "int16": "Int16", "int32": "Int32", "int64": "I
                  "uint8": "UInt8", "uint16": "UInt16", "uint32": "UInt32", "uint64": "UInt64"}
 
 
+def slots_within(column: Any, bound: float) -> bool:
+    """Whether every value slot of the Arrow integer or float ``column`` lies within
+    ``-bound..bound``, read off its data buffers with numpy: True only when every value
+    does; null slots (whatever they hold) and NaN count against it, so False means "look
+    closer" (``pc.min_max``). A quick test before the exact one: min_max took 4 ms per
+    million floats, the buffers' max and min 1 ms."""
+    import numpy as np
+
+    for chunk in column.chunks:
+        buffers = chunk.buffers()
+        if not len(chunk):
+            continue
+        if len(buffers) != 2 or buffers[1] is None:
+            return False
+        values = np.frombuffer(buffers[1], chunk.type.to_pandas_dtype())[chunk.offset:chunk.offset + len(chunk)]
+        low, high = values.min().item(), values.max().item()  # Python numbers: exact comparisons
+        if not (-bound <= low and high <= bound):  # NaN fails both
+            return False
+    return True
+
+
 def arrow_to_pandas(table: Any, path: Path) -> Frame:
     """An Arrow table as the pandas frame every reader hands back, with the same meaning as
     the table polars gets from the same file.
@@ -327,7 +348,8 @@ def arrow_to_pandas(table: Any, path: Path) -> Frame:
             continue
         if pa.types.is_boolean(kind):
             nullable[i] = pd.BooleanDtype()
-        elif pa.types.is_integer(kind) and len(column) > column.null_count:
+        elif (pa.types.is_integer(kind) and len(column) > column.null_count
+              and not slots_within(column, EXACT_FLOAT_INT)):
             low, high = pc.min_max(column).values()
             if max(abs(low.as_py()), abs(high.as_py())) > EXACT_FLOAT_INT:
                 nullable[i] = pd.api.types.pandas_dtype(NULLABLE_INTS[str(kind)])

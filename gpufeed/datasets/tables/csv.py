@@ -16,6 +16,7 @@ import csv
 import io
 import itertools
 import re
+import stat
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -35,6 +36,7 @@ from gpufeed.datasets.tables.base import (
     decompression_errors,
     open_compressed,
     open_decompressed,
+    slots_within,
 )
 from gpufeed.gpu_transforms.tabular.errors import EmptyTableError, MalformedCSVError, MixedTypeError
 from gpufeed.gpu_transforms.tabular.frames import Frame, repeated, to_backend
@@ -116,20 +118,29 @@ def _parse_options(sep: str, handler: Callable[[Any], str], quoted: bool = True)
     return pacsv.ParseOptions(delimiter=sep, newlines_in_values=quoted, invalid_row_handler=handler)
 
 
+#: Bytes :func:`_may_quote` reads at a time.
+_SCAN_SIZE = 1 << 22
+
+
 def _may_quote(path: Path) -> bool:
     """Whether the file may hold a quoted field (so a quoted line break): False only for an
-    uncompressed file without a ``"`` byte. A memchr scan of the mapped file (165 MB: about
-    28 ms, ending at the first quote where there is one) against the 60 ms that quote-aware
-    parsing costs there."""
-    import mmap
-
+    uncompressed file without a ``"`` byte. A memchr scan of the file read 4 MiB at a time
+    into one buffer (165 MB: about 17 ms, ending at the first quote where there is one)
+    against the 60 ms that quote-aware parsing costs there; scanning the mapped file took
+    23-28 ms, most of it page faults and the unmapping."""
     if compression_of(path) is not None:
         return True
+    buffer = bytearray(_SCAN_SIZE)
     try:
-        with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-            return mapped.find(b'"') != -1
-    except (OSError, ValueError):  # an empty file (nothing to map), a pipe: parse quote-aware
+        if not stat.S_ISREG(path.stat().st_mode):  # a pipe: scanning it would consume it
+            return True
+        with open(path, "rb", buffering=0) as fh:
+            while size := fh.readinto(buffer):
+                if buffer.find(b'"', 0, size) != -1:
+                    return True
+    except OSError:  # unreadable here: parse quote-aware (Arrow names the problem)
         return True
+    return False
 
 
 def _outgrows_block(exc: Exception, path: Path, block: int) -> bool:
@@ -441,6 +452,11 @@ def _header_names(names: list[str]) -> list[str]:
     return [name or f"Unnamed: {i}" for i, name in enumerate(names)]
 
 
+#: The largest float64 below 2**63: a float column within it holds no whole number
+#: beyond int64 (:func:`_unsigned_ids`).
+_BELOW_2_63 = float(np.nextafter(2.0**63, 0))
+
+
 def _unsigned_ids(table: Any, path: Path, read_options: Callable[[], Any], convert_options: Any, sep: str,
                   typed: set[str] = frozenset(), quoted: bool = True) -> Any:
     """``table`` with its whole-number columns beyond int64 read again exactly: up to
@@ -453,7 +469,7 @@ def _unsigned_ids(table: Any, path: Path, read_options: Callable[[], Any], conve
     Arrow's CSV type inference knows no uint64 and no wider integer: such a column came
     back float64, every value rounded to 53 bits, silently (pandas keeps the wider ones as
     Python ints, object). Only columns whose largest magnitude is at least 2**63 are read
-    again, so other files pay one ``min_max`` per float column.
+    again, so other files pay a look at each float column's buffers (:func:`slots_within`).
     """
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -463,7 +479,9 @@ def _unsigned_ids(table: Any, path: Path, read_options: Callable[[], Any], conve
     for name, column in zip(table.column_names, table.columns, strict=True):
         if name in typed:  # read as the caller asked (dtype=)
             continue
-        if pa.types.is_floating(column.type) and len(column) > column.null_count:
+        # slots_within first: numpy's min and max of the buffers, a quarter of min_max's time.
+        if (pa.types.is_floating(column.type) and len(column) > column.null_count
+                and not slots_within(column, _BELOW_2_63)):
             low, high = (v.as_py() for v in pc.min_max(column).values())
             if low >= 0 and 2.0**63 <= high <= 2.0**64:  # 2**64 - 1 rounds up to 2**64
                 unsigned.append(name)
@@ -533,6 +551,45 @@ def _numbers(values: Any, decimal: str) -> np.ndarray:
         values = pc.if_else(pc.match_substring(values, "."), pa.scalar(None, values.type),
                             pc.replace_substring(values, ",", "."))
     return pc.match_substring_regex(values, _NUMBER).fill_null(False).to_numpy(zero_copy_only=False)
+
+
+#: The bytes a value that reads as a number (:data:`_NUMBER`, also with ``decimal=","``,
+#: and :data:`_DECIMAL_COMMA`) can start with: a digit, a sign, a decimal mark, the ``i``
+#: of ``inf``, ASCII white space, and any byte of a multi-byte UTF-8 character (Unicode
+#: digits and spaces), so that no number is missed.
+_NUMBER_START = np.zeros(256, dtype=bool)
+_NUMBER_START[list(b"0123456789+-.,iI \t\n\v\f\r")] = True
+_NUMBER_START[0x80:] = True
+
+
+def _may_hold_numbers(column: Any) -> bool:
+    """Whether a value of the Arrow text ``column`` may read as a number: False when no
+    value starts with a byte of :data:`_NUMBER_START` (ids ``C0234831``, codes, names), told
+    from the first byte of each value, gathered with numpy from the column's buffers: 2 ms
+    for a million values, where hashing them (:func:`_distinct`) took 10 ms for a column of
+    a few distinct values and matching them against :data:`_NUMBER` 40 ms for an id column
+    (a 1M-row table of 7 text columns: the checks took 100 ms, a quarter of the read).
+
+    An empty value or a gap starts where the next value does, so its "first byte" is that
+    value's (those at a chunk's end are left out); a null slot that holds bytes (not from
+    Arrow's CSV reader) is looked at as a value: a True may be wrong (the checks then
+    tell), a False never is."""
+    import pyarrow as pa
+
+    offset_type = np.dtype(np.int64 if pa.types.is_large_string(column.type) else np.int32)
+    for chunk in column.chunks:
+        if not len(chunk):
+            continue
+        _, offsets, data = chunk.buffers()
+        if offsets is None:
+            return True
+        if data is None or not data.size:
+            continue  # every value empty or missing: none is a number
+        offsets = np.frombuffer(offsets, offset_type, len(chunk) + 1, chunk.offset * offset_type.itemsize)
+        starts = offsets[:offsets[:-1].searchsorted(offsets[-1])]  # the empty ones at the end left out
+        if _NUMBER_START.take(np.frombuffer(data, np.uint8).take(starts)).any():
+            return True
+    return False
 
 
 def _distinct(column: Any) -> tuple[Any, np.ndarray]:
@@ -634,6 +691,8 @@ def _check_mixed_types(
     for name, column in zip(table.column_names, table.columns, strict=True):
         if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
             continue
+        if not _may_hold_numbers(column):
+            continue  # no value can be a number (nor one with a decimal comma): plain text
         # In Arrow, not on Python strings: an id column of a million distinct values took
         # seconds through pandas (reading such a file was 15-40x slower than pandas).
         values, rows = _distinct(column)
@@ -684,7 +743,14 @@ def _check_mixed_types(
 def _from_arrow(table: Any, backend: str, path: Path) -> Frame:
     if backend == "polars":
         import polars as pl
+        import pyarrow as pa
 
+        # Text handed over as Arrow string views, polars' own layout: Arrow's cast and
+        # polars' import took half the time of polars converting the plain strings (1M rows,
+        # 7 text columns: 26 against 50 ms), with the same frame.
+        for i, column in enumerate(table.columns):
+            if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+                table = table.set_column(i, table.field(i).with_type(pa.string_view()), column.cast(pa.string_view()))
         return pl.from_arrow(table)
     if backend == "cudf":
         import cudf
