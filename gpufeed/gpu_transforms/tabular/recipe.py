@@ -125,15 +125,9 @@ def _category_numbers(frame: NwFrame, op: TableOp, schema: dict[str, Any]) -> tu
         return frame, schema
     backend = backend_of(frame)
     native = nw.to_native(frame)
-    if backend == "pandas":
-        values = {c: v for c in categoricals if (v := pandas_category_values(native[c])) is not None
-                  and v.dtype.kind in "iufb"}
-        if not values:
-            return frame, schema
-        frame = wrap(assign(native, values))
-    elif backend == "cudf":
-        values = {c: v for c in categoricals if (v := cudf_category_values(native[c])) is not None
-                  and v.dtype.kind in "iufb"}
+    if backend in ("pandas", "cudf"):
+        read = pandas_category_values if backend == "pandas" else cudf_category_values
+        values = {c: v for c in categoricals if (v := read(native[c])) is not None and v.dtype.kind in "iufb"}
         if not values:
             return frame, schema
         frame = wrap(assign(native, values))
