@@ -24,6 +24,7 @@ import numpy as np
 from gpufeed.gpu_transforms.tabular.errors import ColumnTypeError, NonFiniteError
 from gpufeed.gpu_transforms.tabular.frames import (
     NwFrame,
+    backend_of,
     dtypes_of,
     first_value,
     is_lazy,
@@ -204,10 +205,22 @@ def require_numbers(frame: NwFrame, op: TableOp, where: str, *, fitting: bool = 
             elif held is not None and untyped:
                 bad[c] = held
     if bad:
+        unknown = _unknown_categories(frame, [c for c in bad if schema[c] == nw.Categorical])
+        hint = (f"; Dask does not know the categories of {unknown} (read_parquet's categoricals), which "
+                "may be numbers: make them known first (ddf[c] = ddf[c].cat.as_known(): a categorical of "
+                "numbers is then read as its values) or cast them") if unknown else ""
         raise ColumnTypeError(
             f"{where} works on {op.takes}; column(s) {bad} (name: dtype) are not: encode text or "
-            "categories with Categorify or HashBucket, or turn the column(s) into numbers first"
+            f"categories with Categorify or HashBucket, or turn the column(s) into numbers first{hint}"
         )
+
+
+def _unknown_categories(frame: NwFrame, categoricals: list[str]) -> list[str]:
+    """The Dask categoricals among ``categoricals`` whose categories Dask does not know."""
+    if not categoricals or backend_of(frame) != "dask":
+        return []
+    native = nw.to_native(frame)
+    return [c for c in categoricals if not native[c].cat.known]
 
 
 #: What :func:`_held` says of a column whose every value is missing.

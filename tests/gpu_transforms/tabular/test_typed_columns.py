@@ -301,3 +301,22 @@ def test_categorify_of_duration_categories_on_dask_is_refused_by_name_as_on_pand
     for frame in (df, ddf):
         with pytest.raises(ColumnTypeError, match=r"Categorify: column 'c' holds Timedelta values"):
             Recipe([Categorify(["c"])]).fit(frame)
+
+
+def test_a_numeric_op_on_a_dask_categorical_of_unknown_categories_says_how_to_read_its_numbers(tmp_path):
+    # read_parquet's categoricals come with categories Dask does not know (typed as text), so
+    # a numeric op cannot tell a categorical of numbers, which pandas reads as its values:
+    # the error names the column and the way out; as_known() then runs as pandas does.
+    pytest.importorskip("dask.dataframe")
+    from gpufeed.gpu_transforms.tabular.dask import read_dask
+
+    df = pd.DataFrame({"c": pd.Categorical([9, 10, None, 100, 9, 10]), "x": [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]})
+    df.to_parquet(tmp_path / "t.parquet", row_group_size=3)
+    ddf = read_dask(str(tmp_path / "t.parquet"), backend="pandas")
+    with pytest.raises(ColumnTypeError, match=r"Dask does not know the categories of \['c'\].*as_known"):
+        Recipe([Standardize(["c"])]).fit_transform(ddf)
+    ddf["c"] = ddf["c"].cat.as_known()
+    got = Recipe([Standardize(["c"])]).fit_transform(ddf).compute()["c"]
+    want = Recipe([Standardize(["c"])]).fit_transform(df)["c"]
+    assert got.isna().tolist() == want.isna().tolist()
+    assert got.dropna().tolist() == pytest.approx(want.dropna().tolist(), rel=1e-12)
