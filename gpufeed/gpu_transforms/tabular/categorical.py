@@ -392,7 +392,12 @@ class LabelEncode(TableOp):
 
     def fit(self, frame: NwFrame, backend: str) -> None:
         fitted = Categorify(self.columns)
-        fitted.fit(frame, backend)
+        try:
+            fitted.fit(frame, backend)
+        except ColumnTypeError as exc:  # the user wrote LabelEncode: the message names it
+            if not str(exc).startswith("Categorify:"):
+                raise
+            raise type(exc)("LabelEncode:" + str(exc).removeprefix("Categorify:")) from exc
         self.state = fitted.state
 
     def transform(self, frame: NwFrame, backend: str) -> NwFrame:

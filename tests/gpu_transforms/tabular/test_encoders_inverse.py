@@ -165,3 +165,12 @@ def test_cudf_label_encode_and_inverse_match_pandas(table):
                                            groups=cudf.from_pandas(table)["g"]).cpu().numpy(), table["x"], rtol=1e-12)
     with pytest.raises(UnseenCategoryError, match=r"target column 't' has 1 value\(s\) not seen"):
         gpu.transform(cudf.from_pandas(table.assign(t=["zzz"] + table["t"].tolist()[1:])))
+
+
+def test_label_encode_names_itself_in_a_fitting_error():
+    # It fits through Categorify, whose errors named "Categorify:" though the user wrote LabelEncode.
+    from gpufeed.gpu_transforms.tabular import ColumnTypeError
+
+    mixed = pd.DataFrame({"t": pd.Series(["a", 1, "b"], dtype=object)})
+    with pytest.raises(ColumnTypeError, match=r"^LabelEncode: column 't' mixes"):
+        Recipe([LabelEncode(["t"])]).fit(mixed)
