@@ -38,6 +38,7 @@ from gpufeed.gpu_transforms.tabular.frames import (
     backend_of,
     dtypes_of,
     is_lazy,
+    is_missing,
     nan_as_null,
     require_columns,
     wrap,
@@ -286,7 +287,8 @@ class Recipe:
             values: a torch tensor (kept on its device; a floating one keeps its dtype,
                 computed in float64), a numpy array, a list or a number.
             groups: for ``Standardize(by=...)``: each row's group before the recipe
-                (e.g. ``val["region"]``); unseen or missing groups use the global statistics.
+                (e.g. ``val["region"]``), or after the ops before it when one of them encodes
+                the ``by`` column; unseen or missing groups use the global statistics.
 
         Raises:
             ValueError: no op transformed ``column``; ``Categorify`` or ``HashBucket`` codes
@@ -302,6 +304,8 @@ class Recipe:
                                      f"{ops[len(ops) - i].kind}; nothing to invert to")
                 values = op.inverse(column, values)
             elif isinstance(op, Standardize):
+                if op.by and groups is not None:
+                    self._check_groups(op, groups)
                 values = op.inverse(column, values, groups=groups)
             elif hasattr(op, "inverse"):
                 values = op.inverse(column, values)
@@ -310,6 +314,22 @@ class Recipe:
                                  "invert (categories map to codes, not back)")
             # FillMissing, Clip: values pass through
         return values
+
+    def _check_groups(self, op: Standardize, groups: Any) -> None:
+        """Refuse ``groups`` none of which the op fitted when an op before it changed its ``by``
+        column (``Categorify`` first: the op grouped by codes, and the raw groups would all
+        fall back to the global statistics, silently)."""
+        before = [o for o in self.ops[:self.ops.index(op)] if op.by in o.columns]
+        if not before:
+            return
+        fitted = {g[0] for rows in op.state.get("groups", {}).values() for g in rows}
+        given = groups.to_arrow().to_pylist() if type(groups).__module__.split(".")[0] in ("polars", "cudf") else (
+            groups.tolist() if hasattr(groups, "tolist") else list(groups))
+        given = {g for g in given if not is_missing(g)}
+        if fitted and given and not given & fitted:
+            raise ValueError(f"Recipe.inverse: Standardize(by={op.by!r}) grouped by {op.by!r} as {before[-1].kind} "
+                             f"left it (e.g. {sorted(fitted, key=str)[:3]}), and none of groups= is one of them "
+                             f"(e.g. {sorted(given, key=str)[:3]}): pass the {op.by!r} column after the recipe")
 
     def to_json(self) -> str:
         """The recipe and its fitted statistics as JSON (serving loads it with :meth:`from_json`)."""

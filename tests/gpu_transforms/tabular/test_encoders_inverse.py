@@ -141,6 +141,18 @@ def test_inverse_of_standardize_by_group_needs_the_groups(table, backend):
         recipe.inverse("x", [0.0, 1.0, 2.0], groups=["n", "s"])
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_inverse_refuses_raw_groups_of_a_by_column_encoded_before(table, backend):
+    # Categorify(["g"]) before Standardize(by="g"): the op grouped by codes 2..4, so the raw
+    # groups "n", "s", "e" had all silently taken the global statistics (a wrong inverse).
+    frame = to_backend(table, backend)
+    recipe = Recipe([Categorify(["g"]), Standardize(["x"], by="g")])
+    out = _pandas(recipe.fit_transform(frame))
+    with pytest.raises(ValueError, match=r"Standardize\(by='g'\) grouped by 'g' as categorify left it.*after the recipe"):
+        recipe.inverse("x", out["x"].to_numpy(), groups=frame["g"])
+    np.testing.assert_allclose(recipe.inverse("x", out["x"].to_numpy(), groups=out["g"]), table["x"], rtol=1e-13)
+
+
 def test_inverse_refuses_codes_and_columns_it_did_not_touch(table):
     recipe = Recipe([Standardize(["x"]), Categorify(["k"])]).fit(table)
     with pytest.raises(ValueError, match=r"categorify codes of column 'k' are no numbers to invert"):
