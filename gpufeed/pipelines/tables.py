@@ -220,7 +220,7 @@ def _check_features(features: Sequence[str], where: str, label: str | None = Non
                          "the features (the model would be given the answer it is to predict)")
 
 
-def _check_numeric(df: Frame, columns: Sequence[str]) -> None:
+def _check_numeric(df: Frame, columns: Sequence[str], label: str | None = None) -> None:
     """Name the columns a tensor cannot hold (text, categories, dates) before converting.
 
     Bad data in the hand-off raises the table ops' errors (:class:`ColumnTypeError`,
@@ -230,8 +230,10 @@ def _check_numeric(df: Frame, columns: Sequence[str]) -> None:
     # pandas object columns may hold numbers: they are tried (and named if they fail) below.
     bad = {c: str(schema[c]) for c in columns if not (schema[c].is_numeric() or schema[c] in (nw.Boolean, nw.Object))}
     if bad:
+        # A text label is a target's classes: LabelEncode (0..K-1), not Categorify (reserves 0, 1).
+        target = f"; the label {label!r}: LabelEncode([{label!r}]) (classes 0..K-1)" if label in bad else ""
         raise ColumnTypeError(f"to_tensors needs numeric columns; {bad} are not: encode them first "
-                        "(Categorify or HashBucket for categories)")
+                              f"(Categorify or HashBucket for categories{target})")
 
 
 def _check_codes(df: Frame, columns: Sequence[str]) -> None:
@@ -426,7 +428,7 @@ def to_tensors(
     df = _collected(df, "to_tensors")
     codes = list(categorical or [])
     require_columns(wrap(df), [*features, *codes, *([label] if label else [])], "to_tensors")
-    _check_numeric(df, [*features, *([label] if label else [])])
+    _check_numeric(df, [*features, *([label] if label else [])], label)
     _check_codes(df, codes)
     dev = resolve_device(device)
     rows = None if features and (categorical is None or codes) else len(wrap(df))

@@ -165,3 +165,14 @@ def test_cudf_hand_off_of_codes_and_float_labels_matches_pandas(table):
         to_tensors(bad, ["n"], "y", device="cuda", label_dtype=torch.float32)
     batches = list(iter_batches(gdf, ["n"], "cls", categorical=["k"], batch_size=16, device="cuda"))
     assert sum(len(b[1]) for b in batches) == 50
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_text_label_points_to_label_encode(table, backend):
+    # iris' Species as the label: Categorify (the only advice before) reserves codes 0 and 1,
+    # two outputs a classifier never trains; a target's classes are LabelEncode's.
+    frame = to_backend(table, backend)
+    with pytest.raises(ColumnTypeError, match=r"the label 'cls': LabelEncode\(\['cls'\]\) \(classes 0..K-1\)"):
+        to_tensors(frame, ["n"], "cls", device="cpu")
+    with pytest.raises(ColumnTypeError, match=r"\{'k': 'String'\} are not.*categories\)$"):
+        to_tensors(frame, ["k"], "y", label_dtype=torch.float32, device="cpu")
