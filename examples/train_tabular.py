@@ -284,6 +284,9 @@ def main(argv: list[str] | None = None) -> int:
         if low < 0:
             p.error(f"--target {label!r} holds negative values ({low}): not class indices")
         outputs = int(high) + 1
+        if outputs > max(len(train), args.max_categories):  # Salaries' salary: 231,546 outputs for 318 rows
+            p.error(f"--target {label!r} holds integers up to {high}: {outputs} classes for {len(train)} training "
+                    "rows, not classes: pass --task regression, or --above X")
     model = TabularMLP(len(numeric), sizes, outputs).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=args.lr)
     what = "rmse" if regression else "acc"

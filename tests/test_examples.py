@@ -137,6 +137,20 @@ def test_tabular_example_label_encodes_a_text_target(tmp_path):
     assert "val_acc=" in out.stdout.strip().splitlines()[-1]
 
 
+def test_tabular_example_refuses_an_integer_amount_as_classes(tmp_path):
+    # R's Salaries: --target salary (integers up to 231,545) without --task regression had
+    # trained a 231,546-output classifier on 318 rows, to an accuracy of 0.
+    data = tmp_path / "salaries.csv"
+    data.write_text("rank,years,salary\n" + "".join(f"{'AB'[i % 2]},{i % 40},{50000 + 997 * i}\n" for i in range(60)))
+    out = subprocess.run([sys.executable, str(TABULAR_SCRIPT), "--data", str(data), "--target", "salary", "--device",
+                          "cpu", "--backend", "pandas", "--recipe-out", str(tmp_path / "r.json")],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-2000:]
+    last = out.stderr.strip().splitlines()[-1]
+    assert "--target 'salary' holds integers up to 10" in last
+    assert last.endswith("classes for 48 training rows, not classes: pass --task regression, or --above X")
+
+
 @pytest.mark.parametrize("script, args, message", [
     (SCRIPT, ["--batch-size", "0"], "--batch-size must be >= 1, got 0"),
     (SCRIPT, ["--data", "{missing}"], "image root {missing} does not exist"),
