@@ -736,15 +736,19 @@ def _float_values(values: Any, where: str) -> tuple[Any, Callable[[Any], Any]]:
     return array, lambda out: out
 
 
+def group_values(groups: Any) -> list[Any]:
+    """``groups`` (a Series of any backend, an array, a list, a tensor) as a Python list."""
+    if type(groups).__module__.split(".")[0] in ("polars", "cudf"):  # cuDF has no tolist
+        return groups.to_arrow().to_pylist()
+    return groups.tolist() if hasattr(groups, "tolist") else list(groups)
+
+
 def _group_keys(groups: Any, rows: int, where: str) -> tuple[np.ndarray, list[Any]]:
     """``(codes per row, distinct keys)`` of ``groups`` (a Series of any backend, an array, a
     list, a tensor): pandas' factorisation, -1 for a missing key."""
     import pandas as pd
 
-    if type(groups).__module__.split(".")[0] in ("polars", "cudf"):  # cuDF has no tolist
-        keys = groups.to_arrow().to_pylist()
-    else:
-        keys = groups.tolist() if hasattr(groups, "tolist") else list(groups)
+    keys = group_values(groups)
     if len(keys) != rows:
         raise ValueError(f"{where}: groups has {len(keys)} values for {rows} rows; pass one group per row")
     codes, uniques = pd.factorize(pd.Series(keys, dtype=object))

@@ -51,6 +51,7 @@ from gpufeed.gpu_transforms.tabular.ops import (
     Standardize,
     TableOp,
     all_missing_as_float,
+    group_values,
     require_numbers,
 )
 from gpufeed.gpu_transforms.tabular.pandas_kernels import assign
@@ -323,9 +324,7 @@ class Recipe:
         if not before:
             return
         fitted = {g[0] for rows in op.state.get("groups", {}).values() for g in rows}
-        given = groups.to_arrow().to_pylist() if type(groups).__module__.split(".")[0] in ("polars", "cudf") else (
-            groups.tolist() if hasattr(groups, "tolist") else list(groups))
-        given = {g for g in given if not is_missing(g)}
+        given = {g for g in group_values(groups) if not is_missing(g)}
         if fitted and given and not given & fitted:
             raise ValueError(f"Recipe.inverse: Standardize(by={op.by!r}) grouped by {op.by!r} as {before[-1].kind} "
                              f"left it (e.g. {sorted(fitted, key=str)[:3]}), and none of groups= is one of them "
