@@ -268,13 +268,18 @@ def decode_checked(data: np.ndarray) -> tuple[str | None, torch.Tensor | None]:
     reason = undecodable_reason(data)
     if reason is not None:
         return reason, None
-    from gpufeed.pipelines.torch_loader import DECODE_ERRORS, decode_failure, decode_rgb
-
     # Stray bytes between a JPEG's header segments (some cameras and editors write them)
     # make libjpeg warn "Corrupt JPEG data: N extraneous bytes before marker" about an
     # intact image: the loaders yield such a file (the DALI feed drops the bytes), so the
     # check judges it without them, as :func:`_load_and_check` writes it.
-    data = _without_stray_bytes(data)
+    return _decode_cleaned(_without_stray_bytes(data))
+
+
+def _decode_cleaned(data: np.ndarray) -> tuple[str | None, torch.Tensor | None]:
+    """:func:`decode_checked` of bytes already through :func:`_without_stray_bytes` and
+    :func:`~gpufeed.datasets.image_bytes.undecodable_reason`: the decode alone."""
+    from gpufeed.pipelines.torch_loader import DECODE_ERRORS, decode_failure, decode_rgb
+
     try:
         if image_format(data) != "jpeg":
             return None, decode_rgb(data)
@@ -343,8 +348,10 @@ def _load_and_check(path: str) -> tuple[str | None, bytes | None]:
     reason, data = _read(path)
     if reason is not None:
         return reason, None
-    data = _without_stray_bytes(data)
-    reason, image = decode_checked(data)
+    data = _without_stray_bytes(data)  # once: decode_checked would clean the cleaned bytes again
+    reason = undecodable_reason(data)
+    if reason is None:
+        reason, image = _decode_cleaned(data)
     if reason is not None:
         return reason, None
     if beyond_dali(data):
