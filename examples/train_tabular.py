@@ -55,6 +55,8 @@ from gpufeed.gpu_transforms.tabular import (
 )
 from gpufeed.pipelines.tables import iter_batches
 
+#: Column dtypes taken as labels or text: Categorify/HashBucket features, a LabelEncode'd target.
+TEXT_DTYPES = (nw.String, nw.Categorical, nw.Enum, nw.Boolean)
 IGNORE = -100  # cross_entropy's ignore_index: no row here carries it, but it is the default iter_batches allows
 
 
@@ -76,7 +78,7 @@ def plan(train, target: str, task: str, time_column: str | None, max_categories:
                 numeric.append(name)
             else:
                 left_out[name] = "constant"
-        elif dtype in (nw.String, nw.Categorical, nw.Enum, nw.Boolean):
+        elif dtype in TEXT_DTYPES:
             text.append(name)
         else:
             left_out[name] = str(dtype)
@@ -96,7 +98,7 @@ def plan(train, target: str, task: str, time_column: str | None, max_categories:
     ops += [HashBucket(sorted(many), buckets=buckets)] if many else []
     if task == "regression":
         ops.append(Standardize([target]))  # trained on z-scores; recipe.inverse gives the target's units back
-    elif frame.schema[target] in (nw.String, nw.Categorical, nw.Enum, nw.Boolean):
+    elif frame.schema[target] in TEXT_DTYPES:
         ops.append(LabelEncode([target]))  # classes 0..K-1 (a class not seen in training is an error)
     if not numeric and not text:
         raise ValueError(f"no feature columns besides the target {target!r}")
@@ -255,8 +257,7 @@ def main(argv: list[str] | None = None) -> int:
              else split_random(small, (0.8, 0.2), seed=args.seed))
     print(split.report())
     schema = nw.from_native(split.train).schema
-    if args.task == "classification" and not (schema[label].is_integer() or schema[label] in (
-            nw.String, nw.Categorical, nw.Enum, nw.Boolean)):
+    if args.task == "classification" and not (schema[label].is_integer() or schema[label] in TEXT_DTYPES):
         p.error(f"--target {label!r} holds {schema[label]}, not classes: pass --task regression, or --above X")
     try:
         recipe, numeric, encoded, left_out = plan(split.train, label, args.task, time_column,
