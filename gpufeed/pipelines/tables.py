@@ -52,12 +52,13 @@ def _collected(df: Frame, where: str) -> Frame:
     return nw.to_native(frame.collect()) if is_lazy(frame) and backend_of(df) == "polars" else df
 
 
-def _missing_error(columns: Sequence[str], counts: np.ndarray, rows: int) -> NonFiniteError:
-    """Name each column with missing values and how many rows miss it (``counts``: per column)."""
+def _missing_error(columns: Sequence[str], counts: Any, rows: int, what: str = "column(s)",
+                   fix: str = "fill them (FillMissing)") -> NonFiniteError:
+    """Name each column with missing values and how many rows miss it (``counts``: per
+    column); ``what`` the columns are, ``fix`` what to do about it."""
     bad = [(c, int(k)) for c, k in zip(columns, counts, strict=True) if k]
-    return NonFiniteError(f"missing values in column(s) {[c for c, _ in bad]} "
-                          f"({', '.join(str(k) for _, k in bad)} of {rows} rows): "
-                          "fill them (FillMissing) before the hand-off")
+    return NonFiniteError(f"missing values in {what} {[c for c, _ in bad]} "
+                          f"({', '.join(str(k) for _, k in bad)} of {rows} rows): {fix} before the hand-off")
 
 
 def _raise_non_finite(columns: Sequence[str], values: np.ndarray) -> None:
@@ -88,13 +89,6 @@ def _target_missing_error(column: str, count: int, rows: int) -> NonFiniteError:
                           "target needs a value in every row; drop those rows before the hand-off")
 
 
-def _codes_missing_error(columns: Sequence[str], counts: Any, rows: int) -> NonFiniteError:
-    bad = [(c, int(k)) for c, k in zip(columns, counts, strict=True) if k]
-    return NonFiniteError(f"missing values in categorical column(s) {[c for c, _ in bad]} "
-                          f"({', '.join(str(k) for _, k in bad)} of {rows} rows): encode them with Categorify or "
-                          "HashBucket (a missing value gets its own code) before the hand-off")
-
-
 def _gaps_error(kind: str, columns: Sequence[str], counts: Any, rows: int) -> NonFiniteError:
     """The error for missing values in ``columns`` (``counts``: per column), by what they are."""
     if kind == "label":
@@ -102,7 +96,8 @@ def _gaps_error(kind: str, columns: Sequence[str], counts: Any, rows: int) -> No
     if kind == "target":
         return _target_missing_error(columns[0], int(counts[0]), rows)
     if kind == "codes":
-        return _codes_missing_error(columns, counts, rows)
+        return _missing_error(columns, counts, rows, "categorical column(s)",
+                              "encode them with Categorify or HashBucket (a missing value gets its own code)")
     return _missing_error(columns, counts, rows)
 
 
