@@ -696,6 +696,22 @@ def _bucket_column(frame: NwFrame, backend: str, column: str, expr: nw.Expr, op:
     return as_column(nw.to_native(frame), values)
 
 
+def _distinct_values(frame: NwFrame, column: str, expr: nw.Expr, dtype: Any) -> list[Any]:
+    """The distinct non-missing values of ``column`` (as ``expr`` gives it), for
+    :class:`HashBucket` to hash; nested values refused, naming the column."""
+    try:
+        distinct = collect_small(frame.select(expr.alias(column)).unique()).get_column(column).to_list()
+    except TypeError:  # pandas: an object column of lists is unhashable
+        first = first_value(frame, column)
+        if len(first) and isinstance(first.item(0), _NESTED_VALUES):
+            _refuse_nested(column, f"{dtype} of {type(first.item(0)).__name__}")
+        raise
+    # pandas: an object column of arrays (nested Parquet), seen among its few distinct values.
+    if (nested := next((v for v in distinct if isinstance(v, _NESTED_VALUES)), None)) is not None:
+        _refuse_nested(column, f"{dtype} of {type(nested).__name__}")
+    return [v for v in distinct if not is_missing(v)]
+
+
 @dataclass
 class HashBucket(TableOp):
     """Hash each value into ``buckets`` buckets without a vocabulary (0 = missing).
@@ -765,26 +781,13 @@ class HashBucket(TableOp):
             if (buckets := _bucket_column(frame, backend, c, exprs[c], self)) is not None:
                 vectorised[c] = buckets
                 continue
-            if (times := _nanosecond_times(frame, backend, c, exprs[c], schema[c])) is not None:
-                key, ticks, values = times
-                mapped = lookup(key, ticks, [stable_hash(v, self.buckets, self.text) for v in values], 0, nw.Int32)
-                out.append(nw.when(exprs[c].is_null()).then(nw.lit(0, nw.Int32)).otherwise(mapped)
-                           .cast(nw.Int32).alias(c))
-                continue
             # Hash the distinct values in Python (few), then map them vectorised.
-            try:
-                distinct = collect_small(frame.select(exprs[c].alias(c)).unique()).get_column(c).to_list()
-            except TypeError:  # pandas: an object column of lists is unhashable
-                first = first_value(frame, c)
-                if len(first) and isinstance(first.item(0), _NESTED_VALUES):
-                    _refuse_nested(c, f"{schema[c]} of {type(first.item(0)).__name__}")
-                raise
-            # pandas: an object column of arrays (nested Parquet), seen among its few distinct values.
-            if (nested := next((v for v in distinct if isinstance(v, _NESTED_VALUES)), None)) is not None:
-                _refuse_nested(c, f"{schema[c]} of {type(nested).__name__}")
-            distinct = [v for v in distinct if not is_missing(v)]
-            hashed = _in_utc(frame, c, distinct) if backend == "pandas" and schema[c] == nw.Object else distinct
-            mapped = lookup(exprs[c], distinct, [stable_hash(v, self.buckets, self.text) for v in hashed], 0, nw.Int32)
+            if (times := _nanosecond_times(frame, backend, c, exprs[c], schema[c])) is not None:
+                key, distinct, hashed = times
+            else:
+                key, distinct = exprs[c], _distinct_values(frame, c, exprs[c], schema[c])
+                hashed = _in_utc(frame, c, distinct) if backend == "pandas" and schema[c] == nw.Object else distinct
+            mapped = lookup(key, distinct, [stable_hash(v, self.buckets, self.text) for v in hashed], 0, nw.Int32)
             out.append(nw.when(exprs[c].is_null()).then(nw.lit(0, nw.Int32)).otherwise(mapped)
                        .cast(nw.Int32).alias(c))
         frame = frame.with_columns(*out) if out else frame
