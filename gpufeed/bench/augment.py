@@ -244,11 +244,11 @@ def run(args: argparse.Namespace) -> int:
         vs_threaded = f" ({ours['rate'] / threaded:.2f}× the threaded loop)" if threaded and ours.get("rate") else ""
         target = (f"target on CPU: ≥ 2× torchvision per-sample at batch 64 — measured "
                   f"{ours.get('vs_per_sample') or 0:.2f}× at batch {batch_size}{vs_threaded}")
-    input_mib = args.batches * batch_size * 3 * input_size * input_size / 2**20
-    measured = {r["memory"] for r in results.values() if r.get("memory")}
     if cuda:
         memory = f"Peak memory: the {CUDA_MEMORY}."
     else:
+        input_mib = args.batches * batch_size * 3 * input_size * input_size / 2**20
+        measured = {r["memory"] for r in results.values() if r.get("memory")}
         what = CPU_MEMORY_SINCE_START if CPU_MEMORY_SINCE_START in measured else CPU_MEMORY
         memory = (f"Peak memory: the {what}; the input batches are {input_mib:,.1f} MiB of it. Compare "
                   "contenders by their difference: each process also holds Python and torch, and kornia's "
