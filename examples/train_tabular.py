@@ -28,6 +28,7 @@ import math
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import narwhals as nw
 import torch
@@ -60,7 +61,8 @@ TEXT_DTYPES = (nw.String, nw.Categorical, nw.Enum, nw.Boolean)
 IGNORE = -100  # cross_entropy's ignore_index: no row here carries it, but it is the default iter_batches allows
 
 
-def plan(train, target: str, task: str, time_column: str | None, max_categories: int, buckets: int):
+def plan(train: Any, target: str, task: str, time_column: str | None, max_categories: int,
+         buckets: int) -> tuple[Recipe, list[str], list[str], dict[str, str]]:
     """Which columns become what, decided on the training split only (what the recipe fits on).
 
     Returns (recipe, numeric columns, encoded columns, left-out columns with why)."""
@@ -123,8 +125,10 @@ class TabularMLP(nn.Module):
         return self.mlp(torch.cat(parts, dim=1))
 
 
-def run_epoch(model, frame, numeric, encoded, label, args, device, recipe, *, train, epoch, opt=None,
-              num_classes=None):
+def run_epoch(model: nn.Module, frame: Any, numeric: list[str], encoded: list[str], label: str,
+              args: argparse.Namespace, device: torch.device, recipe: Recipe, *, train: bool, epoch: int,
+              opt: torch.optim.Optimizer | None = None,
+              num_classes: int | None = None) -> tuple[float, float, int, float, float]:
     """One pass over ``frame``; returns (loss, accuracy or RMSE, rows, data seconds, step seconds)."""
     regression = args.task == "regression"
     # iter_batches, not to_tensors: it converts a chunk of batches at a time, so a table larger

@@ -88,7 +88,7 @@ class _PlannedIterator(DALIClassificationIterator):
             "loader.load_state_dict(state) on a new loader goes on from the next batch",
             name="state_dict", obj=self)
 
-    def __next__(self):
+    def __next__(self) -> Any:
         try:
             batch = super().__next__()
         except RuntimeError as exc:
@@ -119,7 +119,7 @@ class DaliLoader(ClassificationLoader):
         self._probe = None
         self._pool = SamplePool(self.options.workers, "gpufeed-resize")
 
-    def _new_pipeline(self, stream: tuple[int, ...]):
+    def _new_pipeline(self, stream: tuple[int, ...]) -> Any:
         # CPU: a deeper queue lets DALI's threads decode ahead while torch resizes.
         return build_pipeline(self._feed, self.options, self.device_id, decode_only=self._on_cpu,
                               prefetch=3 if self._on_cpu else 2, stream=stream,
@@ -159,7 +159,7 @@ class DaliLoader(ClassificationLoader):
             yield number, images, labels.pin_memory().to(images.device, non_blocking=True)
         self._follows = epoch + 1
 
-    def _geometry_on_cpu(self, decoded) -> torch.Tensor:
+    def _geometry_on_cpu(self, decoded: Any) -> torch.Tensor:
         """Variable-size uint8 HWC images -> the contract's batch (resize, crop, normalise).
 
         Samples are resized and normalised on a pool of as many threads as DALI has
@@ -181,7 +181,7 @@ class DaliLoader(ClassificationLoader):
         self._pool.run(len(decoded), one)
         return out
 
-    def _from_gpu(self, images) -> torch.Tensor:
+    def _from_gpu(self, images: Any) -> torch.Tensor:
         tensor = images.as_tensor()
         out = torch.empty(tensor.shape(), dtype=_TORCH_DTYPE[str(tensor.dtype).split(".")[-1]],
                           device=self.device)

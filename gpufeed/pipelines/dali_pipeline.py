@@ -23,14 +23,14 @@ from gpufeed.pipelines.seeds import dali_seed
 _DALI_DTYPE = {"torch.float32": types.FLOAT, "torch.float16": types.FLOAT16, "torch.uint8": types.UINT8}
 
 
-def _round_half_even(x):
+def _round_half_even(x: DataNode) -> DataNode:
     """Python's round() for DALI nodes holding halves of integers (torchvision's crop offsets)."""
     k = dmath.floor(x)
     odd_k = k - 2.0 * dmath.floor(k / 2.0)
     return k + (x - k) * 2.0 * odd_k  # x - k is 0 or 0.5: .5 rounds k up only when k is odd
 
 
-def _resize_and_centre_crop(shape, images, shorter: int, size: int):
+def _resize_and_centre_crop(shape: DataNode, images: DataNode, shorter: int, size: int) -> DataNode:
     """Validation geometry computed exactly as torchvision does it, so the kit's val batches
     match a torchvision reference pixel for pixel in position: the longer side is
     floor(shorter * long / short) and the crop offset is round((side - size) / 2).
@@ -186,7 +186,7 @@ def build_pipeline(source: Callable | FileFeed | None, options: LoaderOptions, d
         inputs = PIXEL_TRAIN_INPUTS if o.train else PIXEL_TRAIN_INPUTS[:2]
 
     @pipeline_def(enable_conditionals=False)
-    def classification():
+    def classification() -> tuple[DataNode, DataNode]:
         if source is None:
             nodes = [fn.external_source(name=name, dtype=dtype, ndim=ndim) for name, dtype, ndim in inputs]
         else:

@@ -231,7 +231,7 @@ def build_reader_pipeline(shards: ShardFiles, options: LoaderOptions, device_id:
     pad, _ = _LAST_BATCH[o.last_batch]
 
     @pipeline_def(enable_conditionals=False)
-    def classification():
+    def classification() -> tuple[DataNode, DataNode]:
         encoded, labels = _reader(shards, o, pad)
         return classification_outputs(encoded, labels, o, device_id)
 

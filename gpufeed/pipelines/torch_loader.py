@@ -197,7 +197,8 @@ class _Collate:
     def __init__(self, labels: tuple[int, ...], options: LoaderOptions, finish: Normalizer) -> None:
         self.labels, self.size, self.finish = labels, options.size, finish
 
-    def __call__(self, items: list[tuple[int, int, torch.Tensor | None, str | None]]):
+    def __call__(self, items: list[tuple[int, int, torch.Tensor | None, str | None]]
+                 ) -> tuple[int, torch.Tensor, torch.Tensor, list[tuple[int, str | None]]]:
         number = items[0][0]
         good = [(i, img) for _, i, img, _ in items if img is not None]
         bad = [(i, reason) for _, i, img, reason in items if img is None]

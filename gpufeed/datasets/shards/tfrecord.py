@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Iterator
 from pathlib import Path
 
 import google_crc32c
@@ -75,7 +76,7 @@ def _read_varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
             raise ValueError("varint longer than 10 bytes")
 
 
-def _fields(buf: bytes | memoryview, start: int, end: int):
+def _fields(buf: bytes | memoryview, start: int, end: int) -> Iterator[tuple[int, int, int, int]]:
     """Yield ``(field number, wire type, value or payload start, payload end)`` of a message."""
     pos = start
     while pos < end:
