@@ -301,12 +301,18 @@ def test_ordered_categorical_keeps_its_order_on_polars_and_back():
 
 @pytest.mark.parametrize(("dtype", "values"), [
     (pl.Int8, [-100, 100, None, 5]), (pl.Int16, [-30000, 30000, None, 5]), (pl.UInt8, [0, 255, None, 5]),
+    # values indexing their table from 0, and ranges far from 0 (the table starts at the lowest)
+    (pl.Int64, [7, 9, None, 8]), (pl.Int64, [10**12, 10**12 + 7, None, 10**12 + 3]),
+    (pl.UInt64, [2**63 + 100, 2**63 + 300, None, 2**63 + 105]), (pl.Int32, [-7, -2, None, -5]),
 ])
 def test_categorify_of_narrow_integers_spanning_their_type_codes_like_pandas(dtype, values):
-    """``values - lo`` wrapped round within int8/int16 (a crash in np.bincount)."""
+    """``values - lo`` wrapped round within int8/int16 (a crash in np.bincount); ranges
+    from 0, far from 0 and below it code alike."""
     frame = pl.DataFrame({"k": pl.Series(values, dtype=dtype)})
     recipes = {b: Recipe([Categorify(["k"])]) for b in ("pandas", "polars")}
-    out = {"polars": recipes["polars"].fit_transform(frame), "pandas": recipes["pandas"].fit_transform(frame.to_pandas())}
+    # pandas' own nullable type: frame.to_pandas() gives floats, which round a UInt64 past 2**53
+    pandas_frame = pd.DataFrame({"k": pd.array(values, dtype=str(dtype))})
+    out = {"polars": recipes["polars"].fit_transform(frame), "pandas": recipes["pandas"].fit_transform(pandas_frame)}
     assert recipes["polars"].ops[0].state == recipes["pandas"].ops[0].state == {"k": sorted(v for v in values if v is not None)}
     assert out["polars"]["k"].to_list() == out["pandas"]["k"].tolist() == [2, 4, 1, 3]
 
