@@ -24,7 +24,7 @@ slower per text column, and for 500 station ids ``replace_strict`` took 51 ms, `
   the codes (:func:`_fit_whole_columns`), which beat the slices' threads there; columns
   numbered from their views go one per thread instead.
 - An integer column over a narrow range (ids, codes) marks the values present in a table
-  as long as the range (``np.bincount``) and gathers each row's code from its running
+  as long as the range and gathers each row's code from its running
   count; a wide one takes its sorted distinct values and ``np.searchsorted``. It is
   fitted and coded before the text slices, on the calling thread.
 """
