@@ -268,34 +268,68 @@ def png_without_text(data: bytes | memoryview | np.ndarray) -> bytes | memoryvie
 
 
 def png_text_beyond_pil(data: bytes | memoryview | np.ndarray) -> bool:
-    """Whether PIL refuses a PNG for a compressed text chunk (``zTXt``, or ``iTXt`` with
-    its compression flag) that inflates past ``PngImagePlugin.MAX_TEXT_CHUNK``; the torch
+    """Whether PIL refuses a PNG for its text: a compressed chunk (``zTXt``, or ``iTXt`` with
+    its compression flag) that inflates past ``PngImagePlugin.MAX_TEXT_CHUNK`` (1 MB), or
+    text chunks that together pass ``MAX_TEXT_MEMORY`` (64 MB), counted as PIL counts them
+    (each value's characters once decoded; chunks PIL passes over do not count). The torch
     backend then decodes it without its text, and ``gpufeed convert`` writes it so
     (:func:`png_without_text`), as readers that decode with PIL (``webdataset`` + PIL)
-    refuse it otherwise. Inflates each such chunk up to the limit and no further; a chunk
-    that does not inflate is one PIL passes over, as here."""
+    refuse it otherwise. Inflates each chunk up to the per-chunk limit and no further."""
     mv = memoryview(data).cast("B")
     if image_format(mv) != "png":
         return False
-    from PIL.PngImagePlugin import MAX_TEXT_CHUNK
+    from PIL import PngImagePlugin
 
+    used = 0
     for kind, pos, end in _png_chunks(mv):
-        body = bytes(mv[pos + 8: end]) if kind in (b"zTXt", b"iTXt") else b""
-        keyword, _, rest = body.partition(b"\0")
-        if kind == b"zTXt" and rest[:1] == b"\0":  # method 0 (deflate), then the text
-            packed = rest[1:]
-        elif kind == b"iTXt" and rest[:2] == b"\1\0" and rest[2:].count(b"\0") >= 2:
-            packed = rest[2:].split(b"\0", 2)[2]  # after the language tag and translated keyword
-        else:
+        if kind not in (b"tEXt", b"zTXt", b"iTXt"):
             continue
-        inflater = zlib.decompressobj()
-        try:
-            inflater.decompress(packed, MAX_TEXT_CHUNK)
-        except zlib.error:
-            continue
-        if inflater.unconsumed_tail:
+        found = _png_text_length(kind, bytes(mv[pos + 8: end]), PngImagePlugin.MAX_TEXT_CHUNK)
+        if found is None:  # inflates past the per-chunk limit
+            return True
+        used += found
+        if used > PngImagePlugin.MAX_TEXT_MEMORY:
             return True
     return False
+
+
+def _png_text_length(kind: bytes, body: bytes, limit: int) -> int | None:
+    """The characters PIL counts against ``MAX_TEXT_MEMORY`` for one text chunk (0 for a
+    chunk it passes over), None when its compressed text inflates past ``limit``."""
+    keyword, sep, rest = body.partition(b"\0")
+    if kind == b"tEXt":
+        return len(rest) if keyword else 0  # latin-1: a character a byte
+    if kind == b"zTXt":
+        if not sep or rest[:1] != b"\0":  # no text, or a method PIL refuses the file for
+            return 0
+        text = _inflated(rest[1:], limit)
+        return None if text is None else len(text) if keyword else 0
+    if len(rest) < 2 or rest[2:].count(b"\0") < 2:  # iTXt PIL passes over
+        return 0
+    flag, method = rest[0], rest[1]
+    language, translated, text = rest[2:].split(b"\0", 2)
+    if flag:
+        if method:
+            return 0
+        text = _inflated(text, limit)
+        if text is None:
+            return None
+    try:
+        language.decode("utf-8"), translated.decode("utf-8")
+        return len(text.decode("utf-8"))
+    except UnicodeError:
+        return 0
+
+
+def _inflated(packed: bytes, limit: int) -> bytes | None:
+    """``packed`` inflated, None past ``limit`` bytes; b"" where it does not inflate (PIL then
+    keeps no text)."""
+    inflater = zlib.decompressobj()
+    try:
+        text = inflater.decompress(packed, limit)
+    except zlib.error:
+        return b""
+    return None if inflater.unconsumed_tail else text
 
 
 def _jpeg_markers(mv: memoryview) -> Iterator[tuple[int, int, tuple[int, int]]]:

@@ -64,17 +64,18 @@ def decode_rgb(data: np.ndarray) -> torch.Tensor:
     crash the process (a PNG with bytes corrupted in its image data killed every
     DataLoader worker) where PIL raises; PIL is ~5-10% slower on PNG. A PNG's ancillary
     chunks with a bad CRC are dropped first, as libpng (DALI) ignores them where PIL
-    refused the file; a PNG whose text PIL will not inflate (over ``MAX_TEXT_CHUNK``) is
-    decoded without its text chunks, as libpng decodes it. Deeper images
-    (16-bit PNG and TIFF) are scaled to 8 bits, as DALI does.
+    refused the file; a PNG whose text PIL will not read (a chunk inflating past
+    ``MAX_TEXT_CHUNK``, or all of them past ``MAX_TEXT_MEMORY``) is decoded without its
+    text chunks, as libpng decodes it. Deeper images (16-bit PNG and TIFF) are scaled to
+    8 bits, as DALI does.
     """
     fmt = image_format(data)
     if fmt == "png":
         data = png_without_bad_ancillary_chunks(data)
         try:
             return _pil_rgb(data)
-        except ValueError as exc:  # PIL's limit on inflated text, not the image: libpng (DALI) decodes it
-            if "MAX_TEXT_CHUNK" not in str(exc):
+        except ValueError as exc:  # PIL's limits on text, not the image: libpng (DALI) decodes it
+            if "MAX_TEXT_CHUNK" not in str(exc) and "MAX_TEXT_MEMORY" not in str(exc):
                 raise
             return _pil_rgb(png_without_text(data))
     if fmt in ("bmp", "tiff", "pnm"):

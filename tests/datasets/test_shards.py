@@ -736,6 +736,51 @@ def test_files_the_loaders_yield_are_written_so_every_reader_decodes_them(tmp_pa
         assert np.abs(pixels.astype(int) - expected[name]).max() <= 1, name
 
 
+def test_a_png_whose_text_chunks_pass_pils_total_is_decoded_and_written_without_its_text(tmp_path):
+    # Text chunks that together pass PIL's MAX_TEXT_MEMORY (64 MiB), each under its 1 MiB
+    # per-chunk limit: PIL refused the file ("Too much memory used in text chunks") and the
+    # torch backend skipped it, while libpng (DALI) decodes it. The total is counted as PIL
+    # counts it: tEXt, zTXt inflated, iTXt in characters (not bytes); a chunk PIL passes
+    # over counts 0. 67 chunks of a million spaces deflate to a few kB.
+    import zlib
+
+    from PIL import Image, PngImagePlugin
+
+    from gpufeed.datasets.image_bytes import png_text_beyond_pil
+    from gpufeed.pipelines.torch_loader import decode_rgb
+
+    assert PngImagePlugin.MAX_TEXT_MEMORY == 64 << 20  # the counts below are made for it
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    plain = io.BytesIO()
+    Image.new("RGB", (40, 30), (200, 30, 90)).save(plain, "PNG")
+    png = plain.getvalue()
+    spaces = chunk(b"zTXt", b"Note\0\0" + zlib.compress(b" " * 1_000_000))
+    accented = chunk(b"iTXt", b"Desc\0\0\0\0\0" + "é".encode() * 100_000)  # 100,000 characters, 200,000 bytes
+    at = spaces * 67 + accented  # 67,100,000 characters: under 64 MiB (67,108,864), PIL reads it
+    texts = {"at": at,
+             "over": at + chunk(b"tEXt", b"More\0" + b"x" * 8_865),  # 67,108,865
+             "skipped": at + chunk(b"zTXt", b"Bad\0\0" + b"not deflate" * 9_000)}  # PIL keeps no text
+    files = {name: png[:33] + text + png[33:] for name, text in texts.items()}  # after the IHDR chunk
+    assert [png_text_beyond_pil(d) for d in files.values()] == [False, True, False]
+    with pytest.raises(ValueError, match="MAX_TEXT_MEMORY"):
+        Image.open(io.BytesIO(files["over"]))
+    for data in files.values():
+        assert decode_rgb(np.frombuffer(data, dtype=np.uint8))[0, 0].tolist() == [200, 30, 90]
+    for name, data in files.items():
+        (tmp_path / "src" / "a").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "src" / "a" / f"{name}.png").write_bytes(data)
+    report = convert(tmp_path / "src", tmp_path / "wds", format="webdataset", progress=False)
+    assert report.written == 3 and not report.skipped
+    with tarfile.open(next((tmp_path / "wds").glob("*.tar"))) as tar:
+        members = [tar.extractfile(m).read() for m in tar.getmembers() if m.name.endswith(".png")]
+    assert sorted(map(len, members)) == sorted([len(png), len(files["at"]), len(files["skipped"])])
+    for data in members:  # every member opens in PIL, as webdataset's decoder opens it
+        assert Image.open(io.BytesIO(data)).convert("RGB").getpixel((0, 0)) == (200, 30, 90)
+
+
 def test_a_png_whose_text_pil_will_not_inflate_is_written_without_its_text(tmp_path):
     # A zTXt chunk inflating past PIL's MAX_TEXT_CHUNK (a long XMP history): the loaders
     # yield the image (the torch backend drops the text), so convert keeps it, and writes
