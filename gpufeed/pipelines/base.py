@@ -36,6 +36,36 @@ _STATE_SETTINGS = ("train", "batch_size", "shuffles", "seed", "shard_id", "num_s
                    "shuffle_buffer")
 
 
+class EpochHook:
+    """``loader.batch_sampler``: where PyTorch Lightning tells a loader which epoch it runs.
+
+    Lightning never calls a loader's own ``set_epoch``: at the start of every epoch it calls
+    ``set_epoch(epoch)`` on ``dataloader.sampler`` and on ``dataloader.batch_sampler.sampler``
+    (a ``DistributedSampler``'s hook), with the number of epochs it has finished. This
+    object is that ``batch_sampler`` and its ``sampler``, and its ``set_epoch`` is the
+    loader's. Without it, a run resumed from a checkpoint taken after an epoch's last batch
+    (``ModelCheckpoint(every_n_train_steps=...)``) got that epoch's empty rest as its next
+    epoch, and trained nothing more (or, under ``limit_train_batches``, only the rest of
+    the cut epoch).
+
+    Not a torch ``Sampler``: it yields no indices. The loader has no ``sampler``, so
+    Lightning's checks of a shuffling sampler and ``overfit_batches``' rewiring of it leave
+    the loader alone.
+    """
+
+    def __init__(self, loader: ClassificationLoader) -> None:
+        self._loader = loader
+
+    @property
+    def sampler(self) -> EpochHook:
+        """This object: Lightning looks for ``set_epoch`` on ``batch_sampler.sampler``."""
+        return self
+
+    def set_epoch(self, epoch: int) -> None:
+        """The loader's :meth:`ClassificationLoader.set_epoch`."""
+        self._loader.set_epoch(epoch)
+
+
 class ClassificationLoader:
     """An iterable of ``(images, labels)`` batches; re-iterable epoch after epoch.
 
@@ -108,6 +138,12 @@ class ClassificationLoader:
         """The samples of all shards (``len(loader.dataset)``, as with a ``DataLoader``;
         this rank's share is ``len(loader) * batch_size`` at most)."""
         return self.samples
+
+    @property
+    def batch_sampler(self) -> EpochHook:
+        """Where PyTorch Lightning sets the epoch: ``batch_sampler.sampler.set_epoch(k)`` is
+        :meth:`set_epoch` (see :class:`EpochHook`; it yields no indices)."""
+        return EpochHook(self)
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next ``iter()`` run epoch ``epoch``, e.g. when resuming training from

@@ -1,0 +1,95 @@
+"""The loaders under the training frameworks users plug them into, without the frameworks
+(CI does not install them): each test does to a loader what PyTorch Lightning or Hugging
+Face accelerate does to it, in the order they do it (their sources are named), with
+plain torch. ``docs/integrations.md`` has the runs with the frameworks themselves."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.pipelines.test_loader_contract import BACKENDS, load
+
+
+def lightning_sets_epoch(dataloader: object, epoch: int) -> None:
+    """What Lightning (2.6, ``lightning.fabric.utilities.data._set_sampler_epoch``) does at
+    the start of every training and validation epoch: ``set_epoch`` on the loader's
+    ``sampler`` and on its ``batch_sampler.sampler``, where they exist; never on the loader."""
+    objects = {}
+    if (sampler := getattr(dataloader, "sampler", None)) is not None:
+        objects[id(sampler)] = sampler
+    batch_sampler = getattr(dataloader, "batch_sampler", None)
+    if batch_sampler is not None and (sampler := getattr(batch_sampler, "sampler", None)) is not None:
+        objects[id(sampler)] = sampler
+    for obj in objects.values():
+        if callable(set_epoch := getattr(obj, "set_epoch", None)):
+            set_epoch(epoch)
+
+
+def fingerprints(batches: list) -> list[tuple[float, tuple[int, ...]]]:
+    return [(round(float(x.float().sum()), 2), tuple(y.tolist())) for x, y in batches]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_lightning_resume_from_a_checkpoint_after_an_epochs_last_batch_trains_the_next_epoch(image_folder, backend):
+    """``ModelCheckpoint(every_n_train_steps=len(loader))`` saves after epoch 0's last batch;
+    resumed, Lightning loads the loader's state, calls ``iter()`` (``FitLoop.setup_data``),
+    then sets the epoch it counts next (1: it knows epoch 0 ran to its end), then takes
+    batches. The loader must yield epoch 1 whole, as in the run that never stopped; it
+    yielded epoch 0's empty rest, and Lightning trained nothing more."""
+    kw = dict(train=True, batch_size=16, size=32, seed=3)
+    whole = load(image_folder, backend, **kw)
+    lightning_sets_epoch(whole, 0)
+    state = None
+    for _ in whole:
+        state = whole.state_dict()  # on_train_batch_end: the last one is after the epoch's last batch
+    lightning_sets_epoch(whole, 1)
+    epoch1 = fingerprints(list(whole))
+
+    resumed = load(image_folder, backend, **kw)
+    resumed.load_state_dict(state)
+    batches = iter(resumed)  # setup_data: iter(data_fetcher), before the epoch is set
+    lightning_sets_epoch(resumed, 1)
+    assert fingerprints(list(batches)) == epoch1 and len(epoch1) == len(resumed) == 3
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_lightning_resume_mid_epoch_and_limit_train_batches_keep_the_epochs(image_folder, backend):
+    """A mid-epoch checkpoint keeps its cut when Lightning sets that epoch; under
+    ``limit_train_batches`` (2 of 3 batches: Lightning stops taking batches), a checkpoint
+    after the limit's last batch resumes with the next epoch whole, not the cut epoch's rest."""
+    kw = dict(train=True, batch_size=16, size=32, seed=3)
+    whole = load(image_folder, backend, **kw)
+    runs = []
+    for epoch in range(2):
+        lightning_sets_epoch(whole, epoch)
+        runs.append(fingerprints(list(whole)))
+
+    cut = load(image_folder, backend, **kw)
+    lightning_sets_epoch(cut, 0)
+    it = iter(cut)
+    next(it)
+    mid = cut.state_dict()  # after batch 0 of epoch 0
+    next(it)
+    limited = cut.state_dict()  # after batch 1: limit_train_batches=2 ends Lightning's epoch 0 here
+
+    resumed = load(image_folder, backend, **kw)
+    resumed.load_state_dict(mid)
+    batches = iter(resumed)
+    lightning_sets_epoch(resumed, 0)  # epoch 0 still runs
+    assert fingerprints(list(batches)) == runs[0][1:]
+
+    resumed = load(image_folder, backend, **kw)
+    resumed.load_state_dict(limited)
+    batches = iter(resumed)
+    lightning_sets_epoch(resumed, 1)  # Lightning's epoch 0 ran to its limit
+    assert fingerprints(list(batches)) == runs[1]
+
+
+def test_the_epoch_hook_is_where_lightning_looks_and_nowhere_else(image_folder):
+    """Only ``batch_sampler.sampler``: a loader ``sampler`` would make Lightning's
+    ``overfit_batches`` try to rebuild the loader as a DataLoader, and accelerate's
+    ``skip_first_batches`` build a DataLoader over the raw samples."""
+    loader = load(image_folder, "torch", train=True, batch_size=16, size=32)
+    assert getattr(loader, "sampler", None) is None
+    loader.batch_sampler.sampler.set_epoch(4)
+    assert loader.state_dict()["epoch"] == 4
