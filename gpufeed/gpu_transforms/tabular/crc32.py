@@ -1,4 +1,5 @@
-"""CRC32 (zlib's, bit for bit ``zlib.crc32``) of every value of an Arrow text array, in numpy:
+"""CRC32 (zlib's, bit for bit ``zlib.crc32``) of every value of an Arrow text array, in numpy,
+or of a cuDF text column's device buffers in cupy with the same code (:func:`array_module`):
 the kernel of :class:`~gpufeed.gpu_transforms.tabular.categorical.HashBucket`'s vectorised path.
 
 How: CRC32 is affine over GF(2). For a text of ``L`` bytes,
@@ -16,6 +17,13 @@ Measured (1M values, the kernel alone, this 2-core machine): 8-byte ids ~16 ms, 
 byte position, ``T[(crc ^ b) & 0xFF] ^ (crc >> 8)``) took ~23 ms; two bytes per step (a
 65536-entry table per distance) gained nothing once the byte pairs were built; one flat pass
 over every byte with ``bitwise_xor.reduceat`` took 35-44 ms.
+
+On cupy each numpy call is its cupy namesake (checked against cupy 14.2's sources:
+``argsort`` takes ``kind="stable"`` and is always stable, thrust's ``stable_sort_by_key``;
+``partition`` may sort the whole array, which is a partition too; ``bincount(minlength=)``,
+``take`` with uint8 indices, ``cumsum``, in-place XOR on a slice). The byte tables go to the
+GPU once; the texts left to ``zlib.crc32`` are copied to the host, those alone. Not yet run
+on a GPU (none here): correct by reading, its speed unmeasured.
 """
 
 from __future__ import annotations
@@ -65,70 +73,111 @@ def _zero_crcs(longest: int, start: list[int]) -> np.ndarray:
 
 
 def _zeros(longest: int) -> np.ndarray:
-    """``zlib.crc32(bytes(L))`` for L in 0 .. longest, as uint32."""
+    """``zlib.crc32(bytes(L))`` for L in 0 .. longest, as uint32 (numpy)."""
     cached = _cached_zeros()
     if longest < len(cached):
         return cached[:longest + 1]
     return _zero_crcs(longest, cached.tolist())
 
 
-def _rows(count: int) -> Iterator[np.ndarray]:
+def array_module(array: Any) -> Any:
+    """The array module of ``array``: cupy for a cupy array (imported only then), numpy for
+    anything else. :func:`crc32_buffers` runs the same code with either."""
+    if type(array).__module__.partition(".")[0] == "cupy":
+        import cupy
+
+        return cupy
+    return np
+
+
+def _host(array: Any) -> np.ndarray:
+    """``array`` in host memory: a numpy array as it is, a cupy array copied (``.get()``)."""
+    return array if array_module(array) is np else array.get()
+
+
+@functools.cache
+def _device_rows(device: int) -> Any:
+    """:func:`_cached_rows` copied once to that GPU (256 kB)."""
+    import cupy
+
+    with cupy.cuda.Device(device):
+        return cupy.asarray(_cached_rows())
+
+
+def _cached_rows_on(xp: Any) -> Any:
+    if xp is np:
+        return _cached_rows()
+    return _device_rows(xp.cuda.Device().id)
+
+
+def _rows(count: int, xp: Any = np) -> Iterator[Any]:
     """E[0], E[1], ... E[count - 1]: each byte value's CRC contribution at that distance from
-    the text's end."""
-    cached = _cached_rows()
+    the text's end, as arrays of ``xp``."""
+    cached = _cached_rows_on(xp)
     yield from cached[:count]
-    row = cached[-1]
+    table, row = cached[0], cached[-1]
     for _ in range(len(cached), count):
-        row = _TABLE[row & 0xFF] ^ (row >> 8)
+        row = table[row & 0xFF] ^ (row >> 8)
         yield row
 
 
 #: Rough costs behind the choice of texts left to ``zlib.crc32``: one numpy step (its fixed
-#: part) and one zlib call from Python, in the same unit.
+#: part) and one zlib call from Python, in the same unit (measured with numpy; on cupy a
+#: step is a few kernel launches and a zlib call also copies its text to the host, a
+#: ratio not measured: no GPU here).
 _STEP_COST, _ZLIB_COST = 5.0, 1.0
 #: At most this many of the longest texts are considered for ``zlib.crc32``.
 _MOST_ZLIB = 4096
 
 
-def crc32_buffers(offsets: np.ndarray, data: np.ndarray) -> np.ndarray:
+def crc32_buffers(offsets: Any, data: Any) -> Any:
     """``zlib.crc32`` of each text ``data[offsets[i]:offsets[i + 1]]`` (offsets as in an Arrow
-    string array, any start), as uint32."""
+    string array, any start), as uint32; numpy arrays or cupy arrays (both on one GPU: the
+    result is a cupy array there, computed by the same code, :func:`array_module`).
+
+    On cupy the few texts left to ``zlib.crc32`` are copied to the host one by one (those
+    alone); a handful of scalars (the longest length, the step counts) are read back too."""
+    xp = array_module(data)
     offsets = offsets.astype(np.int64, copy=False)
-    lengths = np.diff(offsets)
+    lengths = xp.diff(offsets)
     n = len(lengths)
     if n == 0:
-        return np.zeros(0, dtype=np.uint32)
+        return xp.zeros(0, dtype=np.uint32)
     ends = offsets[1:] - 1  # each text's last byte
     longest = int(lengths.max())
     # The `skip` longest texts go to zlib where the steps they alone need cost more.
     top = min(n, _MOST_ZLIB)
     tallest = np.zeros(top + 1, dtype=np.int64)
-    tallest[:top] = -np.sort(-np.partition(lengths, n - top)[n - top:])
+    tallest[:top] = _host(-xp.sort(-xp.partition(lengths, n - top)[n - top:]))
     skip = int(np.argmin(_ZLIB_COST * np.arange(top + 1) + _STEP_COST * tallest))
     steps = int(tallest[skip])
     if skip == 0 and int(lengths.min()) == longest:  # one length (ids): every text in every step
-        out = np.full(n, _zeros(longest)[longest], dtype=np.uint32)
-        for j, row in enumerate(_rows(longest)):
-            out ^= np.take(row, data[ends - j])
+        out = xp.full(n, _zeros(longest)[longest], dtype=np.uint32)
+        for j, row in enumerate(_rows(longest, xp)):
+            out ^= xp.take(row, data[ends - j])
         return out
     # Longest first (a radix sort of the lengths capped at steps + 1, so that the texts
     # longer than `steps` come first, and go to zlib, even where others are `steps` long).
-    key = np.minimum(lengths, steps + 1)
+    key = xp.minimum(lengths, steps + 1)
     narrow = np.uint8 if steps < 255 else np.uint16 if steps < 65535 else np.int64
-    order = np.argsort((steps + 1 - key).astype(narrow), kind="stable")
+    order = xp.argsort((steps + 1 - key).astype(narrow), kind="stable")
     sorted_ends = ends[order]
     # active[j]: how many texts are longer than j, the first of the order.
-    active = n - np.cumsum(np.bincount(key, minlength=steps + 1))
-    acc = _zeros(steps)[np.minimum(key[order], steps)]
-    for j, row in enumerate(_rows(steps)):
+    active = _host(n - xp.cumsum(xp.bincount(key, minlength=steps + 1)))
+    zeros = _zeros(steps)
+    acc = (zeros if xp is np else xp.asarray(zeros))[xp.minimum(key[order], steps)]
+    for j, row in enumerate(_rows(steps, xp)):
         m = int(active[j])
         if m <= skip:
             break
-        acc[skip:m] ^= np.take(row, data[sorted_ends[skip:m] - j])
-    out = np.empty(n, dtype=np.uint32)
+        acc[skip:m] ^= xp.take(row, data[sorted_ends[skip:m] - j])
+    out = xp.empty(n, dtype=np.uint32)
     out[order] = acc
-    for i in order[:skip].tolist():
-        out[i] = zlib.crc32(data[offsets[i]:offsets[i + 1]])
+    if skip:
+        picked = order[:skip]
+        starts, stops = _host(offsets[picked]).tolist(), _host(offsets[picked + 1]).tolist()
+        out[picked] = xp.asarray([zlib.crc32(_host(data[a:b])) for a, b in zip(starts, stops, strict=True)],
+                                 dtype=np.uint32)
     return out
 
 

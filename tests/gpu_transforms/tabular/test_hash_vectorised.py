@@ -5,6 +5,8 @@ pandas; kinds whose text it cannot prove take the distinct values path."""
 from __future__ import annotations
 
 import random
+import sys
+import types
 import zlib
 
 import numpy as np
@@ -13,7 +15,7 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
-from gpufeed.gpu_transforms.tabular import HashBucket, Recipe
+from gpufeed.gpu_transforms.tabular import HashBucket, Recipe, crc32
 from gpufeed.gpu_transforms.tabular import categorical as cat
 from gpufeed.gpu_transforms.tabular.categorical import HASH_TEXTS, stable_hash
 from gpufeed.gpu_transforms.tabular.crc32 import arrow_text_crc32, crc32_buffers
@@ -89,6 +91,113 @@ def test_crc32_of_edge_lengths(values):
     data = np.frombuffer("".join(values).encode() or b"\0", dtype=np.uint8)
     offsets = np.cumsum([0] + [len(v.encode()) for v in values])
     assert (crc32_buffers(offsets, data) == expected).all()
+
+
+class _DeviceArray(np.ndarray):
+    """A numpy array that the array-module switch takes for a cupy one (its type's module is
+    ``cupy...``): the kernel's cupy branch run on the CPU. Its ``get()`` (the copy to the host)
+    records what was copied."""
+
+    __module__ = "cupy._stand_in"
+    copied: list[np.ndarray] = []
+
+    def get(self) -> np.ndarray:
+        out = np.array(self)
+        _DeviceArray.copied.append(out)
+        return out
+
+
+def _on_device(value):
+    return np.asarray(value).view(_DeviceArray) if isinstance(value, np.ndarray | np.generic | list) else value
+
+
+def _stand_in_cupy() -> types.ModuleType:
+    """A module standing in for cupy: numpy's functions, their arrays as :class:`_DeviceArray`."""
+    module = types.ModuleType("cupy")
+    for name in ("diff", "zeros", "empty", "full", "sort", "partition", "take", "minimum", "argsort", "cumsum",
+                 "bincount", "asarray"):
+        function = getattr(np, name)
+        setattr(module, name, lambda *args, _f=function, **kwargs: _on_device(_f(*args, **kwargs)))
+
+    class Device:
+        id = 0
+
+        def __init__(self, device: int = 0) -> None:
+            self.id = device
+
+        def __enter__(self) -> Device:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            return None
+
+    module.cuda = types.SimpleNamespace(Device=Device)
+    return module
+
+
+@pytest.fixture
+def stand_in_cupy(monkeypatch):
+    monkeypatch.setitem(sys.modules, "cupy", _stand_in_cupy())
+    crc32._device_rows.cache_clear()
+    _DeviceArray.copied = []
+    yield
+    crc32._device_rows.cache_clear()  # never leave stand-in tables where a real GPU's would be looked up
+
+
+def _arrow_buffers(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """An Arrow string array's offsets (from its own offset: a slice starts past 0) and bytes."""
+    _, offsets, data = array.buffers()
+    offsets = np.frombuffer(offsets, dtype=np.int32)[array.offset:array.offset + len(array) + 1]
+    return offsets, (np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8))
+
+
+_LONG = "€" * 35_000  # 105 kB
+_AWKWARD = {
+    "empty strings": ["", "", "a", "", "bc", ""],
+    "all empty": ["", "", ""],
+    "one long among short": [f"id{i}" for i in range(3000)] + [_LONG] + ["", "x"],
+    "unicode": ["é", "ß€", "中文", "𝄞😀", "\x00", "a\x00b", "Z"],
+    "one length": [f"{i:08d}" for i in range(2000)],
+    "one length, past the cached rows": ["".join(random.Random(i).choice("xy€") for _ in range(100)) for i in range(50)],
+    "mixed": _texts(random.Random(41), 2000),
+    "missing slots": ["a", None, "", None, "longer text", None],
+    "all missing": [None, None],
+}
+
+
+@pytest.mark.parametrize("module", ["numpy", "cupy stand-in"])
+@pytest.mark.parametrize("name", list(_AWKWARD))
+def test_crc32_kernel_through_the_array_module_switch(name, module, request):
+    # crc32_buffers runs one code for numpy and cupy (array_module): on numpy, and on
+    # numpy arrays that the switch takes for cupy's, whole and sliced (offsets from past 0).
+    values = _AWKWARD[name]
+    if module != "numpy":
+        request.getfixturevalue("stand_in_cupy")
+    expected = np.array([zlib.crc32((v or "").encode()) for v in values], dtype=np.uint32)  # missing: no bytes
+    array = pa.array(values, type=pa.string())
+    for start, stop in ((0, len(values)), (1, len(values)), (len(values) // 3, len(values) - 1)):
+        offsets, data = _arrow_buffers(array.slice(start, stop - start))
+        if module != "numpy":
+            offsets, data = offsets.view(_DeviceArray), data.view(_DeviceArray)
+            assert crc32.array_module(data).__name__ == "cupy"
+        got = crc32_buffers(offsets, data)
+        assert type(got) is (np.ndarray if module == "numpy" else _DeviceArray)
+        assert got.dtype == np.uint32
+        assert np.asarray(got).tolist() == expected[start:stop].tolist(), (name, start, stop)
+    if module != "numpy":
+        # Bytes copied to the host: whole texts, those left to zlib alone (the long one, and
+        # short ones where there are few), never the column's bytes.
+        texts = {(v or "").encode() for v in values}
+        copied = [c.tobytes() for c in _DeviceArray.copied if c.dtype == np.uint8]
+        assert all(c in texts for c in copied)
+        if name == "one long among short":
+            assert copied.count(_LONG.encode()) == 3 and sum(map(len, copied)) < 3 * len(_LONG.encode()) + 1000
+
+
+def test_array_module_is_numpy_for_anything_but_cupy():
+    assert crc32.array_module(np.zeros(3)) is np
+    assert crc32.array_module([1, 2]) is np
+    assert crc32.array_module(pa.array([1])) is np
 
 
 # --- HashBucket on polars and pandas -------------------------------------------------------
