@@ -18,7 +18,7 @@ import narwhals as nw
 import numpy as np
 
 from gpufeed.gpu_transforms.tabular.category_codes import polars_fit_codes
-from gpufeed.gpu_transforms.tabular.crc32 import arrow_text_crc32
+from gpufeed.gpu_transforms.tabular.crc32 import arrow_text_crc32, crc32_buffers
 from gpufeed.gpu_transforms.tabular.errors import ColumnTypeError, UnseenCategoryError
 from gpufeed.gpu_transforms.tabular.frames import (
     NwFrame,
@@ -667,11 +667,17 @@ def _bucket_column(frame: NwFrame, backend: str, column: str, expr: nw.Expr, op:
     - ``customer_id`` (632k distinct 8-byte strings): polars 821 -> 26 ms (1.1 ms), pandas
       1161 -> 18 ms (``hash_pandas_object`` 222 ms).
 
-    cuDF keeps the distinct values path: the kernel is numpy over buffers in host memory, so a
-    cuDF column would need a round trip to the host (not measured: no GPU here).
+    cuDF: the same kernel in cupy over the column's own device buffers (:func:`_cudf_buckets`):
+    text columns as they are, integers cast to text on the GPU, categoricals of text by their
+    values; nothing goes to the host but a few scalars and the few longest texts left to zlib. Written against cuDF's sources and
+    checked there by reading only: it has not run on a GPU (none here), and neither have its
+    tests, which compare it with polars value for value.
     """
-    if op.text not in _VECTORISED_TEXTS or op.buckets > 2**31 or backend not in ("polars", "pandas"):
+    if op.text not in _VECTORISED_TEXTS or op.buckets > 2**31 or backend not in ("polars", "pandas", "cudf"):
         return None
+    if backend == "cudf":
+        return _cudf_buckets(nw.to_native(frame), nw.to_native(frame.select(expr.alias(column)).get_column(column)),
+                             op.buckets)
     if is_lazy(frame):  # polars: the same kernel on each batch of the query
         import polars as pl
 
@@ -694,6 +700,148 @@ def _bucket_column(frame: NwFrame, backend: str, column: str, expr: nw.Expr, op:
 
         return pl.Series(column, values)
     return as_column(nw.to_native(frame), values)
+
+
+def _cudf_string_dtype(dtype: Any) -> bool:
+    """Whether a cuDF dtype is one of its string dtypes (object, pandas' ``StringDtype``,
+    an ``ArrowDtype`` of ``string``/``large_string``: cuDF's ``is_dtype_obj_string``)."""
+    import pandas as pd
+    import pyarrow as pa
+
+    if isinstance(dtype, pd.ArrowDtype):
+        return pa.types.is_string(dtype.pyarrow_dtype) or pa.types.is_large_string(dtype.pyarrow_dtype)
+    return isinstance(dtype, pd.StringDtype) or (isinstance(dtype, np.dtype) and dtype == np.dtype(object))
+
+
+def _cudf_text(series: Any) -> Any:
+    """The canonical text of a cuDF Series as a cuDF Series of strings on the GPU, missing
+    values null, where that text is provably what :data:`HASH_TEXTS` give its values one by
+    one (the cuDF twin of :func:`_arrow_text`); None for any other column.
+
+    Strings as they are; categoricals of text by their values (categoricals of numbers are
+    their values by now, :func:`_category_values`); integers, 8 to 64 bits, signed or not,
+    by cuDF's cast to text (``astype("str")``: libcudf's ``strings::from_integers``, whose
+    ``integer_to_string`` writes the decimal digits and a ``-`` for negatives, the minimum and
+    uint64 past 2**63 included: ``cpp/include/cudf/strings/detail/convert/int_to_string.cuh``),
+    which is ``str(int(value))``. Not booleans (dtype kind ``b``; their text is ``"True"``).
+    """
+    dtype = series.dtype
+    if str(dtype) == "category":  # cuDF's CategoricalDtype is not pandas' class
+        categories = dtype.categories.dtype
+        return series.astype(categories) if _cudf_string_dtype(categories) else None
+    if _cudf_string_dtype(dtype):
+        return series
+    if getattr(dtype, "kind", None) in ("i", "u"):
+        return series.astype("str")
+    return None
+
+
+def _device_array(span: Any, dtype: Any, start: int, count: int) -> Any:
+    """``count`` items of ``dtype`` from item ``start`` of a pylibcudf buffer (a ``Span``:
+    ``ptr`` and ``size`` in bytes) as a cupy array over that memory, no copy; the span is
+    kept alive by the array. TypeError where they would reach past the buffer."""
+    import cupy
+
+    itemsize = np.dtype(dtype).itemsize
+    if count == 0:
+        return cupy.zeros(0, dtype=dtype)
+    if span is None or start < 0 or (start + count) * itemsize > int(span.size):
+        raise TypeError(f"HashBucket: a cuDF buffer of {getattr(span, 'size', None)} bytes cannot hold "
+                        f"{count} items of {np.dtype(dtype)} from item {start}")
+    memory = cupy.cuda.UnownedMemory(int(span.ptr), int(span.size), span)
+    return cupy.ndarray((count,), dtype=dtype, memptr=cupy.cuda.MemoryPointer(memory, start * itemsize))
+
+
+def _cudf_text_buffers(text: Any) -> tuple[Any, Any]:
+    """``(offsets, bytes)`` of a cuDF Series of strings as cupy arrays over its own device
+    memory (no copy), as :func:`.crc32.crc32_buffers` reads them: text ``i`` is
+    ``bytes[offsets[i]:offsets[i + 1]]``. AttributeError or TypeError where cuDF's API or
+    its strings layout is not what was read in its sources.
+
+    Relies on (read in rapidsai/cudf at branch main = 26.10.00 (``VERSION``), commit
+    6a22d1d, and the same calls at tags v26.10.00a and v26.08.00):
+
+    - ``cudf.Series.to_pylibcudf() -> (pylibcudf.Column, metadata)``, "always a zero-copy
+      operation": ``python/cudf/cudf/core/series.py`` (``to_pylibcudf``); the column's
+      buffers unwrapped from cuDF's ``Buffer`` to the span that owns the memory:
+      ``python/cudf/cudf/core/column/column.py`` (``ColumnBase.to_pylibcudf``,
+      ``_unwrap_buffers``).
+    - ``pylibcudf.Column.type().id()``, ``.size()``, ``.offset()``, ``.null_count()``, ``.num_children()``,
+      ``.child(0)``, ``.data()``: ``python/pylibcudf/pylibcudf/column.pyx`` (``cpdef``
+      accessors) and ``column.pyi``; ``pylibcudf.TypeId.STRING/INT32/INT64``:
+      ``python/pylibcudf/pylibcudf/types.pyi``.
+    - ``.data()`` is a ``Span``: an object with ``ptr`` (device address) and ``size`` (bytes):
+      ``python/pylibcudf/pylibcudf/span.py``.
+    - A STRING column holds its UTF-8 bytes in its own ``data()`` and one child, the offsets
+      (INT32, or INT64 for large strings), ``size() + 1`` of them from item ``offset()`` of
+      the child (plus the child's own ``offset()``), byte positions into the whole bytes
+      buffer: ``Column.from_iterable_of_py`` builds one so, and ``OwnerWithCAI.create`` sizes
+      a string column's data as ``strings_column_view.chars_size`` (both in ``column.pyx``).
+    - cupy 14.2: ``cupy.cuda.UnownedMemory(ptr, size, owner)`` keeps ``owner`` alive
+      (``cupy/cuda/memory.pyx``), ``cupy.ndarray(shape, dtype, memptr=MemoryPointer(...))``.
+    """
+    import cupy
+    import pylibcudf as plc
+
+    column, _ = text.to_pylibcudf()
+    if column.type().id() != plc.TypeId.STRING:
+        raise TypeError(f"HashBucket: cuDF gave a {column.type().id()!r} column for text")
+    size = column.size()
+    if size == 0 or (column.num_children() == 0 and column.null_count() == size):  # no text to read
+        return cupy.zeros(size + 1, dtype=np.int64), cupy.zeros(0, dtype=np.uint8)
+    if column.num_children() != 1:
+        raise TypeError(f"HashBucket: a cuDF strings column with {column.num_children()} children, not 1 (offsets)")
+    offsets_column = column.child(0)
+    kind = {plc.TypeId.INT32: np.int32, plc.TypeId.INT64: np.int64}.get(offsets_column.type().id())
+    if kind is None:
+        raise TypeError(f"HashBucket: cuDF string offsets of {offsets_column.type().id()!r}")
+    offsets = _device_array(offsets_column.data(), kind, offsets_column.offset() + column.offset(), size + 1)
+    chars = column.data()
+    data = (cupy.zeros(0, dtype=np.uint8) if chars is None or int(chars.size) == 0
+            else _device_array(chars, np.uint8, 0, int(chars.size)))
+    # cuDF's work (the cast to text) done before cupy's stream reads its buffers.
+    cupy.cuda.runtime.deviceSynchronize()
+    first, last = int(offsets[0]), int(offsets[-1])
+    if not 0 <= first <= last <= len(data):
+        raise TypeError(f"HashBucket: cuDF string offsets {first} .. {last} outside its {len(data)} bytes")
+    return offsets, data
+
+
+def _cudf_buckets(native: Any, series: Any, buckets: int) -> Any:
+    """:func:`stable_hash` of each value of a cuDF Series, int32 (0 where missing), as a cuDF
+    Series on ``native``'s index, computed on the GPU: :func:`_cudf_text`, then
+    :func:`.crc32.crc32_buffers` in cupy over its device buffers (:func:`_cudf_text_buffers`).
+    None for a column :func:`_cudf_text` does not take (the distinct values path).
+
+    Where reading the device buffers fails (cuDF's internals changed: an AttributeError or
+    TypeError), the column makes one round trip to the host instead
+    (:func:`_cudf_host_buckets`), with a warning: exact, never a value-by-value loop."""
+    import cudf
+
+    text = _cudf_text(series)
+    if text is None:
+        return None
+    try:
+        offsets, data = _cudf_text_buffers(text)
+    except (AttributeError, TypeError) as exc:
+        import warnings
+
+        warnings.warn(f"HashBucket on cuDF: the column's device buffers could not be read ({exc}); hashing it "
+                      "on the host instead (one round trip, same buckets)", RuntimeWarning, stacklevel=2)
+        return _cudf_host_buckets(text, native.index, buckets)
+    crcs = crc32_buffers(offsets, data)
+    values = (crcs % np.uint32(buckets - 1) + np.uint32(1)).view(np.int32)
+    if text.null_count:
+        values[text.isnull().values] = 0
+    return cudf.Series(values, index=native.index)
+
+
+def _cudf_host_buckets(text: Any, index: Any, buckets: int) -> Any:
+    """:func:`_cudf_buckets` through the host: the text column to Arrow, the numpy kernel
+    (:func:`_arrow_buckets`), the buckets back to the GPU; one round trip of the column."""
+    import cudf
+
+    return cudf.Series(_arrow_buckets(text.to_arrow(), buckets), index=index)
 
 
 def _distinct_values(frame: NwFrame, column: str, expr: nw.Expr, dtype: Any) -> list[Any]:
@@ -793,7 +941,7 @@ class HashBucket(TableOp):
         frame = frame.with_columns(*out) if out else frame
         if not vectorised:
             return frame
-        if backend == "pandas":
+        if backend in ("pandas", "cudf"):
             return wrap(assign(nw.to_native(frame), vectorised))
         if is_lazy(frame):  # the kernel reads each column as its expression gives it
             frame = frame.with_columns(*[exprs[c].alias(c) for c in vectorised])

@@ -239,3 +239,179 @@ def test_cudf_clip_quantiles_come_from_one_sort_and_match_pandas():
     empty = to_backend(pd.DataFrame({"x": [np.nan, np.nan]}), "cudf")
     with pytest.raises(EmptyTableError, match="'x' has no non-missing value"):
         Recipe([Clip(["x"], quantiles=(0.1, 0.9))]).fit(empty)
+
+
+# --- HashBucket on cuDF: CRC32 in cupy over the column's device buffers ---------------------
+
+
+def test_cudf_hash_text_takes_what_the_arrow_text_takes():
+    # The same dispatch as on a cuDF Series (dtypes named as cuDF names them), on pandas twins:
+    # strings as they are, categoricals of text by their values, integers as decimal text.
+    from gpufeed.gpu_transforms.tabular.categorical import _cudf_text
+
+    assert _cudf_text(pd.Series(["a", "b", None], dtype="category")).tolist()[:2] == ["a", "b"]
+    assert _cudf_text(pd.Series(["a", None], dtype=object)).tolist()[0] == "a"
+    assert _cudf_text(pd.Series(["a", None], dtype="string")).tolist()[0] == "a"
+    assert _cudf_text(pd.Series([2**64 - 1, 2**63, 0], dtype="uint64")).tolist() == [
+        "18446744073709551615", "9223372036854775808", "0"]
+    assert _cudf_text(pd.Series([-(2**63), -128, -1], dtype="int64")).tolist() == [
+        "-9223372036854775808", "-128", "-1"]
+    assert _cudf_text(pd.Series([-128, 127], dtype="int8")).tolist() == ["-128", "127"]
+    for other in (pd.Series([True, False]), pd.Series([1.0, 2.5]), pd.Series(pd.to_datetime(["2024-01-01"])),
+                  pd.Series([1, 2], dtype="category")):  # numbers' categoricals are their values by then
+        assert _cudf_text(other) is None, other.dtype
+
+
+_HASH_ALPHABET = ["a", "Z", "7", " ", "-", "é", "€", "中", "𝄞"]  # 1- to 4-byte UTF-8
+
+
+def _hash_table(n: int = 3000):
+    """A polars frame of the kinds cuDF hashes on the device, with gaps: text (empty strings,
+    1- to 4-byte UTF-8, up to 600 characters: past the 256 cached byte tables), int64 with gaps,
+    negative int64 (its minimum), int8, uint64 past 2**63 (its maximum), uint32, and text with
+    one 100 kB value."""
+    import random
+
+    import polars as pl
+
+    rng = random.Random(43)
+
+    def text() -> str | None:
+        if rng.random() < 0.1:
+            return None
+        longest = rng.choice([0, 1, 4, 8, 16, 40, 600])
+        return "".join(rng.choice(_HASH_ALPHABET) for _ in range(rng.randint(0, longest)))
+
+    def gaps(values: list) -> list:
+        return [None if rng.random() < 0.1 else v for v in values]
+
+    texts = [text() for _ in range(n)]
+    big = [f"user-{i}" for i in range(n)]
+    big[n // 2] = "€" * 34_000 + "x" * 100  # 102,100 bytes
+    negatives = [-(2**63), -(2**63) + 1, -1, 0, 1] + [rng.randint(-(2**63), -1) for _ in range(n - 5)]
+    u64 = [2**64 - 1, 2**63, 2**63 + 1, 2**63 - 1, 0] + [rng.randint(0, 2**64 - 1) for _ in range(n - 5)]
+    return pl.DataFrame({
+        "text": pl.Series(texts, dtype=pl.String),
+        "ints": pl.Series(gaps([rng.randint(0, 10**6) for _ in range(n)]), dtype=pl.Int64),
+        "neg": pl.Series(gaps(negatives), dtype=pl.Int64),
+        "i8": pl.Series(gaps([rng.randint(-128, 127) for _ in range(n)]), dtype=pl.Int8),
+        "u64": pl.Series(gaps(u64), dtype=pl.UInt64),
+        "u32": pl.Series([rng.randint(0, 2**32 - 1) for _ in range(n)], dtype=pl.UInt32),
+        "big": pl.Series(big, dtype=pl.String),
+        "cat": pl.Series(texts, dtype=pl.String),  # a categorical on cuDF (below)
+    })
+
+
+def _cudf_hash_table(frame):
+    gdf = to_backend(frame, "cudf")
+    gdf["cat"] = gdf["cat"].astype("category")
+    assert str(gdf["cat"].dtype) == "category"
+    assert str(gdf["u64"].dtype) == "uint64" and str(gdf["i8"].dtype) == "int8"
+    return gdf
+
+
+def _on_the_device_only(monkeypatch) -> list[str]:
+    """The columns cuDF hashed on the device, recorded as they go; its host fallback and the
+    distinct values path (a Python loop over the values) fail the test."""
+    from gpufeed.gpu_transforms.tabular import categorical as cat
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("HashBucket on cuDF left the device")
+
+    taken: list[str] = []
+    real = cat._cudf_buckets
+
+    def spy(native, series, buckets):
+        out = real(native, series, buckets)
+        if out is not None:
+            taken.append(series.name)
+        return out
+
+    monkeypatch.setattr(cat, "_cudf_host_buckets", refuse)
+    monkeypatch.setattr(cat, "_distinct_values", refuse)
+    monkeypatch.setattr(cat, "_cudf_buckets", spy)
+    return taken
+
+
+@pytest.mark.gpu
+def test_cudf_hash_bucket_on_the_device_is_polars_value_for_value(monkeypatch):
+    pytest.importorskip("cudf", reason="cuDF is not installed")
+    from gpufeed.gpu_transforms.tabular.categorical import stable_hash
+
+    frame = _hash_table()
+    gdf = _cudf_hash_table(frame)
+    columns = list(frame.columns)
+    taken = _on_the_device_only(monkeypatch)
+    for buckets in (2, 1000, 2**31):
+        expected = Recipe([HashBucket(columns, buckets=buckets)]).fit_transform(frame)
+        got = Recipe([HashBucket(columns, buckets=buckets)]).fit_transform(gdf)
+        assert type(got).__module__.startswith("cudf")
+        for c in columns:
+            assert str(got[c].dtype) == "int32", c
+            assert got[c].to_arrow().to_pylist() == expected[c].to_list(), (c, buckets)
+        for c in ("neg", "u64", "big"):  # and stable_hash itself, value by value
+            assert got[c].to_arrow().to_pylist() == [0 if v is None else stable_hash(v, buckets)
+                                                     for v in frame[c].to_list()], (c, buckets)
+    assert sorted(taken) == sorted(columns * 3)
+
+
+@pytest.mark.gpu
+def test_cudf_hash_bucket_of_a_slice_keeps_its_rows_and_index(monkeypatch):
+    # A sliced cuDF frame's columns start past the buffers' first offset.
+    pytest.importorskip("cudf", reason="cuDF is not installed")
+    frame = _hash_table()
+    gdf = _cudf_hash_table(frame).iloc[17:2500]
+    columns = list(frame.columns)
+    taken = _on_the_device_only(monkeypatch)
+    expected = Recipe([HashBucket(columns, buckets=1000)]).fit_transform(frame.slice(17, 2500 - 17))
+    got = Recipe([HashBucket(columns, buckets=1000)]).fit_transform(gdf)
+    assert got.index.to_pandas().tolist() == list(range(17, 2500))
+    for c in columns:
+        assert got[c].to_arrow().to_pylist() == expected[c].to_list(), c
+    assert sorted(taken) == sorted(columns)
+
+
+@pytest.mark.gpu
+def test_cudf_hash_bucket_of_empty_and_missing_text(monkeypatch):
+    pytest.importorskip("cudf", reason="cuDF is not installed")
+    import polars as pl
+
+    frame = pl.DataFrame({"empty": pl.Series(["", "", None, ""], dtype=pl.String),
+                          "none": pl.Series([None] * 4, dtype=pl.String),
+                          "ints": pl.Series([None] * 4, dtype=pl.Int64)})
+    gdf = to_backend(frame, "cudf")
+    taken = _on_the_device_only(monkeypatch)
+    for part, native in ((frame, gdf), (frame.slice(0, 0), gdf.iloc[0:0])):
+        expected = Recipe([HashBucket(list(frame.columns), buckets=64)]).fit_transform(part)
+        got = Recipe([HashBucket(list(frame.columns), buckets=64)]).fit_transform(native)
+        for c in frame.columns:
+            assert got[c].to_arrow().to_pylist() == expected[c].to_list(), c
+    assert set(taken) == set(frame.columns)
+
+
+@pytest.mark.gpu
+def test_cudf_hash_bucket_falls_back_to_one_host_round_trip_exactly(monkeypatch):
+    # Where cuDF's internals change (its device buffers cannot be read), the column goes to
+    # the host once and through the numpy kernel: the same buckets, with a warning, and no
+    # per-value loop.
+    pytest.importorskip("cudf", reason="cuDF is not installed")
+    from gpufeed.gpu_transforms.tabular import categorical as cat
+
+    def changed(text):
+        raise AttributeError("'Series' object has no attribute 'to_pylibcudf'")
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the distinct values path ran")
+
+    frame = _hash_table(500)
+    gdf = _cudf_hash_table(frame)
+    columns = list(frame.columns)
+    monkeypatch.setattr(cat, "_cudf_text_buffers", changed)
+    monkeypatch.setattr(cat, "_distinct_values", refuse)
+    expected = Recipe([HashBucket(columns, buckets=1000)]).fit_transform(frame)
+    with pytest.warns(RuntimeWarning, match="one round trip"):
+        got = Recipe([HashBucket(columns, buckets=1000)]).fit_transform(gdf)
+    assert type(got).__module__.startswith("cudf")
+    for c in columns:
+        assert str(got[c].dtype) == "int32", c
+        assert got[c].to_arrow().to_pylist() == expected[c].to_list(), c

@@ -194,6 +194,23 @@ def test_crc32_kernel_through_the_array_module_switch(name, module, request):
             assert copied.count(_LONG.encode()) == 3 and sum(map(len, copied)) < 3 * len(_LONG.encode()) + 1000
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(_AWKWARD))
+def test_crc32_kernel_on_cupy_is_zlibs(name):
+    # The same inputs on a GPU, in cupy: the result stays there.
+    cupy = pytest.importorskip("cupy", reason="cupy is not installed")
+    values = _AWKWARD[name]
+    expected = np.array([zlib.crc32((v or "").encode()) for v in values], dtype=np.uint32)
+    array = pa.array(values, type=pa.string())
+    for start, stop in ((0, len(values)), (1, len(values)), (len(values) // 3, len(values) - 1)):
+        offsets, data = _arrow_buffers(array.slice(start, stop - start))
+        got = crc32_buffers(cupy.asarray(offsets), cupy.asarray(data))
+        assert isinstance(got, cupy.ndarray) and got.dtype == np.uint32
+        assert got.get().tolist() == expected[start:stop].tolist(), (name, start, stop)
+        got = crc32_buffers(cupy.asarray(offsets.astype(np.int64)), cupy.asarray(data))  # large offsets
+        assert got.get().tolist() == expected[start:stop].tolist(), (name, start, stop)
+
+
 def test_array_module_is_numpy_for_anything_but_cupy():
     assert crc32.array_module(np.zeros(3)) is np
     assert crc32.array_module([1, 2]) is np
