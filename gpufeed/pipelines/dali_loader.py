@@ -17,6 +17,7 @@ the bad file).
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator
 from typing import Any, NoReturn
 
@@ -62,6 +63,8 @@ class _PlannedIterator(DALIClassificationIterator):
     gpufeed_skipped: IteratorSkips | None = None
     #: Why the kit's feed drives this iterator rather than DALI's readers (for errors).
     gpufeed_fed_because = "the source is not WebDataset or TFRecord shards"
+    #: Batches returned so far in the epoch under way (0 between epochs).
+    _taken = 0
 
     def __len__(self) -> int:
         return self.planned_batches
@@ -88,11 +91,34 @@ class _PlannedIterator(DALIClassificationIterator):
             "loader.load_state_dict(state) on a new loader goes on from the next batch",
             name="state_dict", obj=self)
 
+    def __iter__(self) -> _PlannedIterator:
+        if self._taken >= len(self):  # every batch taken, the end not asked for (a loop that counts)
+            self._taken = 0
+        if self._taken:
+            # DALI's reader iterators log "does not support resetting while epoch is not
+            # finished"; fed by the kit, this one went on with the epoch without a word.
+            warnings.warn(
+                f"dali_iterator(): iter() after {self._taken} of this epoch's {len(self)} batches goes on with "
+                f"the remaining {max(len(self) - self._taken, 0)}, as DALI's iterators do (they cannot restart an "
+                "epoch), so this pass is short. A framework that stops a pass early and iterates again does "
+                "this: PyTorch Lightning's sanity check (num_sanity_val_steps) and limit_train_batches / "
+                "limit_val_batches. Hand the framework the loader itself (each iter() is a whole new epoch), "
+                "or take every batch of each pass (Trainer(num_sanity_val_steps=0), no limit_*_batches)",
+                stacklevel=2)
+            # Not DALI's __iter__: its reset() mid-epoch, which reader iterators ignore, could
+            # run this fed pipeline on into the next epoch (1 + 3 batches in one pass).
+            return self
+        return super().__iter__()
+
     def __next__(self) -> Any:
         try:
             batch = super().__next__()
+        except StopIteration:
+            self._taken = 0
+            raise
         except RuntimeError as exc:
             raise _named_decode_error(self.gpufeed_feed, exc) from exc
+        self._taken += 1
         feed = self.gpufeed_feed
         if feed is not None and feed.in_flight:
             # DALI returns batches in the order the feed handed them over: this one's epoch

@@ -5,8 +5,11 @@ plain torch. ``docs/integrations.md`` has the runs with the frameworks themselve
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 
+from gpufeed.backends import dali_installed
 from tests.pipelines.test_loader_contract import BACKENDS, load
 
 
@@ -93,3 +96,27 @@ def test_the_epoch_hook_is_where_lightning_looks_and_nowhere_else(image_folder):
     assert getattr(loader, "sampler", None) is None
     loader.batch_sampler.sampler.set_epoch(4)
     assert loader.state_dict()["epoch"] == 4
+
+
+@pytest.mark.skipif(not dali_installed(), reason="DALI not installed")
+def test_a_dali_iterator_iterated_again_mid_epoch_warns_that_the_pass_is_short(image_folder):
+    """Lightning's sanity check takes ``num_sanity_val_steps`` (2) batches of the val
+    iterator and drops it; the validation run then calls ``iter()`` again. A DALI iterator
+    cannot restart an epoch and goes on with its rest: the first validation saw 1 of 3
+    batches, silently (DALI's reader iterators log it; the kit-fed one said nothing)."""
+    it = load(image_folder, "dali", train=False, batch_size=16, size=32).dali_iterator()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # whole passes: no warning
+        assert [sum(1 for _ in it) for _ in range(2)] == [3, 3]
+        batches = iter(it)
+        for _ in range(len(it)):  # Lightning takes len() batches, never asking for the end
+            next(batches)
+        assert sum(1 for _ in iter(it)) == 3
+    batches = iter(it)
+    next(batches), next(batches)  # the sanity check stops here
+    with pytest.warns(UserWarning, match=r"after 2 of this epoch's 3 batches goes on with the remaining 1"):
+        rest = sum(1 for _ in iter(it))
+    assert rest == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert sum(1 for _ in it) == 3  # the next pass is whole again, without a word
