@@ -152,13 +152,18 @@ def _arrow_buffers(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
 
 
 _LONG = "€" * 35_000  # 105 kB
+_R = random.Random(37)
+_ASCII = "".join(_R.choice("xyz01") for _ in range(3300))
+_UNICODE = "".join(_R.choice("xy𝄞€") for _ in range(3300))
 _AWKWARD = {
     "empty strings": ["", "", "a", "", "bc", ""],
     "all empty": ["", "", ""],
     "one long among short": [f"id{i}" for i in range(3000)] + [_LONG] + ["", "x"],
     "unicode": ["é", "ß€", "中文", "𝄞😀", "\x00", "a\x00b", "Z"],
     "one length": [f"{i:08d}" for i in range(2000)],
-    "one length, past the cached rows": ["".join(random.Random(i).choice("xy€") for _ in range(100)) for i in range(50)],
+    "one length, past the cached rows": [_ASCII[o:o + 300] for o in (_R.randrange(3000) for _ in range(2000))],
+    "lengths past the cached rows": [_UNICODE[o:o + _R.randint(150, 300)]  # 250 to 700 bytes
+                                     for o in (_R.randrange(3000) for _ in range(20_000))],
     "mixed": _texts(random.Random(41), 2000),
     "missing slots": ["a", None, "", None, "longer text", None],
     "all missing": [None, None],
