@@ -352,7 +352,7 @@ def test_cudf_hash_bucket_on_the_device_is_polars_value_for_value(monkeypatch):
         for c in ("neg", "u64", "big"):  # and stable_hash itself, value by value
             assert got[c].to_arrow().to_pylist() == [0 if v is None else stable_hash(v, buckets)
                                                      for v in frame[c].to_list()], (c, buckets)
-    assert sorted(taken) == sorted(columns * 3)
+    assert set(taken) == set(columns)
 
 
 @pytest.mark.gpu
@@ -368,7 +368,7 @@ def test_cudf_hash_bucket_of_a_slice_keeps_its_rows_and_index(monkeypatch):
     assert got.index.to_pandas().tolist() == list(range(17, 2500))
     for c in columns:
         assert got[c].to_arrow().to_pylist() == expected[c].to_list(), c
-    assert sorted(taken) == sorted(columns)
+    assert set(taken) == set(columns)
 
 
 @pytest.mark.gpu
