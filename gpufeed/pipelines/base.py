@@ -10,7 +10,7 @@ from __future__ import annotations
 import numbers
 import warnings
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import torch
@@ -85,6 +85,17 @@ class ClassificationLoader:
     """
 
     backend = "abstract"
+
+    def __getattr__(self, name: str) -> NoReturn:  # only called for attributes the loader lacks
+        if name == "sampler":
+            # What accelerate's skip_first_batches and code written for DataLoaders reach for
+            # to skip or reorder samples: say what the kit has instead.
+            raise AttributeError(
+                f"{type(self).__name__} has no sampler: it orders its samples itself (shuffle=, seed=, set_epoch). "
+                "To go on from a batch, save loader.state_dict() and call load_state_dict(state) on a new loader "
+                "(accelerate: register_for_checkpointing(loader)); to shard, pass shard_id= and num_shards=",
+                name=name, obj=self)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}", name=name, obj=self)
 
     def __init__(self, samples: SampleSource, options: LoaderOptions, device: torch.device,
                  choice: BackendChoice, gpu_augment: Augment | None = None) -> None:

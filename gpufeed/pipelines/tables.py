@@ -445,9 +445,12 @@ def iter_batches(
     batch_size: int = 65_536, device: str | torch.device = "auto", shuffle: bool = False, seed: int = 0,
     epoch: int = 0, drop_last: bool = False, num_classes: int | None = None, ignore_index: int | None = -100,
     label_dtype: torch.dtype = torch.int64,
-) -> Iterator[tuple[torch.Tensor, torch.Tensor | None] | tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]:
-    """Yield ``(x, y)`` batches (``(x_num, x_cat, y)`` with ``categorical``) of ``batch_size``
-    rows, converted a chunk of whole batches at a time (about 262,144 rows, at least one
+) -> TableBatches:
+    """``(x, y)`` batches (``(x_num, x_cat, y)`` with ``categorical``) of ``batch_size``
+    rows, as a :class:`TableBatches`: an iterable with ``len()`` whose every pass (every
+    ``iter()``, as a ``DataLoader`` or PyTorch Lightning iterates once per epoch) is the
+    next epoch, resumable mid-epoch by ``state_dict()``; ``next()`` on it also works (one
+    pass). Converted a chunk of whole batches at a time (about 262,144 rows, at least one
     batch): one gather on the frame, one conversion, one set of checks and one copy to the
     device per chunk, and each batch a row slice (a view) of the chunk's tensors. The
     batches are those each batch's rows give through :func:`to_tensors` (the same rows,
@@ -465,13 +468,19 @@ def iter_batches(
             sorted by time or label still gives mixed batches). Without it, batches are
             row slices in order.
         seed: seed of the row order.
-        epoch: the training epoch: with ``shuffle``, each epoch visits the rows in another
-            order (the same one again for the same ``seed`` and ``epoch``).
+        epoch: the training epoch of the first pass (the next pass is ``epoch + 1``, ...):
+            with ``shuffle``, each epoch visits the rows in another order (the same one
+            again for the same ``seed`` and ``epoch``).
         drop_last: drop a final batch smaller than ``batch_size`` (with ``shuffle``, other
             rows each epoch, as a DataLoader drops them).
 
     Returns:
-        An iterator over ``ceil(rows / batch_size)`` (or floor, with ``drop_last``) batches.
+        A :class:`TableBatches` of ``ceil(rows / batch_size)`` (or floor, with ``drop_last``)
+        batches a pass.
+
+    Raises:
+        ValueError, KeyError, BackendError: bad arguments or columns, at the call; a bad
+        value in the table (a gap, an inf, a label out of range) at its batch.
 
     Example:
         >>> for x, y in iter_batches(prepared, features, "label", batch_size=4096):  # doctest: +SKIP
@@ -479,41 +488,124 @@ def iter_batches(
         >>> for x_num, x_cat, y in iter_batches(prepared, numeric, "label", categorical=codes):  # doctest: +SKIP
         ...     loss = cross_entropy(model(x_num, x_cat), y)
     """
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    _check_features(features, "iter_batches", label, categorical)
-    _check_num_classes(num_classes, label, "iter_batches", label_dtype)
-    frame = wrap(_collected(df, "iter_batches"))
-    require_columns(frame, [*features, *(categorical or []), *([label] if label else [])], "iter_batches")
-    n = len(frame)
-    stop = n - n % batch_size if drop_last else n
-    if stop <= 0:
-        return
-    # Shuffled: rows, not batches. Shuffling only the order of fixed slices left the same
-    # tail out of every epoch with drop_last, and never mixed a sorted table's rows.
-    order = np.random.default_rng(seed if epoch == 0 else (seed, epoch)).permutation(n) if shuffle else None
-    convert = dict(categorical=categorical, device=device, num_classes=num_classes, ignore_index=ignore_index,
-                   label_dtype=label_dtype)
-    # Whole batches per chunk, about _CHUNK_ROWS rows: one gather on the frame, one
-    # conversion and one set of checks per chunk, and each batch a row slice (a view) of
-    # the chunk's tensors, on the device already. The batches are the rows they were one
-    # batch at a time (same order, same seed), and memory stays bounded by the chunk.
-    step = batch_size * max(1, _CHUNK_ROWS // batch_size)
-    for start in range(0, stop, step):
-        end = min(start + step, stop)
-        rows = slice(start, end) if order is None else order[start:end]
-        try:
-            chunk = to_tensors(nw.to_native(frame[rows]), features, label, **convert)
-        except (TypeError, ValueError):
-            chunk = None  # (out of the except block: the batch's own error, not chained to this)
-        if chunk is None:
-            # Bad data somewhere in the chunk: batch by batch, as before, so the batches
-            # before the bad one come out and the error counts the rows of its batch.
-            for first in range(start, end, batch_size):
-                rows = slice(first, first + batch_size) if order is None else order[first:first + batch_size]
-                yield to_tensors(nw.to_native(frame[rows]), features, label, **convert)
-            continue
-        x, *rest, y = chunk
-        for first in range(0, end - start, batch_size):
-            last = first + batch_size
-            yield (x[first:last], *(c[first:last] for c in rest), None if y is None else y[first:last])
+    return TableBatches(df, features, label, categorical=categorical, batch_size=batch_size, device=device,
+                        shuffle=shuffle, seed=seed, epoch=epoch, drop_last=drop_last, num_classes=num_classes,
+                        ignore_index=ignore_index, label_dtype=label_dtype)
+
+
+Batch = tuple[torch.Tensor, torch.Tensor | None] | tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]
+
+
+class TableBatches:
+    """The batches of :func:`iter_batches` (its arguments, checked when it is made).
+
+    Each ``iter()`` starts a pass over the table, and each pass is the next epoch: the
+    first is ``epoch``, then ``epoch + 1`` ..., a pass left before its end included (as
+    Lightning leaves one under ``limit_train_batches``: the next pass is a new order, not
+    the same first batches again). So a ``DataLoader``-style loop, Lightning or accelerate
+    iterating it once per epoch gets every epoch's batches in a new order; a one-shot
+    generator gave every epoch after the first no batch at all, silently.
+
+    ``next()`` on it is one pass read batch by batch, as from the generator it used to be.
+    ``state_dict()`` after any batch and ``load_state_dict(state)`` on a new one (same
+    table, ``batch_size``, ``shuffle``, ``seed`` and ``drop_last``) go on with the rest of
+    that epoch: the same batches as an uninterrupted run.
+    """
+
+    def __init__(self, df: Frame, features: Sequence[str], label: str | None, *, categorical: Sequence[str] | None,
+                 batch_size: int, device: str | torch.device, shuffle: bool, seed: int, epoch: int,
+                 drop_last: bool, num_classes: int | None, ignore_index: int | None,
+                 label_dtype: torch.dtype) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        _check_features(features, "iter_batches", label, categorical)
+        _check_num_classes(num_classes, label, "iter_batches", label_dtype)
+        self._frame = wrap(_collected(df, "iter_batches"))
+        require_columns(self._frame, [*features, *(categorical or []), *([label] if label else [])], "iter_batches")
+        self._features, self._label = list(features), label
+        self._convert = dict(categorical=categorical, device=device, num_classes=num_classes,
+                             ignore_index=ignore_index, label_dtype=label_dtype)
+        self.batch_size, self.shuffle, self.seed, self.drop_last = batch_size, shuffle, seed, drop_last
+        self.rows = len(self._frame)
+        self._stop = self.rows - self.rows % batch_size if drop_last else self.rows
+        self._next_epoch, self._skip = epoch, 0  # where the next pass starts
+        self._running: list[int] | None = None  # [epoch, batches yielded] of the pass going on
+        self._pass: Iterator[Batch] | None = None  # the pass next() reads
+
+    def __len__(self) -> int:
+        return -(-self._stop // self.batch_size) if self._stop > 0 else 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make the next pass epoch ``epoch`` (from its first batch)."""
+        self._next_epoch, self._skip = epoch, 0
+
+    def __iter__(self) -> Iterator[Batch]:
+        epoch, skip = self._next_epoch, self._skip
+        self._next_epoch, self._skip = epoch + 1, 0
+        self._running = [epoch, skip]
+        return self._batches(epoch, skip, self._running)
+
+    def __next__(self) -> Batch:
+        if self._pass is None:
+            self._pass = iter(self)
+        return next(self._pass)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the batches stand: the epoch and the batches of it already yielded (the
+        next epoch from its start after a whole pass), with what makes them this table's."""
+        epoch, done = (self._next_epoch, self._skip) if self._running is None else self._running
+        if self._running is not None and done >= len(self):
+            epoch, done = epoch + 1, 0
+        return {"epoch": epoch, "batches_done": done, **self._fingerprint()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Go on from ``state`` (:meth:`state_dict`): the next pass is the rest of its epoch.
+
+        Raises:
+            ValueError: the state is of another table or other batches (named).
+        """
+        differ = {k: (state.get(k), v) for k, v in self._fingerprint().items() if state.get(k) != v}
+        if differ:
+            raise ValueError("iter_batches: this state is of other batches; differing (state, these): "
+                             + ", ".join(f"{k}={a!r} vs {b!r}" for k, (a, b) in differ.items()))
+        self._next_epoch, self._skip = int(state["epoch"]), int(state["batches_done"])
+        self._running, self._pass = None, None
+
+    def _fingerprint(self) -> dict[str, Any]:
+        return {"rows": self.rows, "batch_size": self.batch_size, "shuffle": self.shuffle, "seed": self.seed,
+                "drop_last": self.drop_last}
+
+    def _batches(self, epoch: int, skip: int, running: list[int]) -> Iterator[Batch]:
+        frame, features, label, convert, batch_size = (self._frame, self._features, self._label, self._convert,
+                                                       self.batch_size)
+        n, stop = self.rows, self._stop
+        # Shuffled: rows, not batches. Shuffling only the order of fixed slices left the same
+        # tail out of every epoch with drop_last, and never mixed a sorted table's rows.
+        order = np.random.default_rng(self.seed if epoch == 0 else (self.seed, epoch)).permutation(n) \
+            if self.shuffle else None
+        # Whole batches per chunk, about _CHUNK_ROWS rows: one gather on the frame, one
+        # conversion and one set of checks per chunk, and each batch a row slice (a view) of
+        # the chunk's tensors, on the device already. The batches are the rows they were one
+        # batch at a time (same order, same seed), and memory stays bounded by the chunk.
+        step = batch_size * max(1, _CHUNK_ROWS // batch_size)
+        for start in range(skip * batch_size, stop, step):
+            end = min(start + step, stop)
+            rows = slice(start, end) if order is None else order[start:end]
+            try:
+                chunk = to_tensors(nw.to_native(frame[rows]), features, label, **convert)
+            except (TypeError, ValueError):
+                chunk = None  # (out of the except block: the batch's own error, not chained to this)
+            if chunk is None:
+                # Bad data somewhere in the chunk: batch by batch, as before, so the batches
+                # before the bad one come out and the error counts the rows of its batch.
+                for first in range(start, end, batch_size):
+                    rows = slice(first, first + batch_size) if order is None else order[first:first + batch_size]
+                    batch = to_tensors(nw.to_native(frame[rows]), features, label, **convert)
+                    running[1] += 1
+                    yield batch
+                continue
+            x, *rest, y = chunk
+            for first in range(0, end - start, batch_size):
+                last = first + batch_size
+                running[1] += 1
+                yield (x[first:last], *(c[first:last] for c in rest), None if y is None else y[first:last])

@@ -302,7 +302,7 @@ class TorchLoader(ClassificationLoader):
                    else f"chosen by backend='auto': {self.choice.reason}")
             raise AttributeError(f"dali_iterator() needs backend='dali'; this loader uses the torch backend "
                                  f"({why})", name=name, obj=self)
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}", name=name, obj=self)
+        super().__getattr__(name)
 
     def _pixel_batch(self, keys: list[tuple[int, int, int]]) -> tuple:
         """One batch of a pixel source, its samples cropped, resized and written into the

@@ -120,3 +120,103 @@ def test_a_dali_iterator_iterated_again_mid_epoch_warns_that_the_pass_is_short(i
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert sum(1 for _ in it) == 3  # the next pass is whole again, without a word
+
+
+# ------------------------------------------------------------------ tables: iter_batches
+
+
+def _table_batches(**kwargs: object) -> object:
+    import numpy as np
+    import pandas as pd
+
+    from gpufeed.pipelines.tables import iter_batches
+
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({"a": np.arange(1000, dtype=np.float64), "b": rng.random(1000),
+                          "label": rng.integers(0, 4, 1000)})
+    return iter_batches(frame, ["a", "b"], "label", batch_size=kwargs.pop("batch_size", 100), device="cpu",
+                        **kwargs)
+
+
+def _rows(batches: list) -> list[list[int]]:
+    return [x[:, 0].long().tolist() for x, _ in batches]
+
+
+def test_iter_batches_iterated_once_per_epoch_gives_every_epoch_its_batches_in_a_new_order():
+    """Lightning (``FitLoop``) and a DataLoader-style loop call ``iter()`` once per epoch and
+    ``len()`` for the progress bar. A one-shot generator gave epoch 0 its 10 batches and
+    every later epoch none, without a word. Each pass is now the next epoch: the batches
+    ``iter_batches(..., epoch=k)`` gives, in a new order each epoch with ``shuffle``."""
+    batches = _table_batches(shuffle=True, seed=3, epoch=5)
+    assert len(batches) == 10
+    passes = [_rows(list(batches)) for _ in range(3)]
+    assert [len(p) for p in passes] == [10, 10, 10]
+    for k, rows in enumerate(passes):
+        assert rows == _rows(list(_table_batches(shuffle=True, seed=3, epoch=5 + k)))  # the epoch's own order
+        assert sorted(sum(rows, [])) == list(range(1000))  # every row once
+    assert passes[0] != passes[1] != passes[2]
+    assert len(_table_batches(drop_last=True, batch_size=300)) == 3 and len(_table_batches(batch_size=300)) == 4
+
+
+def test_iter_batches_pass_left_early_is_followed_by_the_next_epoch():
+    """``limit_train_batches`` and the sanity check leave a pass early; the next ``iter()``
+    is the next epoch from its start, not the same first batches again."""
+    batches = _table_batches(shuffle=True, seed=1)
+    it = iter(batches)
+    first_two = _rows([next(it), next(it)])
+    assert first_two == _rows(list(_table_batches(shuffle=True, seed=1, epoch=0)))[:2]
+    assert _rows(list(batches)) == _rows(list(_table_batches(shuffle=True, seed=1, epoch=1)))
+
+
+def test_iter_batches_next_reads_one_pass_as_the_generator_did():
+    batches = _table_batches(batch_size=400)
+    got = [next(batches), next(batches), next(batches)]
+    assert [len(x) for x, _ in got] == [400, 400, 200]
+    with pytest.raises(StopIteration):
+        next(batches)
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+@pytest.mark.parametrize("cut", [0, 3, 10])
+def test_iter_batches_resumed_from_its_state_gives_the_rest_of_the_epoch(shuffle, cut):
+    """Lightning saves a loader's ``state_dict()`` in a mid-epoch checkpoint and, resumed,
+    calls ``load_state_dict`` on a new one, then ``iter()``: before + after is the epoch
+    (after a whole epoch: the next epoch from its start)."""
+    epoch = [_rows(list(_table_batches(shuffle=shuffle, seed=7, epoch=e))) for e in (2, 3)]
+    batches = _table_batches(shuffle=shuffle, seed=7, epoch=2)
+    it = iter(batches)
+    before = _rows([next(it) for _ in range(cut)])
+    state = batches.state_dict()
+    assert state["epoch"] == (3 if cut == 10 else 2) and state["batches_done"] == cut % 10
+    resumed = _table_batches(shuffle=shuffle, seed=7)
+    resumed.load_state_dict(state)
+    after = _rows(list(resumed))
+    assert before + after == epoch[0] if cut < 10 else (before == epoch[0] and after == epoch[1])
+    assert _rows(list(resumed)) == _rows(list(_table_batches(shuffle=shuffle, seed=7, epoch=state["epoch"] + 1)))
+
+
+def test_iter_batches_refuses_a_state_of_other_batches():
+    state = _table_batches(shuffle=True).state_dict()
+    with pytest.raises(ValueError, match="batch_size=100 vs 50"):
+        _table_batches(shuffle=True, batch_size=50).load_state_dict(state)
+    with pytest.raises(ValueError, match="shuffle=True vs False"):
+        _table_batches().load_state_dict(state)
+
+
+def test_iter_batches_refuses_bad_arguments_when_called():
+    """At the call, where the mistake is, not at the first batch of the first epoch."""
+    with pytest.raises(ValueError, match="batch_size must be >= 1"):
+        _table_batches(batch_size=0)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_loaders_missing_sampler_says_what_to_use_instead(image_folder, backend):
+    """accelerate's ``skip_first_batches(loader, n)`` and DataLoader code reach for
+    ``loader.sampler``; the error says how to go on from a batch with the kit. Lightning's
+    ``getattr(loader, "sampler", None)`` still gets None."""
+    loader = load(image_folder, backend, train=True, batch_size=8)
+    with pytest.raises(AttributeError, match=r"has no sampler.*state_dict\(\).*register_for_checkpointing"):
+        loader.sampler  # noqa: B018
+    assert getattr(loader, "sampler", None) is None
+    with pytest.raises(AttributeError, match="object has no attribute 'nothing_here'"):
+        loader.nothing_here  # noqa: B018
