@@ -147,8 +147,12 @@ def crc32_buffers(offsets: Any, data: Any) -> Any:
     longest = int(lengths.max())
     # The `skip` longest texts go to zlib where the steps they alone need cost more.
     top = min(n, _MOST_ZLIB)
+    # tallest[k]: the (k+1)-th longest length, what the steps still cost after k texts left
+    # to zlib; 0 only past the last text (with more texts, a 0 at `top` left every text
+    # after the `top` longest out of the steps: CRC 0).
+    known = min(n, top + 1)
     tallest = np.zeros(top + 1, dtype=np.int64)
-    tallest[:top] = _host(-xp.sort(-xp.partition(lengths, n - top)[n - top:]))
+    tallest[:known] = _host(-xp.sort(-xp.partition(lengths, n - known)[n - known:]))
     skip = int(np.argmin(_ZLIB_COST * np.arange(top + 1) + _STEP_COST * tallest))
     steps = int(tallest[skip])
     if skip == 0 and int(lengths.min()) == longest:  # one length (ids): every text in every step

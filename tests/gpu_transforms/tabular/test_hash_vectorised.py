@@ -165,6 +165,10 @@ _AWKWARD = {
     "lengths past the cached rows": [_UNICODE[o:o + _R.randint(150, 300)]  # 250 to 700 bytes
                                      for o in (_R.randrange(3000) for _ in range(20_000))],
     "mixed": _texts(random.Random(41), 2000),
+    # More texts than the 4096 longest that zlib may take, all long: those past the 4096th
+    # had come out as CRC 0 (the 4097th longest was taken for empty).
+    "more long texts than zlib takes": [f"{i:05d}" + "x" * 1000 for i in range(5000)],
+    "more long texts of many lengths": [f"{i}" + "y" * _R.randint(900, 1100) for i in range(5000)],
     "missing slots": ["a", None, "", None, "longer text", None],
     "all missing": [None, None],
 }
