@@ -34,6 +34,7 @@ from gpufeed.gpu_transforms.tabular.frames import (
     require_columns,
     wrap,
 )
+from gpufeed.pipelines.base import EpochHook
 
 
 def _collected(df: Frame, where: str) -> Frame:
@@ -509,7 +510,9 @@ class TableBatches:
     ``next()`` on it is one pass read batch by batch, as from the generator it used to be.
     ``state_dict()`` after any batch and ``load_state_dict(state)`` on a new one (same
     table, ``batch_size``, ``shuffle``, ``seed`` and ``drop_last``) go on with the rest of
-    that epoch: the same batches as an uninterrupted run.
+    that epoch: the same batches as an uninterrupted run. A pass takes its epoch at its
+    first batch; :meth:`set_epoch` before it (Lightning's, through ``batch_sampler``, counts
+    from 0 and so overrides ``epoch``) chooses it.
     """
 
     def __init__(self, df: Frame, features: Sequence[str], label: str | None, *, categorical: Sequence[str] | None,
@@ -536,14 +539,30 @@ class TableBatches:
         return -(-self._stop // self.batch_size) if self._stop > 0 else 0
 
     def set_epoch(self, epoch: int) -> None:
-        """Make the next pass epoch ``epoch`` (from its first batch)."""
-        self._next_epoch, self._skip = epoch, 0
+        """Make the next pass epoch ``epoch``, from its first batch; after
+        :meth:`load_state_dict`, the epoch the state resumes keeps its cut (a loop that calls
+        ``set_epoch`` every epoch, as with ``DistributedSampler`` or the image loader, goes on
+        from the cut instead of replaying the batches before it)."""
+        if self._running is not None or epoch != self._next_epoch:
+            self._skip = 0
+        self._next_epoch, self._running = epoch, None  # state_dict() now names this epoch
+
+    @property
+    def batch_sampler(self) -> EpochHook:
+        """Where PyTorch Lightning sets the epoch each epoch (``batch_sampler.sampler.set_epoch``,
+        as on the image loader: :class:`~gpufeed.pipelines.base.EpochHook`): a run resumed from
+        a checkpoint taken after a pass left early (``limit_train_batches``) then gets the next
+        epoch, not the rest of the cut one. It yields no indices; there is no ``sampler``."""
+        return EpochHook(self)
 
     def __iter__(self) -> Iterator[Batch]:
+        # A generator: the pass takes its epoch at its first batch, so a set_epoch between
+        # iter() and the first batch (Lightning resumed: iter() in setup_data, then the
+        # epoch) sets this pass.
         epoch, skip = self._next_epoch, self._skip
         self._next_epoch, self._skip = epoch + 1, 0
-        self._running = [epoch, skip]
-        return self._batches(epoch, skip, self._running)
+        self._running = running = [epoch, skip]
+        yield from self._batches(epoch, skip, running)
 
     def __next__(self) -> Batch:
         if self._pass is None:

@@ -195,6 +195,78 @@ def test_iter_batches_resumed_from_its_state_gives_the_rest_of_the_epoch(shuffle
     assert _rows(list(resumed)) == _rows(list(_table_batches(shuffle=shuffle, seed=7, epoch=state["epoch"] + 1)))
 
 
+def test_iter_batches_state_after_set_epoch_is_that_epochs_start():
+    """``set_epoch`` makes the next pass that epoch, so a state taken then says so; it named
+    the pass left early before it (epoch 0 after 3 batches), and the run resumed from it
+    trained the rest of epoch 0 instead of epoch 7."""
+    batches = _table_batches(shuffle=True, seed=2)
+    it = iter(batches)
+    for _ in range(3):
+        next(it)
+    batches.set_epoch(7)
+    state = batches.state_dict()
+    assert (state["epoch"], state["batches_done"]) == (7, 0)
+    resumed = _table_batches(shuffle=True, seed=2)
+    resumed.load_state_dict(state)
+    assert _rows(list(resumed)) == _rows(list(batches)) == _rows(list(_table_batches(shuffle=True, seed=2, epoch=7)))
+
+
+def test_iter_batches_set_epoch_of_the_resumed_epoch_keeps_its_cut():
+    """A loop that calls ``set_epoch(epoch)`` every epoch (as with ``DistributedSampler``, and
+    as docs/integrations.md does with the image loader) after ``load_state_dict``: the
+    resumed epoch goes on from its cut; it was replayed from its first batch (the 4 batches
+    before the cut trained twice). Another epoch starts afresh, as on the image loader."""
+    whole = _rows(list(_table_batches(shuffle=True, seed=4, epoch=2)))
+    first = _table_batches(shuffle=True, seed=4, epoch=2)
+    it = iter(first)
+    before = _rows([next(it) for _ in range(4)])
+    state = first.state_dict()
+    resumed = _table_batches(shuffle=True, seed=4)
+    resumed.load_state_dict(state)
+    resumed.set_epoch(state["epoch"])
+    assert resumed.state_dict()["batches_done"] == 4
+    assert before + _rows(list(resumed)) == whole
+    other = _table_batches(shuffle=True, seed=4)
+    other.load_state_dict(state)
+    other.set_epoch(3)
+    assert _rows(list(other)) == _rows(list(_table_batches(shuffle=True, seed=4, epoch=3)))
+
+
+def test_iter_batches_under_lightning_resumed_after_limit_train_batches_trains_the_next_epoch():
+    """As the image loader's test above: Lightning under ``limit_train_batches=2`` leaves each
+    pass after 2 batches. A checkpoint after the limit's last batch, resumed (state loaded,
+    ``iter()``, then Lightning sets epoch 1), must give epoch 1's batches; it gave the rest of
+    epoch 0 (Lightning never told the batches that epoch 0 had ended), and every later epoch
+    one behind the uninterrupted run's. A mid-epoch checkpoint still resumes its cut."""
+    runs = []
+    whole = _table_batches(shuffle=True, seed=6)
+    for epoch in range(2):
+        lightning_sets_epoch(whole, epoch)
+        it = iter(whole)
+        runs.append(_rows([next(it), next(it)]))
+
+    cut = _table_batches(shuffle=True, seed=6)
+    lightning_sets_epoch(cut, 0)
+    it = iter(cut)
+    next(it)
+    mid = cut.state_dict()
+    next(it)
+    limited = cut.state_dict()
+
+    resumed = _table_batches(shuffle=True, seed=6)
+    resumed.load_state_dict(mid)
+    batches = iter(resumed)
+    lightning_sets_epoch(resumed, 0)  # epoch 0 still runs
+    assert _rows([next(batches)]) == runs[0][1:]
+
+    resumed = _table_batches(shuffle=True, seed=6)
+    resumed.load_state_dict(limited)
+    batches = iter(resumed)
+    lightning_sets_epoch(resumed, 1)  # Lightning's epoch 0 ran to its limit
+    assert _rows([next(batches), next(batches)]) == runs[1]
+    assert getattr(resumed, "sampler", None) is None  # Lightning's shuffle checks leave it alone
+
+
 def test_iter_batches_refuses_a_state_of_other_batches():
     state = _table_batches(shuffle=True).state_dict()
     with pytest.raises(ValueError, match="batch_size=100 vs 50"):
