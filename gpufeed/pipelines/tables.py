@@ -545,7 +545,8 @@ class TableBatches:
         from the cut instead of replaying the batches before it)."""
         if self._running is not None or epoch != self._next_epoch:
             self._skip = 0
-        self._next_epoch, self._running = epoch, None  # state_dict() now names this epoch
+        # state_dict() now names this epoch, and next() reads it (as after load_state_dict)
+        self._next_epoch, self._running, self._pass = epoch, None, None
 
     @property
     def batch_sampler(self) -> EpochHook:

@@ -211,6 +211,17 @@ def test_iter_batches_state_after_set_epoch_is_that_epochs_start():
     assert _rows(list(resumed)) == _rows(list(batches)) == _rows(list(_table_batches(shuffle=True, seed=2, epoch=7)))
 
 
+def test_iter_batches_next_after_set_epoch_reads_that_epoch():
+    """``next()`` reads one pass; after ``set_epoch`` (as after ``load_state_dict``) the pass
+    it reads is the set epoch's, which ``state_dict()`` then counts. It went on with the
+    old pass while the state stayed at the set epoch's start."""
+    batches = _table_batches(shuffle=True, seed=8)
+    next(batches)
+    batches.set_epoch(5)
+    assert _rows([next(batches)]) == _rows(list(_table_batches(shuffle=True, seed=8, epoch=5)))[:1]
+    assert (batches.state_dict()["epoch"], batches.state_dict()["batches_done"]) == (5, 1)
+
+
 def test_iter_batches_set_epoch_of_the_resumed_epoch_keeps_its_cut():
     """A loop that calls ``set_epoch(epoch)`` every epoch (as with ``DistributedSampler``, and
     as docs/integrations.md does with the image loader) after ``load_state_dict``: the
