@@ -15,6 +15,7 @@ stack (narwhals, polars).
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -588,6 +589,13 @@ class TableBatches:
         if differ:
             raise ValueError("iter_batches: this state is of other batches; differing (state, these): "
                              + ", ".join(f"{k}={a!r} vs {b!r}" for k, (a, b) in differ.items()))
+        position = {k: state.get(k) for k in ("epoch", "batches_done")}
+        bad = {k: v for k, v in position.items()
+               if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 0}
+        if bad or position["batches_done"] > len(self):
+            # A damaged or hand-made state: -1 had yielded the last rows then empty batches.
+            raise ValueError(f"iter_batches: not a position of these batches: {bad or position} (whole numbers, "
+                             f"batches_done at most {len(self)} a pass)")
         self._next_epoch, self._skip = int(state["epoch"]), int(state["batches_done"])
         self._running, self._pass = None, None
 

@@ -286,6 +286,17 @@ def test_iter_batches_refuses_a_state_of_other_batches():
         _table_batches().load_state_dict(state)
 
 
+@pytest.mark.parametrize(("key", "value"), [("batches_done", -1), ("batches_done", 11), ("batches_done", 2.7),
+                                            ("batches_done", True), ("epoch", -1), ("epoch", "3")])
+def test_iter_batches_refuses_a_state_whose_position_is_not_one(key, value):
+    """As the image loader refuses one: ``batches_done=-1`` gave 11 batches, the first of
+    the last 100 rows and then empty ones; 2.7 was taken for 2."""
+    state = _table_batches().state_dict()
+    state[key] = value
+    with pytest.raises(ValueError, match=key):
+        _table_batches().load_state_dict(state)
+
+
 def test_iter_batches_refuses_bad_arguments_when_called():
     """At the call, where the mistake is, not at the first batch of the first epoch."""
     with pytest.raises(ValueError, match="batch_size must be >= 1"):
