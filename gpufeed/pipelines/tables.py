@@ -534,6 +534,10 @@ class TableBatches:
         self._stop = self.rows - self.rows % batch_size if drop_last else self.rows
         self._next_epoch, self._skip = epoch, 0  # where the next pass starts
         self._running: list[int] | None = None  # [epoch, batches yielded] of the pass going on
+        # The epoch last given to set_epoch (in the state); after load_state_dict, the state's,
+        # until set_epoch is called (Lightning setting it again on resume keeps the position).
+        self._set_epoch: int | None = None
+        self._resumed_set: int | None = None
         self._pass: Iterator[Batch] | None = None  # the pass next() reads
 
     def __len__(self) -> int:
@@ -541,10 +545,18 @@ class TableBatches:
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next pass epoch ``epoch``, from its first batch; after
-        :meth:`load_state_dict`, the epoch the state resumes keeps its cut (a loop that calls
-        ``set_epoch`` every epoch, as with ``DistributedSampler`` or the image loader, goes on
-        from the cut instead of replaying the batches before it)."""
-        if self._running is not None or epoch != self._next_epoch:
+        :meth:`load_state_dict`, the state's position is kept when ``epoch`` is the epoch that
+        was set when the state was taken (Lightning on resume: the pass may be a later one,
+        where Lightning's ``max_size_cycle`` iterated this, the shorter loader, again within
+        that epoch) or, for a state taken without ``set_epoch``, the epoch it resumes (a loop
+        that calls ``set_epoch`` every epoch, as with ``DistributedSampler`` or the image
+        loader, goes on from the cut instead of replaying the batches before it)."""
+        resumed, self._resumed_set, self._set_epoch = self._resumed_set, None, epoch
+        if self._running is None and resumed is not None:
+            if epoch == resumed:
+                return
+            self._skip = 0  # another epoch than the state's: from its start, whatever pass the state names
+        elif self._running is not None or epoch != self._next_epoch:
             self._skip = 0
         # state_dict() now names this epoch, and next() reads it (as after load_state_dict)
         self._next_epoch, self._running, self._pass = epoch, None, None
@@ -577,7 +589,10 @@ class TableBatches:
         epoch, done = (self._next_epoch, self._skip) if self._running is None else self._running
         if self._running is not None and done >= len(self):
             epoch, done = epoch + 1, 0
-        return {"epoch": epoch, "batches_done": done, **self._fingerprint()}
+        state = {"epoch": epoch, "batches_done": done, "set_epoch": self._set_epoch, **self._fingerprint()}
+        # Plain Python values: numpy ones (seed=np.int64(3)) made a Lightning checkpoint fail to
+        # load (torch.load's weights_only=True refuses numpy scalars), so the run never resumed.
+        return {k: v.item() if isinstance(v, np.generic) else v for k, v in state.items()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Go on from ``state`` (:meth:`state_dict`): the next pass is the rest of its epoch.
@@ -589,7 +604,8 @@ class TableBatches:
         if differ:
             raise ValueError("iter_batches: this state is of other batches; differing (state, these): "
                              + ", ".join(f"{k}={a!r} vs {b!r}" for k, (a, b) in differ.items()))
-        position = {k: state.get(k) for k in ("epoch", "batches_done")}
+        position = {k: state.get(k) for k in ("epoch", "batches_done", "set_epoch")
+                    if k != "set_epoch" or state.get(k) is not None}  # set_epoch: None, or absent in older states
         bad = {k: v for k, v in position.items()
                if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 0}
         if bad or position["batches_done"] > len(self):
@@ -598,6 +614,7 @@ class TableBatches:
                              f"batches_done at most {len(self)} a pass)")
         self._next_epoch, self._skip = int(state["epoch"]), int(state["batches_done"])
         self._running, self._pass = None, None
+        self._set_epoch = self._resumed_set = None if state.get("set_epoch") is None else int(state["set_epoch"])
 
     def _fingerprint(self) -> dict[str, Any]:
         return {"rows": self.rows, "batch_size": self.batch_size, "shuffle": self.shuffle, "seed": self.seed,

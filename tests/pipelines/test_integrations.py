@@ -278,6 +278,73 @@ def test_iter_batches_under_lightning_resumed_after_limit_train_batches_trains_t
     assert getattr(resumed, "sampler", None) is None  # Lightning's shuffle checks leave it alone
 
 
+def test_iter_batches_state_in_a_lightning_checkpoint_loads_with_weights_only():
+    """Lightning keeps ``state_dict()`` in the checkpoint (``torch.save``) and ``fit(ckpt_path=...)``
+    loads it with ``torch.load``'s default ``weights_only=True`` (torch 2.6 and later). With
+    numpy arguments (``seed=np.int64(3)``, a ``batch_size`` or ``shuffle`` from a numpy
+    config) the state held numpy scalars, and the checkpoint failed to load (``Unsupported
+    global: numpy._core.multiarray.scalar``): the run could not resume at all."""
+    import io
+
+    import numpy as np
+    import torch
+
+    kw = dict(shuffle=np.bool_(True), seed=np.int64(3), drop_last=np.bool_(False), epoch=np.int64(1))
+    whole = _rows(list(_table_batches(batch_size=np.int64(100), **kw)))
+    cut = _table_batches(batch_size=np.int64(100), **kw)
+    it = iter(cut)
+    before = _rows([next(it) for _ in range(4)])
+    saved = io.BytesIO()
+    torch.save({"combined_loader": [cut.state_dict()]}, saved)
+    saved.seek(0)
+    state = torch.load(saved, weights_only=True)["combined_loader"][0]
+    assert all(v is None or type(v) in (int, bool) for v in state.values())
+    resumed = _table_batches(batch_size=np.int64(100), **kw)
+    resumed.load_state_dict(state)
+    assert before + _rows(list(resumed)) == whole
+
+
+def test_iter_batches_cycled_by_lightning_within_an_epoch_resumes_where_it_was():
+    """Two train loaders of unequal length (``{"a": ..., "b": ...}``, Lightning's default
+    ``max_size_cycle``): ``_MaxSizeCycle.__next__`` calls ``iter()`` on the shorter one again
+    within the epoch (``lightning/pytorch/utilities/combined_loader.py``), so its second pass
+    is its epoch 1 while Lightning's epoch is 0. A checkpoint then, resumed (state loaded,
+    ``iter()``, Lightning sets epoch 0 again), gave epoch 0's batches from the start instead
+    of the rest of that pass: with lightning 2.6.6, the resumed run differed from the
+    uninterrupted one from steps 8, 20 and 32 on (11 and 7 batches a pass), and from the
+    checkpoints at an epoch's last step (11, 22)."""
+    def cycled(batches: object, epoch: int, steps: int) -> list:
+        lightning_sets_epoch(batches, epoch)
+        it, out = iter(batches), []
+        while len(out) < steps:
+            try:
+                out.append(next(it))
+            except StopIteration:
+                it = iter(batches)  # _MaxSizeCycle resets the consumed loader
+        return out
+
+    short = dict(shuffle=True, seed=5, batch_size=150)  # 7 batches; the other loader has 11
+    whole = _table_batches(**short)
+    epoch0 = _rows(cycled(whole, 0, 11))  # 11 steps: its 7 batches, then 4 of its next pass
+    cut = _table_batches(**short)
+    before = _rows(cycled(cut, 0, 8))  # checkpoint after step 8: the second pass's first batch
+    state = cut.state_dict()
+    resumed = _table_batches(**short)
+    resumed.load_state_dict(state)
+    assert before + _rows(cycled(resumed, 0, 3)) == epoch0
+    epoch1 = _rows(cycled(whole, 1, 11))
+    assert _rows(cycled(resumed, 1, 11)) == epoch1  # the next epoch as before
+
+    # A checkpoint at the epoch's last step (4 batches into the second pass), resumed:
+    # Lightning sets epoch 1, which starts afresh as in the uninterrupted run; it went on
+    # from batch 4 of the pass (epoch 1's order, its first 4 batches never trained).
+    cut = _table_batches(**short)
+    cycled(cut, 0, 11)
+    resumed = _table_batches(**short)
+    resumed.load_state_dict(cut.state_dict())
+    assert _rows(cycled(resumed, 1, 11)) == epoch1
+
+
 def test_iter_batches_refuses_a_state_of_other_batches():
     state = _table_batches(shuffle=True).state_dict()
     with pytest.raises(ValueError, match="batch_size=100 vs 50"):
@@ -287,7 +354,8 @@ def test_iter_batches_refuses_a_state_of_other_batches():
 
 
 @pytest.mark.parametrize(("key", "value"), [("batches_done", -1), ("batches_done", 11), ("batches_done", 2.7),
-                                            ("batches_done", True), ("epoch", -1), ("epoch", "3")])
+                                            ("batches_done", True), ("epoch", -1), ("epoch", "3"),
+                                            ("set_epoch", -1), ("set_epoch", 1.5)])
 def test_iter_batches_refuses_a_state_whose_position_is_not_one(key, value):
     """As the image loader refuses one: ``batches_done=-1`` gave 11 batches, the first of
     the last 100 rows and then empty ones; 2.7 was taken for 2."""
