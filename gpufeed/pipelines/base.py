@@ -36,6 +36,25 @@ _STATE_SETTINGS = ("train", "batch_size", "shuffles", "seed", "shard_id", "num_s
                    "shuffle_buffer")
 
 
+#: What accelerate's ``skip_first_batches`` and code written for DataLoaders reach for to skip
+#: or reorder samples, and the kit's loaders and table batches do not have.
+DATALOADER_ONLY = ("sampler", "dataset")
+
+
+def missing_attribute(obj: object, name: str, shard_hint: str) -> AttributeError:
+    """The error for an attribute ``obj`` lacks: for :data:`DATALOADER_ONLY` names it says
+    what the kit has instead (its own order, ``state_dict`` to go on from a batch), so that
+    ``skip_first_batches`` does not fail naming an attribute only; ``getattr(obj, name,
+    None)`` still gives None."""
+    kind = type(obj).__name__
+    if name in DATALOADER_ONLY:
+        return AttributeError(
+            f"{kind} has no {name}: it orders its samples itself (shuffle=, seed=, set_epoch). To go on from "
+            "a batch, save its state_dict() and call load_state_dict(state) on a new one (accelerate: "
+            f"register_for_checkpointing(it)); {shard_hint}", name=name, obj=obj)
+    return AttributeError(f"{kind!r} object has no attribute {name!r}", name=name, obj=obj)
+
+
 class EpochHook:
     """``loader.batch_sampler``: where PyTorch Lightning tells a loader which epoch it runs.
 
@@ -87,15 +106,7 @@ class ClassificationLoader:
     backend = "abstract"
 
     def __getattr__(self, name: str) -> NoReturn:  # only called for attributes the loader lacks
-        if name == "sampler":
-            # What accelerate's skip_first_batches and code written for DataLoaders reach for
-            # to skip or reorder samples: say what the kit has instead.
-            raise AttributeError(
-                f"{type(self).__name__} has no sampler: it orders its samples itself (shuffle=, seed=, set_epoch). "
-                "To go on from a batch, save loader.state_dict() and call load_state_dict(state) on a new loader "
-                "(accelerate: register_for_checkpointing(loader)); to shard, pass shard_id= and num_shards=",
-                name=name, obj=self)
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}", name=name, obj=self)
+        raise missing_attribute(self, name, "to shard, pass shard_id= and num_shards=")
 
     def __init__(self, samples: SampleSource, options: LoaderOptions, device: torch.device,
                  choice: BackendChoice, gpu_augment: Augment | None = None) -> None:

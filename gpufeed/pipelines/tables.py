@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import narwhals as nw
 import numpy as np
@@ -35,7 +35,7 @@ from gpufeed.gpu_transforms.tabular.frames import (
     require_columns,
     wrap,
 )
-from gpufeed.pipelines.base import EpochHook
+from gpufeed.pipelines.base import EpochHook, missing_attribute
 
 
 def _collected(df: Frame, where: str) -> Frame:
@@ -539,6 +539,9 @@ class TableBatches:
         self._set_epoch: int | None = None
         self._resumed_set: int | None = None
         self._pass: Iterator[Batch] | None = None  # the pass next() reads
+
+    def __getattr__(self, name: str) -> NoReturn:  # only called for attributes it lacks
+        raise missing_attribute(self, name, "to shard, pass each rank its own rows")
 
     def __len__(self) -> int:
         return -(-self._stop // self.batch_size) if self._stop > 0 else 0

@@ -382,3 +382,15 @@ def test_a_loaders_missing_sampler_says_what_to_use_instead(image_folder, backen
     assert getattr(loader, "sampler", None) is None
     with pytest.raises(AttributeError, match="object has no attribute 'nothing_here'"):
         loader.nothing_here  # noqa: B018
+
+
+@pytest.mark.parametrize("name", ["dataset", "sampler"])
+def test_table_batches_missing_dataloader_attributes_say_what_to_use_instead(name):
+    """accelerate's ``skip_first_batches(batches, n)`` reached for ``batches.dataset`` and
+    failed naming the attribute only."""
+    batches = _table_batches()
+    with pytest.raises(AttributeError, match=rf"TableBatches has no {name}:.*state_dict\(\)"):
+        getattr(batches, name)
+    assert getattr(batches, name, None) is None
+    with pytest.raises(AttributeError, match="object has no attribute 'nothing_here'"):
+        batches.nothing_here  # noqa: B018
