@@ -138,6 +138,11 @@ class ClassificationLoader:
         self._closed = False
         # Counts iter() calls: an iterator resumed after a newer one started is refused.
         self._iterations = 0
+        # The epoch last given to set_epoch (saved in the state), and after load_state_dict
+        # the one the state saved: Lightning cycles a shorter train loader within its epoch
+        # (max_size_cycle), so a state may be a pass past the epoch Lightning sets on resume.
+        self._set: int | None = None
+        self._resumed_set: int | None = None
 
     @property
     def classes(self) -> tuple[str, ...]:
@@ -180,15 +185,19 @@ class ClassificationLoader:
 
         After :meth:`load_state_dict`, ``set_epoch`` of the epoch the state resumes keeps
         its position (the rest of that epoch comes next: nothing, for a state taken after
-        the epoch's last batch); any other epoch starts afresh (the loaded position is
-        dropped without a word: a loop that caps its steps per epoch does this on purpose).
+        the epoch's last batch), and so does the epoch that had been set when the state
+        was taken (Lightning on resume, where its ``max_size_cycle`` had iterated this, the
+        shorter train loader, again within that epoch: a later pass); any other epoch
+        starts afresh (the loaded position is dropped without a word: a loop that caps its
+        steps per epoch does this on purpose).
         """
         if isinstance(epoch, bool) or not isinstance(epoch, numbers.Integral):
             raise TypeError(f"epoch must be an int, got {epoch!r}")
         if epoch < 0:
             raise ValueError(f"epoch must be >= 0, got {epoch}")
         epoch = int(epoch)
-        if self._start_at and self._pending and epoch == self.epoch + 1:
+        resumed_set, self._resumed_set, self._set = self._resumed_set, None, epoch
+        if self._start_at and self._pending and epoch in (self.epoch + 1, resumed_set):
             # The epoch a loaded state resumes mid-way: a loop that calls set_epoch every
             # epoch (as with DistributedSampler) keeps the cut instead of replaying it.
             return
@@ -228,8 +237,9 @@ class ClassificationLoader:
 
         Returns:
             ``{"format", "dataset", "settings", "epoch", "batch", "samples_yielded",
-            "skipped"}``: the dataset's fingerprint and the plan's settings (checked on
-            load), and the position (the next batch to deliver).
+            "skipped", "set_epoch"}``: the dataset's fingerprint and the plan's settings
+            (checked on load), the position (the next batch to deliver) and the epoch last
+            given to :meth:`set_epoch` (None if none).
         """
         if self._pending:
             epoch, batch = self.epoch + 1, self._start_at
@@ -248,6 +258,7 @@ class ClassificationLoader:
             "batch": batch,
             "samples_yielded": yielded,
             "skipped": [[s.path, s.reason] for s in skipped],
+            "set_epoch": self._set,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -278,10 +289,13 @@ class ClassificationLoader:
         # Whole numbers as saved, not coerced: "3", 2.7 or True for a batch is a damaged
         # or hand-made state, and int() would resume from a position nobody saved.
         counts = {k: state.get(k, 0) for k in ("epoch", "batch", "samples_yielded")}
+        set_before = state.get("set_epoch")  # None: never set, or a state from before the key
+        if set_before is not None:
+            counts["set_epoch"] = set_before
         bad = {k: v for k, v in counts.items() if isinstance(v, bool) or not isinstance(v, numbers.Integral)}
         if bad:
             raise ValueError(f"not a gpufeed loader state: {bad} (each must be a whole number)")
-        epoch, batch, yielded = (int(v) for v in counts.values())
+        epoch, batch, yielded = (int(counts[k]) for k in ("epoch", "batch", "samples_yielded"))
         try:
             skipped = [Skipped(str(path), str(reason)) for path, reason in state.get("skipped", [])]
         except (TypeError, ValueError) as exc:
@@ -293,6 +307,7 @@ class ClassificationLoader:
         self._start_at = batch
         if batch > 0:  # a state at an epoch's start carries nothing
             self._carried = (yielded, skipped)
+        self._set = self._resumed_set = None if set_before is None else int(set_before)
 
     def _restart(self) -> None:
         """Backends that keep state across epochs drop it here."""

@@ -394,3 +394,27 @@ def test_table_batches_missing_dataloader_attributes_say_what_to_use_instead(nam
     assert getattr(batches, name, None) is None
     with pytest.raises(AttributeError, match="object has no attribute 'nothing_here'"):
         batches.nothing_here  # noqa: B018
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_loader_cycled_by_lightning_within_an_epoch_resumes_where_it_was(image_folder, backend):
+    """Two train loaders of unequal length: Lightning's ``max_size_cycle`` (its default)
+    iterates the shorter one again within an epoch, so its second pass there is the next
+    epoch's order. A checkpoint in that pass, resumed (``load_state_dict``, ``iter()``, then
+    Lightning's ``set_epoch`` of its own epoch), must go on in that pass, not restart the
+    Lightning epoch's order."""
+    kw = dict(train=True, batch_size=16, shuffle=True, seed=4)
+    loader = load(image_folder, backend, **kw)
+    lightning_sets_epoch(loader, 0)
+    first = fingerprints(list(loader))
+    second = iter(loader)  # cycled: the Lightning epoch goes on
+    before = fingerprints([next(second), next(second)])
+    state = loader.state_dict()
+    rest = fingerprints(list(second))
+    del loader, second
+    resumed = load(image_folder, backend, **kw)
+    resumed.load_state_dict(state)
+    it = iter(resumed)  # FitLoop.setup_data
+    lightning_sets_epoch(resumed, 0)  # on_advance_start: Lightning's epoch
+    assert before + fingerprints(list(it)) == before + rest
+    assert len(first) == len(before + rest)
