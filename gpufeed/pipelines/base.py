@@ -183,13 +183,15 @@ class ClassificationLoader:
         every batch; a stage given ``seed=`` keeps its own stream across epochs, so its
         draws repeat only in a run started from epoch 0.
 
-        After :meth:`load_state_dict`, ``set_epoch`` of the epoch the state resumes keeps
-        its position (the rest of that epoch comes next: nothing, for a state taken after
-        the epoch's last batch), and so does the epoch that had been set when the state
-        was taken (Lightning on resume, where its ``max_size_cycle`` had iterated this, the
-        shorter train loader, again within that epoch: a later pass); any other epoch
-        starts afresh (the loaded position is dropped without a word: a loop that caps its
-        steps per epoch does this on purpose).
+        After :meth:`load_state_dict`, ``set_epoch`` of the epoch that had been set when the
+        state was taken keeps its position (the rest of that epoch comes next: nothing, for
+        a state taken after the epoch's last batch; with Lightning's ``max_size_cycle``,
+        which iterates this, the shorter train loader, again within its epoch, the rest of
+        that later pass). For a state taken without ``set_epoch``, the epoch the state
+        resumes keeps it. Any other epoch starts afresh (the loaded position is dropped
+        without a word: a loop that caps its steps per epoch does this on purpose, and
+        Lightning resumed after its epoch's last step sets the next epoch, which the run
+        that never stopped also started afresh).
         """
         if isinstance(epoch, bool) or not isinstance(epoch, numbers.Integral):
             raise TypeError(f"epoch must be an int, got {epoch!r}")
@@ -197,7 +199,12 @@ class ClassificationLoader:
             raise ValueError(f"epoch must be >= 0, got {epoch}")
         epoch = int(epoch)
         resumed_set, self._resumed_set, self._set = self._resumed_set, None, epoch
-        if self._start_at and self._pending and epoch in (self.epoch + 1, resumed_set):
+        # A state that names the epoch set when it was taken keeps its cut for that epoch
+        # only: Lightning resumed after the last step of its epoch k sets k + 1, which is
+        # the epoch a cycled loader's state may be in, and the run that never stopped
+        # started that epoch afresh there.
+        keeps = self.epoch + 1 if resumed_set is None else resumed_set
+        if self._start_at and self._pending and epoch == keeps:
             # The epoch a loaded state resumes mid-way: a loop that calls set_epoch every
             # epoch (as with DistributedSampler) keeps the cut instead of replaying it.
             return

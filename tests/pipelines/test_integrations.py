@@ -418,3 +418,28 @@ def test_a_loader_cycled_by_lightning_within_an_epoch_resumes_where_it_was(image
     lightning_sets_epoch(resumed, 0)  # on_advance_start: Lightning's epoch
     assert before + fingerprints(list(it)) == before + rest
     assert len(first) == len(before + rest)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_cycled_loader_checkpointed_after_lightnings_epoch_ends_starts_the_next_epoch_afresh(image_folder, backend):
+    """The shorter of two train loaders is in its second pass (the loader's epoch 1) when
+    the longer one ends Lightning's epoch 0, and the checkpoint is taken there. Lightning
+    then sets epoch 1, which restarts the loader's epoch 1 from its first batch in the run
+    that never stopped; resumed (``load_state_dict``, ``iter()``, ``set_epoch(1)``), the
+    loader went on from the cut of that pass instead (lightning 2.6.6, checked)."""
+    kw = dict(train=True, batch_size=16, shuffle=True, seed=4)
+    loader = load(image_folder, backend, **kw)
+    lightning_sets_epoch(loader, 0)
+    list(loader)
+    second = iter(loader)  # cycled: the Lightning epoch goes on
+    next(second)
+    state = loader.state_dict()  # the longer loader ended Lightning's epoch 0 here
+    del second
+    lightning_sets_epoch(loader, 1)
+    epoch1 = fingerprints(list(loader))
+    del loader
+    resumed = load(image_folder, backend, **kw)
+    resumed.load_state_dict(state)
+    it = iter(resumed)  # FitLoop.setup_data
+    lightning_sets_epoch(resumed, 1)  # on_advance_start: Lightning's next epoch
+    assert fingerprints(list(it)) == epoch1 and len(epoch1) == len(resumed)
