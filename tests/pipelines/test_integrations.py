@@ -443,3 +443,28 @@ def test_a_cycled_loader_checkpointed_after_lightnings_epoch_ends_starts_the_nex
     it = iter(resumed)  # FitLoop.setup_data
     lightning_sets_epoch(resumed, 1)  # on_advance_start: Lightning's next epoch
     assert fingerprints(list(it)) == epoch1 and len(epoch1) == len(resumed)
+
+
+@pytest.mark.parametrize(("ranks", "batch_size", "last_batch", "train", "warns"), [
+    (3, 13, "partial", True, True),  # 40 images: slices of 13, 13, 14 -> 1 or 2 batches
+    (6, 6, "partial", True, True),  # 6 or 7 -> 1 or 2
+    (3, 8, "partial", True, False),  # 13 or 14 -> 2 batches on every rank
+    (2, 8, "partial", True, False),  # 20 and 20
+    (3, 13, "drop", True, False),
+    (3, 13, "fill", True, False),
+    (3, 13, "partial", False, False),  # evaluation: partial is what it wants
+])
+def test_ddp_training_with_partial_batches_of_unequal_counts_warns(image_folder, ranks, batch_size, last_batch,
+                                                                   train, warns):
+    """Under Lightning's DDP on CPU (2 ranks, 65 images, batch 8: 4 and 5 steps) the rank with
+    a step more synced it with the other's next epoch, then died when it finished, and the
+    job exited 0 (NCCL would hang). A training loader whose rank slices take different
+    numbers of batches under ``partial`` says so when it is built."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        load(image_folder, "torch", train=train, batch_size=batch_size, last_batch=last_batch, shard_id=0,
+             num_shards=ranks)
+    said = [str(w.message) for w in caught if "rank slices" in str(w.message)]
+    assert bool(said) == warns, said
+    if warns:
+        assert "take 1 or 2 batches" in said[0] and "last_batch='drop'" in said[0]
