@@ -446,7 +446,7 @@ def iter_batches(
     df: Frame, features: Sequence[str], label: str | None = None, *, categorical: Sequence[str] | None = None,
     batch_size: int = 65_536, device: str | torch.device = "auto", shuffle: bool = False, seed: int = 0,
     epoch: int = 0, drop_last: bool = False, num_classes: int | None = None, ignore_index: int | None = -100,
-    label_dtype: torch.dtype = torch.int64,
+    label_dtype: torch.dtype = torch.int64, shard_id: int = 0, num_shards: int = 1,
 ) -> TableBatches:
     """``(x, y)`` batches (``(x_num, x_cat, y)`` with ``categorical``) of ``batch_size``
     rows, as a :class:`TableBatches`: an iterable with ``len()`` whose every pass (every
@@ -475,6 +475,14 @@ def iter_batches(
             again for the same ``seed`` and ``epoch``).
         drop_last: drop a final batch smaller than ``batch_size`` (with ``shuffle``, other
             rows each epoch, as a DataLoader drops them).
+        shard_id, num_shards: this rank's share of the rows (a ``DistributedSampler``'s
+            ``rank`` and ``num_replicas``, or NVTabular's ``global_rank``/``global_size``):
+            every rank draws the same epoch order and takes its contiguous slice of it
+            (slices differ by one row at most, and together are every row once). With
+            ``drop_last`` every rank takes the smallest slice's full batches, so all ranks
+            step alike (what DDP needs); without it a rank may take one batch more. Not
+            taken from the launcher, unlike the image loaders: a table is often split per
+            rank before it reaches here, and splitting it again would silently drop rows.
 
     Returns:
         A :class:`TableBatches` of ``ceil(rows / batch_size)`` (or floor, with ``drop_last``)
@@ -492,7 +500,8 @@ def iter_batches(
     """
     return TableBatches(df, features, label, categorical=categorical, batch_size=batch_size, device=device,
                         shuffle=shuffle, seed=seed, epoch=epoch, drop_last=drop_last, num_classes=num_classes,
-                        ignore_index=ignore_index, label_dtype=label_dtype)
+                        ignore_index=ignore_index, label_dtype=label_dtype, shard_id=shard_id,
+                        num_shards=num_shards)
 
 
 Batch = tuple[torch.Tensor, torch.Tensor | None] | tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]
@@ -510,7 +519,7 @@ class TableBatches:
 
     ``next()`` on it is one pass read batch by batch, as from the generator it used to be.
     ``state_dict()`` after any batch and ``load_state_dict(state)`` on a new one (same
-    table, ``batch_size``, ``shuffle``, ``seed`` and ``drop_last``) go on with the rest of
+    table, ``batch_size``, ``shuffle``, ``seed``, ``drop_last`` and shard) go on with the rest of
     that epoch: the same batches as an uninterrupted run. A pass takes its epoch at its
     first batch; :meth:`set_epoch` before it (Lightning's, through ``batch_sampler``, counts
     from 0 and so overrides ``epoch``) chooses it.
@@ -519,9 +528,13 @@ class TableBatches:
     def __init__(self, df: Frame, features: Sequence[str], label: str | None, *, categorical: Sequence[str] | None,
                  batch_size: int, device: str | torch.device, shuffle: bool, seed: int, epoch: int,
                  drop_last: bool, num_classes: int | None, ignore_index: int | None,
-                 label_dtype: torch.dtype) -> None:
+                 label_dtype: torch.dtype, shard_id: int = 0, num_shards: int = 1) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in (shard_id, num_shards)) \
+                or not 0 <= shard_id < num_shards:
+            raise ValueError(f"iter_batches: shard_id must be in 0 .. num_shards - 1 (whole numbers), got "
+                             f"shard_id={shard_id!r}, num_shards={num_shards!r}")
         _check_features(features, "iter_batches", label, categorical)
         _check_num_classes(num_classes, label, "iter_batches", label_dtype)
         self._frame = wrap(_collected(df, "iter_batches"))
@@ -531,7 +544,12 @@ class TableBatches:
                              ignore_index=ignore_index, label_dtype=label_dtype)
         self.batch_size, self.shuffle, self.seed, self.drop_last = batch_size, shuffle, seed, drop_last
         self.rows = len(self._frame)
-        self._stop = self.rows - self.rows % batch_size if drop_last else self.rows
+        self.shard_id, self.num_shards = int(shard_id), int(num_shards)
+        # This rank's slice of each epoch's order, and where its batches stop in it: with
+        # drop_last the smallest slice's full batches, the same count on every rank.
+        n, ranks = self.rows, self.num_shards
+        self._lo, hi = n * self.shard_id // ranks, n * (self.shard_id + 1) // ranks
+        self._stop = (n // ranks) // batch_size * batch_size if drop_last else hi - self._lo
         self._next_epoch, self._skip = epoch, 0  # where the next pass starts
         self._running: list[int] | None = None  # [epoch, batches yielded] of the pass going on
         # The epoch last given to set_epoch (in the state); after load_state_dict, the state's,
@@ -541,7 +559,7 @@ class TableBatches:
         self._pass: Iterator[Batch] | None = None  # the pass next() reads
 
     def __getattr__(self, name: str) -> NoReturn:  # only called for attributes it lacks
-        raise missing_attribute(self, name, "to shard, pass each rank its own rows")
+        raise missing_attribute(self, name, "to shard, pass shard_id= and num_shards=")
 
     def __len__(self) -> int:
         return -(-self._stop // self.batch_size) if self._stop > 0 else 0
@@ -621,12 +639,12 @@ class TableBatches:
 
     def _fingerprint(self) -> dict[str, Any]:
         return {"rows": self.rows, "batch_size": self.batch_size, "shuffle": self.shuffle, "seed": self.seed,
-                "drop_last": self.drop_last}
+                "drop_last": self.drop_last, "shard_id": self.shard_id, "num_shards": self.num_shards}
 
     def _batches(self, epoch: int, skip: int, running: list[int]) -> Iterator[Batch]:
         frame, features, label, convert, batch_size = (self._frame, self._features, self._label, self._convert,
                                                        self.batch_size)
-        n, stop = self.rows, self._stop
+        n, stop, lo = self.rows, self._stop, self._lo
         # Shuffled: rows, not batches. Shuffling only the order of fixed slices left the same
         # tail out of every epoch with drop_last, and never mixed a sorted table's rows.
         order = np.random.default_rng(self.seed if epoch == 0 else (self.seed, epoch)).permutation(n) \
@@ -638,7 +656,8 @@ class TableBatches:
         step = batch_size * max(1, _CHUNK_ROWS // batch_size)
         for start in range(skip * batch_size, stop, step):
             end = min(start + step, stop)
-            rows = slice(start, end) if order is None else order[start:end]
+            # positions in this rank's slice of the epoch's order
+            rows = slice(lo + start, lo + end) if order is None else order[lo + start:lo + end]
             try:
                 chunk = to_tensors(nw.to_native(frame[rows]), features, label, **convert)
             except (TypeError, ValueError):
@@ -647,7 +666,8 @@ class TableBatches:
                 # Bad data somewhere in the chunk: batch by batch, as before, so the batches
                 # before the bad one come out and the error counts the rows of its batch.
                 for first in range(start, end, batch_size):
-                    rows = slice(first, first + batch_size) if order is None else order[first:first + batch_size]
+                    at, until = lo + first, lo + min(first + batch_size, end)  # not into the next rank's rows
+                    rows = slice(at, until) if order is None else order[at:until]
                     batch = to_tensors(nw.to_native(frame[rows]), features, label, **convert)
                     running[1] += 1
                     yield batch

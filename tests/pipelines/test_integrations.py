@@ -468,3 +468,46 @@ def test_ddp_training_with_partial_batches_of_unequal_counts_warns(image_folder,
     assert bool(said) == warns, said
     if warns:
         assert "take 1 or 2 batches" in said[0] and "last_batch='drop'" in said[0]
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+@pytest.mark.parametrize("drop_last", [False, True])
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_iter_batches_shards_each_epoch_across_ranks_exactly_once(shuffle, drop_last, ranks):
+    """``shard_id``/``num_shards`` (a DistributedSampler's rank and replicas): each epoch every
+    row on one rank at most once (every row, without ``drop_last``); with ``drop_last`` every
+    rank the same number of full batches, as DDP needs; each rank resumable on its own."""
+    n, size = 1000, 64
+    per_rank = [_table_batches(shuffle=shuffle, seed=2, drop_last=drop_last, batch_size=size, shard_id=r,
+                               num_shards=ranks) for r in range(ranks)]
+    for epoch in range(2):
+        rows = [sum(_rows(list(b)), []) for b in per_rank]
+        together = sum(rows, [])
+        assert len(together) == len(set(together))  # no row on two ranks, none twice
+        if drop_last:
+            assert len({len(b) for b in per_rank}) == 1  # every rank steps alike
+            assert len(together) == ranks * ((n // ranks) // size * size)
+        else:
+            assert sorted(together) == list(range(n))
+        assert [len(r) for r in rows] == [min(len(b) * size, len(r)) for b, r in zip(per_rank, rows, strict=True)]
+        if not shuffle and epoch == 0:
+            assert rows[0][0] == 0 and rows[1][0] == n // ranks  # contiguous slices of the order
+    cut = per_rank[1]
+    cut.set_epoch(5)
+    it = iter(cut)
+    before = _rows([next(it)])
+    again = _table_batches(shuffle=shuffle, seed=2, drop_last=drop_last, batch_size=size, shard_id=1,
+                           num_shards=ranks)
+    again.load_state_dict(cut.state_dict())
+    whole = _table_batches(shuffle=shuffle, seed=2, drop_last=drop_last, batch_size=size, shard_id=1,
+                           num_shards=ranks, epoch=5)
+    assert before + _rows(list(again)) == _rows(list(whole))
+    with pytest.raises(ValueError, match="shard_id=1 vs 0"):
+        _table_batches(shuffle=shuffle, seed=2, drop_last=drop_last, batch_size=size, shard_id=0,
+                       num_shards=ranks).load_state_dict(cut.state_dict())
+
+
+@pytest.mark.parametrize(("shard_id", "num_shards"), [(2, 2), (-1, 2), (0, 0), (True, 2), (0.5, 2)])
+def test_iter_batches_refuses_a_shard_outside_its_count(shard_id, num_shards):
+    with pytest.raises(ValueError, match="shard_id must be in 0 .. num_shards - 1"):
+        _table_batches(shard_id=shard_id, num_shards=num_shards)
