@@ -519,8 +519,9 @@ class TableBatches:
 
     ``next()`` on it is one pass read batch by batch, as from the generator it used to be.
     ``state_dict()`` after any batch and ``load_state_dict(state)`` on a new one (same
-    table, ``batch_size``, ``shuffle``, ``seed``, ``drop_last`` and shard) go on with the rest of
-    that epoch: the same batches as an uninterrupted run. A pass takes its epoch at its
+    table, ``batch_size``, ``shuffle``, ``seed``, ``drop_last`` and ``num_shards``; a state of
+    another rank gives this rank's rows) go on with the rest of that epoch: the same
+    batches as an uninterrupted run. A pass takes its epoch at its
     first batch; :meth:`set_epoch` before it (Lightning's, through ``batch_sampler``, counts
     from 0 and so overrides ``epoch``) chooses it.
     """
@@ -618,10 +619,16 @@ class TableBatches:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Go on from ``state`` (:meth:`state_dict`): the next pass is the rest of its epoch.
 
+        A state taken on another rank (``shard_id``) goes on from the same position with
+        this rank's rows, as Lightning under DDP resumes every rank from rank 0's state.
+
         Raises:
             ValueError: the state is of another table or other batches (named).
         """
-        differ = {k: (state.get(k), v) for k, v in self._fingerprint().items() if state.get(k) != v}
+        # Lightning under DDP writes rank 0's state alone and loads it on every rank; its
+        # position is every rank's, as all ranks step alike (same epoch, same batch count).
+        differ = {k: (state.get(k), v) for k, v in self._fingerprint().items()
+                  if k != "shard_id" and state.get(k) != v}
         if differ:
             raise ValueError("iter_batches: this state is of other batches; differing (state, these): "
                              + ", ".join(f"{k}={a!r} vs {b!r}" for k, (a, b) in differ.items()))

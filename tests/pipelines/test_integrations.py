@@ -502,9 +502,44 @@ def test_iter_batches_shards_each_epoch_across_ranks_exactly_once(shuffle, drop_
     whole = _table_batches(shuffle=shuffle, seed=2, drop_last=drop_last, batch_size=size, shard_id=1,
                            num_shards=ranks, epoch=5)
     assert before + _rows(list(again)) == _rows(list(whole))
-    with pytest.raises(ValueError, match="shard_id=1 vs 0"):
-        _table_batches(shuffle=shuffle, seed=2, drop_last=drop_last, batch_size=size, shard_id=0,
-                       num_shards=ranks).load_state_dict(cut.state_dict())
+    with pytest.raises(ValueError, match="num_shards=2 vs 4"):
+        _table_batches(shuffle=shuffle, seed=2, drop_last=drop_last, batch_size=size, shard_id=1,
+                       num_shards=4).load_state_dict(_table_batches(shard_id=1, num_shards=2, shuffle=shuffle, seed=2,
+                                                                    drop_last=drop_last, batch_size=size).state_dict())
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+@pytest.mark.parametrize("cut", [0, 3, 7])
+def test_iter_batches_under_ddp_every_rank_resumes_from_rank_0s_state(shuffle, cut):
+    """Lightning under DDP (2.6.6, checked with ``strategy="ddp", devices=2``) writes the
+    checkpoint on rank 0 alone: its ``combined_loader`` entry is rank 0's ``state_dict()``
+    (``shard_id: 0``), and ``fit(ckpt_path=...)`` loads that file on every rank. Rank 1
+    refused it ("differing ... shard_id=0 vs 1"), so no DDP run resumed. The position
+    (epoch, batches done) is every rank's, as all ranks step alike: each rank goes on with
+    its own rows from there. ``cut``: batches of epoch 1 done (7: all of them)."""
+    ranks, size = 2, 64  # 500 rows a rank: 7 full batches each
+
+    def make(rank: int, **kwargs: object) -> object:
+        return _table_batches(shuffle=shuffle, seed=1, drop_last=True, batch_size=size, shard_id=rank,
+                              num_shards=ranks, **kwargs)
+
+    running = [make(r) for r in range(ranks)]
+    seen: list[list[list[int]]] = [[] for _ in range(ranks)]
+    for r, batches in enumerate(running):  # each rank: epoch 0 whole, then `cut` batches of epoch 1
+        lightning_sets_epoch(batches, 0)
+        seen[r] += _rows(list(batches))
+        lightning_sets_epoch(batches, 1)
+        it = iter(batches)
+        seen[r] += _rows([next(it) for _ in range(cut)])
+    checkpoint = running[0].state_dict()  # rank 0's alone, as Lightning writes it
+    for r in range(ranks):
+        resumed = make(r)
+        resumed.load_state_dict(checkpoint)  # on every rank
+        lightning_sets_epoch(resumed, 1 if cut < 7 else 2)
+        rest = _rows(list(resumed))
+        whole = [b for e in range(3) for b in _rows(list(make(r, epoch=e)))]
+        assert len(rest) == 7 - cut or cut == 7 and len(rest) == 7
+        assert seen[r] + rest == whole[:len(seen[r]) + len(rest)]  # this rank's own uninterrupted batches
 
 
 @pytest.mark.parametrize(("shard_id", "num_shards"), [(2, 2), (-1, 2), (0, 0), (True, 2), (0.5, 2)])
