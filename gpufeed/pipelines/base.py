@@ -287,7 +287,9 @@ class ClassificationLoader:
         flips and (for a ``gpu_augment`` stage without its own seed) augmentation.
 
         The loader must be built with the same dataset and the same plan settings;
-        everything else (backend, device, workers, dtype) may differ.
+        everything else (backend, device, workers, dtype) may differ. A state of another
+        rank of the same split (Lightning saves rank 0's alone and loads it on every rank)
+        resumes this rank's own slice from the same epoch and batch.
 
         Raises:
             ValueError: ``state`` is not a loader state, or was taken on another dataset
@@ -302,8 +304,17 @@ class ClassificationLoader:
         if missing or not isinstance(state["dataset"], dict) or not isinstance(state["settings"], dict):
             raise ValueError(f"not a gpufeed loader state: {', '.join(missing) or 'dataset or settings'} "
                              "missing or malformed")
+        mine = settings_of(self.options, _STATE_SETTINGS)
+        saved = dict(state["settings"])
+        # Another rank's state, of the same split: Lightning saves rank 0's loader state
+        # alone and loads it on every rank. The ranks stand at the same epoch and batch
+        # (drop and fill step alike), so this rank goes on from there with its own slice;
+        # what the state counted of rank 0's samples and files is not carried over.
+        other_rank = saved.get("shard_id") != mine["shard_id"] and saved.get("num_shards") == mine["num_shards"]
+        if other_rank:
+            saved["shard_id"] = mine["shard_id"]
         problems = (differences("dataset", state["dataset"], self.samples.fingerprint())
-                    + differences("settings", state["settings"], settings_of(self.options, _STATE_SETTINGS)))
+                    + differences("settings", saved, mine))
         if problems:
             raise ValueError("this loader state belongs to another dataset or plan: " + "; ".join(problems))
         # Whole numbers as saved, not coerced: "3", 2.7 or True for a batch is a damaged
@@ -323,6 +334,10 @@ class ClassificationLoader:
         if epoch < 0 or not 0 <= batch <= len(self.plan):
             raise ValueError(f"state epoch {epoch}, batch {batch} is outside this plan "
                              f"({len(self.plan)} batches per epoch)")
+        if other_rank:  # this rank's own count of the batches before the cut, no skipped files
+            size = self.plan.batch_size
+            yielded = batch * size if self.plan.replaces_bad else min(batch * size, self.plan.shard_size)
+            skipped = []
         self.set_epoch(epoch)
         self._start_at = batch
         if batch > 0:  # a state at an epoch's start carries nothing
