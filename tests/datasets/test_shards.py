@@ -736,6 +736,18 @@ def test_files_the_loaders_yield_are_written_so_every_reader_decodes_them(tmp_pa
         assert np.abs(pixels.astype(int) - expected[name]).max() <= 1, name
 
 
+def _converted_pngs(tmp_path: Path, files: dict[str, bytes]) -> list[bytes]:
+    """``files`` (PNG bytes by name) in one class folder, converted to WebDataset, every
+    file written (none skipped): the PNG members' bytes."""
+    for name, data in files.items():
+        (tmp_path / "src" / "a").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "src" / "a" / f"{name}.png").write_bytes(data)
+    report = convert(tmp_path / "src", tmp_path / "wds", format="webdataset", progress=False)
+    assert report.written == len(files) and not report.skipped
+    with tarfile.open(next((tmp_path / "wds").glob("*.tar"))) as tar:
+        return [tar.extractfile(m).read() for m in tar.getmembers() if m.name.endswith(".png")]
+
+
 def test_a_png_whose_text_chunks_pass_pils_total_is_decoded_and_written_without_its_text(tmp_path):
     # Text chunks that together pass PIL's MAX_TEXT_MEMORY (64 MiB), each under its 1 MiB
     # per-chunk limit: PIL refused the file ("Too much memory used in text chunks") and the
@@ -769,13 +781,7 @@ def test_a_png_whose_text_chunks_pass_pils_total_is_decoded_and_written_without_
         Image.open(io.BytesIO(files["over"]))
     for data in files.values():
         assert decode_rgb(np.frombuffer(data, dtype=np.uint8))[0, 0].tolist() == [200, 30, 90]
-    for name, data in files.items():
-        (tmp_path / "src" / "a").mkdir(parents=True, exist_ok=True)
-        (tmp_path / "src" / "a" / f"{name}.png").write_bytes(data)
-    report = convert(tmp_path / "src", tmp_path / "wds", format="webdataset", progress=False)
-    assert report.written == 3 and not report.skipped
-    with tarfile.open(next((tmp_path / "wds").glob("*.tar"))) as tar:
-        members = [tar.extractfile(m).read() for m in tar.getmembers() if m.name.endswith(".png")]
+    members = _converted_pngs(tmp_path, files)
     assert sorted(map(len, members)) == sorted([len(png), len(files["at"]), len(files["skipped"])])
     for data in members:  # every member opens in PIL, as webdataset's decoder opens it
         assert Image.open(io.BytesIO(data)).convert("RGB").getpixel((0, 0)) == (200, 30, 90)
@@ -803,13 +809,7 @@ def test_a_png_whose_text_pil_will_not_inflate_is_written_without_its_text(tmp_p
              "itxt": with_text(plain.getvalue(), b"iTXt", b"XML:com.adobe.xmp\0\1\0\0\0" + big),
              "small": with_text(plain.getvalue(), b"zTXt", b"Comment\0\0" + zlib.compress(b"hello"))}
     assert [png_text_beyond_pil(d) for d in files.values()] == [True, True, False]
-    for name, data in files.items():
-        (tmp_path / "src" / "a").mkdir(parents=True, exist_ok=True)
-        (tmp_path / "src" / "a" / f"{name}.png").write_bytes(data)
-    report = convert(tmp_path / "src", tmp_path / "wds", format="webdataset", progress=False)
-    assert report.written == 3 and not report.skipped
-    with tarfile.open(next((tmp_path / "wds").glob("*.tar"))) as tar:
-        members = [tar.extractfile(m).read() for m in tar.getmembers() if m.name.endswith(".png")]
+    members = _converted_pngs(tmp_path, files)
     assert sorted(map(len, members)) == sorted([len(plain.getvalue())] * 2 + [len(files["small"])])
     for data in members:  # every member opens in PIL, as webdataset's decoder opens it
         assert Image.open(io.BytesIO(data)).convert("RGB").getpixel((0, 0)) == (200, 30, 90)
