@@ -7,7 +7,6 @@ device augmentation live here.
 
 from __future__ import annotations
 
-import math
 import numbers
 import warnings
 from collections.abc import Callable, Iterator
@@ -19,7 +18,7 @@ import torch
 from gpufeed.backends import BackendChoice
 from gpufeed.datasets.samples import SampleSource
 from gpufeed.gpu_transforms.arrays import constant
-from gpufeed.pipelines.options import LastBatch, LoaderOptions
+from gpufeed.pipelines.options import LoaderOptions
 from gpufeed.pipelines.plan import EpochPlan
 from gpufeed.pipelines.seeds import augment_seed
 from gpufeed.pipelines.skips import SkipLog, Skipped
@@ -124,15 +123,14 @@ class ClassificationLoader:
                 f"sample(s), fewer than batch_size={options.batch_size}, and last_batch='drop' drops that "
                 "incomplete batch: this loader yields no batch; use a smaller batch_size or "
                 "last_batch='partial' / 'fill'", stacklevel=3)
-        n, ranks, size = len(samples), self.plan.num_shards, options.batch_size
-        fewest, most = math.ceil(n // ranks / size), math.ceil(math.ceil(n / ranks) / size)
-        if options.train and self.plan.last_batch == LastBatch.PARTIAL and fewest != most:
+        fewest, most = self.plan.batch_counts
+        if options.train and fewest != most:
             # Under Lightning's DDP on CPU a rank with a step more paired its gradient sync with
             # the others' next epoch, then died when they finished ("Connection closed by
             # peer") while the job exited 0; under NCCL it would wait for ever.
             warnings.warn(
-                f"gpufeed: with last_batch='partial' the {ranks} rank slices of {n} samples take {fewest} or "
-                f"{most} batches of {size} an epoch: in DDP training a rank with a step more waits at a gradient "
+                f"gpufeed: with last_batch='partial' the {self.plan.num_shards} rank slices of {len(samples)} "
+                f"samples take {fewest} or {most} batches of {options.batch_size} an epoch: in DDP training a rank with a step more waits at a gradient "
                 "sync the others never make, or pairs it with their next epoch's. Train with last_batch='drop' "
                 "(the smallest slice's full batches) or 'fill' (padded to the largest); 'partial' suits "
                 "evaluation, each sample once", stacklevel=3)

@@ -83,10 +83,25 @@ class EpochPlan:
         self._share: tuple[int, np.ndarray] | None = None  # (epoch, its slice), for stand-ins
 
     @property
+    def shard_start(self) -> int:
+        """Where this shard's slice starts in an epoch's order."""
+        return self.num_samples * self.shard_id // self.num_shards
+
+    @property
     def shard_size(self) -> int:
         """Samples of this shard per epoch (the shards differ by at most one)."""
         n, s, i = self.num_samples, self.num_shards, self.shard_id
-        return n * (i + 1) // s - n * i // s
+        return n * (i + 1) // s - self.shard_start
+
+    @property
+    def batch_counts(self) -> tuple[int, int]:
+        """The fewest and the most batches an epoch that any shard takes: equal under
+        ``drop`` and ``fill``; under ``partial`` a larger slice may take one more."""
+        if self.last_batch != LastBatch.PARTIAL:
+            return len(self), len(self)
+        n, s, b = self.num_samples, self.num_shards, self.batch_size
+        smallest, largest = n // s, -(-n // s)
+        return -(-smallest // b), -(-largest // b)
 
     def __len__(self) -> int:
         """Batches per epoch for this shard: with ``drop`` and ``fill`` the same on every
@@ -111,8 +126,8 @@ class EpochPlan:
 
     def shard_indices(self, epoch: int) -> np.ndarray:
         """This shard's sample indices for ``epoch``, in order."""
-        n = self.num_samples
-        return self.order(epoch)[n * self.shard_id // self.num_shards: n * (self.shard_id + 1) // self.num_shards]
+        start = self.shard_start
+        return self.order(epoch)[start:start + self.shard_size]
 
     @property
     def replaces_bad(self) -> bool:

@@ -36,6 +36,8 @@ from gpufeed.gpu_transforms.tabular.frames import (
     wrap,
 )
 from gpufeed.pipelines.base import EpochHook, missing_attribute
+from gpufeed.pipelines.options import LastBatch
+from gpufeed.pipelines.plan import EpochPlan
 
 
 def _collected(df: Frame, where: str) -> Frame:
@@ -546,11 +548,14 @@ class TableBatches:
         self.batch_size, self.shuffle, self.seed, self.drop_last = batch_size, shuffle, seed, drop_last
         self.rows = len(self._frame)
         self.shard_id, self.num_shards = int(shard_id), int(num_shards)
-        # This rank's slice of each epoch's order, and where its batches stop in it: with
-        # drop_last the smallest slice's full batches, the same count on every rank.
-        n, ranks = self.rows, self.num_shards
-        self._lo, hi = n * self.shard_id // ranks, n * (self.shard_id + 1) // ranks
-        self._stop = (n // ranks) // batch_size * batch_size if drop_last else hi - self._lo
+        # This rank's slice of each epoch's order and its batches, as the image loaders cut
+        # theirs (with drop_last the smallest slice's full batches, the same count on every
+        # rank); the order itself stays iter_batches' own (_batches).
+        self._plan = EpochPlan(self.rows, batch_size, shuffle=shuffle, seed=seed, shard_id=self.shard_id,
+                               num_shards=self.num_shards,
+                               last_batch=LastBatch.DROP if drop_last else LastBatch.PARTIAL)
+        self._lo = self._plan.shard_start
+        self._stop = len(self._plan) * batch_size if drop_last else self._plan.shard_size
         self._next_epoch, self._skip = epoch, 0  # where the next pass starts
         self._running: list[int] | None = None  # [epoch, batches yielded] of the pass going on
         # The epoch last given to set_epoch (in the state); after load_state_dict, the state's,
@@ -563,7 +568,7 @@ class TableBatches:
         raise missing_attribute(self, name, "to shard, pass shard_id= and num_shards=")
 
     def __len__(self) -> int:
-        return -(-self._stop // self.batch_size) if self._stop > 0 else 0
+        return len(self._plan)
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next pass epoch ``epoch``, from its first batch; after
