@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pandas as pd
 import polars as pl
@@ -336,3 +338,25 @@ def test_chunked_batches_on_the_gpu_equal_those_on_the_cpu(monkeypatch, table, b
     for (x, y), (gx, gy) in zip(cpu, gpu, strict=True):
         assert gx.device.type == "cuda" and gx.is_contiguous()
         assert torch.equal(x, gx.cpu()) and torch.equal(y, gy.cpu())
+
+
+@pytest.mark.parametrize(("rows", "drop_last", "warns"), [
+    (1025, False, True),   # 512 and 513 rows a rank: 8 and 9 batches of 64
+    (1025, True, False),   # every rank the smallest slice's 8 full batches
+    (1003, False, False),  # 501 and 502 rows: 8 batches each, the last ones partial
+])
+def test_rank_slices_of_unequal_batch_counts_warn_when_made(rows, drop_last, warns):
+    """Under Lightning's DDP (1,025 rows, 2 ranks, batch 64) rank 1's ninth step was paired
+    with rank 0's next epoch, and rank 1 died when rank 0 finished, while the job exited 0.
+    Batches whose rank slices take different counts say so when they are made."""
+    df = pd.DataFrame({"a": np.arange(rows, dtype=np.float32), "label": np.zeros(rows, dtype=np.int64)})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        batches = [iter_batches(df, ["a"], "label", batch_size=64, device="cpu", drop_last=drop_last,
+                                shard_id=r, num_shards=2) for r in range(2)]
+    said = [str(w.message) for w in caught if "rank slices" in str(w.message)]
+    assert len(said) == (2 if warns else 0), said
+    if warns:
+        assert "take 8 or 9 batches of 64" in said[0] and "drop_last=True" in said[0]
+        assert caught[0].filename == __file__  # points at the iter_batches call
+    assert len({len(b) for b in batches}) == (2 if warns else 1)
