@@ -271,7 +271,8 @@ def png_text_beyond_pil(data: bytes | memoryview | np.ndarray) -> bool:
     """Whether PIL refuses a PNG for its text: a compressed chunk (``zTXt``, or ``iTXt`` with
     its compression flag) that inflates past ``PngImagePlugin.MAX_TEXT_CHUNK`` (1 MB), or
     text chunks that together pass ``MAX_TEXT_MEMORY`` (64 MB), counted as PIL counts them
-    (each value's characters once decoded; chunks PIL passes over do not count). The torch
+    (each value's characters once decoded; chunks PIL passes over do not count; of an
+    animated PNG, the text up to frame 1's ``fcTL``, as PIL loads frame 0 only). The torch
     backend then decodes it without its text, and ``gpufeed convert`` writes it so
     (:func:`png_without_text`), as readers that decode with PIL (``webdataset`` + PIL)
     refuse it otherwise. Inflates each chunk up to the per-chunk limit and no further."""
@@ -280,8 +281,12 @@ def png_text_beyond_pil(data: bytes | memoryview | np.ndarray) -> bool:
         return False
     from PIL import PngImagePlugin
 
-    used = 0
+    used, animated, image_data = 0, _pil_animated(mv), False
     for kind, pos, end in _png_chunks(mv):
+        if kind in (b"IDAT", b"fdAT"):
+            image_data = True
+        elif kind == b"fcTL" and animated and image_data:
+            break  # PIL loads frame 0 and stops at the next frame's control chunk: no text past it
         if kind not in (b"tEXt", b"zTXt", b"iTXt"):
             continue
         found = _png_text_length(kind, bytes(mv[pos + 8: end]), PngImagePlugin.MAX_TEXT_CHUNK)
@@ -291,6 +296,24 @@ def png_text_beyond_pil(data: bytes | memoryview | np.ndarray) -> bool:
         if used > PngImagePlugin.MAX_TEXT_MEMORY:
             return True
     return False
+
+
+def _pil_animated(mv: memoryview) -> bool:
+    """Whether PIL opens a PNG as animated (``is_animated``), by its rules: an ``acTL``
+    chunk before the image data with a frame count in 1 .. 2**31 (a second one voids it),
+    whose frames, with the default image when no ``fcTL`` comes before the image data (not
+    part of the animation), are more than one."""
+    frames: int | None = None
+    control = False
+    for kind, pos, end in _png_chunks(mv):
+        if kind in (b"IDAT", b"fdAT"):
+            break
+        if kind == b"acTL" and end - pos - 8 >= 8:
+            count = int.from_bytes(mv[pos + 8: pos + 12], "big")
+            frames = None if frames is not None else count if 0 < count <= 0x80000000 else None
+        elif kind == b"fcTL":
+            control = True
+    return frames is not None and frames + (not control) > 1
 
 
 def _png_text_length(kind: bytes, body: bytes, limit: int) -> int | None:

@@ -813,3 +813,49 @@ def test_a_png_whose_text_pil_will_not_inflate_is_written_without_its_text(tmp_p
     assert sorted(map(len, members)) == sorted([len(plain.getvalue())] * 2 + [len(files["small"])])
     for data in members:  # every member opens in PIL, as webdataset's decoder opens it
         assert Image.open(io.BytesIO(data)).convert("RGB").getpixel((0, 0)) == (200, 30, 90)
+
+
+@pytest.mark.parametrize(("where", "beyond"), [
+    ("after frame 1's control chunk", False),  # PIL loads frame 0 and stops there: kept as it is
+    ("after frame 0's image data", True),      # read when frame 0 loads: written without text
+])
+def test_an_animated_pngs_text_counts_up_to_the_frame_pil_loads(tmp_path, where, beyond):
+    # PIL reads an animated PNG's chunks up to frame 1's fcTL when it loads frame 0, so text
+    # past it never reaches MAX_TEXT_MEMORY. It was counted, and the torch backend dropped
+    # the text of a file PIL reads as it is (no change in pixels: convert writes an APNG as a
+    # still PNG of frame 0 either way).
+    import zlib
+
+    from PIL import Image, PngImagePlugin
+
+    from gpufeed.datasets.image_bytes import png_text_beyond_pil
+    from gpufeed.pipelines.torch_loader import decode_rgb
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    out = io.BytesIO()
+    frames = [Image.new("RGB", (40, 30), c) for c in ((200, 30, 90), (10, 220, 40))]
+    frames[0].save(out, "PNG", save_all=True, append_images=frames[1:])
+    apng = out.getvalue()
+    text = chunk(b"zTXt", b"Note\0\0" + zlib.compress(b" " * 1_000_000)) * 68  # 68 M characters
+    chunks, pos = [], 8
+    while pos < len(apng):
+        end = pos + 12 + struct.unpack(">I", apng[pos:pos + 4])[0]
+        chunks.append(apng[pos:end])
+        pos = end
+    kinds = [c[4:8] for c in chunks]
+    assert kinds.count(b"fcTL") == 2 and kinds.index(b"IDAT") < len(kinds) - 1 - kinds[::-1].index(b"fcTL")
+    cut = len(kinds) - kinds[::-1].index(b"fcTL") if beyond is False else kinds.index(b"IDAT") + 1
+    data = apng[:8] + b"".join(chunks[:cut]) + text + b"".join(chunks[cut:])
+    assert png_text_beyond_pil(data) is beyond
+    if beyond:
+        with pytest.raises(ValueError, match="MAX_TEXT_MEMORY"):
+            Image.open(io.BytesIO(data)).load()
+    else:
+        with Image.open(io.BytesIO(data)) as im:
+            assert im.is_animated and im.convert("RGB").getpixel((0, 0)) == (200, 30, 90)
+        assert PngImagePlugin.MAX_TEXT_MEMORY < 68_000_000
+    assert decode_rgb(np.frombuffer(data, dtype=np.uint8))[0, 0].tolist() == [200, 30, 90]
+    (member,) = _converted_pngs(tmp_path, {"anim": data})
+    assert Image.open(io.BytesIO(member)).convert("RGB").getpixel((0, 0)) == (200, 30, 90)
