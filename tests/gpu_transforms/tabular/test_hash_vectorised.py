@@ -262,14 +262,20 @@ def test_hash_bucket_of_strings_is_stable_hash_on_pandas(text, monkeypatch):
     frame = pd.DataFrame({f"s{i}": pd.Series(values, dtype=dtype, index=index)
                           for i, dtype in enumerate(_PANDAS_TEXT_DTYPES)})
     frame["nan"] = pd.Series([np.nan if v is None else v for v in values], dtype=object, index=frame.index)
-    frame["cat"] = pd.Series(values, dtype="category", index=frame.index)
+    # pandas 2 (the only pandas on Python 3.10) cannot hold text with NUL characters in a
+    # categorical: building one merged "" with "\x00ab", and its text (astype(str), through
+    # NumPy's fixed-width strings) drops trailing NULs. Its categorical leaves them out.
+    categories = values if int(pd.__version__.split(".")[0]) >= 3 else [
+        None if v is None else v.replace("\x00", "") for v in values]
+    frame["cat"] = pd.Series(categories, dtype="category", index=frame.index)
     taken = _taken(monkeypatch)
     for buckets in _BUCKETS:
         out = Recipe([HashBucket(list(frame.columns), buckets=buckets, text=text)]).fit_transform(frame)
         assert (out.index == frame.index).all()
         for name in frame.columns:
             assert out[name].dtype == np.int32
-            assert out[name].tolist() == _expected(values, buckets, text), (name, buckets)
+            want = _expected(categories if name == "cat" else values, buckets, text)
+            assert out[name].tolist() == want, (name, buckets)
     assert set(taken) == set(frame.columns)
 
 
