@@ -550,24 +550,35 @@ def test_iter_batches_refuses_a_shard_outside_its_count(shard_id, num_shards):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("last_batch", ["drop", "fill"])
-def test_every_ddp_rank_resumes_from_rank_0s_loader_state(image_folder, backend, last_batch):
+@pytest.mark.parametrize("num_shards", [2, 3])  # 40 images: slices of 20, and of 14, 13 and 13
+@pytest.mark.parametrize("cut", ["mid-epoch", "epoch end"])
+def test_every_ddp_rank_resumes_from_rank_0s_loader_state(image_folder, backend, last_batch, num_shards, cut):
     """Lightning writes a checkpoint on rank 0 only, so ``fit(ckpt_path=...)`` loads rank 0's
     loader state on every rank. Rank 1 refused it (``settings shard_id``), so no DDP run
-    resumed; it now goes on with its own slice from the same epoch and batch."""
-    kw = dict(train=True, batch_size=4, shuffle=True, seed=6, last_batch=last_batch, num_shards=2)
-    rank0, rank1 = (load(image_folder, backend, shard_id=r, **kw) for r in (0, 1))
-    for loader in (rank0, rank1):
+    resumed; it now goes on with its own slice from the same epoch and batch. Also from a
+    state taken at the epoch's last step, after which Lightning sets its next epoch (the
+    run under Lightning's DDP in ``docs/integrations.md`` did both, on uneven slices)."""
+    kw = dict(train=True, batch_size=4, shuffle=True, seed=6, last_batch=last_batch, num_shards=num_shards)
+    last = num_shards - 1  # the rank furthest from rank 0 (a smaller slice when uneven)
+    rank0, other = (load(image_folder, backend, shard_id=r, **kw) for r in (0, last))
+    for loader in (rank0, other):
         lightning_sets_epoch(loader, 1)
-    it0, it1 = iter(rank0), iter(rank1)
-    for _ in range(2):
+    it0, it1 = iter(rank0), iter(other)
+    for _ in range(2 if cut == "mid-epoch" else len(rank0)):
         next(it0), next(it1)
     state = rank0.state_dict()
     rest = fingerprints(list(it1))
-    resumed = load(image_folder, backend, shard_id=1, **kw)
+    epoch = 1
+    if cut == "epoch end":  # nothing left of epoch 1: Lightning sets epoch 2 and iterates again
+        assert rest == []
+        epoch = 2
+        lightning_sets_epoch(other, epoch)
+        rest = fingerprints(list(other))
+    resumed = load(image_folder, backend, shard_id=last, **kw)
     resumed.load_state_dict(state)
     it = iter(resumed)
-    lightning_sets_epoch(resumed, 1)
+    lightning_sets_epoch(resumed, epoch)
     assert fingerprints(list(it)) == rest
-    assert resumed.samples_yielded == rank1.samples_yielded
+    assert resumed.samples_yielded == other.samples_yielded
     with pytest.raises(ValueError, match="num_shards"):  # another split is still refused
         load(image_folder, backend, **{**kw, "num_shards": 4, "shard_id": 1}).load_state_dict(state)
