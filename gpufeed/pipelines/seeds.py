@@ -33,7 +33,9 @@ def mix_seed(stream: Stream, *entropy: int, bits: int) -> int:
     ``(s, e, 0)`` would otherwise give the same seed.
     """
     words = [int(stream), *entropy]
-    return int(np.random.SeedSequence([*words, len(words)]).generate_state(1, np.uint64)[0] >> (64 - bits))
+    # A Python int before the shift: NumPy 1.x promotes a uint64 scalar with a Python int
+    # to float64, which ``>>`` refuses (every DALI pipeline failed to build there).
+    return int(np.random.SeedSequence([*words, len(words)]).generate_state(1, np.uint64)[0]) >> (64 - bits)
 
 
 def shuffle_rng(seed: int, epoch: int) -> np.random.Generator:

@@ -323,7 +323,9 @@ def _number_keys(keys: Any, key: np.ndarray) -> _SliceIds:
 
 
 #: Odd 64-bit multipliers :func:`_perfect_hash` tries in turn (fixed: the same ids every run).
-_MULTIPLIERS = tuple(np.uint64(m | 1) for m in np.random.default_rng(20240611).integers(
+#: ``| np.uint64(1)``, not ``| 1``: NumPy 1.x promotes a uint64 scalar with a Python int to
+#: float64, and ``bitwise_or`` refuses floats (the import failed there).
+_MULTIPLIERS = tuple(np.uint64(m | np.uint64(1)) for m in np.random.default_rng(20240611).integers(
     1 << 62, 1 << 64, size=8, dtype=np.uint64, endpoint=False))
 #: The largest table :func:`_perfect_hash` builds, in bits (4 MiB of int32): up to ~720 keys.
 _PERFECT_BITS = 20

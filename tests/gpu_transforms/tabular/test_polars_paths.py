@@ -418,6 +418,16 @@ def test_categorify_from_views_not_zero_padded_falls_back_to_the_cast():
     assert recipe.ops[0].state == {"t": ["abc"]}
 
 
+def test_hash_multipliers_are_fixed_odd_64_bit_numbers():
+    """The same multipliers (so the same ids) on NumPy 1.x and 2.x: on 1.x ``uint64 | 1``
+    was a TypeError, and importing the tabular package failed."""
+    from gpufeed.gpu_transforms.tabular import category_codes
+
+    multipliers = category_codes._MULTIPLIERS
+    assert all(isinstance(m, np.uint64) and int(m) % 2 == 1 for m in multipliers)
+    assert [int(m) for m in multipliers[:2]] == [0x64693AB89B351743, 0xB0A38E76B616188D]
+
+
 def test_categorify_from_views_when_no_multiplier_hashes_without_collisions(monkeypatch):
     """A multiply-shift hash that collides on every try: the keys go to ``dictionary_encode``."""
     from gpufeed.gpu_transforms.tabular import category_codes
