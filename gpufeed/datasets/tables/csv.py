@@ -747,9 +747,12 @@ def _from_arrow(table: Any, backend: str, path: Path) -> Frame:
 
         # Text handed over as Arrow string views, polars' own layout: Arrow's cast and
         # polars' import took half the time of polars converting the plain strings (1M rows,
-        # 7 text columns: 26 against 50 ms), with the same frame.
+        # 7 text columns: 26 against 50 ms), with the same frame. Only from pyarrow 25: the
+        # views cast by pyarrow 19-24 crashed polars 2.0/2.1 (a segfault in pl.from_arrow of a
+        # multi-block CSV's columns); there polars converts the plain strings.
+        views = int(pa.__version__.split(".")[0]) >= 25
         for i, column in enumerate(table.columns):
-            if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+            if views and (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
                 table = table.set_column(i, table.field(i).with_type(pa.string_view()), column.cast(pa.string_view()))
         return pl.from_arrow(table)
     if backend == "cudf":
