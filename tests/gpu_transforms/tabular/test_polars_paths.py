@@ -82,7 +82,7 @@ def test_a_recipe_on_a_chunked_polars_frame_keeps_every_column_in_the_same_chunk
 
 
 def test_fill_missing_on_pandas_fills_in_pieces_and_keeps_a_gapless_column_uncopied(monkeypatch):
-    from gpufeed.gpu_transforms.tabular import numpy_kernels
+    from gpufeed.gpu_transforms.tabular import numpy_kernels, pandas_kernels
 
     monkeypatch.setattr(numpy_kernels, "PIECE", 64)  # many pieces on two threads, as for long columns
     rng = np.random.default_rng(5)
@@ -94,7 +94,12 @@ def test_fill_missing_on_pandas_fills_in_pieces_and_keeps_a_gapless_column_uncop
     out = Recipe([FillMissing(["gappy", "whole"])]).fit_transform(df)
     want = df.fillna(df.mean().to_dict())
     pd.testing.assert_frame_equal(out, want)  # what pandas' fillna gives, to the bit
-    assert np.shares_memory(out["whole"].to_numpy(), df["whole"].to_numpy())  # nothing to fill: not copied
+    # Nothing to fill: not copied, where pandas copies on write (pandas 3, or the option on).
+    # pandas 2 without it: copied on purpose, or a write into `out` would change `df`.
+    cow = pandas_kernels._copy_on_write()
+    assert np.shares_memory(out["whole"].to_numpy(), df["whole"].to_numpy()) == cow
+    out.loc[0, "whole"] = 1e9
+    assert df["whole"].iloc[0] != 1e9
     assert not np.shares_memory(out["gappy"].to_numpy(), df["gappy"].to_numpy())
     assert np.isnan(df["gappy"]).sum() == np.isnan(gappy).sum()  # the input is left as it was
     on_polars = Recipe([FillMissing(["gappy", "whole"])]).fit_transform(to_backend(df, "polars"))
