@@ -654,6 +654,12 @@ class Standardize(TableOp):
     def transform(self, frame: NwFrame, backend: str) -> NwFrame:
         if not self.by:
             return affine_columns(frame, backend, self.state["global"])  # {column: [mean, std]}
+        if backend == "dask":
+            # Each partition on its own backend's path (a row's output depends on that row
+            # and the fitted tables alone). narwhals' group lookup on Dask is pandas'
+            # ``Series.replace(text -> code)``, which pandas 2.2 refused on an Arrow string
+            # column ("Scalar must be NA or str": it writes the codes into the text column).
+            return per_partition(frame, self.transform)
         # Look each row's group up once (text keys hash slowly) as a small integer code;
         # code k (after the k known groups) stands for unseen or missing groups and picks
         # the global statistics appended at the end of each table.

@@ -38,6 +38,18 @@ def test_recipe_on_a_local_cluster_combines_statistics_exactly(tmp_path):
         np.testing.assert_allclose(out[c].to_numpy(float), expected[c].to_numpy(float), rtol=1e-10, atol=1e-12)
 
 
+def test_standardize_by_a_group_of_arrow_strings_on_dask_equals_pandas():
+    # narwhals' group lookup on Dask was pandas' Series.replace(text -> code), which pandas
+    # 2.2 refused on a string[pyarrow] column ("Scalar must be NA or str"; fails on pandas
+    # 2.x only without the per-partition path: pandas 3 casts).
+    df = pd.DataFrame({"g": pd.array(["a", "b", None, "a", "c", "b"], dtype="string[pyarrow]"),
+                       "x": [1.0, 2.0, 3.0, 5.0, 8.0, 13.0]})
+    fitted = Recipe([Standardize(["x"], by="g")]).fit(df.iloc[:4])
+    got = fitted.transform(to_dask(df, 2)).compute()
+    expected = fitted.transform(df)
+    np.testing.assert_array_equal(got["x"].to_numpy(float), expected["x"].to_numpy(float))
+
+
 def test_to_dask_and_unknown_files(tmp_path):
     ddf = to_dask(pd.DataFrame({"a": range(10)}), npartitions=3)
     assert ddf.npartitions == 3 and int(ddf["a"].sum().compute()) == 45
