@@ -420,8 +420,12 @@ def _integer_codes(series: Any, missing: int, start: int) -> tuple[list[int], np
         table = np.cumsum(present, dtype=np.int32) + np.int32(start - 1)
         codes = pooled_empty(rows, np.int32)
         pieces = range(0, rows, PIECE)
+        # np.take casts its indices to intp "safely", which NumPy 1.x refused for uint64
+        # (TypeError; NumPy 2 casts): every index is below the table's length, so its int64
+        # view is the same number.
+        taken = index.view(np.int64) if index.dtype == np.uint64 else index
         # "wrap": every index is in range, and "raise" would copy the output first
-        spread(lambda i: np.take(table, index[i: i + PIECE], out=codes[i: i + PIECE], mode="wrap"), pieces)
+        spread(lambda i: np.take(table, taken[i: i + PIECE], out=codes[i: i + PIECE], mode="wrap"), pieces)
         # in the values' own type: a UInt64 id past 2**63 overflowed int64 here
         vocab = (np.flatnonzero(present).astype(index.dtype) + index.dtype.type(base)).tolist()
     else:

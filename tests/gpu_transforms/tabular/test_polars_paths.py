@@ -309,6 +309,9 @@ def test_ordered_categorical_keeps_its_order_on_polars_and_back():
     # values indexing their table from 0, and ranges far from 0 (the table starts at the lowest)
     (pl.Int64, [7, 9, None, 8]), (pl.Int64, [10**12, 10**12 + 7, None, 10**12 + 3]),
     (pl.UInt64, [2**63 + 100, 2**63 + 300, None, 2**63 + 105]), (pl.Int32, [-7, -2, None, -5]),
+    # UInt64 indexing its table from 0: np.take refused uint64 indices on NumPy 1.x (fails
+    # there only without the int64 view; NumPy 2 casts them)
+    (pl.UInt64, [7, 9, None, 8]),
 ])
 def test_categorify_of_narrow_integers_spanning_their_type_codes_like_pandas(dtype, values):
     """``values - lo`` wrapped round within int8/int16 (a crash in np.bincount); ranges
