@@ -582,7 +582,12 @@ class Log(TableOp):
         return self._log(frame, backend)
 
     def _log(self, frame: NwFrame, backend: str) -> NwFrame:
-        native = numpy_columns(frame, self.columns) if backend == "pandas" else None
+        if backend == "dask":  # each partition by its backend's kernel, as in memory
+            return per_partition(frame, self._log)
+        # pandas' nullable columns too: narwhals' log is log(x) / log(e), and NumPy 1.x's
+        # log(e) is one ulp under 1, so it differed from the kernel polars runs by an ulp
+        # (log(10): ...0455 on polars, ...046 so); NumPy 2 gives log(e) == 1.
+        native = numpy_columns(frame, self.columns, nullable=True) if backend == "pandas" else None
         if native is not None:
             return log_columns(native, self.columns, self.offset)
         if backend == "cudf":

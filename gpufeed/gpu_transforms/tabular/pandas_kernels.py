@@ -32,14 +32,27 @@ from gpufeed.gpu_transforms.tabular.numpy_kernels import (
 )
 
 
-def numpy_columns(frame: NwFrame, columns: Sequence[str]) -> Any:
+def numpy_columns(frame: NwFrame, columns: Sequence[str], *, nullable: bool = False) -> Any:
     """The native pandas frame when every one of ``columns`` is a plain numpy int or float
-    column, else None."""
+    column (or, with ``nullable``, one of pandas' nullable ``Int``/``UInt``/``Float``
+    columns, for a kernel that reads them with :func:`float64_values`), else None."""
     native = nw.to_native(frame)
     dtypes = native.dtypes
-    if all(isinstance(dtypes[c], np.dtype) and dtypes[c].kind in "iuf" for c in columns):
+    if all((isinstance(dtypes[c], np.dtype) and dtypes[c].kind in "iuf") or (nullable and _masked(native[c]))
+           for c in columns):
         return native
     return None
+
+
+def _masked(series: Any) -> bool:
+    import pandas as pd
+
+    return isinstance(series.array, (pd.arrays.IntegerArray, pd.arrays.FloatingArray))
+
+
+def float64_values(series: Any) -> np.ndarray:
+    """A plain numpy column's values as they are; a nullable one's as float64, missing as NaN."""
+    return series.to_numpy(dtype=np.float64, na_value=np.nan) if _masked(series) else series.to_numpy()
 
 
 def as_column(native: Any, values: np.ndarray) -> Any:
@@ -87,8 +100,10 @@ def scale_columns(native: Any, params: dict[str, tuple[float, float]]) -> NwFram
 
 
 def log_columns(native: Any, columns: Sequence[str], offset: float) -> NwFrame:
-    """Each column as float64 ``log(x + offset)`` (:func:`.numpy_kernels.log_offset`, as on polars)."""
-    logged = log_offset([native[c].to_numpy() for c in columns], float(offset))
+    """Each column as float64 ``log(x + offset)`` (:func:`.numpy_kernels.log_offset`, as on
+    polars); a nullable column (a categorical of numbers with gaps reads as one) gives NaN
+    where a value is missing, the float64 the recipe makes of narwhals' ``Float64`` output."""
+    logged = log_offset([float64_values(native[c]) for c in columns], float(offset))
     return wrap(assign(native, {c: as_column(native, out) for c, out in zip(columns, logged, strict=True)}))
 
 
