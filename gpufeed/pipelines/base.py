@@ -123,17 +123,11 @@ class ClassificationLoader:
                 f"sample(s), fewer than batch_size={options.batch_size}, and last_batch='drop' drops that "
                 "incomplete batch: this loader yields no batch; use a smaller batch_size or "
                 "last_batch='partial' / 'fill'", stacklevel=3)
-        fewest, most = self.plan.batch_counts
-        if options.train and fewest != most:
-            # Under Lightning's DDP on CPU a rank with a step more paired its gradient sync with
-            # the others' next epoch, then died when they finished ("Connection closed by
-            # peer") while the job exited 0; under NCCL it would wait for ever.
-            warnings.warn(
-                f"gpufeed: with last_batch='partial' the {self.plan.num_shards} rank slices of {len(samples)} "
-                f"samples take {fewest} or {most} batches of {options.batch_size} an epoch: in DDP training a rank with a step more waits at a gradient "
-                "sync the others never make, or pairs it with their next epoch's. Train with last_batch='drop' "
-                "(the smallest slice's full batches) or 'fill' (padded to the largest); 'partial' suits "
-                "evaluation, each sample once", stacklevel=3)
+        if options.train:  # 'partial' suits evaluation: each sample once, whatever the steps
+            self.plan.warn_uneven_steps(
+                "gpufeed: with last_batch='partial'", "samples", "Train with last_batch='drop' (the smallest "
+                "slice's full batches) or 'fill' (padded to the largest); 'partial' suits evaluation, each "
+                "sample once", stacklevel=3)
         self.log = SkipLog(options.on_error)
         self.epoch = -1
         self.samples_yielded = 0

@@ -10,6 +10,7 @@ is taken by a stand-in (:meth:`EpochPlan.stand_ins`); under ``partial`` it is le
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterator
 
 import numpy as np
@@ -102,6 +103,21 @@ class EpochPlan:
         n, s, b = self.num_samples, self.num_shards, self.batch_size
         smallest, largest = n // s, -(-n // s)
         return -(-smallest // b), -(-largest // b)
+
+    def warn_uneven_steps(self, setting: str, unit: str, remedy: str, stacklevel: int) -> None:
+        """Warn when the shards take different numbers of batches an epoch
+        (:attr:`batch_counts`). Under Lightning's DDP on CPU a rank with a step more paired
+        its gradient sync with the others' next epoch, then died when they finished
+        ("Connection closed by peer") while the job exited 0; under NCCL it would wait for
+        ever. ``setting`` and ``unit`` name the caller's knob and samples, ``remedy`` what
+        to do; ``stacklevel`` as the caller's own ``warnings.warn`` would take it."""
+        fewest, most = self.batch_counts
+        if fewest != most:
+            warnings.warn(
+                f"{setting} the {self.num_shards} rank slices of {self.num_samples} {unit} take {fewest} or "
+                f"{most} batches of {self.batch_size} an epoch: under DDP a rank with a batch more waits at a "
+                "gradient sync (or any per-step collective) the others never make, or pairs it with their "
+                f"next epoch's. {remedy}", stacklevel=stacklevel + 1)
 
     def __len__(self) -> int:
         """Batches per epoch for this shard: with ``drop`` and ``fill`` the same on every

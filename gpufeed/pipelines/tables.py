@@ -16,7 +16,6 @@ stack (narwhals, polars).
 from __future__ import annotations
 
 import numbers
-import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NoReturn
 
@@ -556,18 +555,11 @@ class TableBatches:
         self._plan = EpochPlan(self.rows, batch_size, shuffle=shuffle, seed=seed, shard_id=self.shard_id,
                                num_shards=self.num_shards,
                                last_batch=LastBatch.DROP if drop_last else LastBatch.PARTIAL)
-        fewest, most = self._plan.batch_counts
-        if fewest != most:
-            # Under Lightning's DDP on CPU (1,025 rows, 2 ranks, batch 64: 8 and 9 steps) rank 1's
-            # extra step was paired with rank 0's next epoch, then died when rank 0 finished,
-            # and the job exited 0; under NCCL it would wait for ever. Warned whatever the use:
-            # this cannot tell training from evaluation, and a per-step sync hangs in both.
-            warnings.warn(
-                f"iter_batches: without drop_last the {self.num_shards} rank slices of {self.rows} rows take "
-                f"{fewest} or {most} batches of {batch_size} an epoch: under DDP a rank with a batch more "
-                "waits at a gradient sync (or any per-step collective) the others never make, or pairs it "
-                "with their next epoch's. Train with drop_last=True (every rank the smallest slice's full "
-                "batches); an evaluation that syncs only at its end can ignore this", stacklevel=3)
+        # Warned whatever the use: this cannot tell training from evaluation, and a per-step
+        # sync hangs in both.
+        self._plan.warn_uneven_steps(
+            "iter_batches: without drop_last", "rows", "Train with drop_last=True (every rank the smallest "
+            "slice's full batches); an evaluation that syncs only at its end can ignore this", stacklevel=3)
         self._lo = self._plan.shard_start
         self._stop = len(self._plan) * batch_size if drop_last else self._plan.shard_size
         self._next_epoch, self._skip = epoch, 0  # where the next pass starts
