@@ -340,6 +340,56 @@ def test_chunked_batches_on_the_gpu_equal_those_on_the_cpu(monkeypatch, table, b
         assert torch.equal(x, gx.cpu()) and torch.equal(y, gy.cpu())
 
 
+@pytest.mark.parametrize("layout", ["C", "F", "strided", "one column", "object"])
+def test_a_matrix_written_into_a_given_buffer_equals_a_new_one(layout):
+    # On CUDA, iter_batches converts each chunk straight into a pinned buffer: the same
+    # values as the matrix the CPU path makes, whatever the frame's memory layout.
+    from gpufeed.pipelines.tables import _row_major
+
+    values = np.random.default_rng(0).random((50, 4)) * 1e3
+    array = {"C": values, "F": np.asfortranarray(values), "strided": np.asfortranarray(values)[::2],
+             "one column": values[:, :1], "object": values.astype(object)}[layout]
+    for dtype in (np.float32, np.int64):
+        want = _row_major(array, np.dtype(dtype))
+        out = np.empty(array.shape, dtype)
+        got = _row_major(array, np.dtype(dtype), out)
+        assert got is out and got.flags.c_contiguous
+        np.testing.assert_array_equal(got, want)
+
+
+def test_pin_memory_is_ignored_on_the_cpu(table):
+    # to_tensors(pin_memory=True) is safe to pass everywhere: on a machine without CUDA
+    # (where torch cannot pin memory) it changes nothing.
+    x, y = to_tensors(table, FEATURES, "label", device="cpu", pin_memory=True)
+    want_x, want_y = to_tensors(table, FEATURES, "label", device="cpu")
+    assert torch.equal(x, want_x) and torch.equal(y, want_y)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_pinned_chunks_copied_while_the_gpu_is_busy_keep_their_values(monkeypatch, table, backend):
+    # Chunks are copied asynchronously from pinned memory while earlier GPU work is still
+    # queued: a pinned block handed out again to the next chunk before its copy finished
+    # would show here as batches with another chunk's rows.
+    import gpufeed.pipelines.tables as tables
+
+    monkeypatch.setattr(tables, "_CHUNK_ROWS", 100)
+    frame = to_backend(table, backend)
+    cpu = list(iter_batches(frame, FEATURES, "label", batch_size=50, device="cpu", shuffle=True, seed=5))
+    busy = torch.randn(4096, 4096, device="cuda")
+    gpu = []
+    for x, y in iter_batches(frame, FEATURES, "label", batch_size=50, device="cuda", shuffle=True, seed=5):
+        for _ in range(4):  # keep the GPU's queue long while the next chunk is converted
+            busy = busy @ busy / 64
+        gpu.append((x.clone(), y.clone()))
+    torch.cuda.synchronize()
+    assert len(gpu) == len(cpu) == 20
+    for (x, y), (gx, gy) in zip(cpu, gpu, strict=True):
+        assert torch.equal(x, gx.cpu()) and torch.equal(y, gy.cpu())
+    x, y = to_tensors(frame, FEATURES, "label", device="cuda", pin_memory=True)
+    assert x.device.type == "cuda" and torch.equal(x.cpu(), to_tensors(frame, FEATURES, device="cpu")[0])
+
+
 @pytest.mark.parametrize(("rows", "drop_last", "warns"), [
     (1025, False, True),   # 512 and 513 rows a rank: 8 and 9 batches of 64
     (1025, True, False),   # every rank the smallest slice's 8 full batches
