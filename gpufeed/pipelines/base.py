@@ -10,7 +10,7 @@ from __future__ import annotations
 import numbers
 import warnings
 from collections.abc import Callable, Iterator
-from typing import Any, NoReturn
+from typing import Any, NamedTuple, NoReturn
 
 import numpy as np
 import torch
@@ -34,6 +34,18 @@ STATE_FORMAT = "gpufeed.loader/1"
 #: Settings that must match for a saved state to mean the same samples in the same order.
 _STATE_SETTINGS = ("train", "batch_size", "shuffles", "seed", "shard_id", "num_shards", "last_batch",
                    "shuffle_buffer")
+
+
+class ResumePoint(NamedTuple):
+    """A position in a loader's epochs, as a state saves it: the next batch to deliver
+    (``batch`` of ``epoch``), the samples delivered and files skipped in that epoch before
+    it, and the epoch last given to ``set_epoch`` (None if none)."""
+
+    epoch: int
+    batch: int
+    samples_yielded: int
+    skipped: list[Skipped]
+    set_epoch: int | None = None
 
 
 #: What accelerate's ``skip_first_batches`` and code written for DataLoaders reach for to skip
@@ -261,16 +273,20 @@ class ClassificationLoader:
         else:
             epoch, batch = self.epoch, self._next_batch
             yielded, skipped = self.samples_yielded, self.log.skipped
-        o = self.options
+        return self._state(ResumePoint(epoch, batch, yielded, skipped, self._set))
+
+    def _state(self, point: ResumePoint) -> dict[str, Any]:
+        """The state of this loader's dataset and plan at ``point`` (also what
+        ``dali_iterator()`` fed by the kit saves, so either one's state resumes the other)."""
         return {
             "format": STATE_FORMAT,
             "dataset": self.samples.fingerprint(),
-            "settings": settings_of(o, _STATE_SETTINGS),
-            "epoch": epoch,
-            "batch": batch,
-            "samples_yielded": yielded,
-            "skipped": [[s.path, s.reason] for s in skipped],
-            "set_epoch": self._set,
+            "settings": settings_of(self.options, _STATE_SETTINGS),
+            "epoch": point.epoch,
+            "batch": point.batch,
+            "samples_yielded": point.samples_yielded,
+            "skipped": [[s.path, s.reason] for s in point.skipped],
+            "set_epoch": point.set_epoch,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -289,6 +305,16 @@ class ClassificationLoader:
                 (batch size, seed, shuffling, shard, last-batch policy); each difference
                 is named.
         """
+        point = self._resume_point(state)
+        self.set_epoch(point.epoch)
+        self._start_at = point.batch
+        if point.batch > 0:  # a state at an epoch's start carries nothing
+            self._carried = (point.samples_yielded, point.skipped)
+        self._set = self._resumed_set = point.set_epoch
+
+    def _resume_point(self, state: dict[str, Any]) -> ResumePoint:
+        """Where ``state`` (:meth:`state_dict`) goes on from on this loader, checked as
+        :meth:`load_state_dict` says (a state of another rank: this rank's own counts)."""
         if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
             raise ValueError(f"not a gpufeed loader state (expected format {STATE_FORMAT!r}, got "
                              f"{state.get('format') if isinstance(state, dict) else type(state).__name__!r})")
@@ -330,11 +356,7 @@ class ClassificationLoader:
             size = self.plan.batch_size
             yielded = batch * size if self.plan.replaces_bad else min(batch * size, self.plan.shard_size)
             skipped = []
-        self.set_epoch(epoch)
-        self._start_at = batch
-        if batch > 0:  # a state at an epoch's start carries nothing
-            self._carried = (yielded, skipped)
-        self._set = self._resumed_set = None if set_before is None else int(set_before)
+        return ResumePoint(epoch, batch, yielded, skipped, None if set_before is None else int(set_before))
 
     def _restart(self) -> None:
         """Backends that keep state across epochs drop it here."""

@@ -18,8 +18,8 @@ the bad file).
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
-from typing import Any, NoReturn
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 import torch
@@ -35,9 +35,11 @@ from gpufeed.pipelines.base import (
     ClassificationLoader,
     Normalizer,
     NumberedBatch,
+    ResumePoint,
     ReusedBuffers,
 )
 from gpufeed.pipelines.dali_pipeline import build_pipeline
+from gpufeed.pipelines.dali_readers import STATE_FORMAT as READER_STATE_FORMAT
 from gpufeed.pipelines.dali_readers import reader_iterator, shard_format
 from gpufeed.pipelines.feeds import FileFeed, IteratorSkips, crop_inputs, dali_input
 from gpufeed.pipelines.options import LastBatch, LoaderOptions
@@ -46,16 +48,10 @@ from gpufeed.pipelines.threads import SamplePool
 _TORCH_DTYPE = {"FLOAT": torch.float32, "FLOAT16": torch.float16, "UINT8": torch.uint8}
 
 
-class NoDaliCheckpointError(AttributeError):
-    """``state_dict()`` asked of a ``dali_iterator()`` that the kit's feed drives: DALI
-    can checkpoint only its own readers. An AttributeError, so ``hasattr(it,
-    "state_dict")`` is False for these iterators, as for any without checkpoints."""
-
-
 class _PlannedIterator(DALIClassificationIterator):
     """DALI's classification iterator with ``len()`` from the epoch plan (DALI knows it
-    only from a reader, or from ``size=``, which forbids the partial last batch), and a
-    per-epoch skipped-file report (``gpufeed_skipped``)."""
+    only from a reader, or from ``size=``, which forbids the partial last batch), a
+    per-epoch skipped-file report (``gpufeed_skipped``) and the loader's ``state_dict()``."""
 
     planned_batches = 0
     planned_samples = 0
@@ -65,6 +61,15 @@ class _PlannedIterator(DALIClassificationIterator):
     gpufeed_fed_because = "the source is not WebDataset or TFRecord shards"
     #: Batches returned so far in the epoch under way (0 between epochs).
     _taken = 0
+    #: The loader's state at this iterator's start (dataset, settings), which
+    #: :meth:`state_dict` fills in with the position.
+    _state_of: Callable[[ResumePoint], dict[str, Any]] | None = None
+    #: The next batch to return, and the samples returned before it in its epoch.
+    _at = ResumePoint(0, 0, 0, [])
+    #: A state at an epoch's end was loaded: the first pass is that epoch's rest, nothing.
+    _ended_pass = False
+    #: Built from a state: the first iter() is the resumed pass, not a cut-short one.
+    _resumed = False
 
     def __len__(self) -> int:
         return self.planned_batches
@@ -76,22 +81,22 @@ class _PlannedIterator(DALIClassificationIterator):
         DALI would cut the feed's batches itself)."""
         return self.planned_samples
 
-    @property
-    def state_dict(self) -> NoReturn:
-        """Not available: raises :class:`NoDaliCheckpointError`, which says what to use.
-
-        A property, so that the error comes at ``it.state_dict`` (before the call) and
-        ``hasattr(it, "state_dict")`` is False; the reader iterator
-        (:class:`~gpufeed.pipelines.dali_readers.ReaderIterator`) has the real method.
-        """
-        raise NoDaliCheckpointError(
-            f"state_dict(): this dali_iterator() is fed by the kit ({self.gpufeed_fed_because}), not by "
-            "DALI's shard readers, so DALI checkpoints are not available. To resume mid-epoch, iterate the "
-            "loader itself (for images, labels in loader) and save loader.state_dict(); "
-            "loader.load_state_dict(state) on a new loader goes on from the next batch",
-            name="state_dict", obj=self)
+    def state_dict(self) -> dict[str, Any]:
+        """Where this iterator is, in the loader's state format: call it after any batch;
+        ``loader.dali_iterator(checkpoint=state)`` in a new process goes on from the next
+        batch with the same samples, crops and flips (the feed draws them from seed, epoch
+        and sample), and ``loader.load_state_dict(state)`` resumes the loader itself there
+        (and the loader's own state resumes this iterator). As the loader's: after an
+        epoch's last batch, that epoch's end (resumed, the first pass is empty); after its
+        ``StopIteration``, the next epoch's start."""
+        epoch, batch, yielded, _, _ = self._at
+        skipped = self.gpufeed_skipped.skipped if batch and self.gpufeed_skipped is not None else []
+        return self._state_of(ResumePoint(epoch, batch, yielded, skipped))
 
     def __iter__(self) -> _PlannedIterator:
+        if self._resumed:  # the resumed pass: the rest of the state's epoch
+            self._resumed = False
+            return self
         if self._taken >= len(self):  # every batch taken, the end not asked for (a loop that counts)
             self._taken = 0
         if self._taken:
@@ -112,18 +117,26 @@ class _PlannedIterator(DALIClassificationIterator):
 
     def __next__(self) -> Any:
         try:
+            if self._ended_pass:  # resumed at an epoch's end: nothing is left of it
+                self._ended_pass = False
+                raise StopIteration
             batch = super().__next__()
         except StopIteration:
-            self._taken = 0
+            self._resumed, self._taken = False, 0
+            self._at = ResumePoint(self._at.epoch + 1 if self._at.batch else self._at.epoch, 0, 0, [])
             raise
         except RuntimeError as exc:
             raise _named_decode_error(self.gpufeed_feed, exc) from exc
+        self._resumed = False
         self._taken += 1
         feed = self.gpufeed_feed
         if feed is not None and feed.in_flight:
             # DALI returns batches in the order the feed handed them over: this one's epoch
-            # (popping also keeps the record of batches in flight from growing for ever).
-            self.gpufeed_skipped.delivered(feed.in_flight.popleft()[0])
+            # and number (popping also keeps the record of batches in flight from growing).
+            epoch, number, _ = feed.in_flight.popleft()
+            self.gpufeed_skipped.delivered(epoch)
+            before = self._at.samples_yielded if epoch == self._at.epoch else 0
+            self._at = ResumePoint(epoch, number + 1, before + len(batch[0]["label"]), [])
         return batch
 
 
@@ -301,9 +314,12 @@ class DaliLoader(ClassificationLoader):
         listed per epoch, like ``loader.skipped``, in ``it.gpufeed_skipped.skipped`` (an
         :class:`IteratorSkips`: the files left out of the epoch of the last batch
         returned). Decoder failures beyond those end the epoch with DALI's error (the file
-        named), as in DALI; the loader itself recovers from them. Its random crops and flips come from
-        one stream across epochs (as in any DALI pipeline), so unlike the loader's they
-        do not repeat on a resumed run.
+        named), as in DALI; the loader itself recovers from them. Its crops and flips are
+        the loader's, drawn by the feed from (seed, epoch, sample), so they repeat on a
+        resumed run: ``it.state_dict()`` after any batch (the loader's state format, plain
+        data), ``loader.dali_iterator(checkpoint=state)`` goes on from the next batch,
+        the files skipped before it still listed; the state also resumes the loader
+        itself, and a loader's state resumes this iterator.
 
         Without a GPU the iterator runs the whole graph in DALI's CPU mode, whose resize
         is slower than the loader's torch threads: about 0.6-0.7x the loader itself on
@@ -311,14 +327,17 @@ class DaliLoader(ClassificationLoader):
 
         Args:
             auto_reset: as in DALI's iterators: start the next epoch after the last.
-            checkpoint: shard sources only: an ``it.state_dict()`` to resume from.
+            checkpoint: an ``it.state_dict()`` to resume from: for shards read by DALI's
+                readers, that iterator's DALI checkpoint; for other sources, a loader state
+                (this iterator's or a loader's ``state_dict()``).
 
         Raises:
             ValueError: a loader with ``gpu_augment`` (the stage runs in the loader, not in
                 DALI's iterator); the plan has no batch for this shard (``last_batch="drop"`` with
                 fewer samples in the shard than ``batch_size``); DALI would fail with
-                "no data in the pipeline". A ``checkpoint`` for a source DALI's readers
-                do not read, or one taken on another pipeline.
+                "no data in the pipeline". A ``checkpoint`` of the other kind (a DALI
+                reader state for a fed source, or the reverse), or one taken on another
+                dataset or plan (the difference named).
         """
         if self.gpu_augment is not None:
             # DALI's iterator hands over its pipeline's outputs; the stage runs in the loader.
@@ -336,13 +355,17 @@ class DaliLoader(ClassificationLoader):
         if shard_format(self.samples) is not None:
             return reader_iterator(self.samples, self.options, self.device_id, checkpoint=checkpoint,
                                    auto_reset=auto_reset)
-        if checkpoint is not None:
-            raise ValueError(
-                f"dali_iterator(checkpoint=...) resumes DALI's own shard readers; {type(self.samples).__name__} "
-                "is read through the kit's feed: resume the loader with state_dict() / load_state_dict()")
+        start = None if checkpoint is None else self._iterator_start(checkpoint)
         log = IteratorSkips(self.options.on_error)
         feed = FileFeed(self.samples, self.plan, log, self.options)
         log.feed = feed
+        if start is not None:
+            # An epoch's end goes on with the next epoch's start, behind one empty pass.
+            ended = start.batch >= len(self.plan)
+            feed.next_epoch = start.epoch + 1 if ended else start.epoch
+            if not ended:
+                feed.resume(start.epoch, start.batch)
+                log.carry(start.epoch, start.skipped)
         pipe = build_pipeline(feed, self.options, self.device_id, pixels=self.samples.kind == "pixels")
         # The feed already applied the last-batch policy, which PARTIAL passes through.
         try:  # DALI runs the first batches while the iterator is built
@@ -356,7 +379,23 @@ class DaliLoader(ClassificationLoader):
         iterator.gpufeed_feed = feed
         iterator.gpufeed_skipped = log
         iterator.gpufeed_fed_because = _why_fed(self.samples)
+        iterator._state_of = self._state
+        if start is not None:
+            iterator._at, iterator._taken = start, start.batch
+            iterator._resumed = True
+            iterator._ended_pass = start.batch >= len(self.plan)
         return iterator
+
+    def _iterator_start(self, checkpoint: dict[str, Any]) -> ResumePoint:
+        """Where a fed ``dali_iterator(checkpoint=...)`` starts: a loader state, checked as
+        :meth:`load_state_dict` checks it; a DALI reader state is refused by name."""
+        if isinstance(checkpoint, dict) and checkpoint.get("format") == READER_STATE_FORMAT:
+            raise ValueError(
+                f"dali_iterator(checkpoint=...): this is a DALI reader state (a shard iterator's), but this "
+                f"loader's iterator is fed by the kit ({_why_fed(self.samples)}): it resumes from "
+                "it.state_dict() of such an iterator, or from a loader's state_dict() (same format, "
+                "also for loader.load_state_dict())")
+        return self._resume_point(checkpoint)
 
 
 def _named_decode_error(feed: FileFeed | None, exc: RuntimeError) -> RuntimeError:

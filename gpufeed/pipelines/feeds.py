@@ -247,6 +247,14 @@ class IteratorSkips(BadFileMemory):
         epoch = self.feed.epoch if self.feed is not None else self.epoch
         self._by_epoch.setdefault(epoch, {}).setdefault(path, Skipped(path, reason))
 
+    def carry(self, epoch: int, skipped: list[Skipped]) -> None:
+        """Files a resumed ``epoch`` skipped before the cut: known bad (not read again) and
+        listed in that epoch's report, as in the uninterrupted run."""
+        self.epoch = epoch
+        for s in skipped:
+            self._remember(s.path, s.reason)
+            self._by_epoch.setdefault(epoch, {}).setdefault(s.path, s)
+
     def delivered(self, epoch: int) -> None:
         """The iterator returned a batch of ``epoch``: report that epoch from now on."""
         if epoch != self.epoch:

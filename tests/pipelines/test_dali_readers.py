@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import itertools
 import json
 import struct
 import subprocess
@@ -293,6 +294,95 @@ def test_fill_on_the_kits_feed_sizes_the_padded_batches(fed_sources, kind):
     loaders, _ = _fed_fill_loaders(fed_sources, kind)
     for loader in loaders:
         assert loader.dali_iterator().size == len(loader) * 8  # as a reader iterator's (above)
+
+
+def _fed(fed_sources, kind, **kw):
+    """A training loader of a fed source in batches of 8, shuffled (5 batches an epoch)."""
+    given = {k: v for k, v in fed_sources[kind].items() if k != "source"}
+    return _loader(fed_sources[kind]["source"], **{**given, "batch_size": 8, "shuffle": True, **kw})
+
+
+def _same(batches, others) -> None:
+    assert len(batches) == len(others)
+    for (labels, images), (labels2, images2) in zip(batches, others, strict=True):
+        np.testing.assert_array_equal(labels2, labels)
+        np.testing.assert_array_equal(images2, images)  # the crops and flips too
+
+
+@pytest.mark.parametrize("kind", ["folder", "raw"])
+@pytest.mark.parametrize("last_batch", ["partial", "fill"])
+def test_the_fed_iterator_resumes_from_its_state_with_the_same_batches(fed_sources, kind, last_batch):
+    # Image folders, file lists and caches are fed to DALI by the kit, which draws the crops
+    # from (seed, epoch, sample): a new process resumes with the same samples, crops and flips.
+    run = _fed(fed_sources, kind, last_batch=last_batch).dali_iterator()
+    epochs = [_epoch(run), _epoch(run)]
+    n = len(epochs[0])
+    assert n == 5
+    for cut in (2, n):  # mid-epoch; after the epoch's last batch (its end: an empty pass, then epoch 1)
+        it = _fed(fed_sources, kind, last_batch=last_batch).dali_iterator()
+        taken = [next(it) for _ in range(cut)]
+        assert len(taken) == cut
+        state = json.loads(json.dumps(it.state_dict()))  # plain data
+        assert (state["epoch"], state["batch"]) == (0, cut)
+        resumed = _fed(fed_sources, kind, last_batch=last_batch).dali_iterator(checkpoint=state)
+        _same(epochs[0][cut:], _epoch(resumed))
+        _same(epochs[1], _epoch(resumed))
+    # Taken after the epoch's StopIteration: the next epoch's start.
+    state = run.state_dict()
+    assert (state["epoch"], state["batch"]) == (2, 0)
+    again = _fed(fed_sources, kind, last_batch=last_batch).dali_iterator(checkpoint=_fed(
+        fed_sources, kind, last_batch=last_batch).dali_iterator(checkpoint={**state, "epoch": 1}).state_dict())
+    _same(epochs[1], _epoch(again))
+
+
+def test_the_fed_iterator_and_the_loader_resume_from_each_others_state(fed_sources):
+    # One state format: a loader's state resumes the iterator, and the iterator's the loader.
+    labels_of = lambda batches: [x for lbl, _ in batches for x in lbl.tolist()]  # noqa: E731
+    full = labels_of(_epoch(_fed(fed_sources, "folder").dali_iterator()))
+    loader = _fed(fed_sources, "folder")
+    first = [lbl.tolist() for _, lbl in itertools.islice(iter(loader), 2)]
+    rest = labels_of(_epoch(_fed(fed_sources, "folder").dali_iterator(checkpoint=loader.state_dict())))
+    assert sum(first, []) + rest == full
+    it = _fed(fed_sources, "folder").dali_iterator()
+    next(it)
+    resumed = _fed(fed_sources, "folder")
+    resumed.load_state_dict(it.state_dict())
+    assert full[:8] + [x for _, lbl in resumed for x in lbl.tolist()] == full
+
+
+def test_the_fed_iterator_carries_the_files_it_skipped_over_a_resume(image_folder, tmp_path):
+    files = sorted(p for p in image_folder.rglob("*") if p.is_file())[:23]
+    bad = tmp_path / "cut-short.jpg"
+    bad.write_bytes(files[0].read_bytes()[:200])
+    listed = [(str(f), i) for i, f in enumerate(files)] + [(str(bad), 23)]
+
+    def make(**kw):
+        return _loader(None, file_list=listed, batch_size=8, shuffle=True, **kw)
+
+    whole = make().dali_iterator()
+    labels = [x for lbl, _ in _epoch(whole) for x in lbl.tolist()]
+    assert sorted(labels) == list(range(23)) and [s.path for s in whole.gpufeed_skipped.skipped] == [str(bad)]
+    for cut in (1, 2):
+        it = make().dali_iterator()
+        before = [x for _ in range(cut) for x in next(it)[0]["label"].numpy().ravel().tolist()]
+        resumed = make().dali_iterator(checkpoint=it.state_dict())
+        after = [x for lbl, _ in _epoch(resumed) for x in lbl.tolist()]
+        assert before + after == labels  # nothing twice, nothing lost
+        assert resumed.gpufeed_skipped.skipped == whole.gpufeed_skipped.skipped
+
+
+def test_the_fed_iterator_refuses_a_state_of_another_plan_or_a_reader(fed_sources, shards):
+    it = _fed(fed_sources, "folder").dali_iterator()
+    next(it)
+    state = it.state_dict()
+    with pytest.raises(ValueError, match="seed"):
+        _fed(fed_sources, "folder", seed=6).dali_iterator(checkpoint=state)
+    with pytest.raises(ValueError, match="dataset"):
+        _fed(fed_sources, "raw").dali_iterator(checkpoint=state)
+    reader = _loader(shards).dali_iterator()
+    next(reader)
+    with pytest.raises(ValueError, match="a DALI reader state .* fed by the kit"):
+        _fed(fed_sources, "folder").dali_iterator(checkpoint=reader.state_dict())
 
 
 @pytest.mark.parametrize("last_batch", ["partial", "fill"])
