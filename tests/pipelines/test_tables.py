@@ -324,22 +324,6 @@ def test_bad_rows_mid_table_fail_at_their_batch_with_its_row_count(monkeypatch, 
         list(iter_batches(big, ["a"], "y", batch_size=10, device="cpu", num_classes=3))
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("backend", ["pandas", "polars"])
-def test_chunked_batches_on_the_gpu_equal_those_on_the_cpu(monkeypatch, table, backend):
-    # Each chunk goes to the device once and its batches are slices there.
-    import gpufeed.pipelines.tables as tables
-
-    monkeypatch.setattr(tables, "_CHUNK_ROWS", 256)
-    frame = to_backend(table, backend)
-    cpu = list(iter_batches(frame, FEATURES, "label", batch_size=100, device="cpu", shuffle=True, seed=2))
-    gpu = list(iter_batches(frame, FEATURES, "label", batch_size=100, device="cuda", shuffle=True, seed=2))
-    assert len(cpu) == len(gpu) == 10
-    for (x, y), (gx, gy) in zip(cpu, gpu, strict=True):
-        assert gx.device.type == "cuda" and gx.is_contiguous()
-        assert torch.equal(x, gx.cpu()) and torch.equal(y, gy.cpu())
-
-
 @pytest.mark.parametrize("layout", ["C", "F", "strided", "one column", "object"])
 def test_a_matrix_written_into_a_given_buffer_equals_a_new_one(layout):
     # On CUDA, iter_batches converts each chunk straight into a pinned buffer: the same
@@ -368,9 +352,10 @@ def test_pin_memory_is_ignored_on_the_cpu(table):
 @pytest.mark.gpu
 @pytest.mark.parametrize("backend", ["pandas", "polars"])
 def test_pinned_chunks_copied_while_the_gpu_is_busy_keep_their_values(monkeypatch, table, backend):
-    # Chunks are copied asynchronously from pinned memory while earlier GPU work is still
-    # queued: a pinned block handed out again to the next chunk before its copy finished
-    # would show here as batches with another chunk's rows.
+    # Each chunk goes to the device once and its batches are slices there. Chunks are copied
+    # asynchronously from pinned memory while earlier GPU work is still queued: a pinned
+    # block handed out again to the next chunk before its copy finished would show here as
+    # batches with another chunk's rows.
     import gpufeed.pipelines.tables as tables
 
     monkeypatch.setattr(tables, "_CHUNK_ROWS", 100)
@@ -385,6 +370,7 @@ def test_pinned_chunks_copied_while_the_gpu_is_busy_keep_their_values(monkeypatc
     torch.cuda.synchronize()
     assert len(gpu) == len(cpu) == 20
     for (x, y), (gx, gy) in zip(cpu, gpu, strict=True):
+        assert gx.device.type == "cuda" and gx.is_contiguous()
         assert torch.equal(x, gx.cpu()) and torch.equal(y, gy.cpu())
     x, y = to_tensors(frame, FEATURES, "label", device="cuda", pin_memory=True)
     assert x.device.type == "cuda" and torch.equal(x.cpu(), to_tensors(frame, FEATURES, device="cpu")[0])
