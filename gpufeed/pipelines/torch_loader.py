@@ -56,11 +56,17 @@ from gpufeed.policies import OnError
 warnings.filterwarnings("ignore", message="The image decoding and encoding capabilities of TorchVision")
 
 
+#: Formats PIL decodes here (see :func:`decode_rgb`); WebP too where torchvision has no WebP
+#: decoder (before 0.20: its ``decode_image`` read only JPEG, PNG and GIF, so the torch
+#: backend skipped every WebP file at the torchvision floor, 0.19).
+_PIL_FORMATS = ("bmp", "tiff", "pnm") + (() if hasattr(tvio, "decode_webp") else ("webp",))
+
+
 def decode_rgb(data: np.ndarray) -> torch.Tensor:
     """Decode image bytes to uint8 ``(H, W, 3)`` pixels (grayscale and CMYK become RGB).
 
-    torchvision.io decodes JPEG and WebP; PNG, BMP, TIFF, Netpbm (.pgm, .ppm) and
-    animated WebP go through PIL. PNG because libpng's errors under torchvision's decoder
+    torchvision.io decodes JPEG and WebP (from torchvision 0.20; PIL before); PNG, BMP,
+    TIFF, Netpbm (.pgm, .ppm) and animated WebP go through PIL. PNG because libpng's errors under torchvision's decoder
     crash the process (a PNG with bytes corrupted in its image data killed every
     DataLoader worker) where PIL raises; PIL is ~5-10% slower on PNG. A PNG's ancillary
     chunks with a bad CRC are dropped first, as libpng (DALI) ignores them where PIL
@@ -78,7 +84,7 @@ def decode_rgb(data: np.ndarray) -> torch.Tensor:
             if "MAX_TEXT_CHUNK" not in str(exc) and "MAX_TEXT_MEMORY" not in str(exc):
                 raise
             return _pil_rgb(png_without_text(data))
-    if fmt in ("bmp", "tiff", "pnm"):
+    if fmt in _PIL_FORMATS:
         return _pil_rgb(data)
     try:
         # torchvision returns CHW as a view of HWC memory: the channels-last layout we want.

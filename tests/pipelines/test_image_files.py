@@ -57,6 +57,7 @@ def files(tmp_path_factory) -> dict[str, tuple[str, np.ndarray]]:
     ramp = _ramp16()
     add("gray16.tif", None, np.repeat((ramp >> 8).astype(np.uint8)[:, :, None], 3, axis=2), Image.fromarray(ramp))
     still = _scene()
+    add("still.webp", None, scene, still, lossless=True)
     add("anim.webp", None, scene, still, save_all=True, lossless=True,
         append_images=[Image.new("RGB", (SIZE, SIZE), "blue")], duration=100)
     # a phone's "motion photo": a video appended after the JPEG's end-of-image marker
