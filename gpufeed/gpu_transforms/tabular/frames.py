@@ -267,9 +267,14 @@ def require_columns(frame: NwFrame, columns: Iterable[str], where: str) -> None:
     present = set(columns_of(frame))
     missing = [c for c in columns if c not in present]
     if missing:
+        # A pandas frame made from a numpy array has integer names: sorted() refused them
+        # beside text, and "0" was not found without a word on why.
+        odd = sorted(str(c) for c in present if not isinstance(c, str))
+        hint = (f"; its column names {odd[:20]} are not text: name them as text first "
+                "(pandas: df.columns = df.columns.astype(str))") if odd else ""
         raise MissingColumnError(
             f"{where} needs column(s) {missing}, which the table does not have "
-            f"(it has: {sorted(present)[:20]}{' ...' if len(present) > 20 else ''})"
+            f"(it has: {sorted(present, key=str)[:20]}{' ...' if len(present) > 20 else ''}){hint}"
         )
 
 

@@ -61,6 +61,7 @@ from gpufeed.gpu_transforms.tabular.pandas_kernels import (
 )
 from gpufeed.gpu_transforms.tabular.stats import (
     EXACT_FLOAT_INT,
+    TINY,
     aggregate,
     aggregate_finite,
     check_finite,
@@ -70,6 +71,7 @@ from gpufeed.gpu_transforms.tabular.stats import (
     exact_number,
     f64,
     integer_range,
+    is_finite,
     json_key,
     narrow_float,
     no_values,
@@ -121,6 +123,7 @@ class TableOp:
         if isinstance(self.columns, str) or not self.columns:
             raise ValueError(f"{type(self).__name__}: columns must be a non-empty list of names, got {self.columns!r}")
         self.columns = list(self.columns)
+        text_names(type(self).__name__, self.columns)
         twice = repeated(self.columns)
         if twice:  # pandas computed such a column twice, polars refused it in its own words
             raise ValueError(f"{type(self).__name__}: column(s) {twice} named more than once in columns")
@@ -166,6 +169,22 @@ class TableOp:
         op = cls(**params)
         op.state = state
         return op
+
+
+def text_names(where: str, names: Sequence[Any]) -> None:
+    """Refuse column names that are not text, naming them and the fix.
+
+    Column names are text on every backend (polars' and Arrow's are; ``read_table`` gives
+    ``"0"``, ``"1"`` for a frame saved with integer names). A pandas frame made from a bare
+    numpy array has integer names: a recipe fitted on it failed on Dask ("keywords must be
+    strings"), and, saved to JSON and loaded, with a bare KeyError (the state's keys became
+    text, its ``columns`` stayed integers)."""
+    odd = [n for n in names if not isinstance(n, str)]
+    if odd:
+        raise ValueError(
+            f"{where}: column names must be text, got {odd!r} ({', '.join(sorted({type(n).__name__ for n in odd}))}): "
+            "name the frame's columns as text first (pandas: df.columns = df.columns.astype(str); a frame made "
+            "from a numpy array then has columns '0', '1', ...) and pass those names")
 
 
 def require_numbers(frame: NwFrame, op: TableOp, where: str, *, fitting: bool = False,
@@ -303,13 +322,21 @@ class FillMissing(TableOp):
             self.state = found
             return
         schema = schema_of(frame)
-        exprs = [getattr(f64(c, schema), self.strategy)().alias(c) for c in self.columns]
+        exprs = [getattr(self._fitted_values(c, schema, backend), self.strategy)().alias(c) for c in self.columns]
         if self.strategy == "mean":
             stats = aggregate_finite(frame, exprs, self.columns, "FillMissing")
         else:  # a median stays finite beside a few inf values: count them
             check_finite(frame, self.columns, "FillMissing")
             stats = aggregate(frame, exprs)
         self.state = {c: number(stats[c], c, "FillMissing") for c in self.columns}
+
+    def _fitted_values(self, column: str, schema: Any, backend: str) -> nw.Expr:
+        """The values a mean or median is taken of: in float64 where the backend needs it
+        (:func:`.stats.f64`), and on Dask always for a median: Dask's quantile refused
+        pandas' nullable columns ("Cannot interpret 'Int64Dtype()' as a data type")."""
+        if backend == "dask" and self.strategy == "median":
+            return nw.col(column).cast(nw.Float64)
+        return f64(column, schema, backend)
 
     def _check_constant(self, frame: NwFrame, dtype: Any, column: str) -> None:
         """A constant of the column's kind, or an error: pandas made a text column of
@@ -342,6 +369,11 @@ class FillMissing(TableOp):
         if native is not None and all(isinstance(self.state[c], float) for c in self.columns):
             return fill_columns(native, {c: self.state[c] for c in self.columns})
         schema = schema_of(frame)
+        if backend == "dask" and any(schema[c].is_integer() for c in self.columns):
+            # Each partition on its own backend's path (a fill depends on its row alone):
+            # narwhals' cast on Dask made a nullable Int8 a numpy int16, which cannot hold
+            # the gaps ("cannot convert NA to integer"), where pandas gives Int16.
+            return per_partition(frame, self.transform)
         for c in self.columns:
             # An unordered categorical takes a new value as a category (added last): polars'
             # Categorical has no fixed set of categories and fills, and adding one is how
@@ -622,6 +654,11 @@ class Standardize(TableOp):
     kind: ClassVar[str] = "standardize"
     takes: ClassVar[str] = "numbers or booleans"
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.by is not None:
+            text_names("Standardize: by", [self.by])
+
     def needs(self) -> list[str]:
         return [*self.columns, *([self.by] if self.by else [])]
 
@@ -635,16 +672,29 @@ class Standardize(TableOp):
             keyed = decimals_as_numbers(frame, [self.by], schema)
             groups = group_stats_f64(keyed, backend, self.by, self.columns, schema)
             pooled = {c: pooled_stats(groups, c) for c in self.columns}
-            if any(p is None for p in pooled.values()):
-                check_finite(frame, self.columns, "Standardize")  # names inf columns, or:
-                raise no_values("Standardize", next(c for c, p in pooled.items() if p is None))
+            bad = [c for c, p in pooled.items() if p is None or not all(math.isfinite(v) for v in p)]
+            if bad:
+                check_finite(frame, bad, "Standardize")  # names inf columns, or:
+                pooled.update(self._huge_group_stats(keyed, backend, bad, groups))
+                if empty := [c for c in bad if pooled[c] is None]:
+                    raise no_values("Standardize", empty[0])
             state: dict[str, Any] = {"global": {c: [m, scale(sd, m, n)] for c, (m, sd, n) in pooled.items()}}
         else:
-            stats = aggregate_finite(frame, [
-                *[f64(c, schema).mean().alias(f"m:{c}") for c in self.columns],
-                *[f64(c, schema).std(ddof=0).alias(f"s:{c}") for c in self.columns],
-                *[nw.col(c).count().alias(f"n:{c}") for c in self.columns],
-            ], self.columns, "Standardize")
+            def moments(columns: list[str], factor: float = 1.0) -> list[nw.Expr]:
+                values = {c: f64(c, schema, backend) * factor if factor != 1.0 else f64(c, schema, backend)
+                          for c in columns}
+                return [*[values[c].mean().alias(f"m:{c}") for c in columns],
+                        *[values[c].std(ddof=0).alias(f"s:{c}") for c in columns]]
+
+            counts = [nw.col(c).count().alias(f"n:{c}") for c in self.columns]
+            stats = aggregate_finite(frame, [*moments(self.columns), *counts], self.columns, "Standardize")
+            huge = [c for c in self.columns if not is_missing(stats[f"m:{c}"]) and not (
+                is_finite(stats[f"m:{c}"]) and (is_missing(stats[f"s:{c}"]) or is_finite(stats[f"s:{c}"])))]
+            if huge:
+                # No inf in them (aggregate_finite checked): values whose sum or squares
+                # overflow float64 (beyond ~1.3e154). Their statistics times TINY (a power
+                # of two: exact), scaled back.
+                stats.update({k: v / TINY for k, v in aggregate(frame, moments(huge, TINY)).items()})
             means = {c: number(stats[f"m:{c}"], c, "Standardize") for c in self.columns}
             state = {"global": {c: [means[c], scale(stats[f"s:{c}"], means[c], stats[f"n:{c}"])]
                                 for c in self.columns}}
@@ -655,6 +705,22 @@ class Standardize(TableOp):
             state["groups"] = {c: [[g[self.by], *_group_stats(g, c, state["global"][c])] for g in groups]
                                for c in self.columns}
         self.state = state
+
+    def _huge_group_stats(self, keyed: NwFrame, backend: str, columns: list[str],
+                          groups: list[dict[str, Any]]) -> dict[str, tuple[float, float, float] | None]:
+        """The pooled statistics of ``columns`` (holding no inf) whose variance overflowed
+        float64, from their values times :data:`.stats.TINY` (exact), scaled back; the
+        rows of ``groups`` get their groups' statistics so too. None: no value at all."""
+        schema = schema_of(keyed)
+        small = keyed.with_columns(*[(f64(c, schema, backend) * TINY).alias(c) for c in columns])
+        tiny = group_stats_f64(small, backend, self.by, columns, schema_of(small))
+        by_key = {None if is_missing(g[self.by]) else g[self.by]: g for g in tiny}
+        for g in groups:
+            t = by_key[None if is_missing(g[self.by]) else g[self.by]]
+            for c in columns:
+                g[f"m:{c}"], g[f"s:{c}"] = (v if is_missing(v) else v / TINY for v in (t[f"m:{c}"], t[f"s:{c}"]))
+        pooled = {c: pooled_stats(tiny, c) for c in columns}
+        return {c: None if p is None else (p[0] / TINY, p[1] / TINY, p[2]) for c, p in pooled.items()}
 
     def transform(self, frame: NwFrame, backend: str) -> NwFrame:
         if not self.by:
@@ -821,9 +887,17 @@ class MinMax(TableOp):
         if big:
             frame = frame.with_columns(*[((nw.col(c) - low).cast(nw.Float64) * (1.0 / span)).alias(c)
                                          for c, (low, span) in big.items()])
+        # A float range beyond float64 (max - min = inf: [1.7e308, -1.7e308]) made every
+        # value NaN or 0: such a column is scaled in halves, (x/2 - min/2) / (max/2 - min/2),
+        # exact halvings, so the differences stay finite.
+        wide = {c: (float(low) * 0.5, 1.0 / (float(high) * 0.5 - float(low) * 0.5))
+                for c, (low, high) in self.state.items() if c not in big and math.isinf(float(params[c][1]))}
+        if wide:
+            frame = frame.with_columns(*[((f64(c, schema) * 0.5 - half_low) * inverse).alias(c)
+                                         for c, (half_low, inverse) in wide.items()])
         # Float bounds for the rest: an int bound would keep a narrow column's arithmetic in
         # its own type on polars (int8 minus -128 wrapped round).
-        rest = {c: (float(low), float(span)) for c, (low, span) in params.items() if c not in big}
+        rest = {c: (float(low), float(span)) for c, (low, span) in params.items() if c not in big and c not in wide}
         return affine_columns(frame, backend, rest) if rest else frame
 
     def inverse(self, column: str, values: Any) -> Any:
@@ -832,6 +906,8 @@ class MinMax(TableOp):
         :meth:`Standardize.inverse` (a tensor keeps its device and floating dtype)."""
         low, high = _fitted(self, column)
         x, back = _float_values(values, f"MinMax.inverse({column!r})")
+        if math.isinf(float(high - low)):  # a range beyond float64: in halves, as transform scales it
+            return back((x * (float(high) * 0.5 - float(low) * 0.5) + float(low) * 0.5) * 2.0)
         return back(x * (float(high - low) or 1.0) + float(low))
 
 

@@ -40,6 +40,7 @@ from gpufeed.gpu_transforms.tabular.frames import (
     is_lazy,
     is_missing,
     nan_as_null,
+    per_partition,
     require_columns,
     wrap,
     write_back,
@@ -84,6 +85,12 @@ def _step(frame: NwFrame, backend: str, op: TableOp, run: Callable[[NwFrame, str
     if backend == "pandas":
         out = run(read, backend)
         return None if out is None else _numpy_floats(out, op.columns)
+    if backend == "dask":
+        out = run(read, backend)
+        if out is None or not _nullable_floats(out, op.columns):
+            return out
+        # The float dtype pandas gives (missing as NaN), partition by partition.
+        return per_partition(out, lambda part, _: _numpy_floats(part, op.columns))
     if backend != "polars":
         return run(read, backend)
     if is_lazy(frame):
@@ -160,6 +167,14 @@ def _numpy_floats(frame: NwFrame, columns: Sequence[str]) -> NwFrame:
     if not nullable:
         return frame
     return wrap(assign(native, {c: native[c].to_numpy(dtype="float64", na_value=np.nan) for c in nullable}))
+
+
+def _nullable_floats(frame: NwFrame, columns: Sequence[str]) -> bool:
+    """Whether a Dask frame's ``columns`` include pandas' nullable ``Float64`` (its metadata)."""
+    import pandas as pd
+
+    meta = nw.to_native(frame)._meta
+    return any(isinstance(meta[c].dtype, pd.Float64Dtype) for c in columns)
 
 
 def _json_safe(doc: dict[str, Any]) -> bool:

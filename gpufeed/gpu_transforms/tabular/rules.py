@@ -47,6 +47,7 @@ from gpufeed.gpu_transforms.tabular.frames import (
     wrap,
     write_back,
 )
+from gpufeed.gpu_transforms.tabular.stats import integer_range
 
 _OPS: dict[str, Callable[[Any, Any], bool]] = {
     "==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
@@ -110,11 +111,19 @@ class Cond:
         )
 
 
+#: The comparisons that need an order (a categorical's order, not its text).
+_ORDERED_OPS = ("<", "<=", ">", ">=")
+
+
 @dataclass(frozen=True)
 class _Compare(Cond):
     column: str
     op: str
     value: Any
+    #: The categories, in order, of an ordered categorical column (set by :func:`_typed_rules`
+    #: from the table's schema): the row-by-row reference compares positions in it, as the
+    #: backends do. Not stored in JSON: it comes from the table.
+    order: tuple[Any, ...] | None = dataclasses.field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if is_missing(self.value):
@@ -130,7 +139,11 @@ class _Compare(Cond):
 
     def evaluate_row(self, row: Mapping[str, Any]) -> bool:
         v = row[self.column]
-        return not is_missing(v) and bool(_OPS[self.op](v, self.value))
+        if is_missing(v):
+            return False
+        if self.order is not None and self.op in _ORDERED_OPS:
+            return bool(_OPS[self.op](self.order.index(v), self.order.index(self.value)))
+        return bool(_OPS[self.op](v, self.value))
 
     def columns(self) -> set[str]:
         return {self.column}
@@ -340,12 +353,16 @@ class Rule:
 
 def _typed_rules(rules: Sequence[Rule], schema: Mapping[str, Any]) -> list[Rule]:
     """``rules`` with ISO text compared with a datetime or date column made a datetime (or
-    date), as pandas compares them: polars and cuDF refuse to compare text with times."""
-    def typed(cond: Cond) -> Cond:
+    date), as pandas compares them: polars and cuDF refuse to compare text with times;
+    order comparisons on an ordered categorical by its categories' order on every backend
+    and row by row (:func:`_category_order`)."""
+    def typed(cond: Cond, rule: str) -> Cond:
         if isinstance(cond, _Compare):
             what = f"col({cond.column!r}) {cond.op}"
             _check_kind(cond.value, schema[cond.column], cond.column, f"{what} {cond.value!r}")
-            return dataclasses.replace(cond, value=time_value(cond.value, schema[cond.column], cond.column, what))
+            order = _category_order(cond, schema[cond.column], f"rule {rule!r}: {what} {cond.value!r}")
+            return dataclasses.replace(cond, value=time_value(cond.value, schema[cond.column], cond.column, what),
+                                       order=order)
         if isinstance(cond, _IsIn):
             what = f"col({cond.column!r}).isin"
             dtype = schema[cond.column]
@@ -354,10 +371,39 @@ def _typed_rules(rules: Sequence[Rule], schema: Mapping[str, Any]) -> list[Rule]
             values = tuple(time_value(v, dtype, cond.column, what) for v in cond.values)
             return dataclasses.replace(cond, values=_numbers_as(values, dtype))
         if isinstance(cond, _Bool):
-            return dataclasses.replace(cond, parts=tuple(typed(p) for p in cond.parts))
+            return dataclasses.replace(cond, parts=tuple(typed(p, rule) for p in cond.parts))
         return cond
 
-    return [dataclasses.replace(r, cases=[(typed(c), v) for c, v in r.cases]) for r in rules]
+    return [dataclasses.replace(r, cases=[(typed(c, r.output), v) for c, v in r.cases]) for r in rules]
+
+
+def _category_order(cond: _Compare, dtype: Any, what: str) -> tuple[Any, ...] | None:
+    """The categories of an ordered categorical (narwhals' ``Enum``: polars' Enum, pandas'
+    ordered categorical) that an order comparison (``<``, ``>=``, ``between``) compares by,
+    as pandas, polars and cuDF do; None for any other column or comparison.
+
+    Raises:
+        ColumnTypeError: an order comparison on an unordered categorical (pandas and Dask
+            raised pandas' own TypeError naming nothing, polars compared the text), or with
+            a value that is not one of an ordered categorical's categories (no place in
+            its order: pandas and polars refused it in their own words).
+    """
+    if cond.op not in _ORDERED_OPS:
+        return None
+    if dtype == nw.Categorical:
+        raise ColumnTypeError(
+            f"{what}: column {cond.column!r} is an unordered categorical, whose categories have no order: "
+            f"compare it with ==, != or isin, make it ordered (pandas: df[{cond.column!r}].cat.as_ordered() "
+            f"or .cat.reorder_categories([...], ordered=True); polars: cast to pl.Enum([...])), or cast it "
+            "to text to compare the text")
+    if dtype != nw.Enum:
+        return None
+    categories = tuple(getattr(dtype, "categories", None) or ())
+    if categories and "__UNKNOWN_CATEGORIES__" not in categories and cond.value not in categories:
+        raise ColumnTypeError(
+            f"{what}: {cond.value!r} is not one of the categories {list(categories)} of column "
+            f"{cond.column!r}, an ordered categorical compared by its categories' order: compare with one of them")
+    return categories or None
 
 
 def _check_kind(value: Any, dtype: Any, column: str, what: str) -> None:
@@ -392,7 +438,11 @@ def _numbers_as(values: tuple[Any, ...], dtype: Any) -> tuple[Any, ...]:
         return values
     numbers = [v for v in values if isinstance(v, int | float)]  # True as 1, as pandas matches it
     if dtype.is_integer():
-        return tuple(int(v) for v in numbers if isinstance(v, int) or (math.isfinite(v) and v.is_integer()))
+        # A number beyond the column type's range matches no value and is left out too:
+        # polars built [-1, 2**63] for a uint64 column as Int128 and failed.
+        low, high = integer_range(dtype) or (-math.inf, math.inf)
+        whole = (int(v) for v in numbers if isinstance(v, int) or (math.isfinite(v) and v.is_integer()))
+        return tuple(v for v in whole if low <= v <= high)
     return tuple(float(v) for v in numbers)
 
 

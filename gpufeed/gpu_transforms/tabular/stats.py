@@ -14,7 +14,7 @@ import narwhals as nw
 import numpy as np
 
 from gpufeed.gpu_transforms.tabular.errors import ColumnTypeError, EmptyTableError, NonFiniteError
-from gpufeed.gpu_transforms.tabular.frames import NwFrame, first_row, is_missing
+from gpufeed.gpu_transforms.tabular.frames import NwFrame, dtypes_of, first_row, is_missing
 
 
 def aggregate(frame: NwFrame, exprs: list[nw.Expr]) -> dict[str, Any]:
@@ -23,7 +23,16 @@ def aggregate(frame: NwFrame, exprs: list[nw.Expr]) -> dict[str, Any]:
 
 
 def check_finite(frame: NwFrame, columns: Sequence[str], op: str) -> None:
-    """inf would poison a mean or a range silently; name the columns instead."""
+    """inf would poison a mean or a range silently; name the columns instead.
+
+    Only columns that can hold inf are counted: integer and boolean ones cannot, and
+    polars refused ``abs`` of a boolean column ("`abs` operation not supported for dtype
+    `bool`") before the error could name the column holding inf beside it.
+    """
+    schema = dtypes_of(frame, columns)
+    columns = [c for c in columns if not (schema[c].is_integer() or schema[c] == nw.Boolean)]
+    if not columns:
+        return
     counts = aggregate(frame, [(nw.col(c).abs() == math.inf).sum().alias(c) for c in columns])
     bad = {c: int(n) for c, n in counts.items() if n}
     if bad:
@@ -40,14 +49,16 @@ def aggregate_finite(frame: NwFrame, exprs: list[nw.Expr], columns: Sequence[str
     A finite result proves the columns hold no inf, so the separate counting pass (one more
     read of every column) only runs when some statistic is missing or not finite.
     """
-    with np.errstate(invalid="ignore"):  # pandas warns on inf - inf before we can name the column
+    with np.errstate(invalid="ignore", over="ignore"):  # pandas warns on inf - inf (and a variance beyond
+        # float64) before we can name the column or rescale it
         stats = aggregate(frame, exprs)
-    if not all(_is_finite(v) for v in stats.values()):
+    if not all(is_finite(v) for v in stats.values()):
         check_finite(frame, columns, op)
     return stats
 
 
-def _is_finite(value: Any) -> bool:
+def is_finite(value: Any) -> bool:
+    """Whether ``value`` is a finite number (False for None, pandas' NA, text)."""
     try:
         return math.isfinite(float(value))
     except (TypeError, ValueError):  # None, pandas NA, a non-number: let the full check decide
@@ -104,29 +115,58 @@ def scale(std: Any, mean: float = 0.0, count: float = 1.0) -> float:
     (``StandardScaler``): a column of 50,000 values 39.1 has a float64 std of 7.1e-15, not
     0, and dividing by it sent every row to -1 on one backend and 0 on another.
     """
-    if is_missing(std) or std == 0 or rounding_noise(float(std), float(mean), count):
+    if is_missing(std) or std == 0:
         return 1.0
-    return float(std)
+    std, n = float(std), float(count)
+    # rounding_noise's bound in plain floats (numpy's scalars cost ~1.5 us a call, and a
+    # per-group fit calls this per group and column).
+    if std * math.sqrt(max(1.0 - n * _EPS, 0.0)) <= abs(n * float(mean) * _EPS):
+        return 1.0
+    return std
 
 
 def rounding_noise(std: Any, mean: Any, count: Any) -> Any:
     """Whether a std (numbers, or numpy arrays of them) is no larger than the rounding of
     ``count`` float64 values of about ``mean`` can make it: scikit-learn's bound
-    (``StandardScaler``) for a constant column, ``var <= n*eps*var + (n*mean*eps)**2``."""
-    eps = np.finfo(np.float64).eps
-    var = np.square(std)
-    return var <= count * eps * var + np.square(count * np.asarray(mean) * eps)
+    (``StandardScaler``) for a constant column, ``var <= n*eps*var + (n*mean*eps)**2``.
+
+    Compared as ``std * sqrt(1 - n*eps) <= |n*mean*eps|``, the same bound without squaring:
+    the square of a std beyond ~1.3e154 is inf, and such a column (``[2e160, -2e160, 0]``)
+    was taken for a constant one and left unscaled.
+    """
+    room = np.sqrt(np.maximum(1.0 - np.asarray(count, dtype=np.float64) * _EPS, 0.0))
+    return np.asarray(std) * room <= np.abs(count * np.asarray(mean) * _EPS)
 
 
-def f64(column: str, schema: Any) -> nw.Expr:
-    """``column`` with float32 values as float64, for statistics and arithmetic.
+_EPS = float(np.finfo(np.float64).eps)
+
+
+#: Columns are multiplied by this (a power of two: exact) when their variance overflows
+#: float64 (values beyond ~1.3e154), and their std by its inverse afterwards.
+TINY = 2.0**-600
+
+
+def wrapping_sums(backend: str) -> bool:
+    """Whether ``backend`` sums an integer column in its own integer type, so that a mean
+    (or a group's) wraps round once the sum passes int64/uint64: Dask's ``mean`` is a sum
+    per partition in int64 (epoch-nanosecond stamps wrapped from 6 rows on), and libcudf's
+    group-by mean is its integer SUM over COUNT. pandas and polars accumulate in float64."""
+    return backend in ("dask", "cudf")
+
+
+def f64(column: str, schema: Any, backend: str = "") -> nw.Expr:
+    """``column`` with float32 values as float64, for statistics and arithmetic; integers
+    too on the backends whose sums would wrap (:func:`wrapping_sums`).
 
     A float32 column (after a downcast) would otherwise be summed in float32 by some
     backends, which then disagree with each other and with the float64 truth in the 7th
     digit (scikit-learn accumulates in float64 too). Other columns are used as they are:
-    every backend already averages integers in float64.
+    pandas and polars average integers in float64 already (a cast there would copy the
+    column for nothing).
     """
-    return nw.col(column).cast(nw.Float64) if narrow_float(column, schema) else nw.col(column)
+    if narrow_float(column, schema) or (wrapping_sums(backend) and schema[column].is_integer()):
+        return nw.col(column).cast(nw.Float64)
+    return nw.col(column)
 
 
 def narrow_float(column: str, schema: Any) -> bool:

@@ -330,3 +330,41 @@ def test_categorify_on_dask_codes_each_partition_as_pandas_does(monkeypatch):
     for c in ("s", "c", "n"):
         assert got[c].dtype == expected[c].dtype == "int32" and got[c].tolist() == expected[c].tolist(), c
     assert got["s"].tolist()[3] == 1 and got["s"].tolist()[33] == 0  # missing, unseen
+
+
+@pytest.mark.parametrize("by", [None, "g"])
+def test_mean_and_std_of_integers_whose_sum_passes_int64_are_exact_on_dask(by):
+    # Dask sums integers in int64 (uint64) per partition: epoch-nanosecond stamps wrapped
+    # round past ~5 rows, and Standardize and FillMissing(mean) were silently wrong.
+    stamps = pd.Series([1_700_000_000_000_000_000 + i * 1_000_000_000 for i in range(16)], dtype="int64")
+    df = pd.DataFrame({"t": stamps, "h": pd.Series([2**63 + 10 * i for i in range(16)], dtype="uint64"),
+                       "t_na": stamps.astype("Int64").where(stamps.index != 3), "g": ["a"] * 16})
+    ops = lambda: [Standardize(["t", "h"], by=by), FillMissing(["t_na"])]  # noqa: E731
+    reference = Recipe(ops()).fit(df)
+    recipe = Recipe(ops()).fit(to_dask(df, 2))
+    for c in ("t", "h"):
+        assert recipe.ops[0].state["global"][c] == pytest.approx(reference.ops[0].state["global"][c], rel=1e-12)
+        if by:
+            assert recipe.ops[0].state["groups"][c][0][1:] == pytest.approx(
+                reference.ops[0].state["groups"][c][0][1:], rel=1e-12)
+    assert recipe.ops[1].state["t_na"] == pytest.approx(reference.ops[1].state["t_na"], rel=1e-12)
+    got = recipe.transform(to_dask(df, 2)).compute()
+    expected = reference.transform(df)
+    np.testing.assert_allclose(got["t"].to_numpy(float), expected["t"].to_numpy(float), rtol=1e-6)
+    np.testing.assert_allclose(got["h"].to_numpy(float), expected["h"].to_numpy(float), rtol=1e-6)
+
+
+@pytest.mark.parametrize(("values", "op"), [
+    (pd.array([1, None, 3], dtype="Int8"), lambda: FillMissing(["c"], strategy="constant", value=1000)),
+    (pd.array([1, None, 3], dtype="Int8"), lambda: FillMissing(["c"], strategy="constant", value=7)),
+    (pd.array([1, 2, None, 10], dtype="Int64"), lambda: FillMissing(["c"], strategy="median")),
+    (pd.array([1.5, 2.0, None, 10.0], dtype="Float64"), lambda: FillMissing(["c"], strategy="median")),
+])
+def test_fill_missing_of_pandas_nullable_columns_on_dask_equals_pandas(values, op):
+    # Dask cast Int8 to a numpy int16 ("cannot convert NA to integer") and its quantile
+    # refused pandas' nullable dtypes ("Cannot interpret 'Int64Dtype()' as a data type").
+    df = pd.DataFrame({"c": values})
+    expected = Recipe([op()]).fit_transform(df)
+    got = Recipe([op()]).fit_transform(to_dask(df, 1)).compute()
+    assert str(got["c"].dtype) == str(expected["c"].dtype)
+    assert got["c"].tolist() == expected["c"].tolist()

@@ -1049,8 +1049,6 @@ def test_columns_named_like_python_keywords_or_not_text_work_on_pandas_as_on_pol
     pd.testing.assert_frame_equal(on_pandas, on_polars, check_dtype=False)
     weights = apply_rules(df, [Rule("self", [(col("g") == "a", 1.0)], default=0.0)])
     assert weights["self"].tolist() == [1.0, 0.0, 1.0, 0.0]
-    numbered = Recipe([MinMax([0])]).fit_transform(pd.DataFrame({0: [1.0, 3.0], 1: [5.0, 6.0]}))
-    assert numbered[0].tolist() == [0.0, 1.0] and numbered[1].tolist() == [5.0, 6.0]
 
 
 @pytest.mark.parametrize("fit", ["fit", "fit_transform"])
@@ -1263,3 +1261,72 @@ def test_split_fractions_with_nan_and_groups_of_mixed_kinds_get_clear_answers():
     assert split.rows == {"train": 2, "val": 1, "test": 1}
     assert [p["x"].tolist() for p in (split.train, split.val, split.test)] == [
         p["x"].tolist() for p in (again.train, again.val, again.test)]
+
+
+def _on(backend: str, df: pd.DataFrame):
+    return to_dask(df, 2) if backend == "dask" else to_backend(df, backend)
+
+
+@pytest.mark.parametrize("backend", ["pandas", "polars", "dask"])
+@pytest.mark.parametrize("by", [None, "g"])
+def test_standardize_of_values_whose_variance_overflows_float64_scales_them(backend, by):
+    # The std of [2e160, -2e160, 0] is 1.63e160, but its variance (its square) is inf on
+    # every backend: the column was taken for a constant one and came back unchanged.
+    df = pd.DataFrame({"x": [2e160, -2e160, 0.0, np.nan], "g": ["a", "a", "a", "b"]})
+    recipe = Recipe([Standardize(["x"], by=by)])
+    out = _as_pandas(recipe.fit_transform(_on(backend, df)))
+    mean, std = recipe.ops[0].state["global"]["x"]
+    assert mean == 0.0 and std == pytest.approx(2e160 * math.sqrt(2 / 3), rel=1e-12)
+    np.testing.assert_allclose(out["x"].to_numpy(float)[:3], [math.sqrt(1.5), -math.sqrt(1.5), 0.0], rtol=1e-12)
+    assert np.isnan(out["x"].iloc[3])
+    loaded = Recipe.from_json(recipe.to_json())
+    np.testing.assert_allclose(_as_pandas(loaded.transform(_on(backend, df)))["x"].to_numpy(float)[:3],
+                               out["x"].to_numpy(float)[:3], rtol=1e-15)
+
+
+@pytest.mark.parametrize("backend", ["pandas", "polars", "dask"])
+def test_minmax_of_a_range_beyond_float64_scales_it(backend):
+    # max - min = inf: every value became NaN or 0.
+    df = pd.DataFrame({"x": [1.7e308, -1.7e308, 0.0, np.nan], "y": [1.0, 2.0, 3.0, 5.0]})
+    recipe = Recipe([MinMax(["x", "y"])])
+    out = _as_pandas(recipe.fit_transform(_on(backend, df)))
+    np.testing.assert_allclose(out["x"].to_numpy(float), [1.0, 0.0, 0.5, np.nan], rtol=1e-15)
+    np.testing.assert_array_equal(out["y"].to_numpy(float), [0.0, 0.25, 0.5, 1.0])
+    np.testing.assert_allclose(recipe.inverse("x", np.array([1.0, 0.0, 0.5])), [1.7e308, -1.7e308, 0.0], rtol=1e-15)
+
+
+@pytest.mark.parametrize("op", [lambda c: FillMissing(c), lambda c: MinMax(c), lambda c: Standardize(c),
+                                lambda c: Standardize(["x"], by=c[0]), lambda c: Categorify(c)])
+def test_column_names_that_are_not_text_are_refused_by_name_with_the_fix(op):
+    # A pandas frame from a bare numpy array has integer names: a recipe fitted on it failed
+    # on Dask ("keywords must be strings") and, saved to JSON and loaded, failed with a bare
+    # KeyError (its state's keys had become text). Names are text on every backend.
+    with pytest.raises(ValueError, match=r"column names must be text.*\[0\].*df\.columns = df\.columns\.astype\(str\)"):
+        op([0])
+
+
+@pytest.mark.parametrize("backend", ["pandas", "dask"])
+def test_text_names_for_a_frame_with_integer_names_say_how_to_rename_it(backend):
+    df = pd.DataFrame(np.array([[1.0, 2.0], [np.nan, 4.0], [3.0, 5.0]]))  # columns 0, 1
+    frame = to_dask(df, 1) if backend == "dask" else df
+    with pytest.raises(MissingColumnError, match=r"needs column\(s\) \['0'\].*not text.*df\.columns = "
+                                                 r"df\.columns\.astype\(str\)"):
+        Recipe([FillMissing(["0"])]).fit(frame)
+    renamed = df.copy()
+    renamed.columns = renamed.columns.astype(str)
+    recipe = Recipe([FillMissing(["0"]), MinMax(["1"])]).fit(to_dask(renamed, 1) if backend == "dask" else renamed)
+    out = _as_pandas(Recipe.from_json(recipe.to_json()).transform(renamed))
+    assert out["0"].tolist() == [1.0, 2.0, 3.0] and out["1"].tolist() == [0.0, 2 / 3, 1.0]
+
+
+@pytest.mark.parametrize("backend", ["pandas", "polars", "dask"])
+@pytest.mark.parametrize("op", [MinMax, Standardize])
+def test_a_boolean_column_beside_inf_or_an_empty_column_gives_the_documented_errors(backend, op):
+    # polars' abs refused the boolean column in the inf count ("`abs` operation not
+    # supported for dtype `bool`") before the error could name the bad column.
+    with_inf = pd.DataFrame({"flag": [True, False, True], "x": [1.0, np.inf, 2.0]})
+    with pytest.raises(NonFiniteError, match=r"\{'x': 1\}"):
+        Recipe([op(["flag", "x"])]).fit(_on(backend, with_inf))
+    empty = pd.DataFrame({"flag": [True, False, True], "x": [np.nan, np.nan, np.nan]})
+    with pytest.raises(EmptyTableError, match="column 'x'"):
+        Recipe([op(["flag", "x"])]).fit(_on(backend, empty))

@@ -11,6 +11,7 @@ import polars as pl
 import pytest
 
 from gpufeed.gpu_transforms.tabular import (
+    ColumnTypeError,
     MissingColumnError,
     Rule,
     apply_rules,
@@ -277,3 +278,55 @@ def test_a_case_may_give_missing_beside_numbers_or_text(backend):
         rule = Rule("out", [(col("a") > 1, value), (col("a") < 0, None)], default=default)
         out = to_backend(apply_rules(frame, [rule]), "pandas")["out"]
         assert out.isna().tolist() == [False, True, False] and out[0] == value and out[2] == default
+
+
+def _categorical_sizes() -> pd.DataFrame:
+    return pd.DataFrame({"c": pd.Categorical(["a", "b", "c", None], categories=["c", "b", "a"]),
+                         "size": pd.Categorical(["S", "M", "L", None], categories=["S", "M", "L"], ordered=True)})
+
+
+def _on(backend: str, df: pd.DataFrame):
+    return to_dask(df, 2) if backend == "dask" else to_backend(df, backend)
+
+
+def _computed(frame) -> list:
+    frame = frame.compute() if hasattr(frame, "compute") else frame
+    return [None if v is None or v is pd.NA else v for v in list(frame["r"])]
+
+
+@pytest.mark.parametrize("backend", ["pandas", "polars", "dask"])
+def test_ordered_categoricals_compare_by_category_order_on_every_backend_and_row_by_row(backend):
+    # The vectorised backends compared by the categories' order (S < M < L), the row-by-row
+    # reference by the text ("L" < "M"): they disagreed.
+    df = _categorical_sizes()
+    for cond, want in ((col("size") >= "M", [0, 1, 1, 0]), (col("size") < "L", [1, 1, 0, 0]),
+                       (col("size").between("S", "M"), [1, 1, 0, 0]), (col("size") == "M", [0, 1, 0, 0])):
+        rule = Rule("r", [(cond, 1)], default=0)
+        assert apply_rules_rowwise(df, [rule])["r"] == want
+        assert _computed(apply_rules(_on(backend, df), [rule])) == want
+
+
+@pytest.mark.parametrize("backend", ["pandas", "polars", "dask", "rowwise"])
+@pytest.mark.parametrize("cond", [col("c") < "b", col("c").between("a", "b"), col("size") >= "XL"],
+                         ids=["unordered<", "unordered-between", "ordered-not-a-category"])
+def test_order_comparisons_on_unordered_categoricals_are_refused_by_rule_and_column(backend, cond):
+    # pandas and Dask raised pandas' own TypeError naming nothing; polars compared the text.
+    rule = Rule("r", [(cond, 1)], default=0)
+    df = _categorical_sizes()
+    with pytest.raises(ColumnTypeError, match=r"rule 'r'.*column '(c|size)'.*categor"):
+        if backend == "rowwise":
+            apply_rules_rowwise(df, [rule])
+        else:
+            _computed(apply_rules(_on(backend, df), [rule]))
+    equal = Rule("r", [(col("c") == "b", 1), (col("c") != "a", 2)], default=0)  # equality stays allowed
+    assert _computed(apply_rules(_on("pandas" if backend == "rowwise" else backend, df), [equal])) == [0, 1, 2, 0]
+
+
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_isin_over_uint64_drops_numbers_outside_the_columns_range(backend):
+    # polars built the list as Int128 and failed; a negative number never matches a uint64.
+    df = pd.DataFrame({"u": np.array([0, 5, 2**63, 2**64 - 1], dtype=np.uint64),
+                       "i": np.array([-1, 0, 1, 2], dtype=np.int8)})
+    rule = Rule("hit", [(col("u").isin([-1, 2**63, 2**64]) | col("i").isin([300, -1, -129]), True)], default=False)
+    assert list(apply_rules(to_backend(df, backend), [rule])["hit"]) == [True, False, True, False]
+    assert apply_rules_rowwise(df, [rule])["hit"] == [True, False, True, False]
