@@ -359,13 +359,16 @@ class DaliLoader(ClassificationLoader):
         log = IteratorSkips(self.options.on_error)
         feed = FileFeed(self.samples, self.plan, log, self.options)
         log.feed = feed
+        ended = False
         if start is not None:
-            # An epoch's end goes on with the next epoch's start, behind one empty pass.
-            ended = start.batch >= len(self.plan)
+            log.carry(start.epoch, start.skipped)
+            # An epoch's end, or a cut after which every file of the epoch is bad (partial),
+            # goes on with the next epoch's start behind one empty pass: DALI refuses a
+            # pipeline whose first epoch has no batch ("no data in the pipeline").
+            ended = start.batch >= len(self.plan) or not feed.yields_from(start.epoch, start.batch)
             feed.next_epoch = start.epoch + 1 if ended else start.epoch
             if not ended:
                 feed.resume(start.epoch, start.batch)
-                log.carry(start.epoch, start.skipped)
         pipe = build_pipeline(feed, self.options, self.device_id, pixels=self.samples.kind == "pixels")
         # The feed already applied the last-batch policy, which PARTIAL passes through.
         try:  # DALI runs the first batches while the iterator is built
@@ -383,7 +386,7 @@ class DaliLoader(ClassificationLoader):
         if start is not None:
             iterator._at, iterator._taken = start, start.batch
             iterator._resumed = True
-            iterator._ended_pass = start.batch >= len(self.plan)
+            iterator._ended_pass = ended
         return iterator
 
     def _iterator_start(self, checkpoint: dict[str, Any]) -> ResumePoint:

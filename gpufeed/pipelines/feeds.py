@@ -157,6 +157,18 @@ class FileFeed:
         """Make the next ``iter()`` go on from ``batch_number`` of ``epoch``."""
         self._resume = (epoch, batch_number)
 
+    def yields_from(self, epoch: int, batch_number: int) -> bool:
+        """Whether batch ``batch_number`` of ``epoch`` or a later one of that epoch holds a
+        sample: False when every file left in the epoch is bad (``partial``). Reads the
+        batches up to the first one that does, recording the bad files on the way under
+        ``epoch`` as a run would; that batch is read again when it is fed."""
+        self.epoch, self._batches = epoch, self.plan.batches(epoch)
+        for number in range(batch_number, len(self._batches)):
+            if self._batch(number) is not None:
+                self.in_flight.pop()  # not handed over: only looked at
+                return True
+        return False
+
     def __next__(self) -> tuple:
         while self._pos < len(self._batches):
             number, self._pos = self._pos, self._pos + 1

@@ -372,9 +372,10 @@ def _matrix(df: Frame, columns: Sequence[str], kind: str, device: torch.device,
     if kind == "codes" and matrix.size:
         _check_codes_values(columns, matrix, int(matrix.min()))
     if host is not None:
-        # From the pinned tensor itself, not a view of its memory: torch's caching host
-        # allocator records the copy on that block and hands it out again (to the next
-        # chunk) only once the copy is done.
+        # From the pinned tensor itself (or a view of it), not a tensor made over its memory
+        # by torch.from_numpy: torch's caching host allocator records the copy on the block
+        # it finds by the tensor's storage and hands it out again (to the next chunk) only
+        # once the copy is done.
         return host.to(device, non_blocking=True)
     array = matrix
     if not array.flags.writeable:

@@ -362,13 +362,45 @@ def test_the_fed_iterator_carries_the_files_it_skipped_over_a_resume(image_folde
     whole = make().dali_iterator()
     labels = [x for lbl, _ in _epoch(whole) for x in lbl.tolist()]
     assert sorted(labels) == list(range(23)) and [s.path for s in whole.gpufeed_skipped.skipped] == [str(bad)]
-    for cut in (1, 2):
+    for cut in (1, 2, 3):  # 3: after the epoch's last batch, its end
         it = make().dali_iterator()
         before = [x for _ in range(cut) for x in next(it)[0]["label"].numpy().ravel().tolist()]
         resumed = make().dali_iterator(checkpoint=it.state_dict())
         after = [x for lbl, _ in _epoch(resumed) for x in lbl.tolist()]
         assert before + after == labels  # nothing twice, nothing lost
         assert resumed.gpufeed_skipped.skipped == whole.gpufeed_skipped.skipped
+
+
+def test_the_fed_iterator_resumed_where_nothing_is_left_of_the_epoch_goes_on_with_the_next(image_folder, tmp_path):
+    # 16 good files, then 4 cut short: the epoch's 5th batch is all bad and never delivered
+    # (partial), so a state after the 4th, or after the epoch's last batch, leaves nothing
+    # of the epoch: an empty pass, that epoch's skipped files still listed, then the next.
+    files = sorted(p for p in image_folder.rglob("*") if p.is_file())[:16]
+    bad = []
+    for i in range(4):
+        bad.append(tmp_path / f"cut-{i}.jpg")
+        bad[-1].write_bytes(files[i].read_bytes()[:200])
+    listed = [(str(f), i) for i, f in enumerate([*files, *bad])]
+
+    def make():
+        return _loader(None, file_list=listed, batch_size=4, shuffle=False)
+
+    whole = make().dali_iterator()
+    epochs = [_epoch(whole)]
+    whole_skipped = whole.gpufeed_skipped.skipped
+    epochs.append(_epoch(whole))
+    assert len(epochs[0]) == 4
+    it = make().dali_iterator()
+    for _ in range(4):
+        next(it)
+    state = it.state_dict()
+    assert (state["epoch"], state["batch"]) == (0, 4)
+    resumed = make().dali_iterator(checkpoint=state)  # DALI refused a first epoch with no batch
+    assert resumed.state_dict() == state
+    assert _epoch(resumed) == []
+    assert sorted(s.path for s in resumed.gpufeed_skipped.skipped) == sorted(map(str, bad))
+    assert resumed.gpufeed_skipped.skipped == whole_skipped
+    _same(epochs[1], _epoch(resumed))
 
 
 def test_the_fed_iterator_refuses_a_state_of_another_plan_or_a_reader(fed_sources, shards):
