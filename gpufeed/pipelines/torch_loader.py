@@ -66,9 +66,10 @@ def decode_rgb(data: np.ndarray) -> torch.Tensor:
     """Decode image bytes to uint8 ``(H, W, 3)`` pixels (grayscale and CMYK become RGB).
 
     torchvision.io decodes JPEG and WebP (from torchvision 0.20; PIL before); PNG, BMP,
-    TIFF, Netpbm (.pgm, .ppm) and animated WebP go through PIL. PNG because libpng's errors under torchvision's decoder
-    crash the process (a PNG with bytes corrupted in its image data killed every
-    DataLoader worker) where PIL raises; PIL is ~5-10% slower on PNG. A PNG's ancillary
+    TIFF, Netpbm (.pgm, .ppm) and animated WebP go through PIL. PNG because libpng's
+    errors under torchvision's decoder crash the process (a PNG with bytes corrupted in
+    its image data killed every DataLoader worker) where PIL raises; PIL is ~5-10% slower
+    on PNG. A PNG's ancillary
     chunks with a bad CRC are dropped first, as libpng (DALI) ignores them where PIL
     refused the file; a PNG whose text PIL will not read (a chunk inflating past
     ``MAX_TEXT_CHUNK``, or all of them past ``MAX_TEXT_MEMORY``) is decoded without its
