@@ -850,3 +850,105 @@ def test_writes_go_through_links_keep_permissions_and_long_names(tmp_path):
     write_table(pd.DataFrame({"a": [1]}), long)
     assert read_table(long, backend="pandas")["a"].tolist() == [1]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["store", "latest.csv", long.name])  # no leftovers
+
+
+# --- JSON and CSV columns no reading may change silently ---------------------------------
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".json", ".csv"])
+def test_integers_no_64_bit_type_holds_are_read_as_text_alike_from_json_and_csv(tmp_path, suffix):
+    # -1 beside a hash above int64: each value fits int64 or uint64, the column neither.
+    # JSON gave an object column of Python ints on pandas and a bare OverflowError on polars.
+    path = tmp_path / f"edges{suffix}"
+    rows = [{"id": 1, "parent": -1}, {"id": 2, "parent": 12297829382473034410}]
+    if suffix == ".csv":
+        path.write_text("id,parent\n1,-1\n2,12297829382473034410\n")
+    else:
+        path.write_text("\n".join(map(json.dumps, rows)) if suffix == ".jsonl" else json.dumps(rows))
+    for backend in BACKENDS:
+        with pytest.warns(UserWarning, match=rf"edges{suffix}: column\(s\) \['parent'\] hold integers .* no one 64-bit"):
+            frame = read_table(path, backend=backend)
+        assert _cells(frame, "parent") == ["-1", "12297829382473034410"], backend
+        assert _cells(frame, "id") == [1, 2]
+
+
+def test_a_pickled_column_of_integers_no_64_bit_type_holds_read_on_polars_is_named(tmp_path):
+    path = tmp_path / "edges.pkl"
+    pd.DataFrame({"id": [1, 2], "parent": pd.Series([-1, 12297829382473034410], dtype=object)}).to_pickle(path)
+    assert read_table(path, backend="pandas")["parent"].tolist() == [-1, 12297829382473034410]
+    with pytest.raises(TabularError, match=r"edges\.pkl.*'parent'.*backend='pandas'") as caught:
+        read_table(path, backend="polars")
+    assert "'id'" not in str(caught.value)
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".json"])
+def test_a_json_key_named_twice_in_a_record_keeps_its_last_value_on_every_backend(tmp_path, suffix):
+    # pandas kept the last value (as json.load does), polars the first, silently.
+    records = ['{"id": 1, "status": "retry", "status": "ok"}', '{"id": 2, "status": "retry", "status": "failed"}']
+    path = tmp_path / f"log{suffix}"
+    path.write_text("\n".join(records) if suffix == ".jsonl" else f"[{', '.join(records)}]")
+    for backend in BACKENDS:
+        frame = read_table(path, backend=backend)
+        assert list(frame.columns) == ["id", "status"] and _cells(frame, "status") == ["ok", "failed"], backend
+    # Beside a key left out of a record (an exporter that leaves out empty keys): its null
+    # is no literal, which the count of the file's colons must not take for the key twice.
+    records = ['{"id": 1, "status": "retry", "status": "ok", "note": null}', '{"id": 2, "status": "a:b"}']
+    path.write_text("\n".join(records) if suffix == ".jsonl" else f"[{', '.join(records)}]")
+    for backend in BACKENDS:
+        assert _cells(read_table(path, backend=backend), "status") == ["ok", "a:b"], backend
+
+
+def test_json_true_in_a_number_column_is_named_when_a_key_naming_true_is_missing(tmp_path):
+    # The key "is_false_alarm" is absent from record 2, so its name is in the file once, not
+    # once per record: polars' parser had read `true` as 1 unnoticed.
+    path = tmp_path / "events.json"
+    path.write_text('[{"id": 1, "is_false_alarm": 0, "score": 1},\n {"id": 2, "score": true}]')
+    for backend in BACKENDS:
+        with pytest.raises(MixedTypeError, match=r"events\.json: column 'score' mixes booleans and numbers"):
+            read_table(path, backend=backend)
+
+
+def test_nested_json_polars_cannot_type_is_named_with_its_file(tmp_path):
+    path = tmp_path / "events.jsonl"
+    path.write_text('{"id": 1, "tags": [1, "a"]}\n{"id": 2, "tags": [2]}\n')
+    assert _cells(read_table(path, backend="pandas"), "tags") == [[1, "a"], [2]]
+    with pytest.raises(MixedTypeError, match=r"events\.jsonl: .*'tags'.*backend='pandas'"):
+        read_table(path, backend="polars")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_csv_with_a_bom_on_a_line_of_its_own_keeps_hashes_and_line_numbers(tmp_path, backend):
+    # "\ufeff\n" before the header: the BOM was read as a record of its own, so the read
+    # again for ids beyond int64 took the header for data and kept rounded floats, silently,
+    # and errors named the line before the right one.
+    ids = [2**63 + 1, 2**63 + 3, 18446744073709551557]
+    path = tmp_path / "hashes.csv"
+    path.write_text("\ufeff\nid,name\n" + "".join(f"{v},n{i}\n" for i, v in enumerate(ids)), encoding="utf-8")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _cells(read_table(path, backend=backend), "id") == ids
+    mixed = tmp_path / "mixed.csv"
+    mixed.write_text("\ufeff\na,b\n1,x\n2,y\noops,z\n3,w\n", encoding="utf-8")
+    with pytest.raises(MixedTypeError, match="'oops' on line 5"):
+        read_table(mixed, backend=backend)
+
+
+def test_csv_ids_a_second_read_cannot_confirm_are_not_kept_as_floats_silently(tmp_path, monkeypatch):
+    # The read again (as uint64) failing otherwise than on a value: the ids stay floats, said.
+    import pyarrow.csv as pacsv
+
+    path = tmp_path / "hashes.csv"
+    path.write_text("id\n9223372036854775809\n9223372036854775811\n")
+    real = pacsv.read_csv
+    calls = []
+
+    def second_read_fails(*args, **kwargs):
+        calls.append(1)
+        if len(calls) > 1:
+            raise pa.ArrowInvalid("out of sync")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pacsv, "read_csv", second_read_fails)
+    with pytest.warns(UserWarning, match=r"hashes\.csv: column\(s\) \['id'\].*could not be read again"):
+        frame = read_table(path, backend="pandas")
+    assert frame["id"].dtype == np.float64

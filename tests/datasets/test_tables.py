@@ -1109,12 +1109,12 @@ def test_a_quote_found_past_the_first_scanned_bytes_reads_quote_aware(tmp_path, 
     monkeypatch.setattr(csv_module, "_SCAN_SIZE", 64)
     path = tmp_path / "late.csv"
     path.write_text("id,note\n" + "".join(f"{i},plain\n" for i in range(40)) + '40,"two\nlines"\n41,last\n')
-    assert csv_module._may_quote(path)
+    assert csv_module._scan_quotes_and_hex(path) == (True, None)  # hex: read later where asked
     frame = read_table(path, backend="pandas")
     assert len(frame) == 42 and frame["note"].iloc[40] == "two\nlines"
     plain = tmp_path / "plain.csv"
     plain.write_text("id,note\n" + "".join(f"{i},plain\n" for i in range(40)))
-    assert not csv_module._may_quote(plain)
+    assert csv_module._scan_quotes_and_hex(plain) == (False, False)
 
 
 def test_a_header_or_a_field_longer_than_a_block_is_read(tmp_path):
@@ -1193,3 +1193,59 @@ def test_a_line_longer_than_the_largest_block_is_named_not_an_overflow(tmp_path,
     with pytest.raises(MalformedCSVError, match=r"huge.csv: a line or quoted field is longer than 1024 MiB"):
         read_table(path)
     assert max(blocks) <= 2**31 - 1 and blocks[-1] == 1 << 30
+
+
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_hexadecimal_csv_codes_stay_text(tmp_path, backend):
+    # Arrow's integer parser takes a 0x prefix: codes 0x1A, 0x00FF came back as 26 and 255.
+    path = tmp_path / "faults.csv"
+    path.write_text("device,code,n\nA,0x1A,1\nB,0x00FF,2\nC,0X10,3\n")
+    frame = read_table(path, backend=backend)
+    assert list(frame["code"]) == ["0x1A", "0x00FF", "0X10"] and list(frame["n"]) == [1, 2, 3]
+    path.write_text("device,code\nA,16\nB,0x10\n")  # 0x10 is 16: text beside a number, named
+    with pytest.raises(MixedTypeError, match=r"column 'code'.*'0x10' on line 3"):
+        read_table(path, backend=backend)
+    path.write_text("device,code\nbox,16\nfax 0x,17\n")  # an x elsewhere leaves integers integers
+    assert list(read_table(path, backend=backend)["code"]) == [16, 17]
+    path.write_text('device,code\n"A, left",0x1A\n"B",0x00FF\n')  # a file that quotes: scanned after the read
+    assert list(read_table(path, backend=backend)["code"]) == ["0x1A", "0x00FF"]
+
+
+def test_a_malformed_record_holding_a_line_break_is_named_by_its_first_line(tmp_path):
+    path = tmp_path / "notes.csv"
+    path.write_text('id,note\n1,"ok"\n2,"bad\nrow",extra\n3,"fine"\n4,"x\r\ny\nz",9\n')
+    _, report = read_table_with_report(path, backend="pandas", on_bad_lines="skip")
+    assert report.bad_lines == [(3, '2,"bad\nrow",extra'), (6, '4,"x\r\ny\nz",9')]
+    with pytest.raises(MalformedCSVError, match="line 3: ") as info:
+        read_table(path, backend="polars")
+    assert [n for n, _ in info.value.lines] == [3, 6]
+
+
+@pytest.mark.parametrize("writer", ["pandas", "polars"])
+def test_times_written_to_csv_read_back_as_times_from_every_backend(tmp_path, writer):
+    import datetime
+
+    times = [datetime.time(6, 0), datetime.time(14, 30, 5), None]
+    frame = pl.DataFrame({"shift": ["A", "B", "C"], "start": pl.Series(times, dtype=pl.Time)})
+    path = tmp_path / "shifts.csv"
+    write_table(frame if writer == "polars" else frame.to_pandas(), path)
+    assert path.read_text().splitlines()[1] == "A,06:00:00"
+    assert read_table(path, backend="polars")["start"].to_list() == times
+    assert read_table(path, backend="pandas")["start"].tolist()[:2] == times[:2]
+    fractions = pl.DataFrame({"t": pl.Series([datetime.time(6, 0, 0, 500000)], dtype=pl.Time)})
+    write_table(fractions, path)  # as pandas writes it (Arrow reads no fraction of a second as a time)
+    assert path.read_text().splitlines()[1] == str(datetime.time(6, 0, 0, 500000))
+
+
+@pytest.mark.parametrize("name", ["codes.csv", "codes.csv.gz"])
+def test_hexadecimal_codes_are_found_across_scan_blocks_and_in_compressed_files(tmp_path, monkeypatch, name):
+    from gpufeed.datasets.tables import csv as csv_module
+
+    monkeypatch.setattr(csv_module, "_SCAN_SIZE", 8)
+    split = tmp_path / "split.txt"
+    split.write_bytes(b"12345678" + b"0xy")  # a block ends on the "0", the next starts with "x"
+    assert csv_module._scan_quotes_and_hex(split) == (False, True) and csv_module._holds_hex(split)
+    text = "id,code\n1,0xA\n2,0x1F\n"
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(text.encode()) if name.endswith(".gz") else text.encode())
+    assert list(read_table(path, backend="polars")["code"]) == ["0xA", "0x1F"]

@@ -17,8 +17,8 @@ from gpufeed.datasets.compression import (
     compression_of_name,
     strip_compression,
 )
-from gpufeed.gpu_transforms.tabular.errors import EmptyTableError, TabularError
-from gpufeed.gpu_transforms.tabular.frames import Frame
+from gpufeed.gpu_transforms.tabular.errors import EmptyTableError, MixedTypeError, TabularError
+from gpufeed.gpu_transforms.tabular.frames import Frame, to_backend
 from gpufeed.gpu_transforms.tabular.stats import EXACT_FLOAT_INT
 from gpufeed.policies import MixedTypes, OnError
 
@@ -288,6 +288,55 @@ def _reader_errors() -> tuple[type[BaseException], ...]:
 
         errors.append(PolarsError)
     return tuple(errors)
+
+
+def one_integer_type_holds(low: int, high: int) -> bool:
+    """Whether one 64-bit integer type holds every whole number from ``low`` to ``high``:
+    int64, or uint64 where none is negative (64-bit hashes). A column of ``-1`` beside a
+    hash above int64 fits neither, though each value fits one."""
+    return (low >= -(2**63) and high < 2**63) or (low >= 0 and high < 2**64)
+
+
+def warn_integers_as_text(path: Path, names: list[str], stacklevel: int) -> None:
+    """Say that ``names``' whole numbers, which no 64-bit integer type holds, were read as
+    their text (CSV and JSON alike, on every backend); ``stacklevel`` as the caller's own
+    ``warnings.warn`` would take it."""
+    import warnings
+
+    warnings.warn(f"gpufeed: {path}: column(s) {names} hold integers beyond 64 bits, or that no one 64-bit "
+                  "integer type holds (negative ones beside ones above int64's range; ids?): read as text to keep "
+                  "them exact (as floats they were rounded); HashBucket or Categorify take them",
+                  stacklevel=stacklevel + 1)
+
+
+def to_backend_naming(frame: Frame, backend: str, path: Path) -> Frame:
+    """``to_backend(frame, backend)`` of a pandas frame read from ``path``, the columns it
+    cannot move named with the file and ``backend='pandas'``, which reads the file as it is.
+
+    Raises:
+        MixedTypeError: an object column of numbers beside text (or nested values of
+            several types), which Arrow cannot type.
+        TabularError: an object column of Python ints no one 64-bit integer type holds
+            (``-1`` beside a hash above int64), where polars raised a bare OverflowError
+            ("Python int too large to convert to C long") naming nothing.
+    """
+    try:
+        return to_backend(frame, backend)
+    except MixedTypeError as exc:
+        raise MixedTypeError(f"{path}: {exc}; backend='pandas' reads the file as it is") from exc
+    except OverflowError as exc:
+        wide = []
+        for name in frame.columns:
+            if frame[name].dtype == object:
+                ints = [v for v in frame[name] if type(v) is int]
+                if ints and not one_integer_type_holds(min(ints), max(ints)):
+                    wide.append(str(name))
+        what = f"column(s) {wide} hold" if wide else "a column holds"
+        raise TabularError(
+            f"{path}: {what} integers that no one 64-bit integer type holds (negative ones beside ones above "
+            f"int64's range, or beyond 64 bits), which {backend} cannot hold ({exc}): cast them to text first "
+            "(df[column].astype(str)), or backend='pandas' reads the file as it is"
+        ) from exc
 
 
 #: Arrow integer types -> pandas' nullable integer dtypes (which keep missing values exact).

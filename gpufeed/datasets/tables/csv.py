@@ -37,6 +37,7 @@ from gpufeed.datasets.tables.base import (
     open_compressed,
     open_decompressed,
     slots_within,
+    warn_integers_as_text,
 )
 from gpufeed.gpu_transforms.tabular.errors import EmptyTableError, MalformedCSVError, MixedTypeError
 from gpufeed.gpu_transforms.tabular.frames import Frame, repeated, to_backend
@@ -45,7 +46,11 @@ from gpufeed.policies import MixedTypes, OnError
 
 def _open_text(path: Path, encoding: str = "utf-8") -> TextIO:
     """The file as text, decompressed as the CSV reader reads it (:func:`open_decompressed`);
-    ``newline=""`` as the csv module needs."""
+    ``newline=""`` as the csv module needs. A UTF-8 byte-order mark is dropped, as Arrow
+    drops it: kept, a BOM on a line of its own (``"\\ufeff\\n"`` before the header) was a
+    record, so the header's line, the data rows' lines and the read again for big integers
+    (which then took the header for data and kept rounded floats) were one line off."""
+    encoding = "utf-8-sig" if encoding == "utf-8" else encoding
     return io.TextIOWrapper(open_decompressed(path), encoding=encoding, errors="replace", newline="")
 
 
@@ -85,8 +90,9 @@ _MAX_BLOCK_SIZE = 1 << 30
 
 def _skipped_size(path: Path, encoding: str, lines: int) -> int | None:
     """The size, in the UTF-8 bytes Arrow's reader parses, of the first ``lines`` lines of
-    the file; None when no line follows them (they are the whole file)."""
-    size = 0
+    the file; None when no line follows them (they are the whole file). Counted with a
+    byte-order mark's 3 bytes, which the text lines drop and Arrow's first block holds."""
+    size = len(codecs.BOM_UTF8)
     for lineno, line in _text_lines(path, encoding):
         if lineno > lines:
             return size
@@ -112,35 +118,74 @@ def _parse_options(sep: str, handler: Callable[[Any], str], quoted: bool = True)
     too: a file over a block (1 MiB) of such fields lost rows as "malformed", failed with
     "parser got out of sync", or (one column) came back with other values and no error.
     It costs 20-30 % of Arrow's parse (a 1M-row, 165 MB table: 240 -> 300 ms), so a file
-    without a quote character is read without it (:func:`_may_quote`)."""
+    without a quote character is read without it (:func:`_scan_quotes_and_hex`)."""
     import pyarrow.csv as pacsv
 
     return pacsv.ParseOptions(delimiter=sep, newlines_in_values=quoted, invalid_row_handler=handler)
 
 
-#: Bytes :func:`_may_quote` reads at a time.
+#: Bytes :func:`_blocks` reads at a time.
 _SCAN_SIZE = 1 << 22
 
 
-def _may_quote(path: Path) -> bool:
-    """Whether the file may hold a quoted field (so a quoted line break): False only for an
-    uncompressed file without a ``"`` byte. A memchr scan of the file read 4 MiB at a time
-    into one buffer (165 MB: about 17 ms, ending at the first quote where there is one)
-    against the 60 ms that quote-aware parsing costs there; scanning the mapped file took
-    23-28 ms, most of it page faults and the unmapping."""
+def _scan_quotes_and_hex(path: Path) -> tuple[bool, bool | None]:
+    """``(may quote, holds hex)``, told by one read of the file.
+
+    May quote: whether the file may hold a quoted field (so a quoted line break): False
+    only for an uncompressed file without a ``"`` byte. A memchr scan of the file read 4 MiB
+    at a time into one buffer (165 MB: about 17 ms, ending at the first quote where there
+    is one) against the 60 ms that quote-aware parsing costs there; scanning the mapped
+    file took 23-28 ms, most of it page faults and the unmapping.
+
+    Holds hex: whether the file holds ``0x`` or ``0X`` (:func:`_hex_in`), which
+    :func:`_hex_as_text` asks where the table has an integer column, told by the same read
+    of a file without quotes (a read of its own cost as much again as the quote scan);
+    None where the read ends before (at a quote) or there is none (a compressed file, a
+    pipe): :func:`_holds_hex` reads the file then, where an integer column asks.
+    """
     if compression_of(path) is not None:
-        return True
-    buffer = bytearray(_SCAN_SIZE)
+        return True, None
+    hexadecimal = False
     try:
         if not stat.S_ISREG(path.stat().st_mode):  # a pipe: scanning it would consume it
-            return True
+            return True, None
         with open(path, "rb", buffering=0) as fh:
-            while size := fh.readinto(buffer):
+            for buffer, size in _blocks(fh):
                 if buffer.find(b'"', 0, size) != -1:
-                    return True
+                    return True, hexadecimal or None
+                hexadecimal = hexadecimal or _hex_in(buffer, size)
     except OSError:  # unreadable here: parse quote-aware (Arrow names the problem)
-        return True
-    return False
+        return True, None
+    return False, hexadecimal
+
+
+def _blocks(fh: Any) -> Iterator[tuple[bytearray, int]]:
+    """The bytes of the binary file ``fh``, ``_SCAN_SIZE`` at a time, read into one buffer:
+    ``(buffer, size)``, the block its first ``size`` bytes, led by the block before's last
+    byte (so a two-byte word across two blocks is in the second)."""
+    buffer = bytearray(_SCAN_SIZE + 1)
+    view = memoryview(buffer)
+    kept = 0
+    while read := fh.readinto(view[kept:]):
+        size = kept + read
+        yield buffer, size
+        buffer[0] = buffer[size - 1]
+        kept = 1
+
+
+def _hex_in(buffer: bytearray, size: int) -> bool:
+    """Whether ``buffer[:size]`` holds ``0x`` or ``0X``, the start of a hexadecimal number to
+    Arrow's integer parser. A block without an ``x`` or ``X`` (memchr, as fast as the read)
+    is passed over; any other is searched by Arrow's case-insensitive substring match,
+    about 0.25 ms per MB (Python's ``in`` took 0.75 ms per MB and word)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if buffer.find(b"x", 0, size) == -1 and buffer.find(b"X", 0, size) == -1:
+        return False
+    offsets = pa.py_buffer(np.array([0, size], dtype=np.int32))
+    block = pa.Array.from_buffers(pa.binary(), 1, [None, offsets, pa.py_buffer(memoryview(buffer)[:size])])
+    return bool(pc.any(pc.match_substring(block, "0x", ignore_case=True)).as_py())
 
 
 def _outgrows_block(exc: Exception, path: Path, block: int) -> bool:
@@ -189,19 +234,31 @@ def _locate_lines(
 ) -> list[tuple[int | None, str]]:
     """Fill in physical line numbers Arrow's threaded parser could not give (bad rows only).
 
+    A bad record whose quoted field holds a line break spans lines: it is matched against
+    as many lines joined, and numbered by the line it starts on (it was "line None").
     Lines skipped with ``skiprows`` are not looked at (a preamble line that reads like a bad
     one is no row) but counted: the numbers are the file's, as Arrow's own are.
     """
     if all(n is not None for n, _ in bad):
         return bad
     pending: dict[str, list[int]] = defaultdict(list)
-    for i, (_, text) in enumerate(bad):
-        pending[text].append(i)
+    for i, (n, text) in enumerate(bad):
+        if n is None:
+            pending[text].append(i)
+    # The spans to try, in lines: a record's line breaks, "\r\n" or "\n" (the csv module's
+    # lines, as newline="" keeps them, end at each).
+    spans = sorted({text.count("\n") + text.count("\r") - text.count("\r\n") + 1 for text in pending})
+    recent: list[str] = []
     located = list(bad)
     for lineno, line in _text_lines(path, encoding, skiprows):
-        slots = pending.get(line.rstrip("\r\n"))
-        if slots:
-            located[slots.pop(0)] = (lineno, line.rstrip("\r\n"))
+        recent = [*recent[1 - spans[-1]:], line] if spans[-1] > 1 else [line]
+        for span in spans:
+            if span > len(recent):
+                break
+            text = "".join(recent[-span:]).rstrip("\r\n")
+            slots = pending.get(text)
+            if slots:
+                located[slots.pop(0)] = (lineno - span + 1, text)
     return located
 
 
@@ -321,7 +378,7 @@ def _read_csv_arrow(
     # Decompressed as the file's first bytes say (.csv.gz, .csv.zip, ... or a compressed
     # file under another name), never parsed as text while compressed.
     block = _BLOCK_SIZE
-    quoted = _may_quote(path)
+    quoted, hexadecimal = _scan_quotes_and_hex(path)
     try:
         while True:
             try:
@@ -406,7 +463,9 @@ def _read_csv_arrow(
         start = _header_end(path, sep, encoding, skiprows) if header else skiprows
         return _arrow_read_options(encoding, start, _skipped_size(path, encoding, start), block, column_names=names)
 
-    table = _unsigned_ids(table, path, again, convert_options, sep, typed={name for name, _ in dtypes}, quoted=quoted)
+    read_again = _reader_again(path, table.num_rows, again, convert_options, sep, quoted)
+    typed = {name for name, _ in dtypes}
+    table = _unsigned_ids(_hex_as_text(table, path, read_again, hexadecimal, typed), path, read_again, typed)
     if bad:
         bad = sorted(_locate_lines(path, bad, encoding, skiprows), key=lambda b: (b[0] is None, b[0] or 0))
         shown = "; ".join(f"line {n}: {t[:80]!r}" for n, t in bad[:MAX_LINES_IN_MESSAGE])
@@ -457,14 +516,59 @@ def _header_names(names: list[str]) -> list[str]:
 _BELOW_2_63 = float(np.nextafter(2.0**63, 0))
 
 
-def _unsigned_ids(table: Any, path: Path, read_options: Callable[[], Any], convert_options: Any, sep: str,
-                  typed: set[str] = frozenset(), quoted: bool = True) -> Any:
+class _NotReadAgain(Exception):
+    """A second read of a CSV file's columns that did not give the first read's rows."""
+
+
+def _reader_again(path: Path, rows: int, read_options: Callable[[], Any], convert_options: Any, sep: str,
+                  quoted: bool) -> Callable[[list[str], Any], Any]:
+    """``read_again(names, kind)``: the Arrow table of ``names``' columns read again from the
+    file's data rows as ``kind`` (an Arrow type), the same ``rows`` rows as the first read
+    (its malformed lines skipped again), or None when a value is not of that kind.
+
+    ``read_options()``: the read options of the data rows alone, under the table's names
+    (made once, when a column is first read again: finding the header's end reads the
+    file); ``quoted``: whether the file may quote (:func:`_scan_quotes_and_hex`). ``read_again``
+    raises :class:`_NotReadAgain` when the second read fails otherwise or gives other rows
+    (a file the two reads see differently), for the caller to say so: returning the first
+    read's values silently kept, e.g., rounded floats for ids beyond int64.
+    """
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    made: list[Any] = []
+
+    def read_again(names: list[str], kind: Any) -> Any:
+        if not made:
+            made.append(read_options())
+        options = pacsv.ConvertOptions(
+            strings_can_be_null=True, decimal_point=convert_options.decimal_point,
+            null_values=convert_options.null_values, column_types=dict.fromkeys(names, kind), include_columns=names,
+            quoted_strings_can_be_null=convert_options.quoted_strings_can_be_null,
+        )
+        try:
+            with open_decompressed(path, arrow=True) as source:
+                found = pacsv.read_csv(source, read_options=made[0], convert_options=options,
+                                       parse_options=_parse_options(sep, lambda _: "skip", quoted))
+        except pa.ArrowInvalid as exc:
+            if "conversion error" in str(exc) and not pa.types.is_string(kind):
+                return None  # a value of another kind (a fraction beside big integers)
+            raise _NotReadAgain(str(exc)) from exc
+        if found.num_rows != rows:
+            raise _NotReadAgain(f"{found.num_rows} rows read again, against {rows}")
+        return found
+
+    return read_again
+
+
+def _unsigned_ids(table: Any, path: Path, read_again: Callable[[list[str], Any], Any],
+                  typed: set[str] = frozenset()) -> Any:
     """``table`` with its whole-number columns beyond int64 read again exactly: up to
     2**64 - 1 (64-bit hashes, unsigned ids) as uint64, beyond that as their text.
 
-    ``read_options()``: the read options of the data rows alone, under ``table``'s names
-    (made only when a column is read again: finding the header's end reads the file);
-    ``quoted``: whether the file may quote (:func:`_may_quote`).
+    ``read_again``: see :func:`_reader_again`; a second read that fails is said in a
+    warning naming the columns, read as float64 (it was silent: a BOM on a line of its own
+    had the second read take the header for data, and the ids came back rounded).
 
     Arrow's CSV type inference knows no uint64 and no wider integer: such a column came
     back float64, every value rounded to 53 bits, silently (pandas keeps the wider ones as
@@ -473,7 +577,6 @@ def _unsigned_ids(table: Any, path: Path, read_options: Callable[[], Any], conve
     """
     import pyarrow as pa
     import pyarrow.compute as pc
-    import pyarrow.csv as pacsv
 
     unsigned, wide = [], []
     for name, column in zip(table.column_names, table.columns, strict=True):
@@ -489,45 +592,77 @@ def _unsigned_ids(table: Any, path: Path, read_options: Callable[[], Any], conve
                 wide.append(name)
     if not unsigned and not wide:
         return table
-    again = read_options()
-
-    def read_again(names: list[str], kind: Any) -> Any:
-        options = pacsv.ConvertOptions(
-            strings_can_be_null=True, decimal_point=convert_options.decimal_point,
-            null_values=convert_options.null_values, column_types=dict.fromkeys(names, kind), include_columns=names,
-            quoted_strings_can_be_null=convert_options.quoted_strings_can_be_null,
-        )
-        try:  # the same rows: malformed lines were counted by the first read and are skipped again
-            with open_decompressed(path, arrow=True) as source:
-                return pacsv.read_csv(source, read_options=again, convert_options=options,
-                                      parse_options=_parse_options(sep, lambda _: "skip", quoted))
-        except pa.ArrowInvalid:
-            return None  # fractions or other values beside the big ones: floats they are
-
     exact = {}
-    if unsigned:
-        found = read_again(unsigned, pa.uint64())
-        # One column that is not uint64 fails the read of all: then each is read alone.
-        parts = [(unsigned, found)] if found is not None else [([n], read_again([n], pa.uint64())) for n in unsigned]
-        for names, part in parts:
-            if part is not None:
-                exact.update((name, part.column(name)) for name in names)
-            else:  # a value just past 2**64 (it rounds to 2**64 too), or fractions: as wide ones
-                wide += names
-    if wide and (found := read_again(wide, pa.string())) is not None:
-        # Only all-integer text is kept as text; 1e30 or 2.5 beside them leaves floats.
-        exact.update((name, found.column(name)) for name in wide
-                     if pc.all(pc.match_substring_regex(found.column(name), r"^\s*[-+]?\d+\s*$")).as_py())
+    try:
+        if unsigned:
+            found = read_again(unsigned, pa.uint64())
+            # One column that is not uint64 fails the read of all: then each is read alone.
+            parts = [(unsigned, found)] if found is not None else [([n], read_again([n], pa.uint64())) for n in unsigned]
+            for names, part in parts:
+                if part is not None:
+                    exact.update((name, part.column(name)) for name in names)
+                else:  # a value just past 2**64 (it rounds to 2**64 too), or fractions: as wide ones
+                    wide += names
+        if wide:
+            found = read_again(wide, pa.string())
+            # Only all-integer text is kept as text; 1e30 or 2.5 beside them leaves floats.
+            exact.update((name, found.column(name)) for name in wide
+                         if pc.all(pc.match_substring_regex(found.column(name), r"^\s*[-+]?\d+\s*$")).as_py())
+    except _NotReadAgain as exc:
+        import warnings
+
+        unread = [name for name in unsigned + wide if name not in exact]
+        warnings.warn(f"gpufeed: {path}: column(s) {unread} hold whole numbers beyond int64, which could not be read "
+                      f"again exactly ({exc}): read as float64, rounded to 53 bits; pass dtype={{name: str}} to "
+                      "keep their text", stacklevel=6)
     for name, column in exact.items():
         table = table.set_column(table.column_names.index(name), name, column)
     kept_as_text = [name for name in wide if name in exact]
     if kept_as_text:
-        import warnings
-
-        warnings.warn(f"gpufeed: {path}: column(s) {kept_as_text} hold integers beyond 64 bits (ids?): read as text "
-                      "to keep them exact (as floats they were rounded); HashBucket or Categorify take them",
-                      stacklevel=6)
+        warn_integers_as_text(path, kept_as_text, stacklevel=6)
     return table
+
+
+def _hex_as_text(table: Any, path: Path, read_again: Callable[[list[str], Any], Any], hexadecimal: bool | None,
+                 typed: set[str] = frozenset()) -> Any:
+    """``table`` with each integer column that holds a hexadecimal code (``0x1A``,
+    ``0X00FF``: register addresses, error codes) as its text, as ``pandas.read_csv`` and
+    ``polars.read_csv`` read it: Arrow's integer parser takes a ``0x`` prefix, so such
+    codes came back as 26 and 255, their text lost (and ``0x10`` beside ``16`` was 16
+    twice). As text, such a column is then checked like any other (numbers beside codes
+    are a mixed-type error).
+
+    ``read_again``: see :func:`_reader_again`. The integer columns' text is read again only
+    where the file holds ``0x`` or ``0X`` at all (``hexadecimal``, told by the scan for
+    quotes, :func:`_scan_quotes_and_hex`; None: not told, :func:`_holds_hex` reads it
+    here), so other files pay no more than a byte scan; ``typed``: columns read as the
+    caller asked (``dtype=``)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    names = [name for name, column in zip(table.column_names, table.columns, strict=True)
+             if pa.types.is_integer(column.type) and name not in typed]
+    if not names or not (_holds_hex(path) if hexadecimal is None else hexadecimal):
+        return table
+    try:
+        found = read_again(names, pa.string())
+    except _NotReadAgain as exc:
+        raise MalformedCSVError(f"{path}: the file holds '0x', and its integer column(s) {names} could not be read "
+                                f"again as text to tell hexadecimal codes ({exc}); pass dtype={{name: str}} for "
+                                "columns of codes") from exc
+    for name in names:
+        text = found.column(name)
+        if pc.any(pc.match_substring_regex(text, r"^\s*0[xX]")).as_py():
+            table = table.set_column(table.column_names.index(name), name, text)
+    return table
+
+
+def _holds_hex(path: Path) -> bool:
+    """Whether the (decompressed) file holds ``0x`` or ``0X`` (:func:`_hex_in`), for a file
+    :func:`_scan_quotes_and_hex` does not read: a compressed file is decompressed a second
+    time for it, where the table has an integer column."""
+    with open_decompressed(path) as fh:
+        return any(_hex_in(buffer, size) for buffer, size in _blocks(fh))
 
 
 #: A number written with a decimal comma, optionally with ``.`` thousands separators:
@@ -818,6 +953,27 @@ def _durations_as_text_polars(df: Any) -> Any:
     return df.with_columns(_iso_durations(pl.col(name), unit).alias(name) for name, unit in durations.items())
 
 
+def _times_as_text_polars(df: Any) -> Any:
+    """A polars frame with its time-of-day columns as the text pandas' writer gives Python
+    times (``str(time)``): ``06:00:00``, with a fraction only where there is one
+    (``06:00:00.500000``; nine digits for nanoseconds, which pandas' times cannot hold).
+    polars wrote every time with nine digits (``06:00:00.000000000``), which Arrow's
+    reader does not take for a time: the column read back as text on every backend."""
+    import polars as pl
+
+    times = [name for name, kind in df.schema.items() if kind == pl.Time]
+    if not times:
+        return df
+
+    def text(column: Any) -> Any:
+        fraction = column.dt.nanosecond()
+        return (pl.when(fraction == 0).then(column.dt.to_string("%H:%M:%S"))
+                .when(fraction % 1000 == 0).then(column.dt.to_string("%H:%M:%S%.6f"))
+                .otherwise(column.dt.to_string("%H:%M:%S%.9f")))
+
+    return df.with_columns(text(pl.col(name)).alias(name) for name in times)
+
+
 def _durations_as_text_pandas(df: Any) -> Any:
     """A pandas frame with its timedelta columns as the text polars' frames get (see
     :func:`_durations_as_text_polars`)."""
@@ -896,14 +1052,16 @@ def _write_csv(df: Frame, path: Path, options: WriteOptions) -> None:
 def _write_csv_polars(df: Frame, path: Path, options: WriteOptions) -> None:
     """Compressed as the suffix says (polars itself refuses a ``.gz`` name for plain text
     and wrote other compressed names as plain text); text quoted where a text column holds
-    numbers, as pandas' writer above. A one-column frame writes a missing value as ``""``,
-    as pandas' writer does: as an empty field it made a blank line, which every CSV reader
-    skips, so the row was lost."""
+    numbers, as pandas' writer above; times and durations as :func:`_times_as_text_polars`
+    and :func:`_durations_as_text_polars` write them. A one-column frame writes a missing
+    value as ``""``, as pandas' writer does: as an empty field it made a blank line, which
+    every CSV reader skips, so the row was lost."""
     quote = "non_numeric" if _numbers_in_text_polars(df) else "necessary"
     with open_compressed(path) as fh:
         fh.write(_header_line(df.columns, options.sep).encode("utf-8"))
-        _durations_as_text_polars(df).write_csv(fh, separator=options.sep, quote_style=quote,
-                                                include_header=False, null_value='""' if df.width == 1 else "")
+        _times_as_text_polars(_durations_as_text_polars(df)).write_csv(
+            fh, separator=options.sep, quote_style=quote, include_header=False,
+            null_value='""' if df.width == 1 else "")
 
 
 def _write_csv_cudf(df: Frame, path: Path, options: WriteOptions) -> None:

@@ -27,10 +27,11 @@ from gpufeed.datasets.tables.base import (
     ReadOptions,
     ReadReport,
     WriteOptions,
+    to_backend_naming,
 )
 from gpufeed.datasets.tables.formats import table_format
-from gpufeed.gpu_transforms.tabular.errors import MixedTypeError, TabularError
-from gpufeed.gpu_transforms.tabular.frames import Frame, backend_of, repeated, to_backend
+from gpufeed.gpu_transforms.tabular.errors import TabularError
+from gpufeed.gpu_transforms.tabular.frames import Frame, backend_of, repeated
 from gpufeed.policies import MixedTypes, OnError
 
 
@@ -96,10 +97,8 @@ def read_table_with_report(
             warnings.warn(f"gpufeed: {src}: the pandas index stored in the file ({', '.join(map(str, frame.index.names))})"
                           f" is not read as a column on {target}, as on pandas, where it is the frame's index; "
                           "reset_index() before writing keeps it as data", stacklevel=3)
-        try:
-            frame = to_backend(frame, target)
-        except MixedTypeError as exc:  # a pickled or HDF5 object column of numbers and text
-            raise MixedTypeError(f"{src}: {exc}; backend='pandas' reads the file as it is") from exc
+        # A pickled or HDF5 object column of numbers and text, or of ints no 64-bit type holds: named.
+        frame = to_backend_naming(frame, target, src)
     report.rows = len(frame)
     return frame, report
 
