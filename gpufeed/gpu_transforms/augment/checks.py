@@ -362,29 +362,39 @@ def check_symmetric(name: str, value: object, lo: float, hi: float) -> tuple[flo
 
 
 def check_probability(name: str, p: object) -> float:
-    """A probability in [0, 1] for an op's config."""
-    if not is_number(p) or not 0.0 <= float(p) <= 1.0:
-        raise ValueError(f"{name} must be a probability in [0, 1], got {p!r}")
-    return float(p)
+    """A probability in [0, 1] for an op's config: TypeError for a value that is not a
+    number (``"0.5"``), ValueError for one outside [0, 1], each naming it."""
+    return _unit_interval(name, p, "a probability in [0, 1]")
 
 
 def check_unit(name: str, value: object, unit: str = "pixel units") -> float:
-    """A number in [0, 1] that is not a probability: a pixel value, a fraction."""
-    if not is_number(value) or not 0.0 <= float(value) <= 1.0:
-        raise ValueError(f"{name} must be a number in [0, 1] ({unit}), got {value!r}")
+    """A number in [0, 1] that is not a probability: a pixel value, a fraction (errors as
+    :func:`check_probability`)."""
+    return _unit_interval(name, value, f"a number in [0, 1] ({unit})")
+
+
+def _unit_interval(name: str, value: object, what: str) -> float:
+    if not is_number(value):
+        raise TypeError(f"{name} must be {what}, got {value!r} ({type(value).__name__})")
+    if not 0.0 <= float(value) <= 1.0:
+        raise ValueError(f"{name} must be {what}, got {value!r}")
     return float(value)
 
 
 def check_size(name: str, size: object) -> tuple[int, int]:
     """An output size: an int (square) or an (H, W) pair of positive ints (numpy ints and
-    0-d arrays too); raises ValueError naming it."""
+    0-d arrays too). Raises TypeError for a value of another kind (``224.0``, ``None``, a
+    pair holding a float) and ValueError for a pair of another length or a size below 1,
+    each naming it."""
     what = "a positive int or an (H, W) pair of positive ints"
     if is_int(size):
         pair: object = (size, size)
     elif isinstance(size, (Sequence, np.ndarray)) and not isinstance(size, (str, bytes)) and np.ndim(size) == 1:
         pair = tuple(size)
     else:
-        raise ValueError(f"{name} must be {what}, got {size!r}")
-    if len(pair) != 2 or not all(is_int(s) and int(scalar(s)) > 0 for s in pair):
+        raise TypeError(f"{name} must be {what}, got {size!r}")
+    if not all(is_int(s) for s in pair):
+        raise TypeError(f"{name} must be {what}, got {size!r}")
+    if len(pair) != 2 or not all(int(scalar(s)) > 0 for s in pair):
         raise ValueError(f"{name} must be {what}, got {size!r}")
     return int(scalar(pair[0])), int(scalar(pair[1]))

@@ -23,6 +23,7 @@ from gpufeed.gpu_transforms.augment.checks import (
     check_probability,
     check_range,
     check_symmetric,
+    check_unit,
     is_number,
 )
 from gpufeed.gpu_transforms.augment.params import (
@@ -258,12 +259,12 @@ class RandomSolarize(Op):
     num_uniforms = 1
 
     def __init__(self, threshold: float, p: float = 0.5) -> None:
-        if not is_number(threshold) or not 0.0 <= float(threshold) <= 1.0:
-            hint = (f"; for a 0..255 threshold such as torchvision's uint8 {threshold!r} pass {float(threshold) / 255:.4g}"
-                    if is_number(threshold) and 1.0 < float(threshold) <= 255.0 else "")
+        if is_number(threshold) and 1.0 < float(threshold) <= 255.0:
             raise ValueError(f"threshold must be in [0, 1] pixel units (the stage solarises 0..1 values whatever "
-                             f"the input dtype), got {threshold!r}{hint}")
-        self.threshold = float(threshold)
+                             f"the input dtype), got {threshold!r}; for a 0..255 threshold such as torchvision's "
+                             f"uint8 {threshold!r} pass {float(threshold) / 255:.4g}")
+        self.threshold = check_unit("threshold", threshold, "pixel units: the stage solarises 0..1 values "
+                                    "whatever the input dtype")
         self.p = check_probability("p", p)
 
     def sample(self, u: torch.Tensor, size: tuple[int, int]) -> dict[str, torch.Tensor]:

@@ -425,6 +425,24 @@ def test_values_that_are_not_probabilities_are_not_called_one(make, match):
     assert "probability" not in str(info.value)
 
 
+@pytest.mark.parametrize(("make", "error"), [
+    (lambda: RandomResizedCrop(224.0), TypeError),
+    (lambda: RandomResizedCrop((224.0, 224)), TypeError),
+    (lambda: RandomPerspective(None), TypeError),
+    (lambda: RandomHorizontalFlip(p="0.5"), TypeError),
+    (lambda: RandomSolarize("0.5"), TypeError),
+    (lambda: GpuAugment([], fill="0"), TypeError),
+    (lambda: RandomResizedCrop(0), ValueError),
+    (lambda: RandomResizedCrop((24, 24, 3)), ValueError),
+    (lambda: RandomHorizontalFlip(p=1.5), ValueError),
+    (lambda: RandomSolarize(2.0), ValueError),
+])
+def test_a_value_of_the_wrong_kind_is_a_type_error_and_one_out_of_range_a_value_error(make, error):
+    # As docs/augment.md says (and torchvision does): "3.0 for an int" is a TypeError.
+    with pytest.raises(error):
+        make()
+
+
 def test_numpy_scalars_are_taken_like_python_numbers():
     """Values read from numpy-based configs: p=np.float32(0.5) was refused as "not a
     probability in [0, 1]", size=np.int64(224) as "not a positive int"."""
