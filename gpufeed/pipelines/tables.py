@@ -326,6 +326,10 @@ def _matrix(df: Frame, columns: Sequence[str], kind: str, device: torch.device,
         if kind == "codes" and tensor.numel():
             _check_codes_values(columns, tensor, int(tensor.min()))  # one sync
         return tensor if tensor.device == device else tensor.to(device)
+    if kind == "codes" and _no_exact_common_type(df, columns, backend):
+        # numpy has no exact type for uint64 codes beside signed ones (to_numpy made float64,
+        # rounding codes beyond 2**53): each column on its own, exact and checked by name.
+        return torch.cat([_matrix(df, [c], kind, device, dtype, pin_memory=pin_memory) for c in columns], dim=1)
     if backend == "polars":
         array = df.select(list(columns)).to_numpy()
     elif backend == "pandas":
@@ -390,6 +394,16 @@ def _matrix(df: Frame, columns: Sequence[str], kind: str, device: torch.device,
 #: one): large enough that the per-conversion cost is spread over many small batches, small
 #: enough that a table much larger than memory or the device is never converted whole.
 _CHUNK_ROWS = 1 << 18
+
+
+def _no_exact_common_type(df: Frame, columns: Sequence[str], backend: str) -> bool:
+    """Whether a pandas or polars frame's integer ``columns`` mix 64-bit unsigned with other
+    types, which numpy holds together only as float64."""
+    if len(columns) < 2 or backend not in ("pandas", "polars"):
+        return False
+    dtypes = [df.schema[c] for c in columns] if backend == "polars" else list(df[list(columns)].dtypes)
+    wide = [str(t).lower() == "uint64" for t in dtypes]
+    return any(wide) and not all(wide)
 
 
 def _empty(rows: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -552,7 +566,7 @@ class TableBatches:
 
     ``next()`` on it is one pass read batch by batch, as from the generator it used to be.
     ``state_dict()`` after any batch and ``load_state_dict(state)`` on a new one (same
-    table, ``batch_size``, ``shuffle``, ``seed``, ``drop_last`` and ``num_shards``; a state of
+    table and columns, ``batch_size``, ``shuffle``, ``seed``, ``drop_last`` and ``num_shards``; a state of
     another rank gives this rank's rows) go on with the rest of that epoch: the same
     batches as an uninterrupted run. A pass takes its epoch at its
     first batch; :meth:`set_epoch` before it (Lightning's, through ``batch_sampler``, counts
@@ -563,8 +577,13 @@ class TableBatches:
                  batch_size: int, device: str | torch.device, shuffle: bool, seed: int, epoch: int,
                  drop_last: bool, num_classes: int | None, ignore_index: int | None,
                  label_dtype: torch.dtype, shard_id: int = 0, num_shards: int = 1) -> None:
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        for name, value, low, what in (("batch_size", batch_size, 1, ">= 1"),
+                                       ("seed", seed, 0, ">= 0, the same on every rank"),
+                                       ("epoch", epoch, 0, ">= 0")):
+            # Checked here, not at the first batch: seed=None drew another order in every
+            # rank's batches (rows twice and never, and a resume other batches).
+            if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < low:
+                raise ValueError(f"iter_batches: {name} must be a whole number {what}, got {value!r}")
         if not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in (shard_id, num_shards)) \
                 or not 0 <= shard_id < num_shards:
             raise ValueError(f"iter_batches: shard_id must be in 0 .. num_shards - 1 (whole numbers), got "
@@ -670,8 +689,12 @@ class TableBatches:
         """
         # Lightning under DDP writes rank 0's state alone and loads it on every rank; its
         # position is every rank's, as all ranks step alike (same epoch, same batch count).
+        if not isinstance(state, dict):
+            raise ValueError(f"iter_batches: not a state of these batches (a dict from state_dict()), got "
+                             f"{type(state).__name__}")
+        # "columns" is absent from states saved before it was recorded: not compared there.
         differ = {k: (state.get(k), v) for k, v in self._fingerprint().items()
-                  if k != "shard_id" and state.get(k) != v}
+                  if k != "shard_id" and (k in state or k != "columns") and state.get(k) != v}
         if differ:
             raise ValueError("iter_batches: this state is of other batches; differing (state, these): "
                              + ", ".join(f"{k}={a!r} vs {b!r}" for k, (a, b) in differ.items()))
@@ -688,8 +711,18 @@ class TableBatches:
         self._set_epoch = self._resumed_set = None if state.get("set_epoch") is None else int(state["set_epoch"])
 
     def _fingerprint(self) -> dict[str, Any]:
-        return {"rows": self.rows, "batch_size": self.batch_size, "shuffle": self.shuffle, "seed": self.seed,
-                "drop_last": self.drop_last, "shard_id": self.shard_id, "num_shards": self.num_shards}
+        # Plain str (a numpy str_ name would make the checkpoint unloadable, as numpy scalars did)
+        columns = [str(c) for c in (*self._features, *(self._convert["categorical"] or []),
+                                    *([self._label] if self._label else []))]
+        return {"rows": self.rows, "columns": columns, "batch_size": self.batch_size, "shuffle": self.shuffle,
+                "seed": self.seed, "drop_last": self.drop_last, "shard_id": self.shard_id,
+                "num_shards": self.num_shards}
+
+    def __getitem__(self, index: object) -> NoReturn:
+        # What a DataLoader wrapped round this asks for; it would batch the batches again.
+        raise TypeError("TableBatches yields whole batches and has no items to index: iterate it as it is (a "
+                        "training loop, Lightning and accelerate take it in a DataLoader's place), not through a "
+                        "DataLoader")
 
     def _batches(self, epoch: int, skip: int, running: list[int]) -> Iterator[Batch]:
         frame, features, label, convert, batch_size = (self._frame, self._features, self._label, self._convert,

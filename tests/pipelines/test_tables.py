@@ -396,3 +396,48 @@ def test_rank_slices_of_unequal_batch_counts_warn_when_made(rows, drop_last, war
         assert "take 8 or 9 batches of 64" in said[0] and "drop_last=True" in said[0]
         assert caught[0].filename == __file__  # points at the iter_batches call
     assert len({len(b) for b in batches}) == (2 if warns else 1)
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("seed", None), ("seed", -1), ("seed", 1.5), ("seed", "7"), ("epoch", -1), ("epoch", True),
+    ("batch_size", 2.5), ("batch_size", "4"), ("batch_size", 0),
+])
+def test_bad_seed_epoch_or_batch_size_is_refused_at_the_call_by_name(table, name, value):
+    # seed=None had each rank draw its own order: rows twice and never in an epoch, a resume
+    # other batches, then a TypeError at the next epoch; the others failed at the first batch
+    # in numpy's words.
+    with pytest.raises(ValueError, match=rf"iter_batches: {name} must be a whole number"):
+        iter_batches(table, FEATURES, "label", shuffle=True, device="cpu", **{name: value})
+
+
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_uint64_codes_beside_signed_ones_stay_exact(backend):
+    # numpy holds uint64 beside int64 only as float64, which rounded 2**53 + 1.
+    big = 2**53 + 1
+    frame = to_backend(pd.DataFrame({"s": np.array([big, 3], np.int64), "u": np.array([1, big], np.uint64),
+                                     "x": [0.5, 1.5]}), backend)
+    _, codes, _ = to_tensors(frame, ["x"], categorical=["s", "u"], device="cpu")
+    assert codes.dtype == torch.int64 and codes.tolist() == [[big, 1], [3, big]]
+    (_, batch_codes, _), = iter_batches(frame, ["x"], categorical=["s", "u"], device="cpu")
+    assert torch.equal(batch_codes, codes)
+
+
+def test_a_state_of_other_columns_or_not_a_state_is_refused(table):
+    batches = iter_batches(table, ["a", "b"], "label", batch_size=100, device="cpu")
+    next(batches)
+    state = batches.state_dict()
+    other = iter_batches(table, ["a", "c"], "label", batch_size=100, device="cpu")
+    with pytest.raises(ValueError, match=r"columns=\['a', 'b', 'label'\] vs \['a', 'c', 'label'\]"):
+        other.load_state_dict(state)
+    with pytest.raises(ValueError, match="not a state of these batches"):
+        other.load_state_dict(None)
+    older = {k: v for k, v in state.items() if k != "columns"}  # saved before columns were recorded
+    resumed = iter_batches(table, ["a", "b"], "label", batch_size=100, device="cpu")
+    resumed.load_state_dict(older)
+    assert len(list(resumed)) == len(batches) - 1
+
+
+def test_a_dataloader_round_the_batches_is_told_what_to_do(table):
+    loader = torch.utils.data.DataLoader(iter_batches(table, FEATURES, "label", device="cpu"), batch_size=None)
+    with pytest.raises(TypeError, match="iterate it as it is"):
+        next(iter(loader))
