@@ -138,7 +138,7 @@ def _standardize(df: Any, op: Any) -> Any:
 
     if op.by is None:
         stats = {c: overall(c) for c in op.columns}
-        return df.assign(**{c: (df[c].to_numpy(dtype="float64", na_value=np.nan) - m) / sd
+        return df.assign(**{c: _series(df, (df[c].to_numpy(dtype="float64", na_value=np.nan) - m) / sd)
                             for c, (m, sd) in stats.items()})
     # Column by column with a gather per row: frame-wise forms (`(x - means.loc[key]) /
     # stds.loc[key]`) build rows x columns temporaries that pushed the 10M-row sensor run
@@ -154,9 +154,18 @@ def _standardize(df: Any, op: Any) -> Any:
     # A row with a missing key takes the whole column's statistics (the kit's rule), in the
     # slot past the groups (index -1); they are computed only when such a row exists.
     tails = {c: overall(c) for c in op.columns} if (group < 0).any() else dict.fromkeys(op.columns, (0.0, 1.0))
-    return df.assign(**{c: (df[c].to_numpy(dtype="float64", na_value=np.nan)
-                            - np.append(means[c].to_numpy(), tails[c][0])[group])
-                        / np.append(stds[:, i], tails[c][1])[group] for i, c in enumerate(op.columns)})
+    return df.assign(**{c: _series(df, (df[c].to_numpy(dtype="float64", na_value=np.nan)
+                                        - np.append(means[c].to_numpy(), tails[c][0])[group])
+                                   / np.append(stds[:, i], tails[c][1])[group]) for i, c in enumerate(op.columns)})
+
+
+def _series(df: Any, values: Any) -> Any:
+    """A computed numpy column as a Series on ``df``'s index, as the kit hands its columns
+    over: pandas copies a bare array it is given as a column (a pass per column that the
+    kit does not pay, which had flattered it), and keeps a Series' data."""
+    import pandas as pd
+
+    return pd.Series(values, index=df.index, copy=False)
 
 
 def _minmax(df: Any, op: Any) -> Any:
@@ -178,7 +187,7 @@ def _categorify(df: Any, op: Any) -> Any:
         found, _ = pd.factorize(values, sort=True)  # sorted vocabulary; missing -> -1
         return np.where(found >= 0, found + 2, 1).astype(np.int32)
 
-    return df.assign(**{c: codes(c) for c in op.columns})
+    return df.assign(**{c: _series(df, codes(c)) for c in op.columns})
 
 
 #: Each op of the kit written by hand in vectorised pandas: ``HAND[type(op).__name__](df, op)``.
@@ -307,8 +316,9 @@ def total_timing(per_op: list[dict[str, Any]], rows: int) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------- the report
 
-def _check(result: dict[str, Any], base: dict[str, Any]) -> str:
-    """One backend's output against the baseline's, in words: which columns differ."""
+def output_check(result: dict[str, Any], base: dict[str, Any]) -> str:
+    """One backend's output against the baseline's, in words: ``"same as baseline"``, or
+    ``"DIFFERS ..."`` saying what differs (rows, columns, which columns' values)."""
     if result["rows_out"] != base["rows_out"]:
         return f"DIFFERS: {result['rows_out']:,} rows out, {base['rows_out']:,} by hand"
     if result.get("columns") != base.get("columns"):
@@ -340,7 +350,7 @@ def section(title: str, results: dict[str, dict[str, Any]]) -> str:
         total[b], total[f"x{b}"] = r["timing"]["median_s"], total["base"] / r["timing"]["median_s"]
     lines.append(total)
     lines.append({"op": "peak RSS GB", "base": base["peak_rss_gb"], **{b: r["peak_rss_gb"] for b, r in kit.items()}})
-    lines.append({"op": "output check", **{b: _check(r, base) for b, r in kit.items()}})
+    lines.append({"op": "output check", **{b: r.get("check") or output_check(r, base) for b, r in kit.items()}})
     columns = [("op", "op"), ("base", "hand-written pandas s")]
     for b in kit:
         columns += [(b, f"kit {b} s"), (f"x{b}", f"{b} × hand")]

@@ -67,7 +67,12 @@ from gpufeed.gpu_transforms.tabular.frames import (
     small_rows,
     wrap,
 )
-from gpufeed.gpu_transforms.tabular.numpy_kernels import log_offset, log_offset_lows, spread
+from gpufeed.gpu_transforms.tabular.numpy_kernels import (
+    log_offset,
+    log_offset_lows,
+    pooled_empty,
+    spread,
+)
 from gpufeed.gpu_transforms.tabular.pandas_kernels import as_column, assign
 from gpufeed.gpu_transforms.tabular.stats import (
     aggregate,
@@ -334,7 +339,10 @@ def group_stats_f64(frame: NwFrame, backend: str, by: str, columns: Sequence[str
             part = native[[by, *chunk]].astype({c: "float64" for c in chunk if c in narrow})
             grouped = part.groupby(by, dropna=False, observed=True, sort=False)[chunk]
             stats = {"m": grouped.mean(), "s": grouped.std(ddof=0), "n": grouped.count()}
-            rows = [{by: key, **{f"{k}:{c}": stats[k][c].iloc[i] for k in stats for c in chunk}}
+            # Read out as numpy once: an .iloc per group, statistic and column cost ~25 ms
+            # over 40 columns, a tenth of the group-by itself.
+            values = {k: v[chunk].to_numpy() for k, v in stats.items()}
+            rows = [{by: key, **{f"{k}:{c}": values[k][i, j].item() for k in values for j, c in enumerate(chunk)}}
                     for i, key in enumerate(stats["m"].index)]
         else:
             # Cast before grouping: Dask's group-by takes plain column aggregations only
@@ -396,10 +404,23 @@ def standardize_by_code(frame: NwFrame, backend: str,
     if backend == "pandas":
         native = nw.to_native(frame)
         codes = native[GROUP_CODE].to_numpy()
-        return wrap(assign(native, {
-            c: as_column(native, (native[c].to_numpy(dtype=np.float64, na_value=np.nan) - np.asarray(m)[codes])
-                         / np.asarray(sd)[codes])
-            for c, (m, sd) in tables.items()}))
+
+        def standardized(item: tuple[str, tuple[list[float], list[float]]]) -> Any:
+            # The same arithmetic as polars' (a gathered mean subtracted, a gathered std
+            # divided by), column by column on the usable cores (numpy's take and ufuncs
+            # release the GIL), into one pooled output with one temporary: on one thread
+            # with four temporaries it was as slow as pandas by hand (sensor, 40 columns).
+            # mode="clip": no bounds check and no buffered output (the codes index the
+            # tables by construction: 0 .. k, k the unseen and missing groups' slot).
+            column, (means, stds) = item
+            out, gathered = pooled_empty(len(codes)), pooled_empty(len(codes))
+            np.take(np.asarray(means, dtype=np.float64), codes, out=gathered, mode="clip")
+            np.subtract(native[column].to_numpy(dtype=np.float64, na_value=np.nan), gathered, out=out)
+            np.take(np.asarray(stds, dtype=np.float64), codes, out=gathered, mode="clip")
+            np.divide(out, gathered, out=out)
+            return as_column(native, out)
+
+        return wrap(assign(native, dict(zip(tables, spread(standardized, tables.items()), strict=True))))
     code = nw.col(GROUP_CODE)
     ids = list(range(len(next(iter(tables.values()))[0])))
     return frame.with_columns(*[
