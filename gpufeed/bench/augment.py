@@ -225,13 +225,14 @@ def run(args: argparse.Namespace) -> int:
         row = {"name": name, **{k: r.get(k) for k in ("rate", "rate_min", "rate_max", "peak_mem_mb", "check")}}
         if "error" in r:
             row["check"] = "error: " + r["error"].splitlines()[0][:80]
-        for ref, key in ((BASELINE, "vs_per_sample"), (KORNIA, "vs_kornia")):
+        for ref, key in ((BASELINE, "vs_per_sample"), (THREADED, "vs_threads"), (KORNIA, "vs_kornia")):
             if "rate" in r and "rate" in results.get(ref, {}):
                 row[key] = r["rate"] / results[ref]["rate"]
         rows.append(row)
     table = markdown_table(rows, [
         ("name", "contender"), ("rate", "images/s (median)"), ("rate_min", "min"), ("rate_max", "max"),
-        ("vs_per_sample", "× tv per-sample"), ("vs_kornia", "× kornia eager"),
+        ("vs_per_sample", "× tv per-sample"), ("vs_threads", "× tv per-sample threads"),
+        ("vs_kornia", "× kornia eager"),
         ("peak_mem_mb", "peak CUDA MiB above the start" if cuda else "peak RSS MiB (whole process)"),
         ("check", "check"),
     ])
@@ -240,10 +241,13 @@ def run(args: argparse.Namespace) -> int:
         target = (f"target on GPU: ≥ 5× kornia eager at batch 256 — measured {ours.get('vs_kornia') or 0:.2f}× "
                   f"at batch {batch_size}")
     else:
-        threaded = results.get(THREADED, {}).get("rate")
-        vs_threaded = f" ({ours['rate'] / threaded:.2f}× the threaded loop)" if threaded and ours.get("rate") else ""
-        target = (f"target on CPU: ≥ 2× torchvision per-sample at batch 64 — measured "
-                  f"{ours.get('vs_per_sample') or 0:.2f}× at batch {batch_size}{vs_threaded}")
+        # Judged against the loop tuned for the cores (a thread per core), the fair baseline;
+        # the one-thread loop, the wording, beside it.
+        tuned = ours.get("vs_threads")
+        target = ("target on CPU: ≥ 2× torchvision per-sample at batch 64 — measured "
+                  + (f"{tuned:.2f}× the loop on a thread per core ({'met' if tuned >= 2 else 'missed'}), "
+                     if tuned else "")
+                  + f"{ours.get('vs_per_sample') or 0:.2f}× the one-thread loop, at batch {batch_size}")
     if cuda:
         memory = f"Peak memory: the {CUDA_MEMORY}."
     else:

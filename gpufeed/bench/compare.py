@@ -14,7 +14,7 @@ from typing import Any
 
 from gpufeed.arguments import number_at_least
 from gpufeed.bench.harness import markdown_table
-from gpufeed.bench.results import load_results, machine_kind, suite_ratios
+from gpufeed.bench.results import failed_checks, load_results, machine_kind, suite_ratios
 
 DEFAULT_THRESHOLD = 10.0  # percent
 
@@ -185,7 +185,8 @@ def run(args: argparse.Namespace) -> int:
     """Print the comparison as a Markdown table.
 
     Returns:
-        1 when a ratio dropped by more than the threshold, when a pipeline or a whole
+        1 when a ratio dropped by more than the threshold, when an output check of the new
+        run failed (:func:`gpufeed.bench.results.failed_checks`), when a pipeline or a whole
         suite of the old run has no ratio in the new one (it failed or was not run: a suite
         that crashed writes no file), or when the two runs have no ratio in common
         (nothing was compared); else 0. Retired suites (:data:`RETIRED_SUITES`) are
@@ -239,7 +240,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"\n{len(gone)} pipeline(s) of the old run have no ratio in the new one (failed or not run): "
               + ", ".join(f"{r['suite']} {r['pipeline']}{_why_missing(new[r['suite']], r['pipeline'])}"
                           for r in gone))
-    return 1 if dropped or gone or missing else 0
+    failed = [f"{suite}: {what}" for suite in sorted(new) for what in failed_checks(new[suite])]
+    if failed:
+        print(f"\n{len(failed)} output check(s) of the new run failed (its speed means nothing there): "
+              + "; ".join(failed))
+    return 1 if dropped or gone or missing or failed else 0
 
 
 def _not_run(doc: dict[str, Any]) -> tuple[dict[str, str], dict[str, str]]:

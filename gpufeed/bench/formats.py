@@ -291,4 +291,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"gpufeed: {len(failed)} of {len(results)} format(s) failed: {', '.join(failed)} "
               "(the error of each is in the report)", file=sys.stderr)
         return 1
+    differ = [r["format"] for r in rows if r.get("round_trip_equal") is False]
+    if differ:  # a format that does not give the table back is no success either
+        print(f"gpufeed: {len(differ)} format(s) did not read back the values written: {', '.join(differ)}",
+              file=sys.stderr)
+        return 1
     return 0

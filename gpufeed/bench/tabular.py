@@ -39,11 +39,13 @@ from gpufeed.bench.harness import (
     write_results,
 )
 from gpufeed.bench.own_table import OwnTable, own_table
+from gpufeed.bench.results import failed_checks
 from gpufeed.bench.tabular_ops import (
     BASELINE,
     TABLES,
     column_checksums,
     load_table,
+    output_check,
     recipe_worker,
     section,
     sensor_columns,
@@ -401,6 +403,12 @@ def _run_recipe(args: argparse.Namespace, data_dir: str | None,
                 stage(f"[tabular] recipe on {name}: {b}, {rows:,} rows ...")
                 per[b] = run_isolated(recipe_worker, path, table, b, args.warmup, args.repeats,
                                              args.min_seconds)
+            # The output check in the results too (not only the Markdown): compare and the
+            # exit status read it there.
+            base = per.get(BASELINE, {})
+            for b, r in per.items():
+                if b != BASELINE and "per_op" in r and "per_op" in base:
+                    r["check"] = output_check(r, base)
             results[name][str(rows)] = per
             title = f"{name}, {rows:,} rows" + (f" ({table.sized(rows)})" if isinstance(table, OwnTable) else "")
             sections.append(section(title, per))
@@ -463,4 +471,10 @@ def run(args: argparse.Namespace) -> int:
                f"{_repeats(args)}.\n\n" + "\n\n".join(summaries))
     json_path, md_path = write_results("tabular", payload, summary, args.out)
     print(results_line(json_path))  # the JSON, the Markdown and the figures
+    # A kit output other than the baseline's makes its speed meaningless: no success, as
+    # in the images and formats suites.
+    failed = failed_checks({"suite": "tabular", **payload})
+    if failed:
+        print(f"gpufeed: {len(failed)} output check(s) failed: " + "; ".join(failed), file=sys.stderr)
+        return 1
     return 0

@@ -161,3 +161,49 @@ def test_settings_kept_in_config_or_at_the_top_are_named_and_references_not_gate
     ceiling_new["rows"].append({"name": "decode-only", "rate": 2500.0, "ratio": 5.0})
     rows = compare_results({"images-train": ceiling_old}, {"images-train": ceiling_new})
     assert "decode-only" not in {r["pipeline"] for r in rows}
+
+
+def test_a_failed_output_check_fails_the_comparison_whatever_the_ratio(tmp_path, capsys):
+    # A contender that yielded half the samples got "faster"; its speed means nothing.
+    old = _write(tmp_path / "old", "a.json", _images_doc(2.0, 1.8, "2026-01-01T00:00:00+00:00"))
+    bad = _images_doc(3.6, 1.8, "2026-01-02T00:00:00+00:00")
+    bad["rows"][1]["verdict"] = "yielded 512 of 1024 samples"
+    new = _write(tmp_path / "new", "b.json", bad)
+    assert main(["bench", "compare", str(old), str(new)]) == 1
+    assert "1 output check(s) of the new run failed" in capsys.readouterr().out
+
+
+def _tabular_doc(categorify_s: float) -> dict:
+    def run(ops: dict[str, float]) -> dict:
+        return {"timing": {"median_s": sum(ops.values()), "rate": 1e6 / sum(ops.values())},
+                "per_op": [{"op": op, "columns": 1, "median_s": s} for op, s in ops.items()]}
+
+    hand = {"Standardize": 6.0, "Categorify": 1.0}
+    return {"suite": "tabular", "config": {}, "recipe": {"sensor": {"10000000": {
+        "pandas-baseline": run(hand), "pandas": {**run({"Standardize": 5.0, "Categorify": categorify_s}),
+                                                 "check": "same as baseline"}}}}}
+
+
+def test_a_slower_op_is_judged_on_its_own_not_hidden_in_the_recipe(tmp_path, capsys):
+    # Categorify twice as slow moves the whole recipe by ~8 %: within the threshold alone.
+    old = _write(tmp_path / "old", "tabular-a.json", _tabular_doc(0.5))
+    new = _write(tmp_path / "new", "tabular-b.json", _tabular_doc(1.0))
+    assert main(["bench", "compare", str(old), str(new)]) == 1
+    out = capsys.readouterr().out
+    assert "op sensor 10,000,000 Categorify: pandas | 2.00 | 1.00 | -50.0 % | **▼ slower**" in out
+    assert "recipe sensor 10,000,000: pandas" in out
+
+
+def test_augment_is_judged_against_the_tuned_loop_and_references_are_not(tmp_path):
+    def doc(threads_rate: float, kornia_rate: float) -> dict:
+        return {"suite": "augment", "device": "cpu", "summary_rows": [
+            {"name": "gpufeed", "rate": 400.0, "vs_per_sample": 2.2, "check": "ok"},
+            {"name": "torchvision-per-sample", "rate": 400.0 / 2.2, "check": "ok"},
+            {"name": "torchvision-per-sample-threads", "rate": threads_rate, "check": "ok"},
+            {"name": "kornia-eager", "rate": kornia_rate, "check": "ok"}]}
+
+    assert suite_ratios(doc(200.0, 100.0)) == {"gpufeed": 2.0}
+    assert headline(doc(200.0, 100.0))["what"] == "stage vs torchvision per-sample loop on a thread per core"
+    old = _write(tmp_path / "old", "augment-a.json", doc(200.0, 100.0))
+    new = _write(tmp_path / "new", "augment-b.json", doc(200.0, 60.0))  # only a reference moved
+    assert main(["bench", "compare", str(old), str(new)]) == 0

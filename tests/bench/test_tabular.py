@@ -74,6 +74,21 @@ def test_recipe_part_reports_per_op_both_tables_and_skips_what_does_not_fit(tmp_
     md = next((tmp_path / "out").glob("tabular-*.md")).read_text()
     assert "transactions, 2,000 rows" in md and "Categorify (4 cols)" in md and "same as baseline" in md
     assert "DIFFERS" not in md
+    # The check is in the JSON too (compare reads it there), and each op's ratio is judged.
+    assert doc["recipe"]["sensor"]["2000"]["polars"]["check"] == "same as baseline"
+    assert "op sensor 2,000 Standardize: polars" in ratios
+
+
+def test_a_kit_output_other_than_the_baselines_fails_the_run(tmp_path, monkeypatch):
+    monkeypatch.setattr(tabular, "output_check", lambda result, base: "DIFFERS in `amount`")
+    args = argparse.Namespace(
+        parts="recipe", tables="transactions", rows="2000", rule_rows=2000, loop_rows=200, downcast_rows=2000,
+        backends="polars", repeats=1, warmup=0, min_seconds=0.0, data_dir=str(tmp_path / "data"), max_ram_gb=4.0,
+        out=str(tmp_path / "out"),
+    )
+    assert tabular.run(args) == 1  # recorded, but no success: it had exited 0
+    doc = json.loads(next((tmp_path / "out").glob("tabular-*.json")).read_text())
+    assert doc["recipe"]["transactions"]["2000"]["polars"]["check"] == "DIFFERS in `amount`"
 
 
 def test_tables_takes_folders_and_paths_with_commas_and_refuses_unknown_backends(tmp_path):
