@@ -67,10 +67,36 @@ def tiff_beyond_dali(data: bytes | memoryview | np.ndarray) -> bool:
     not. Only the first image's header is read (a few dozen bytes); BigTIFF and anything
     unreadable answer False (DALI then decides, as before).
     """
+    tags = _tiff_tags(data)
+    if tags is None:
+        return False
+    if tags.get(_ORIENTATION, {1}) != {1}:
+        return True  # PIL turns the image by it on load; DALI (adjust_orientation=False) did not
+    bits = tags.get(_BITS_PER_SAMPLE, {1})  # absent: 1 bit per sample (the TIFF default)
+    formats = tags.get(_SAMPLE_FORMAT, {1})
+    samples = max(tags.get(_SAMPLES_PER_PIXEL, {1}))
+    photometric = tags.get(_PHOTOMETRIC, set())
+    if not tags.get(_COMPRESSION, {1}) <= _DALI_TIFF_COMPRESSIONS:
+        return True
+    if len(photometric) != 1 or not photometric <= _DALI_TIFF_PHOTOMETRIC:
+        return True
+    if bits == {32} and formats == {3}:  # float32: DALI decodes it as PIL does
+        return False
+    if not bits <= {8, 16} or not formats <= {1}:
+        return True
+    if 16 in bits and samples > 1 and (samples != 3 or tags.get(_PLANAR, {1}) != {1} or photometric == {5}):
+        return True  # 16-bit with alpha, plane by plane, or CMYK: wrong colours in DALI
+    return photometric == {3} and samples > 1  # a palette with alpha
+
+
+def _tiff_tags(data: bytes | memoryview | np.ndarray) -> dict[int, set[int]] | None:
+    """The first image's tags :func:`tiff_beyond_dali` reads (SHORT values, or one LONG),
+    each as a set of its values; None for anything but a classic TIFF with a readable
+    first directory (BigTIFF included: None)."""
     mv = memoryview(data).cast("B")
     head = bytes(mv[:8])
     if head[:4] not in (b"II*\x00", b"MM\x00*"):
-        return False
+        return None
     order = "little" if head[:2] == b"II" else "big"
 
     def number(at: int, size: int) -> int:
@@ -92,24 +118,33 @@ def tiff_beyond_dali(data: bytes | memoryview | np.ndarray) -> bool:
             elif tag in wanted and kind == 4 and count == 1:  # one LONG value
                 tags[tag] = {number(entry + 8, 4)}
     except IndexError:
-        return False
-    if tags.get(_ORIENTATION, {1}) != {1}:
-        return True  # PIL turns the image by it on load; DALI (adjust_orientation=False) did not
-    bits = tags.get(_BITS_PER_SAMPLE, {1})  # absent: 1 bit per sample (the TIFF default)
-    formats = tags.get(_SAMPLE_FORMAT, {1})
-    samples = max(tags.get(_SAMPLES_PER_PIXEL, {1}))
-    photometric = tags.get(_PHOTOMETRIC, set())
-    if not tags.get(_COMPRESSION, {1}) <= _DALI_TIFF_COMPRESSIONS:
-        return True
-    if len(photometric) != 1 or not photometric <= _DALI_TIFF_PHOTOMETRIC:
-        return True
-    if bits == {32} and formats == {3}:  # float32: DALI decodes it as PIL does
-        return False
-    if not bits <= {8, 16} or not formats <= {1}:
-        return True
-    if 16 in bits and samples > 1 and (samples != 3 or tags.get(_PLANAR, {1}) != {1} or photometric == {5}):
-        return True  # 16-bit with alpha, plane by plane, or CMYK: wrong colours in DALI
-    return photometric == {3} and samples > 1  # a palette with alpha
+        return None
+    return tags
+
+
+def wider_than_8_bits(data: bytes | memoryview | np.ndarray) -> bool:
+    """Whether ``data`` is a PNG or a TIFF of more than 8 bits a sample (16-bit, float).
+    The loaders, DALI and TensorFlow give such an image's pixels scaled to 8 bits; a reader
+    that converts with PIL (the ``webdataset`` library's ``decode("rgb8")``) clips them
+    instead (a 16-bit 100 * 257 reads 255), so ``gpufeed convert`` writes it as an 8-bit
+    PNG (:func:`written_as_png`). Only the header is read."""
+    fmt = image_format(data)
+    if fmt == "png":
+        mv = memoryview(data).cast("B")
+        return len(mv) > 24 and bytes(mv[12:16]) == b"IHDR" and mv[24] > 8  # IHDR's bit depth
+    if fmt == "tiff":
+        tags = _tiff_tags(data)
+        return tags is not None and max(tags.get(_BITS_PER_SAMPLE, {1})) > 8
+    return False
+
+
+def written_as_png(data: bytes | memoryview | np.ndarray) -> bool:
+    """Whether ``gpufeed convert`` writes ``data`` as a PNG of the pixels the loaders yield
+    rather than as it is: what the DALI backend hands over decoded by PIL
+    (:func:`beyond_dali`: BMPs, animated PNGs, TIFFs DALI misreads) and images of more
+    than 8 bits a sample (:func:`wider_than_8_bits`), so that every reader of the shards
+    (DALI's own, TensorFlow, the ``webdataset`` library) sees the loaders' pixels."""
+    return beyond_dali(data) or wider_than_8_bits(data)
 
 
 def beyond_dali(data: bytes | memoryview | np.ndarray) -> bool:

@@ -74,7 +74,9 @@ class RamCache(SampleSource):
         ValueError: ``source.nbytes()`` does not fit in ``headroom`` of the available
             memory (:func:`gpufeed.machine.available_memory`) or of the free shared memory
             (:func:`shared_memory_free`); both sizes are given in GB, and nothing is read.
-        OSError: a sample could not be read (it is named).
+        OSError: a sample could not be read (it is named), other than a file of its own
+            that the source says cannot be read (a dangling link): that one is cached as
+            such, and the loaders skip and report it as without the cache.
 
     Example:
         >>> cached = RamCache(open_source("data/train"))   # doctest: +SKIP
@@ -112,6 +114,9 @@ class RamCache(SampleSource):
         # One shared-memory block: workers map it, none copies it (see the module's doc).
         self._buffer = torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(max(1, need)))
         self._array: np.ndarray | None = self._buffer.numpy()
+        #: Why samples could not be read when the cache was filled (a source of one file per
+        #: sample says so, where a shard's read error raises).
+        self._reasons: dict[int, str] = {}
         self._fill(need)
 
     def _fill(self, capacity: int) -> None:
@@ -124,9 +129,15 @@ class RamCache(SampleSource):
                                f"({capacity / _GB:.2f} GB)", unit="sample")
         for i in indices:
             try:
-                data = source.read(i)
+                data = source.read_or_reason(i)
             except OSError as exc:
                 raise OSError(f"{source.name(i)}: could not read it into the RAM cache: {exc}") from exc
+            if isinstance(data, str):
+                # A file's own fault (a dangling link, gone since the scan): no bytes cached,
+                # and the loaders skip and report it each epoch, as without the cache.
+                self._reasons[i] = data
+                self._offsets[i + 1] = end
+                continue
             if self._shapes is not None:
                 self._shapes[i] = data.shape[:2]
             nbytes = data.nbytes
@@ -147,6 +158,10 @@ class RamCache(SampleSource):
             h, w = self._shapes[index]
             data = data.reshape(int(h), int(w), 3)
         return data
+
+    def read_or_reason(self, index: int) -> np.ndarray | str:
+        """Sample ``index``, or why it could not be read into the cache."""
+        return self._reasons.get(index) or self.read(index)
 
     def name(self, index: int) -> str:
         return self.source.name(index)

@@ -6,6 +6,7 @@ out through :mod:`gpufeed.pipelines.skips`.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import operator
 import os
@@ -68,7 +69,12 @@ class SampleList(SampleSource):
         return {"kind": "files", "samples": len(self.paths), "classes": len(self.classes), "digest": digest}
 
     def nbytes(self) -> int:
-        return sum(os.path.getsize(p) for p in self.paths)
+        total = 0
+        for path in self.paths:
+            # a dangling link, a file deleted since the scan: no bytes; reading it says why
+            with contextlib.suppress(OSError):
+                total += os.path.getsize(path)
+        return total
 
     @property
     def files(self) -> list[str]:
@@ -98,7 +104,9 @@ def open_source(source: str | os.PathLike[str] | Sequence | SampleSource | None,
         ValueError: ``image_key`` / ``label_key`` given for a source that is not shards
             (they name shard members or features; a folder's labels are its class
             folders); a folder holding shards and other files (the others are named,
-            with a glob for the shards alone).
+            with a glob for the shards alone); the folder of a ``gpufeed convert`` that
+            did not finish (:func:`gpufeed.datasets.shards.check_finished`: how far it got
+            and the command that finishes it).
     """
     from gpufeed.datasets import shards
 
@@ -124,6 +132,8 @@ def open_source(source: str | os.PathLike[str] | Sequence | SampleSource | None,
     if _is_pairs(source):  # a list source is shards: pairs would fail inside pathlib, unnamed
         raise ValueError(f"source is a sequence of (path, label) pairs ({source[0]!r}, ...): pass them as "
                          "file_list=, with source= the folder their relative paths start from")
+    if isinstance(source, (str, os.PathLike)):
+        shards.check_finished(source)  # an interrupted gpufeed convert: refused, not read in part
     if shards.is_shard_spec(source):
         return shards.open_shards(source, storage, **keys)
     if shards.converted_format(source) is not None:

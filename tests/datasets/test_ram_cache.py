@@ -187,3 +187,24 @@ def test_a_spawned_worker_reads_the_parents_memory_not_a_copy(image_folder):
         assert out.get(timeout=180) == b"SHARED!!"
     finally:
         child.join(60)
+
+
+def _with_a_broken_link(image_folder, root: Path) -> Path:
+    shutil.copytree(image_folder, root)
+    first = sorted(p for p in root.iterdir() if p.is_dir())[0]
+    (first / "gone.jpg").symlink_to(root / "nowhere" / "gone.jpg")
+    return first / "gone.jpg"
+
+
+def test_a_broken_link_counts_no_bytes(image_folder, tmp_path):
+    broken = _with_a_broken_link(image_folder, tmp_path / "train")
+    source = scan_image_folder(tmp_path / "train")
+    assert str(broken) in source.paths
+    assert source.nbytes() == sum(p.stat().st_size for p in (tmp_path / "train").rglob("*.jpg") if p != broken)
+
+
+def test_a_broken_link_is_skipped_and_reported_as_without_the_cache(image_folder, tmp_path):
+    broken = _with_a_broken_link(image_folder, tmp_path / "train")
+    loader = load(tmp_path / "train", "torch", train=False, batch_size=8, size=32, cache="ram")
+    assert sum(len(y) for _, y in loader) == 40
+    assert [s.path for s in loader.skipped] == [str(broken)]

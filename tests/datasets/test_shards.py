@@ -869,3 +869,268 @@ def test_an_animated_pngs_text_counts_up_to_the_frame_pil_loads(tmp_path, where,
     assert decode_rgb(np.frombuffer(data, dtype=np.uint8))[0, 0].tolist() == [200, 30, 90]
     (member,) = _converted_pngs(tmp_path, {"anim": data})
     assert Image.open(io.BytesIO(member)).convert("RGB").getpixel((0, 0)) == (200, 30, 90)
+
+
+# -- unfinished, cut short or odd conversions ---------------------------------------------
+
+def _pngs(root: Path, count: int, classes: int = 2) -> Path:
+    """``count`` small PNGs (about 100 bytes each) in ``classes`` class folders."""
+    from PIL import Image
+
+    for k in range(count):
+        (root / f"c{k % classes}").mkdir(parents=True, exist_ok=True)
+        Image.fromarray(np.full((16, 16, 3), k, np.uint8)).save(root / f"c{k % classes}" / f"{k:03d}.png")
+    return root
+
+
+def _stop_on_add(monkeypatch, cls, count: int) -> None:
+    """Make ``cls.add`` raise :class:`Stop` on its ``count``-th call: a conversion killed
+    while it writes."""
+    add, calls = cls.add, []
+
+    def add_then_stop(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == count:
+            if hasattr(self, "flush"):
+                self.flush()
+            raise Stop
+        return add(self, *args, **kwargs)
+
+    monkeypatch.setattr(cls, "add", add_then_stop)
+
+
+def _torch_loader(source):
+    from gpufeed.pipelines import classification_loader
+
+    return classification_loader(source, train=True, batch_size=8, size=16, backend="torch", device="cpu",
+                                 num_workers=0)
+
+
+@pytest.mark.parametrize("fmt", [*FORMATS, "raw"])
+def test_the_folder_of_an_unfinished_conversion_is_refused_with_how_to_finish_it(tmp_path, monkeypatch, fmt):
+    from gpufeed.datasets.shards.raw import RawWriter
+    from gpufeed.pipelines.sources import open_source
+
+    src = _pngs(tmp_path / "src", 30)
+    dst = tmp_path / "out"
+    writer = {"webdataset": TarShardWriter, "tfrecord": TFRecordWriter, "raw": RawWriter}[fmt]
+    _stop_on_add(monkeypatch, writer, 12)  # killed in the first shard: only shard-000000.*.partial
+    with pytest.raises(Stop):
+        convert(src, dst, format=fmt, shard_size="1MB", raw_size=16, workers=0, progress=False)
+    monkeypatch.undo()
+    if fmt != "raw":
+        assert [p.name for p in dst.glob("shard-*")] == [f"shard-000000{SUFFIX[fmt]}.partial"]
+    done = 0 if fmt != "raw" else 11
+    finish = rf"conversion not finished \({done} of 30 samples\): re-run `gpufeed convert SRC {dst} --format {fmt}"
+    for opened in (open_source, _torch_loader):
+        with pytest.raises(ValueError, match=rf"^{dst}: {finish}"):
+            opened(str(dst))
+    convert(src, dst, format=fmt, shard_size="1MB", raw_size=16, workers=0, progress=False)  # as it says
+    assert len(open_source(str(dst))) == 30
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_no_glob_reads_the_complete_shards_of_an_unfinished_conversion(tmp_path, fmt):
+    src = _pngs(tmp_path / "src", 30)
+    dst = tmp_path / "out"
+
+    def stop(shard: int, path: str) -> None:
+        if shard == 1:
+            raise Stop
+
+    with pytest.raises(Stop):
+        convert(src, dst, format=fmt, shard_size=2000, workers=0, progress=False, on_shard=stop)
+    partial = dst / f"shard-000002{SUFFIX[fmt]}.partial"
+    partial.write_bytes((dst / f"shard-000000{SUFFIX[fmt]}").read_bytes())  # killed half-way: a readable start
+    written = json.loads((dst / PROGRESS_FILE).read_text())["next"]
+    finish = rf"conversion not finished \({written} of 30 samples\): re-run `gpufeed convert SRC"
+    for spec in (dst, dst / f"*{SUFFIX[fmt]}", dst / "shard-{000000..000001}" f"{SUFFIX[fmt]}",
+                 [str(dst / f"shard-000000{SUFFIX[fmt]}")]):
+        with pytest.raises(ValueError, match=finish):
+            _torch_loader(spec if isinstance(spec, list) else str(spec))
+    # Without the progress record (copied without hidden files): a .partial is no shard, named.
+    (dst / PROGRESS_FILE).unlink()
+    for spec in (dst, partial, dst / "*"):
+        with pytest.raises(ValueError, match=rf"{partial.name}.* unfinished shard"):
+            _torch_loader(str(spec))
+
+
+@pytest.mark.parametrize("backend", ["torch", pytest.param("dali", marks=pytest.mark.skipif(
+    importlib.util.find_spec("nvidia.dali") is None, reason="no DALI"))])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_shard_cut_short_is_refused_naming_it(tmp_path, fmt, backend):
+    from gpufeed.pipelines import classification_loader
+
+    src = _pngs(tmp_path / "src", 40)
+    dst = tmp_path / "out"
+    convert(src, dst, format=fmt, shard_size={"webdataset": 10_000, "tfrecord": 2000}[fmt], workers=0,
+            progress=False)
+    manifest = json.loads((dst / MANIFEST).read_text())
+    first = dst / manifest["files"][0]
+    count = open_converted(dst).groups[0]
+    assert count > 2
+    # a partial copy: the shard ends at a sample boundary, here after its first sample
+    cut = 4 * 512 if fmt == "webdataset" else int((dst / f"{first.name}.idx").read_text().split()[1])
+    os.truncate(first, cut)
+
+    def load():
+        return classification_loader(str(dst), train=True, batch_size=8, size=16, backend=backend, device="cpu",
+                                     num_workers=0)
+
+    with pytest.raises(ValueError, match=rf"{first}: cut short: .*{count} samples.* holds 1"):
+        load()
+    # Without its index, the manifest's count catches it, naming the shard.
+    os.remove(f"{first}.idx")
+    with pytest.raises(ValueError, match=rf"{first}: 1 samples?, but {dst / MANIFEST} says {count}"):
+        load()
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_source_with_no_good_image_is_refused(tmp_path, fmt, capsys):
+    src = tmp_path / "src" / "a"
+    src.mkdir(parents=True)
+    (src / "x.jpg").write_bytes(b"")
+    (src / "y.png").write_text("hi")
+    with pytest.raises(ValueError, match="convert: no image in 2 samples decodes"):
+        convert(tmp_path / "src", tmp_path / "a", format=fmt, workers=0, progress=False)
+    assert main(["convert", str(tmp_path / "src"), str(tmp_path / "b"), "--format", fmt, "--workers", "0"]) == 2
+    assert "no image in 2 samples decodes" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="no shard files"):
+        open_shards([])
+    # a folder an earlier version converted so: a manifest of no files
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / MANIFEST).write_text(json.dumps({"format": fmt, "samples": 0, "files": []}))
+    with pytest.raises(ValueError, match=r"old/gpufeed.json lists no shard files"):
+        open_converted(tmp_path / "old")
+
+
+def test_a_raw_conversion_resumes_past_a_file_that_stopped_decoding(tmp_path, monkeypatch):
+    from gpufeed.datasets.shards.raw import RawWriter
+    from gpufeed.pipelines.sources import scan_image_folder
+
+    src = _pngs(tmp_path / "src", 20)
+    dst = tmp_path / "raw"
+    _stop_on_add(monkeypatch, RawWriter, 3)  # killed after the check pass, while writing pixels
+    with pytest.raises(Stop):
+        convert(src, dst, format="raw", raw_size=16, workers=0, progress=False)
+    monkeypatch.undo()
+    good = json.loads((dst / PROGRESS_FILE).read_text())["good"]
+    paths = scan_image_folder(src).paths  # the source's samples, as convert numbers them
+    broken = paths[good[5]]  # not yet written: a hole in the middle of the cache
+    Path(broken).write_bytes(b"")
+    monkeypatch.setattr(RawWriter, "shrink", lambda *args: (_ for _ in ()).throw(Stop()))
+    with pytest.raises(Stop):  # killed again, while leaving the file out
+        convert(src, dst, format="raw", raw_size=16, workers=0, progress=False)
+    monkeypatch.undo()
+    for _ in range(2):  # resumed, then run again: the second run has nothing to do
+        report = convert(src, dst, format="raw", raw_size=16, workers=0, progress=False)
+        assert report.written == 19 and report.skipped == [(broken, "empty file (0 bytes)")]
+    convert(src, tmp_path / "fresh", format="raw", raw_size=16, workers=0, progress=False)
+    got, want = open_converted(dst), open_converted(tmp_path / "fresh")
+    assert len(got) == len(want) == 19
+    assert Counter((sha(got.read(i)), got.labels[i]) for i in range(19)) == Counter(
+        (sha(want.read(i)), want.labels[i]) for i in range(19))
+    # the last image took the hole's place: nothing else moved
+    assert json.loads((dst / PROGRESS_FILE).read_text())["good"] == good[:5] + [good[19]] + good[6:19]
+
+
+def _sleep_and_say(k: int) -> int:
+    import time
+
+    time.sleep(0.05)
+    return os.getpid()
+
+
+def test_decoding_processes_end_when_the_converting_process_is_killed(tmp_path):
+    code = ("import sys\n"
+            "from gpufeed.datasets.shards.convert import _map_ordered\n"
+            "from tests.datasets.test_shards import _sleep_and_say\n"
+            "for pid in _map_ordered(_sleep_and_say, list(range(100000)), 2):\n"
+            "    print(pid, flush=True)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                            cwd=Path(__file__).parents[2])
+    workers: set[int] = set()
+    try:
+        while len(workers) < 2:
+            workers.add(int(proc.stdout.readline()))
+    finally:
+        proc.kill()
+        proc.wait()
+
+    def alive(pid: int) -> bool:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except FileNotFoundError:
+            return False
+
+    import time
+
+    deadline = time.monotonic() + 15
+    try:
+        while any(alive(p) for p in workers) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(alive(p) for p in workers), "the decoding processes outlived the killed conversion"
+    finally:
+        for pid in workers:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_16_bit_images_are_written_as_the_8_bit_pixels_the_loaders_yield(tmp_path):
+    from PIL import Image
+
+    wds = pytest.importorskip("webdataset")
+
+    from gpufeed.pipelines.torch_loader import decode_rgb
+
+    root = tmp_path / "src" / "a"
+    root.mkdir(parents=True)
+    Image.fromarray(np.full((8, 8), 100 * 257, np.uint16)).save(root / "grey16.png")
+    Image.fromarray(np.full((8, 8), 60 * 257, np.uint16)).save(root / "grey16.tif")
+    loaders = {p.name: decode_rgb(np.fromfile(p, np.uint8)).numpy() for p in root.iterdir()}
+    assert loaders["grey16.png"][0, 0].tolist() == [100] * 3 and loaders["grey16.tif"][0, 0].tolist() == [60] * 3
+    convert(tmp_path / "src", tmp_path / "wds", format="webdataset", shuffle=False, workers=0, progress=False)
+    got = [s["png"] for s in wds.WebDataset(str(next((tmp_path / "wds").glob("*.tar"))), shardshuffle=False
+                                           ).decode("rgb8")]
+    assert [g[0, 0].tolist() for g in got] == [[100] * 3, [60] * 3]  # sorted by name: png, tif
+
+
+def test_shards_of_many_samples_stay_within_the_target_size(tmp_path):
+    src = _pngs(tmp_path / "src", 24, classes=1)
+    convert(src, tmp_path / "wds", format="webdataset", shard_size=9000, workers=0, progress=False)
+    source = open_converted(tmp_path / "wds")
+    sizes = [os.path.getsize(f) for f in source.files]
+    assert len(sizes) > 2 and max(sizes) <= 9000
+    assert min(sizes[:-1]) > 9000 - 2048  # full: one more sample (4 blocks) would pass the target
+
+
+def test_members_are_named_by_their_bytes_not_their_file_names(tmp_path):
+    from PIL import Image
+
+    wds = pytest.importorskip("webdataset")
+
+    root = tmp_path / "src"
+    (root / "a").mkdir(parents=True)
+    (root / "b").mkdir()
+    Image.fromarray(np.full((16, 16, 3), 200, np.uint8)).save(root / "a" / "photo.png", "JPEG")
+    Image.fromarray(np.full((16, 16, 3), 100, np.uint8)).save(root / "b" / "photo.jpg", "WEBP")
+    Image.fromarray(np.full((16, 16, 3), 50, np.uint8)).save(root / "b" / "plain.jpeg", "JPEG")
+    for fmt in FORMATS:
+        convert(root, tmp_path / fmt, format=fmt, shuffle=False, workers=0, progress=False)
+    with tarfile.open(next((tmp_path / "webdataset").glob("*.tar"))) as tar:
+        names = [m.name for m in tar.getmembers() if not m.name.endswith(".cls")]
+    assert names == ["000000000.jpg", "000000001.webp", "000000002.jpg"]
+    assert [s["__key__"] for s in wds.WebDataset(str(next((tmp_path / "webdataset").glob("*.tar"))),
+                                                 shardshuffle=False).decode("rgb8") if "webp" in s] == ["000000001"]
+    if importlib.util.find_spec("tensorflow") is None:
+        pytest.skip("tensorflow is not installed")
+    code = ("import json, sys, tensorflow as tf\n"
+            "spec = {'image/format': tf.io.FixedLenFeature([], tf.string)}\n"
+            "print('RESULT' + json.dumps([tf.io.parse_single_example(r, spec)['image/format'].numpy().decode()\n"
+            "                             for r in tf.data.TFRecordDataset(sys.argv[1:])]))\n")
+    run = subprocess.run([sys.executable, "-c", code, *map(str, (tmp_path / "tfrecord").glob("*.tfrecord"))],
+                         capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""})
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert json.loads(run.stdout.split("RESULT", 1)[1]) == ["jpeg", "webp", "jpeg"]

@@ -13,6 +13,7 @@ import glob
 import json
 import os
 import re
+import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -35,6 +36,14 @@ _TFDS_NAME = re.compile(r"\.(tfrecords?|tfrec)-\d+-of-\d+$", re.IGNORECASE)
 #: "webdataset" | "tfrecord" | "raw", "samples": N, "classes": [...], "files": [...], ...}``
 #: (file names relative to the folder).
 MANIFEST = "gpufeed.json"
+
+#: The progress record ``gpufeed convert`` keeps in its output folder: its settings, how
+#: far it got, and ``"complete": true`` once it finished.
+PROGRESS_FILE = ".gpufeed-convert.json"
+
+#: The suffix of a file ``gpufeed convert`` is still writing (``shard-000003.tar.partial``):
+#: renamed without it once complete, so a file with it is never a shard.
+PARTIAL = ".partial"
 
 _BRACES = re.compile(r"\{(\d+)\.\.(\d+)\}")
 
@@ -84,6 +93,11 @@ def expand_shards(spec: str | os.PathLike[str] | Sequence[str | os.PathLike[str]
             raise FileNotFoundError(f"shard {name} does not exist" + (f" (from {text})" if name != text else ""))
         else:
             files.append(name)
+    for folder in dict.fromkeys(os.path.dirname(f) or "." for f in files):
+        _check_progress(folder)
+    partial = next((f for f in files if f.endswith(PARTIAL)), None)
+    if partial is not None:
+        raise _partial_error(partial)
     return files
 
 
@@ -157,6 +171,8 @@ def _is_shard_file(path: str) -> bool:
     :func:`open_shards` refuses them with advice), else by its first bytes (gzip data
     too, for the same reason); a name with an image extension is not one. Never raises:
     an unreadable file is not a shard."""
+    if path.endswith(PARTIAL):
+        return False  # a shard gpufeed convert did not finish (check_finished refuses the folder)
     if format_of_name(path) is not None or is_compressed_name(path):
         return True
     from gpufeed.datasets.shards.webdataset import IMAGE_EXTENSIONS
@@ -232,9 +248,11 @@ def shard_folder_files(folder: str | os.PathLike[str]) -> list[str]:
 
     Raises:
         ValueError: the folder holds shards and other files (the others are named, with
-            a glob that picks the shards alone), or no shards, or class subfolders.
+            a glob that picks the shards alone), or no shards, or class subfolders; or a
+            ``gpufeed convert`` that did not finish (:func:`check_finished`).
     """
     text = os.fspath(folder)
+    check_finished(text)
     split = _folder_split(text)
     if split is None or not split[0]:
         what = ("has a gpufeed convert manifest" if os.path.isfile(os.path.join(text, MANIFEST))
@@ -291,9 +309,14 @@ def open_shards(spec: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     Raises:
         ValueError: a compressed shard (``.tar.gz``, ``.tgz``, GZIP TFRecords: named,
             with how to decompress it), files that mix formats (a file of each is named),
-            a file that is no shard, or a folder holding other files beside its shards.
+            a file that is no shard, a folder holding other files beside its shards, no
+            files at all, or shards of a ``gpufeed convert`` that did not finish
+            (:func:`check_finished`; a ``NAME.partial`` file is refused by name).
     """
     files = expand_shards(spec)
+    if not files:
+        raise ValueError(f"no shard files in {spec!r}: give a shard pattern, a glob, a file, a folder of shards "
+                         "or a list of them")
     first: dict[str, str] = {}  # each format found -> the first file of it, to name in errors
     for f in files:
         if is_compressed_name(f):
@@ -340,8 +363,10 @@ def open_converted(folder: str | os.PathLike[str], storage: Storage = LOCAL, *,
     format and the files); ``image_key`` and ``label_key`` as in :func:`open_shards`.
 
     Raises:
-        ValueError: the manifest names an unknown format, or keys are given for a raw cache.
+        ValueError: the manifest names an unknown format or no files, keys are given for a
+            raw cache, or the conversion did not finish (:func:`check_finished`).
     """
+    check_finished(folder)
     manifest = read_manifest(folder)
     fmt = None if manifest is None else manifest.get("format")
     if fmt == "raw":
@@ -352,6 +377,106 @@ def open_converted(folder: str | os.PathLike[str], storage: Storage = LOCAL, *,
                              "shards; this folder is a raw cache (decoded pixels and labels.npy)")
         return RawCache(folder, storage)
     if fmt in ("webdataset", "tfrecord"):
+        if not manifest.get("files"):
+            raise ValueError(f"{Path(folder) / MANIFEST} lists no shard files: its conversion wrote no sample "
+                             f"({manifest.get('skipped', 'every one')} skipped); convert a source with images "
+                             "that decode")
         return open_shards([str(Path(folder) / f) for f in manifest["files"]], storage, image_key=image_key,
                            label_key=label_key)
     raise ValueError(f"{Path(folder) / MANIFEST}: unknown format {fmt!r} (webdataset, tfrecord or raw)")
+
+
+# -- conversions that did not finish ----------------------------------------------------
+
+def check_finished(folder: str | os.PathLike[str]) -> None:
+    """Refuse a folder a ``gpufeed convert`` run is still writing or stopped writing (killed,
+    a full disk): reading it would give some of the samples without a word.
+
+    A folder is unfinished when its progress record (:data:`PROGRESS_FILE`) does not say
+    ``complete``, or when it holds ``NAME.partial`` files (a shard being written) and no
+    class subfolders (an ImageFolder tree is read whatever lies beside its classes). One
+    ``stat`` and, with the record, one small read: no data is read.
+
+    Raises:
+        ValueError: the folder and how far the conversion got ("conversion not finished
+            (N of M samples)") with the command that finishes it, or the ``.partial`` file.
+    """
+    text = os.fspath(folder)
+    if not os.path.isdir(text):
+        return
+    _check_progress(text)
+    with os.scandir(text) as entries:
+        visible = [e for e in entries if not e.name.startswith(".")]
+    if any(e.is_dir() for e in visible):
+        return
+    partial = sorted(e.name for e in visible if e.name.endswith(PARTIAL))
+    if partial:
+        raise _partial_error(os.path.join(text, partial[0]))
+
+
+def _check_progress(folder: str) -> None:
+    """Raise when ``folder`` holds a ``gpufeed convert`` progress record that is not complete."""
+    path = os.path.join(folder, PROGRESS_FILE)
+    if not os.path.isfile(path):
+        return
+    try:
+        with open(path) as f:
+            record = json.load(f)
+    except (OSError, ValueError):
+        record = {}
+    if not isinstance(record, dict):
+        record = {}
+    if not record.get("complete"):
+        raise ValueError(f"{folder}: {_unfinished(folder, record)}")
+
+
+def _unfinished(folder: str, record: dict) -> str:
+    """How far the conversion recorded in ``record`` got, and the command that finishes it."""
+    settings = record.get("settings") if isinstance(record.get("settings"), dict) else {}
+    total = settings.get("samples")
+    done = record.get("next")
+    if settings.get("format") == "raw":
+        done = len(record.get("skipped", [])) + _raw_written(folder, len(record.get("good", [])))
+    if isinstance(total, int) and total and done == total and record.get("written") == 0:
+        return (f"conversion not finished: no image in its {total} samples decodes, so it wrote none; "
+                "convert a source with images that decode")
+    counts = f" ({done} of {total} samples)" if isinstance(done, int) and isinstance(total, int) else ""
+    return (f"conversion not finished{counts}: re-run `{_convert_command(folder, settings)}` with the same SRC "
+            "to finish it (what it wrote is kept)")
+
+
+def _raw_written(folder: str, count: int) -> int:
+    """Images a raw conversion has stored, from its ``done.npy`` (one bit each)."""
+    import numpy as np
+
+    from gpufeed.datasets.shards.raw import DONE
+
+    try:
+        return int(np.unpackbits(np.load(os.path.join(folder, DONE)), count=count).sum()) if count else 0
+    except (OSError, ValueError):
+        return 0
+
+
+def _convert_command(folder: str, settings: dict) -> str:
+    """The ``gpufeed convert`` command line of ``settings`` into ``folder`` (SRC for the source,
+    which the record knows only by its digest)."""
+    fmt = settings.get("format", "FORMAT")
+    words = ["gpufeed", "convert", "SRC", shlex.quote(folder), "--format", str(fmt)]
+    if fmt == "raw":
+        if settings.get("raw_size", 256) != 256:
+            words += ["--raw-size", str(settings["raw_size"])]
+        if settings.get("raw_mode", "crop") != "crop":
+            words += ["--raw-mode", str(settings["raw_mode"])]
+    elif settings.get("shard_size", 256 * 2**20) != 256 * 2**20:
+        words += ["--shard-size", str(settings["shard_size"])]
+    if settings.get("seed", 0) != 0:
+        words += ["--seed", str(settings["seed"])]
+    if settings.get("shuffle", True) is False:
+        words.append("--no-shuffle")
+    return " ".join(words)
+
+
+def _partial_error(path: str) -> ValueError:
+    return ValueError(f"{path}: an unfinished shard (gpufeed convert writes NAME{PARTIAL} until a shard is complete, "
+                      "then renames it), never read as one: finish the conversion that wrote it (re-run the same "
+                      "`gpufeed convert`), or remove the file")

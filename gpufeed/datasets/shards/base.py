@@ -64,33 +64,72 @@ class ShardSource(SampleSource):
             first = next(k for k, label in enumerate(labels) if label < 0)
             raise ValueError(f"{self._where(first)} has the negative label {labels[first]} (labels are class "
                              "numbers, 0 and up)")
+        manifest = _manifest_of(self._files)
+        if manifest is not None:
+            self._check_counts(*manifest, counts)
         top = max(labels)
-        self.classes = _classes(self._files, top, lambda: self._where(labels.index(top)))
+        self.classes = _classes(manifest, top, lambda: self._where(labels.index(top)))
+
+    def _check_counts(self, path: str, manifest: dict, counts: list[int]) -> None:
+        """Compare the samples found with what ``gpufeed convert``'s manifest says was
+        written: per shard where it lists ``counts``, else in all when these are all its
+        files. A shard cut short at a sample boundary (a partial copy or sync) reads as a
+        smaller valid shard (a tar even without its end blocks); this finds it for free.
+
+        Raises:
+            ValueError: a shard (or the set) holds other than the manifest's count.
+        """
+        if manifest.get("format") != self.format or not isinstance(manifest.get("files"), list):
+            return
+        names = [os.path.basename(f) for f in self._files]
+        listed = manifest["files"]
+        per_shard = manifest.get("counts")
+        if isinstance(per_shard, list) and len(per_shard) == len(listed):
+            said = dict(zip(listed, per_shard, strict=True))
+            for file, name, count in zip(self._files, names, counts, strict=True):
+                if name in said and said[name] != count:
+                    raise ValueError(f"{file}: {count} sample{'s' if count != 1 else ''}, but {path} says "
+                                     f"{said[name]}: {_CHANGED}")
+        elif (sorted(names) == sorted(listed) and isinstance(manifest.get("samples"), int)
+              and sum(counts) != manifest["samples"]):
+            raise ValueError(f"{os.path.dirname(self._files[0])}: its shards hold {sum(counts)} samples, but "
+                             f"{path} says {manifest['samples']}: {_CHANGED}")
 
     def _where(self, k: int) -> str:
         """Sample ``k`` as errors name it: its shard and key (or record number)."""
         return f"{self._files[self._shard[k]]}: sample {self._tag(k)}"
 
     def _entries(self, path: str, read_index: Callable[[str], list], fits: Callable[[list, int], bool],
-                 scan: Callable[[str], list]) -> list:
+                 scan: Callable[[str], list], span: Callable[[object], object]) -> list:
         """Shard ``path``'s entries from the DALI index beside it (``read_index``) when one
         parses and ``fits(entries, file size)``, else from ``scan(path)``; notes which, so
         :meth:`dali_index_files` rewrites only indexes that did not match.
 
         A stale index (of another version of the shard) would point into the wrong bytes:
-        ``fits`` is the format's check that it still describes this file.
+        ``fits`` is the format's check that it still describes this file. An index that
+        lists more than the file holds, where what the file holds is the index's start
+        (``span``: an entry's byte ranges), is no stale one: the shard was cut short.
+
+        Raises:
+            ValueError: the shard was cut short (its index and what it holds are named).
         """
         idx = f"{path}.idx"
+        listed: list = []
         if os.path.isfile(idx):
             try:
-                entries = read_index(idx)
+                listed = read_index(idx)
             except ValueError:
-                entries = []
-            if entries and fits(entries, self.storage.size(path)):
+                listed = []
+            if listed and fits(listed, self.storage.size(path)):
                 self._valid_index.append(True)
-                return entries
+                return listed
         self._valid_index.append(False)
-        return scan(path)
+        found = scan(path)
+        if listed and len(found) < len(listed) and all(
+                span(a) == span(b) for a, b in zip(found, listed, strict=False)):
+            raise ValueError(f"{path}: cut short: its index {idx} lists {len(listed)} samples and the file holds "
+                             f"{len(found)} (its {self.storage.size(path)} bytes): {_CHANGED}")
+        return found
 
     @abstractmethod
     def _tag(self, index: int) -> str:
@@ -149,18 +188,31 @@ class ShardSource(SampleSource):
         return f"{type(self).__name__}({len(self._files)} shards, {len(self.labels)} samples)"
 
 
-def _classes(files: list[str], max_label: int, where: Callable[[], str]) -> tuple[str, ...]:
-    """Class names from the ``gpufeed convert`` manifest of the shards' folder, else numbers
-    (:func:`~gpufeed.datasets.samples.numbered_classes`; ``where()`` names the sample with
-    the largest label, when it is too large)."""
-    from gpufeed.datasets.shards import read_manifest
+#: What a shard whose samples disagree with its index or manifest went through, and the way out.
+_CHANGED = ("the shard was cut short or changed since it was written (a partial copy or sync?): copy it again, or "
+            "re-run `gpufeed convert` into an emptied folder")
+
+
+def _manifest_of(files: list[str]) -> tuple[str, dict] | None:
+    """``(path, manifest)`` of the ``gpufeed convert`` manifest in the one folder holding
+    ``files``, or None (files in several folders, or no manifest)."""
+    from gpufeed.datasets.shards import MANIFEST, read_manifest
 
     folders = {os.path.dirname(os.path.abspath(f)) for f in files}
-    if len(folders) == 1:
-        manifest = read_manifest(folders.pop())
-        names = (manifest or {}).get("classes")
-        if names and len(names) > max_label:
-            return tuple(str(c) for c in names)
+    if len(folders) != 1:
+        return None
+    folder = folders.pop()
+    manifest = read_manifest(folder)
+    return None if not isinstance(manifest, dict) else (os.path.join(folder, MANIFEST), manifest)
+
+
+def _classes(manifest: tuple[str, dict] | None, max_label: int, where: Callable[[], str]) -> tuple[str, ...]:
+    """Class names from the ``gpufeed convert`` manifest of the shards' folder
+    (:func:`_manifest_of`), else numbers (:func:`~gpufeed.datasets.samples.numbered_classes`;
+    ``where()`` names the sample with the largest label, when it is too large)."""
+    names = (manifest[1] if manifest is not None else {}).get("classes")
+    if names and len(names) > max_label:
+        return tuple(str(c) for c in names)
     return numbered_classes(max_label, where() if max_label > MAX_LABEL else "")
 
 

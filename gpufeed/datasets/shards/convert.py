@@ -32,15 +32,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from gpufeed.datasets.image_bytes import (
-    beyond_dali,
     image_format,
     jpeg_without_stray_bytes,
     png_text_beyond_pil,
     png_without_bad_ancillary_chunks,
     png_without_text,
     undecodable_reason,
+    written_as_png,
 )
-from gpufeed.datasets.shards import MANIFEST
+from gpufeed.datasets.shards import MANIFEST, PROGRESS_FILE
 from gpufeed.machine import usable_cpus, worker_start_method
 from gpufeed.pipelines.sources import SampleList, read_file_list, scan_image_folder
 
@@ -49,9 +49,6 @@ if TYPE_CHECKING:  # torch is imported in the worker processes that decode, not 
 
 #: The formats :func:`convert` writes.
 FORMATS = ("webdataset", "tfrecord", "raw")
-
-#: The progress record of a conversion, inside its output folder.
-PROGRESS_FILE = ".gpufeed-convert.json"
 
 _SUFFIX = {"webdataset": ".tar", "tfrecord": ".tfrecord"}
 
@@ -230,6 +227,8 @@ def convert(
         manifest.update(record.data.get("raw_manifest", {}))
     else:
         manifest["shard_size"] = int(shard_size)
+        if "counts" in record.data:  # samples per shard: the loaders check each shard against it
+            manifest["counts"] = record.data["counts"]
     _write_json(dst / MANIFEST, manifest)
     record.data["complete"] = True
     record.save()
@@ -354,10 +353,11 @@ def _load_and_check(path: str) -> tuple[str | None, bytes | None]:
         reason, image = _decode_cleaned(data)
     if reason is not None:
         return reason, None
-    if beyond_dali(data):
-        # A BMP, an APNG, or a TIFF DALI's decoder fails on or decodes to other pixels (1-bit,
-        # 16-bit with alpha, CIELab, LZMA, an Orientation tag ...): written as a PNG of the pixels the loaders give, so
-        # DALI's own readers (dali_iterator()) and TensorFlow decode it too.
+    if written_as_png(data):
+        # A BMP, an APNG, a TIFF DALI's decoder fails on or decodes to other pixels (1-bit,
+        # 16-bit with alpha, CIELab, LZMA, an Orientation tag ...), or a 16-bit PNG or TIFF
+        # (PIL-based readers clip it): written as a PNG of the pixels the loaders give, so
+        # DALI's own readers (dali_iterator()), TensorFlow and the webdataset library see them.
         return None, _png(image.numpy())
     return None, data.tobytes()
 
@@ -389,10 +389,44 @@ def _decode_fitted(task: tuple[str, int, str]) -> tuple[str | None, np.ndarray |
         return None, fit_image(image, size, mode).contiguous().numpy()
 
 
-def _worker_init() -> None:
+def _worker_init(parent: int) -> None:
     import torch
 
     torch.set_num_threads(1)  # one decode per process; the pool is the parallelism
+    _exit_with(parent)
+
+
+def _exit_with(parent: int) -> None:
+    """End this worker process when the converting process ``parent`` is gone.
+
+    A converting process killed outright (SIGKILL: the OOM killer, ``kill -9``, a
+    scheduler's hard stop) cannot stop its pool, whose workers then wait for work forever,
+    each holding its decoder's memory. A daemon thread looks once a second: when this
+    process's parent changes (it was the converting process, or the forkserver, which ends
+    with it) or ``parent`` is no longer there, it exits. Plain POSIX calls, so the same on
+    every platform that runs the pool.
+    """
+    import threading
+
+    first = os.getppid()
+
+    def gone() -> bool:
+        if os.getppid() != first:
+            return True
+        try:
+            os.kill(parent, 0)
+        except ProcessLookupError:
+            return True
+        except OSError:
+            pass  # alive, under another user (a reused id, in theory): keep going
+        return False
+
+    def watch() -> None:
+        while not gone():
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="gpufeed-convert-parent-watch", daemon=True).start()
 
 
 def _map_ordered(fn: Callable, tasks: list, workers: int) -> Iterator:
@@ -404,7 +438,7 @@ def _map_ordered(fn: Callable, tasks: list, workers: int) -> Iterator:
     # multiprocessing.Pool: a worker that dies (a decoder crash, the OOM killer) breaks the
     # executor, which raises, where a Pool waits forever for the lost results.
     pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(worker_start_method()),
-                               initializer=_worker_init)
+                               initializer=_worker_init, initargs=(os.getpid(),))
     try:
         yield from pool.map(fn, tasks, chunksize=max(1, min(16, len(tasks) // (workers * 8))))
     except BrokenProcessPool as exc:
@@ -494,6 +528,8 @@ def _convert_shards(source: SampleList, order: np.ndarray, dst: Path, record: _P
         stale.unlink()
     first = record.data["next"]
     before = record.written
+    if not record.files:
+        record.data.setdefault("counts", [])  # a record from before counts were kept has none
     todo = [int(i) for i in order[first:]]
     if not todo:
         return 0
@@ -515,6 +551,8 @@ def _convert_shards(source: SampleList, order: np.ndarray, dst: Path, record: _P
         os.replace(dst / f"{name}.idx.partial", dst / f"{name}.idx")
         os.replace(dst / f"{name}.partial", dst / name)
         record.files.append(name)
+        if "counts" in record.data:
+            record.data["counts"].append(writer.count)
         record.data["written"] += writer.count
         record.data["next"] = next_position
         record.skipped.extend(pending)
@@ -528,30 +566,41 @@ def _convert_shards(source: SampleList, order: np.ndarray, dst: Path, record: _P
         if reason is not None:
             pending.append([source.paths[i], reason, i])
             continue
-        # Bounds the file's growth from above (tar: header + padded data + the .cls member
-        # + end blocks; TFRecord: framing + the Example's fields), so shards stay under target.
-        cost = len(data) + (3 * 512 + 1024 if fmt == "webdataset" else 160)
+        # The file's growth, exactly for a tar (the image's header and data padded to 512,
+        # the .cls member's header and padded digits, the end blocks), bounded from above for
+        # a TFRecord (framing + the Example's fields), so shards stay under target.
+        cost = (512 + len(data) + -len(data) % 512 + 2 * 512 + 2 * 512 if fmt == "webdataset"
+                else len(data) + 160)
         if writer is not None and writer.count and writer.nbytes + cost > shard_size:
             finish(position)
         if writer is None:
             name = f"shard-{shard:06d}{_SUFFIX[fmt]}"
             writer = Writer(dst / f"{name}.partial", dst / f"{name}.idx.partial")
-        ext = "png" if image_format(data[:8]) == "png" else _extension(source.paths[i])  # a TIFF re-encoded
-        writer.add(f"{position:09d}", data, ext, source.labels[i])
+        writer.add(f"{position:09d}", data, _extension(source.paths[i], data), source.labels[i])
     if writer is not None:
         finish(len(order))
     else:  # only skips since the last shard: nothing more to write
         record.skipped.extend(pending)
         record.data["next"] = len(order)
         record.save()
+    if not record.written:
+        raise ValueError(f"convert: no image in {len(order)} samples decodes")
     return record.written - before
 
 
-def _extension(path: str) -> str:
-    """The WebDataset member extension of an image file: ``jpg`` for any JPEG name, else
-    the file's own (lower case)."""
+#: The member extensions that name each format (the first: for a file named otherwise).
+_EXTENSIONS = {"jpeg": ("jpg",), "png": ("png",), "webp": ("webp",), "tiff": ("tiff", "tif"), "bmp": ("bmp",),
+               "pnm": ("ppm", "pgm")}
+
+
+def _extension(path: str, data: bytes) -> str:
+    """The WebDataset member extension (and TFRecord ``image/format``) of an image: by its
+    bytes (a JPEG named ``x.png`` is ``jpg``), the file's own where it names that format
+    (``tif`` stays ``tif``), ``jpg`` for any JPEG."""
     ext = os.path.splitext(path)[1].lower().lstrip(".")
-    return "jpg" if ext in ("jpg", "jpeg", "jpe") else ext
+    ext = "jpg" if ext in ("jpg", "jpeg", "jpe") else ext
+    names = _EXTENSIONS.get(image_format(data[:12]))
+    return ext if names is None or ext in names else names[0]
 
 
 # -- raw --------------------------------------------------------------------------------
@@ -561,7 +610,12 @@ def _convert_raw(source: SampleList, order: np.ndarray, dst: Path, record: _Prog
     """Two passes: check every image (the raw cache's sample count is fixed when it is
     created, so the bad ones must be known first), then decode and store the good ones
     (:class:`~gpufeed.datasets.shards.raw.RawWriter` resumes by itself); return the
-    samples stored by this run."""
+    samples stored by this run.
+
+    A file that stops decoding between the passes (changed by someone else, or before a
+    resumed run) is skipped and reported as the shard formats do: the last images take
+    the places it leaves (:func:`_leave_out`), so the others stay where they are.
+    """
     from gpufeed.datasets.shards.raw import RawWriter
 
     if "good" not in record.data:
@@ -577,21 +631,58 @@ def _convert_raw(source: SampleList, order: np.ndarray, dst: Path, record: _Prog
             raise ValueError(f"convert: no image in {len(order)} samples decodes")
         record.data.update(good=good, skipped=skipped)
         record.save()
+    if "leave_out" in record.data:  # a run stopped while leaving files out: finish that first
+        _leave_out(dst, record, size, mode)
     good = record.data["good"]
     writer = RawWriter(dst, len(good), size, mode)
     todo = [k for k in range(len(good)) if not writer.done(k)]  # a resumed cache holds the others
     results = _map_ordered(_decode_fitted, [(source.paths[good[k]], size, mode) for k in todo], workers)
     import torch
 
+    failed: list[tuple[int, str]] = []
     for k, (reason, pixels) in zip(todo, _progress(results, len(todo), f"writing raw cache {dst}", show),
                                    strict=True):
         if reason is not None:  # the file changed since the check
-            raise ValueError(f"convert: {source.paths[good[k]]} stopped decoding during the conversion ({reason})")
+            failed.append((k, reason))
+            continue
         writer.add(k, torch.from_numpy(pixels), source.labels[good[k]])
+    if failed:
+        if len(failed) == len(good):
+            raise ValueError(f"convert: no image in {len(order)} samples decodes")
+        lost = {k for k, _ in failed}
+        keep = len(good) - len(lost)
+        kept = list(good)
+        # The last stored images fill the holes below `keep`: each is copied once, nothing
+        # else moves, and a run stopped here redoes the same copies.
+        for hole, last in zip(sorted(k for k in lost if k < keep),
+                              (k for k in range(keep, len(good)) if k not in lost), strict=False):
+            writer.copy(last, hole)
+            kept[hole] = good[last]
+        writer.flush()
+        del writer  # its maps, before the files shrink
+        record.data["leave_out"] = {"good": kept[:keep],
+                                    "skipped": [[source.paths[good[k]], reason, good[k]] for k, reason in failed]}
+        record.save()
+        _leave_out(dst, record, size, mode)
+        writer = RawWriter(dst, keep, size, mode)
     manifest = writer.close()
     record.data["raw_manifest"] = {key: v for key, v in manifest.items() if key not in ("samples", "classes")}
     record.data["files"] = list(manifest.get("files", []))
-    record.data["written"] = len(good)
+    record.data["written"] = len(record.data["good"])
     record.save()
-    return len(todo)
+    return len(todo) - len(failed)
 
+
+def _leave_out(dst: Path, record: _Progress, size: int, mode: str) -> None:
+    """Apply the record's ``leave_out`` plan (the images kept, in cache order, and the
+    files left out): the cache shrinks to the kept ones
+    (:meth:`~gpufeed.datasets.shards.raw.RawWriter.shrink`), then the record lists them.
+    Both steps can be redone, so a run stopped in between finishes it next time."""
+    from gpufeed.datasets.shards.raw import RawWriter
+
+    plan = record.data["leave_out"]
+    RawWriter.shrink(dst, len(plan["good"]), size, mode)
+    record.data["good"] = plan["good"]
+    record.skipped.extend(plan["skipped"])
+    del record.data["leave_out"]
+    record.save()

@@ -24,8 +24,9 @@ import json
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import torch
@@ -199,6 +200,40 @@ class RawWriter:
         if due:
             self.flush()
 
+    def copy(self, source: int, target: int) -> None:
+        """Store sample ``source``'s pixels, label and extent at ``target`` too, without
+        marking ``target`` written: a conversion fills the place of an image that stopped
+        decoding with its last one, then :meth:`shrink` cuts the cache."""
+        source, target = self._check_index(source), self._check_index(target)
+        self._images[target] = self._images[source]
+        self._labels[target] = self._labels[source]
+        if self._extents is not None:
+            self._extents[target] = self._extents[source]
+
+    @staticmethod
+    def shrink(dst: str | os.PathLike[str], count: int, size: int, mode: str = "crop") -> None:
+        """Cut a cache being written (no writer open on it) to its first ``count`` samples,
+        all of them written: the next :class:`RawWriter` with ``count`` resumes it, finds
+        every sample done and closes. Each file is cut or rewritten (aside, then renamed),
+        so a run stopped half-way does it again with the same result.
+
+        Raises:
+            ValueError: a file holds fewer than ``count`` samples.
+        """
+        dst, count = Path(dst), int(count)
+        images = dst / IMAGES
+        if os.path.getsize(images) > count * size * size * 3:
+            os.truncate(images, count * size * size * 3)
+        for name, width in ((LABELS, ()), *(((EXTENTS, (2,)),) if mode == "pad" else ())):
+            array = np.load(dst / name, mmap_mode="r")
+            if array.shape != (count, *width):
+                if array.shape[0] < count:
+                    raise ValueError(f"{dst / name}: {array.shape[0]} samples, fewer than the {count} kept")
+                _save_aside(dst / name, lambda f, a=array: np.save(f, np.array(a[:count])))
+                del array
+        _save_aside(dst / DONE, lambda f: np.save(f, np.packbits(np.ones(count, dtype=bool))))
+        (dst / PROGRESS).write_text(json.dumps({"count": count, "size": int(size), "mode": mode}))
+
     def flush(self) -> None:
         """Write the pixels to disk, then the progress that counts them."""
         with self._lock:
@@ -212,13 +247,8 @@ class RawWriter:
         self._save_done(done)
 
     def _save_done(self, done: np.ndarray | None = None) -> None:
-        # Written aside and renamed: a crash mid-write leaves the old progress, not a torn one.
-        tmp = self.dst / (DONE + ".tmp")
-        with open(tmp, "wb") as f:
-            np.save(f, np.packbits(self._done if done is None else done))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.dst / DONE)
+        packed = np.packbits(self._done if done is None else done)
+        _save_aside(self.dst / DONE, lambda f: np.save(f, packed))
 
     def close(self) -> dict:
         """Flush everything and return the manifest's fields.
@@ -260,6 +290,17 @@ class RawWriter:
         if not 0 <= index < self.count:
             raise IndexError(f"sample index {index} out of range for {self.count} samples ({self.dst})")
         return index
+
+
+def _save_aside(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """``write(file)`` into a file beside ``path``, then rename it over ``path``: a crash
+    mid-write leaves the old file, not a torn one."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        write(f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
 
 
 class RawCache(SampleSource):

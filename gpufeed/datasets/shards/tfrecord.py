@@ -422,7 +422,7 @@ class TFRecordShards(ShardSource):
         # A stale index is refused by its last record not ending at the file's end, or by
         # the CRC checks on reading.
         return self._entries(path, read_index, lambda records, size: records[-1][0] + records[-1][1] == size,
-                             lambda p: scan_records(p, self.storage))
+                             lambda p: scan_records(p, self.storage), lambda record: record)
 
     def _tag(self, index: int) -> str:
         return f"#{self._numbers[index]}"

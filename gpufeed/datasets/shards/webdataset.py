@@ -435,7 +435,8 @@ class WebDatasetShards(ShardSource):
 
     def _index(self, path: str) -> list[list[Member]]:
         """Members grouped by key, from the DALI index when it fits the file, else the tar."""
-        return self._entries(path, read_index, _index_fits, self._scan)
+        return self._entries(path, read_index, _index_fits, self._scan,
+                             lambda members: [(m.offset, m.size) for m in members])
 
     def _scan(self, path: str) -> list[list[Member]]:
         grouped: list[list[Member]] = []
