@@ -84,8 +84,7 @@ def run(args: argparse.Namespace) -> int:
           flush=True)
     try:
         result = what_if(TrainStep(model, device), built.loader, steps=args.steps, warmup=args.warmup,
-                         device=device, loader_name=built.name, alternatives=alternatives,
-                         background=built.name == "dali" or workers > 0)  # DALI prefetches; workers do
+                         device=device, loader_name=built.name, alternatives=alternatives)
     except OSError as exc:
         if built.name != "pil":
             raise

@@ -289,7 +289,8 @@ def what_if(step: Callable[[Any], Any], loader: Iterable[Any], *, steps: int = 3
             (samples/s) or a loader, measured here alone.
         unit: what a sample is.
         background: whether ``loader`` prepares batches while the step runs (workers,
-            DALI's prefetch); None when unknown (:attr:`WhatIf.background`).
+            DALI's prefetch); None: worked out from the loader where it says
+            (:func:`prepares_in_background`), else unknown (:attr:`WhatIf.background`).
 
     Returns:
         A :class:`WhatIf`.
@@ -317,4 +318,16 @@ def what_if(step: Callable[[Any], Any], loader: Iterable[Any], *, steps: int = 3
         else:
             rates[name] = loader_rate(other, steps=steps, **common).samples_per_s
     return WhatIf(model_rate=model.samples_per_s, loader_rate=alone.samples_per_s, actual=actual,
-                  loader=loader_name, loaders_alone=rates, steps=steps, warmup=warmup, background=background)
+                  loader=loader_name, loaders_alone=rates, steps=steps, warmup=warmup,
+                  background=prepares_in_background(loader) if background is None else background)
+
+
+def prepares_in_background(loader: Any) -> bool | None:
+    """Whether ``loader`` prepares batches while the step runs, where it says: the kit's
+    DALI loader (DALI prefetches), the kit's torch loader or a ``DataLoader`` with workers;
+    None for any other iterable. Without it, a kit loader measured from Python was told to
+    "load in the background" as if it were a plain generator (``gpufeed stall`` knew)."""
+    if getattr(loader, "backend", None) == "dali":
+        return True
+    workers = getattr(getattr(loader, "options", None), "workers", getattr(loader, "num_workers", None))
+    return workers > 0 if isinstance(workers, int) and not isinstance(workers, bool) else None

@@ -115,3 +115,26 @@ def test_an_overlapped_loop_that_stalls_for_another_reason_is_not_told_to_load_i
                              device="cpu")
     result = WhatIf(model_rate=800.0, loader_rate=8000.0, actual=overlapped)
     assert not result.in_foreground and "not the bottleneck" in result.advice
+
+
+def test_whether_a_loader_loads_in_the_background_is_read_from_it(image_folder):
+    # A kit loader measured from Python was told to "load in the background" like a plain
+    # generator: only gpufeed stall passed background=.
+    import torch
+
+    from gpufeed.backends import dali_installed
+    from gpufeed.pipelines import classification_loader
+    from gpufeed.profile.whatif import prepares_in_background
+
+    def kit(backend, workers):
+        return classification_loader(str(image_folder), train=False, backend=backend, device="cpu", batch_size=4, size=32,
+                                     num_workers=workers)
+
+    assert prepares_in_background(kit("torch", 0)) is False
+    assert prepares_in_background(kit("torch", 2)) is True
+    if dali_installed():
+        assert prepares_in_background(kit("dali", 1)) is True
+    data = torch.utils.data.TensorDataset(torch.zeros(4, 1))
+    assert prepares_in_background(torch.utils.data.DataLoader(data, num_workers=2)) is True
+    assert prepares_in_background(torch.utils.data.DataLoader(data)) is False
+    assert prepares_in_background([1, 2]) is None
