@@ -74,7 +74,9 @@ def plan(train: Any, target: str, task: str, time_column: str | None, max_catego
             continue
         if dtype.is_numeric() and not isinstance(dtype, nw.Decimal):
             distinct = frame[name].n_unique()
-            if dtype.is_integer() and distinct == rows:  # a row number (transaction_id, R's row names)
+            # A row number (transaction_id, R's row names): distinct integers in row order. Not
+            # any column of distinct integers: prices in cents and epoch seconds are that too.
+            if dtype.is_integer() and distinct == rows and rows > 1 and frame[name].is_sorted():
                 left_out[name] = "a row id"
             elif distinct > 1:
                 numeric.append(name)
@@ -260,6 +262,11 @@ def main(argv: list[str] | None = None) -> int:
     split = (split_by_time(small, time_column, (0.8, 0.2)) if time_column
              else split_random(small, (0.8, 0.2), seed=args.seed))
     print(split.report())
+    for part in ("train", "val"):  # the split only warned; fitting on nothing failed far from here
+        if len(getattr(split, part)) == 0:
+            hint = (f"the {time_column!r} values repeat too much for an 80/20 split by time: pass --split random"
+                    if time_column else "the table has too few rows")
+            p.error(f"the {part} split has no row ({len(small)} rows in {args.data}): {hint}")
     schema = nw.from_native(split.train).schema
     if args.task == "classification" and not (schema[label].is_integer() or schema[label] in TEXT_DTYPES):
         p.error(f"--target {label!r} holds {schema[label]}, not classes: pass --task regression, or --above X")

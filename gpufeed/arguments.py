@@ -10,9 +10,14 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+#: The most workers/threads an option takes: a process or thread each, so a typo such as
+#: ``--workers 99999999999`` hung starting them instead of being refused.
+MAX_WORKERS = 1024
 
-def at_least(minimum: int) -> Callable[[str], int]:
-    """An argparse ``type`` for a whole number no smaller than ``minimum``.
+
+def at_least(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
+    """An argparse ``type`` for a whole number no smaller than ``minimum`` (and no larger
+    than ``maximum``, when given).
 
     A bad value is a usage error naming the option (``argument --repeats: must be >= 1, got
     0``) before anything runs, instead of a traceback minutes into a benchmark, or a loop
@@ -31,6 +36,8 @@ def at_least(minimum: int) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
         if value < minimum:
             raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"must be <= {maximum:,}, got {value:,}")
         return value
 
     parse.__name__ = f"whole number >= {minimum}"  # argparse's own messages name the type
@@ -196,6 +203,6 @@ def add_training_loop_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warmup", type=at_least(0), default=2, help="steps left out first (default: 2)")
     parser.add_argument("--batch-size", type=at_least(1), default=32, help="default: 32")
     parser.add_argument("--size", type=at_least(1), default=224, help="image size (default: 224)")
-    parser.add_argument("--workers", type=at_least(0), default=None,
+    parser.add_argument("--workers", type=at_least(0, MAX_WORKERS), default=None,
                         help="loader workers/threads (default: all cores)")
     parser.add_argument("--device", default="auto", type=device_name, help="auto | cpu | cuda (default: auto)")

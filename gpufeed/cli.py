@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from gpufeed.arguments import (
+    MAX_WORKERS,
     add_training_loop_arguments,
     at_least,
     byte_size,
@@ -26,6 +27,7 @@ from gpufeed.arguments import (
     results_folder,
     table_output_file,
 )
+from gpufeed.progress import counted
 
 #: Benchmark suites: name -> (module with ``add_arguments(parser)`` and ``run(args) -> int``,
 #: its one-line help: the module docstring's first line). Only the suite named on the
@@ -50,6 +52,10 @@ BENCH_SUITES = {
     "compare": ("gpufeed.bench.compare", "Compare two benchmark runs: how each pipeline's ratio to its "
                                          "baseline changed."),
 }
+
+#: The most images `gpufeed data images` makes (ImageNet-21k holds 14M): a typo beyond it
+#: overflowed deep in the generator with a traceback.
+MAX_IMAGES = 100_000_000
 
 
 class _DefaultsHelp(argparse.HelpFormatter):
@@ -152,7 +158,7 @@ def _build_parser(chosen: Sequence[str] = ()) -> argparse.ArgumentParser:
                     "that already holds files it warns: same-named images are replaced, others stay.",
     )
     images.add_argument("out", metavar="OUT", type=output_folder, help="output folder (created when missing)")
-    images.add_argument("--images", type=at_least(1), default=1024,
+    images.add_argument("--images", type=at_least(1, MAX_IMAGES), default=1024,
                         help="number of images (default 1024, the size of the benchmarks' default set)")
     images.add_argument("--classes", type=at_least(1), default=10, help="number of classes (default 10)")
     images.add_argument("--seed", type=at_least(0), default=0, help=(
@@ -187,7 +193,8 @@ def _build_parser(chosen: Sequence[str] = ()) -> argparse.ArgumentParser:
     convert.add_argument("--raw-mode", choices=("crop", "pad"), default="crop",
                          help="raw cache: crop (shorter side to --raw-size, centre square) or pad (longer side "
                               "to --raw-size, nothing cut; each image's true size kept) (default: crop)")
-    convert.add_argument("--workers", type=at_least(0), default=None, help="decoding processes (default: all cores)")
+    convert.add_argument("--workers", type=at_least(0, MAX_WORKERS), default=None,
+                         help="decoding processes (default: all cores)")
 
     tune = sub.add_parser("tune", help="sweep DataLoader settings (workers, pinning, prefetch, batch) here",
                           description=BENCH_SUITES["tune"][1], formatter_class=_DefaultsHelp)  # also a command
@@ -335,7 +342,7 @@ def _run(args: argparse.Namespace) -> int:
     else:
         from gpufeed.datasets.sensor import write_sensor_table as write_table
     path = write_table(args.out, args.rows, seed=args.seed)
-    print(f"wrote {args.rows} rows to {path}")
+    print(f"wrote {counted(args.rows, 'row')} to {path}")
     return 0
 
 

@@ -414,3 +414,14 @@ def test_tune_and_convert_refuse_what_cannot_run_before_running(argv, message, t
     monkeypatch.chdir(tmp_path)
     assert main([a.format(**names) for a in argv]) == 2
     assert capsys.readouterr().err.startswith(f"gpufeed: error: {message.format(**names)}")
+
+
+def test_absurd_counts_are_usage_errors_not_tracebacks_or_hangs(tmp_path, capsys):
+    # --images 1e20 overflowed inside the generator; --workers 1e11 hung starting them.
+    with pytest.raises(SystemExit) as images:
+        main(["data", "images", str(tmp_path / "x"), "--images", "99999999999999999999"])
+    with pytest.raises(SystemExit) as workers:
+        main(["stall", "--workers", "99999999999"])
+    assert images.value.code == workers.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --images: must be <= 100,000,000" in err and "argument --workers: must be <= 1,024" in err

@@ -168,3 +168,27 @@ def test_examples_refuse_bad_values_in_one_line(tmp_path, script, args, message)
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-2000:]
     assert out.stderr.strip().splitlines()[-1].endswith(message.format(missing=missing))
+
+
+def test_tabular_example_names_an_empty_split_and_keeps_distinct_unsorted_integers(tmp_path):
+    # One date in the time column: the split by time gave train no row (only a warning), and the
+    # script then failed far away ("no feature columns", or a TypeError). And any integer
+    # column of distinct values was left out as "a row id": prices in cents too.
+    import numpy as np
+    import pandas as pd
+
+    from gpufeed.datasets.tables import write_table
+
+    rng = np.random.default_rng(0)
+    table = pd.DataFrame({"day": pd.Timestamp("2024-01-01"), "x": rng.random(200),
+                          "price_cents": rng.permutation(200) * 7 + 100, "label": rng.integers(0, 2, 200)})
+    write_table(table, tmp_path / "oneday.csv")
+    base = [sys.executable, str(TABULAR_SCRIPT), "--data", str(tmp_path / "oneday.csv"), "--epochs", "1",
+            "--device", "cpu", "--recipe-out", str(tmp_path / "r.json")]
+    out = subprocess.run(base, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2 and "the train split has no row (200 rows" in out.stderr, out.stderr[-2000:]
+    assert "pass --split random" in out.stderr
+    out = subprocess.run([*base, "--split", "random"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "price_cents" not in next((line for line in out.stdout.splitlines() if line.startswith("left out")), "")
+    assert "2 numeric" in out.stdout

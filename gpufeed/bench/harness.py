@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpufeed.arguments import at_least, device_name, results_folder
+from gpufeed.arguments import MAX_WORKERS, at_least, device_name, results_folder
 from gpufeed.bench.results import machine_kind
 from gpufeed.machine import (
     PACKAGES,
@@ -84,7 +84,8 @@ def add_loader_arguments(parser: argparse.ArgumentParser, contender: str) -> Non
     timed is called in the help (a pipeline, a storage)."""
     parser.add_argument("--batch-size", type=at_least(1), default=64, help="default: 64")
     parser.add_argument("--size", type=at_least(1), default=224, help="output size (default: 224)")
-    parser.add_argument("--workers", type=at_least(1), default=None, help="workers/threads each (default: all cores)")
+    parser.add_argument("--workers", type=at_least(1, MAX_WORKERS), default=None,
+                        help="workers/threads each (default: all cores)")
     parser.add_argument("--repeats", type=at_least(1), default=3,
                         help=f"timed epochs per {contender} and round (default: 3)")
     add_rounds_argument(parser)

@@ -92,7 +92,8 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"--loaders: {', '.join(absent)} not installed here (available: {', '.join(available)})")
     root = Path(args.data) if args.data else default_image_dataset()  # after the checks: it may generate
     if not root.is_dir():
-        raise FileNotFoundError(f"--data {root}: no such folder")
+        raise FileNotFoundError(f"--data {root}: " + ("not a folder (an image folder, shards or a raw cache)"
+                                                       if root.exists() else "no such folder"))
     workers = usable_cpus() if args.workers is None else args.workers
     measure = {"model": args.model, "batch_size": args.batch_size, "size": args.size, "device": str(device),
                "workers": workers, "steps": args.steps, "warmup": args.warmup}

@@ -156,3 +156,5 @@ def test_augment_reports_a_real_peak_and_says_what_it_is(tmp_path):
     md = result.with_suffix(".md").read_text()
     assert "peak RSS MiB (whole process)" in md and "peak resident memory (RSS) of the contender's process" in md
     assert "× 1 batch per pass, 1 timed pass after a warm-up" in md and "1 torch thread each" in md
+    # no baseline ran: the target line says so, not "measured 0.00×"
+    assert "not measured in this run" in md and "0.00×" not in md

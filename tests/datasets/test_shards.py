@@ -1134,3 +1134,16 @@ def test_members_are_named_by_their_bytes_not_their_file_names(tmp_path):
                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""})
     assert run.returncode == 0, run.stderr[-2000:]
     assert json.loads(run.stdout.split("RESULT", 1)[1]) == ["jpeg", "webp", "jpeg"]
+
+
+def test_an_output_folder_inside_the_source_tree_is_refused(image_folder, tmp_path, capsys):
+    # Written there, the shards became a fifth, empty class of the source for every reader.
+    import shutil
+
+    src = tmp_path / "imgs"
+    shutil.copytree(image_folder, src)
+    with pytest.raises(ValueError, match=r"output folder .*shards is inside the source tree"):
+        convert(src, src / "shards", format="webdataset")
+    assert not (src / "shards").exists()
+    assert main(["convert", str(src), str(src / "x" / "raw"), "--format", "raw"]) == 2
+    assert "is inside the source tree" in capsys.readouterr().err

@@ -183,8 +183,8 @@ def convert(
         A :class:`ConvertReport`; ``dst/gpufeed.json`` holds the manifest.
 
     Raises:
-        ValueError: an unknown format, a bad size, or ``dst`` holding other files or a
-            conversion with other settings.
+        ValueError: an unknown format, a bad size, ``dst`` inside the ``src`` folder, or
+            ``dst`` holding other files or a conversion with other settings.
         FileNotFoundError: ``src`` does not exist.
 
     Example:
@@ -200,6 +200,11 @@ def convert(
         raise ValueError(f"raw_size must be > 0, got {raw_size}")
     if raw_mode not in ("crop", "pad"):
         raise ValueError(f"raw_mode must be 'crop' or 'pad', got {raw_mode!r}")
+    if Path(src).is_dir() and Path(dst).resolve().is_relative_to(Path(src).resolve()):
+        # Written there, the output becomes one more class folder (or stray files) of the
+        # source for every later reader: a loader on SRC saw a fifth, empty class.
+        raise ValueError(f"convert: the output folder {dst} is inside the source tree {src}: write it "
+                         "elsewhere (e.g. beside it), or every later reader of the source sees it as a class")
     start = time.perf_counter()
     source = open_input(src)
     n = len(source)
