@@ -12,6 +12,7 @@ One process: for training on several processes (torchrun, DDP) see examples/trai
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -93,8 +94,10 @@ def main(argv: list[str] | None = None) -> int:
         scaler.step(opt)
         scaler.update()
         seen += len(labels)
-        if not torch.isfinite(loss):
-            raise RuntimeError(f"loss became {loss.item()} at step {step}")
+        if not torch.isfinite(loss):  # a one-line error, not a traceback: the fix is the user's setting
+            print(f"train_resnet18.py: error: the loss became {loss.item()} at step {step}: training diverged; "
+                  f"lower --lr (now {args.lr:g})", file=sys.stderr)
+            return 1
         print(f"step {step:3d}  loss {loss.item():.4f}")
     elapsed = time.perf_counter() - start
     print(f"trained {args.steps} steps, {seen} images in {elapsed:.1f} s ({seen / elapsed:.1f} images/s)")

@@ -192,3 +192,11 @@ def test_tabular_example_names_an_empty_split_and_keeps_distinct_unsorted_intege
     assert out.returncode == 0, out.stderr[-2000:]
     assert "price_cents" not in next((line for line in out.stdout.splitlines() if line.startswith("left out")), "")
     assert "2 numeric" in out.stdout
+
+
+def test_a_diverging_run_ends_in_one_line_saying_what_to_lower(image_folder):
+    out = subprocess.run([sys.executable, str(SCRIPT), "--steps", "3", "--batch-size", "8", "--size", "32",
+                          "--backend", "torch", "--data", str(image_folder), "--lr", "1e12"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr[-2000:]
+    assert "training diverged; lower --lr (now 1e+12)" in out.stderr.strip().splitlines()[-1]

@@ -10,6 +10,7 @@ by default) is flagged; the exit status is 1 when a ratio dropped beyond it, for
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
 from gpufeed.arguments import number_at_least
@@ -192,6 +193,9 @@ def run(args: argparse.Namespace) -> int:
         (nothing was compared); else 0. Retired suites (:data:`RETIRED_SUITES`) are
         listed, not judged.
     """
+    absent = [p for p in (args.old, args.new) if not os.path.exists(p)]
+    if absent:  # both named at once (the new run was read first, so a missing OLD went unsaid)
+        raise FileNotFoundError("; ".join(f"{p}: no such file or folder" for p in absent))
     new = load_results([args.new])
     old = load_results([args.old], like=new)
     rows = compare_results(old, new, threshold=args.threshold)

@@ -44,6 +44,9 @@ def run(args: argparse.Namespace) -> int:
     from gpufeed.progress import counted, stage
 
     out = Path(args.out).resolve()  # not inside the package: arguments.results_folder
+    if args.compare and "none" in args.compare and len(set(args.compare)) > 1:
+        raise ValueError(f"--compare {' '.join(args.compare)}: 'none' measures no other loader; pass it alone, "
+                         "or name the loaders")
     try:
         device = resolve_device(args.device)
     except ValueError as exc:

@@ -69,6 +69,9 @@ def test_bad_inputs_are_named(tmp_path, capsys):
         compare_results({}, {}, threshold=0)
     assert main(["bench", "compare", str(tmp_path), str(tmp_path / "missing")]) == 2
     assert "missing" in capsys.readouterr().err
+    assert main(["bench", "compare", str(tmp_path / "gone1"), str(tmp_path / "gone2")]) == 2
+    err = capsys.readouterr().err  # both named: the old run's path went unsaid
+    assert "gone1: no such file or folder" in err and "gone2: no such file or folder" in err
     with pytest.raises(ValueError, match="no gpufeed result JSON"):
         load_results([tmp_path])
 

@@ -46,6 +46,8 @@ def test_stall_refuses_bad_arguments_in_one_line(tmp_path, capsys):
     assert exc.value.code == 2 and "argument --device: 'gpu': choose from auto" in capsys.readouterr().err
     assert main(["stall", "--data", str(tmp_path / "nowhere"), "--out", str(tmp_path)]) == 2
     assert "--data" in capsys.readouterr().err
+    assert main(["stall", "--compare", "pil", "none", "--out", str(tmp_path)]) == 2  # was taken as "pil"
+    assert "'none' measures no other loader" in capsys.readouterr().err
 
 
 def test_stall_with_the_pil_loader_names_an_unreadable_file_in_one_line(image_folder, tmp_path):
