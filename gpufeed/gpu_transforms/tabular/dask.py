@@ -2,8 +2,9 @@
 
 Nothing here re-implements an op: :class:`~gpufeed.gpu_transforms.tabular.recipe.Recipe`
 and :func:`~gpufeed.gpu_transforms.tabular.rules.apply_rules` accept Dask frames directly
-(through narwhals). Statistics are reduced across partitions exactly for mean, std, min,
-max, counts and vocabularies (one global vocabulary, not one per partition); medians are Dask's approximate ones. This module adds the edges: turning a table or files
+(through narwhals). Statistics are reduced across partitions: exactly for min, max, counts
+and vocabularies, to the last bit of pandas' result for mean and std (the partial sums are
+added in another order) (one global vocabulary, not one per partition); medians are Dask's approximate ones. This module adds the edges: turning a table or files
 into partitions, a local cluster for machines without a scheduler, and exact tail quantiles
 (:func:`quantile_bounds`) for ``Clip(quantiles=...)``: Dask's own quantile merges
 per-partition percentiles, which is far off when partitions differ in size or content (one
@@ -13,7 +14,6 @@ per-partition percentiles, which is far off when partitions differ in size or co
 
 from __future__ import annotations
 
-import glob
 import os
 import warnings
 from collections.abc import Iterator, Sequence
@@ -84,18 +84,25 @@ def _csv_compression(name: str) -> str | None:
     return compression_of_name(name)
 
 
-def _folder_format(folder: str) -> str:
-    """``"parquet"`` or ``"csv"``: what a folder's files are (a Parquet dataset, hive
-    partitions included, or a folder of plain CSV files); files of other formats are not
-    looked at."""
-    suffixes = set()
-    for _, _, files in os.walk(folder):
+def _folder_files(folder: str, kind: str | None = None) -> list[str]:
+    """The data files under ``folder`` (of ``kind``, or of any table format), in path order:
+    names ``_SUCCESS``, ``_metadata`` and hidden ones left out, suffixes in any case, CSV
+    files compressed or not."""
+    found = []
+    for root, _, files in os.walk(folder):
         for f in files:
             if f.startswith((".", "_")):  # _SUCCESS, _metadata, .crc files
                 continue
-            kind = _format_of(f)
-            if kind == "parquet" or (kind == "csv" and _csv_compression(f) is None):
-                suffixes.add(kind)
+            if (_format_of(f) == kind) if kind else _format_of(f) in ("parquet", "csv"):
+                found.append(os.path.join(root, f))
+    return sorted(found)
+
+
+def _folder_format(folder: str) -> str:
+    """``"parquet"`` or ``"csv"``: what a folder's files are (a Parquet dataset, hive
+    partitions included, or a folder of CSV files, compressed or not); files of other
+    formats are not looked at."""
+    suffixes = {_format_of(os.path.basename(f)) for f in _folder_files(folder)}
     if len(suffixes) == 1:
         return suffixes.pop()
     what = "both Parquet and CSV files" if suffixes else "no Parquet (.parquet, .pq, .parq) or CSV (.csv) files"
@@ -108,7 +115,8 @@ def read_dask(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], 
 
     Args:
         paths: a file, a glob (``"data/*.parquet"``), a list of files, or a folder (a
-            Parquet dataset, hive partitions included, or a folder of ``.csv`` files).
+            Parquet dataset, hive partitions included, or a folder of CSV files: every one,
+            compressed or not, whatever the case of its suffix, in path order).
             CSV files may be compressed (``.csv.gz``, ``.bz2``, ``.xz``, ``.zst``): each
             such file is one partition, as it cannot be split.
         backend: ``"auto"`` uses dask-cudf when cuDF and a GPU exist, else pandas partitions.
@@ -136,12 +144,15 @@ def read_dask(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], 
         paths = first = os.fspath(paths)
     folder = os.path.isdir(first)
     kind = _folder_format(first) if folder else _format_of(first)
-    if kind == "csv" and folder:  # Dask's read_csv takes no folder: its CSV files
-        paths, first = os.path.join(first, "**", "*.csv"), os.path.join(first, "x.csv")
-        if target == "cudf":
-            # dask-cudf globs without recursive=True, where '**' is exactly one folder level:
-            # the folder's own files were left out without a word. The files, listed here.
-            paths = sorted(glob.glob(paths, recursive=True))
+    if kind == "csv" and folder:
+        # Dask's read_csv takes no folder: the folder's CSV files, listed here. A glob of
+        # "**/*.csv" left compressed and upper-case ones (B.CSV, b.csv.gz) out without a
+        # word, and dask-cudf's glob, where "**" is exactly one level, the folder's own.
+        paths = _folder_files(first, "csv")
+        by_compression = {_csv_compression(p) for p in paths}
+        if len(by_compression) > 1:  # one read per file, in path order: read_csv takes one compression
+            return dd.concat([read_dask(p, backend=backend, blocksize=blocksize) for p in paths])
+        first = paths[0]
     with dask.config.set({"dataframe.backend": target}):
         if kind == "parquet":
             return dd.read_parquet(paths)

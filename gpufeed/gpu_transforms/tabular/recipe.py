@@ -2,8 +2,8 @@
 
 A :class:`Recipe` is an ordered list of ops (:mod:`.ops`, :mod:`.categorical`). ``fit``
 computes each op's statistics on the training table only (one aggregation pass per op; on
-Dask, partitions are reduced in parallel and combined exactly for mean, std, min, max and
-vocabularies), ``transform`` applies them as vectorised expressions to any table, and
+Dask, partitions are reduced in parallel and combined across partitions for mean, std
+(to the last bit of pandas' result), min, max and vocabularies (exactly)), ``transform`` applies them as vectorised expressions to any table, and
 ``to_json`` / ``from_json`` carry the fitted state to serving so both sides compute the
 same features.
 

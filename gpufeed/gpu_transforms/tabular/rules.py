@@ -471,10 +471,11 @@ def apply_rules(df: Frame, rules: Sequence[Rule]) -> Frame:
         # outputs and dtypes as there. Dask's own case-when declared int64 and computed an
         # object column of pd.NA for a rule without a default, where pandas gives Int64.
         return nw.to_native(per_partition(frame, lambda part, _: wrap(apply_rules(nw.to_native(part), rules))))
-    if backend_of(df) == "pandas" and any(_numpy_friendly(r) for r in rules):
+    if backend_of(df) == "pandas":
         # Rule by rule: one rule of another kind (booleans, datetimes) sent them all
         # through narwhals' case-when, where pandas made an integer rule without a
-        # default an object column instead of Int64.
+        # default an object column instead of Int64 (and a datetime rule one of
+        # Timestamps and NaN: typed there, :func:`_datetimes_typed`).
         return _apply_rules_numpy(frame, rules)
     if backend_of(df) == "polars" and not is_lazy(frame):
         return _apply_rules_polars(frame, rules)
@@ -527,7 +528,7 @@ def _apply_rules_numpy(frame: nw.DataFrame, rules: Sequence[Rule]) -> Frame:
     if others:  # narwhals' case-when, over the columns they read NaN as null
         read = sorted(set().union(*(r.columns() for r in others)))
         done = nan_as_null(frame, read).select(*[r.to_expr() for r in others])
-        out = {r.output: nw.to_native(done.get_column(r.output)) for r in others}
+        out = {r.output: _datetimes_typed(r, nw.to_native(done.get_column(r.output))) for r in others}
     for rule in rules:
         if rule.output in out:
             out[rule.output] = out.pop(rule.output)  # the outputs in the rules' order
@@ -540,6 +541,21 @@ def _apply_rules_numpy(frame: nw.DataFrame, rules: Sequence[Rule]) -> Frame:
             out[rule.output] = _with_missing(np.select(masks, values, default=values[0]), ~np.logical_or.reduce(masks))
     return assign(df, {name: values if isinstance(values, pd.Series) else as_column(df, values)
                        for name, values in out.items()})
+
+
+def _datetimes_typed(rule: Rule, column: Any) -> Any:
+    """A pandas rule output of datetimes as a datetime column (microseconds, as polars and
+    Dask's declared type give it), not the object column of Python datetimes and NaN that
+    the case-when left where no case held (``default=None``)."""
+    import datetime
+
+    import pandas as pd
+
+    values = [v for _, v in rule.cases] + ([] if rule.default is None else [rule.default])
+    if column.dtype != object or not all(isinstance(v, datetime.date) for v in values):
+        return column
+    typed = pd.to_datetime(column)
+    return typed.astype("datetime64[us]" if typed.dt.tz is None else f"datetime64[us, {typed.dt.tz}]")
 
 
 def _with_missing(values: Any, missing: Any) -> Any:

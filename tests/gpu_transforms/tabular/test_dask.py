@@ -139,6 +139,16 @@ def test_read_dask_reads_a_folder_of_csv_and_compressed_csv(tmp_path):
     pdf.to_parquet(tmp_path / "mixed" / "b.parquet")
     with pytest.raises(UnknownFormatError, match="both Parquet and CSV"):
         read_dask(tmp_path / "mixed", backend="pandas")
+    # Every CSV file of a folder, compressed or upper-case too (a "**/*.csv" glob left b.csv.gz
+    # and C.CSV out without a word), in path order; a folder of compressed files alone too.
+    (tmp_path / "all").mkdir()
+    pdf.iloc[:10].to_csv(tmp_path / "all" / "a.csv", index=False)
+    pdf.iloc[10:20].to_csv(tmp_path / "all" / "b.csv.gz", index=False)
+    pdf.iloc[20:].to_csv(tmp_path / "all" / "C.CSV", index=False)
+    assert read_dask(tmp_path / "all", backend="pandas")["a"].compute().tolist() == [*range(20, 30), *range(20)]
+    (tmp_path / "gz").mkdir()
+    pdf.to_csv(tmp_path / "gz" / "only.csv.gz", index=False)
+    assert len(read_dask(tmp_path / "gz", backend="pandas")) == 30
 
 
 # cudf.pandas runs (gpufeed.gpu_transforms.tabular.cudf_pandas), checked on CPU with a stand-in

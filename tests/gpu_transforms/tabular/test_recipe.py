@@ -1330,3 +1330,14 @@ def test_a_boolean_column_beside_inf_or_an_empty_column_gives_the_documented_err
     empty = pd.DataFrame({"flag": [True, False, True], "x": [np.nan, np.nan, np.nan]})
     with pytest.raises(EmptyTableError, match="column 'x'"):
         Recipe([op(["flag", "x"])]).fit(_on(backend, empty))
+
+
+def test_standardize_by_group_over_mixed_nullable_columns_fits_on_pandas_as_on_polars():
+    # Int8 beside Float64 (pandas' nullable types): the group statistics came out as an object
+    # array of Python floats, and reading them failed ("'float' object has no attribute 'item'").
+    df = pd.DataFrame({"a": pd.array([1, 2, None, 4], dtype="Int8"), "b": pd.array([1.0, 2.5, 3.0, None], dtype="Float64"),
+                       "g": ["x", "x", "y", "y"]})
+    on_pandas = Recipe([Standardize(["a", "b"], by="g")]).fit(df).ops[0].state
+    on_polars = Recipe([Standardize(["a", "b"], by="g")]).fit(to_backend(df, "polars")).ops[0].state
+    assert on_pandas["groups"] == on_polars["groups"] == {"a": [["x", 1.5, 0.5], ["y", 4.0, 1.0]],
+                                                          "b": [["x", 1.75, 0.75], ["y", 3.0, 1.0]]}

@@ -330,3 +330,19 @@ def test_isin_over_uint64_drops_numbers_outside_the_columns_range(backend):
     rule = Rule("hit", [(col("u").isin([-1, 2**63, 2**64]) | col("i").isin([300, -1, -129]), True)], default=False)
     assert list(apply_rules(to_backend(df, backend), [rule])["hit"]) == [True, False, True, False]
     assert apply_rules_rowwise(df, [rule])["hit"] == [True, False, True, False]
+
+
+def test_a_datetime_rule_without_default_is_a_datetime_column_on_every_backend():
+    # pandas gave an object column of Timestamps and NaN, and Dask's partitions object or
+    # datetime64 while it declared datetime64[us].
+    import datetime
+
+    import dask.dataframe as dd
+
+    df = pd.DataFrame({"i": range(10)})
+    rule = Rule("when", [(col("i") > 4, datetime.datetime(2024, 1, 1))])
+    on_pandas = apply_rules(df, [rule])["when"]
+    assert str(on_pandas.dtype) == "datetime64[us]" and on_pandas.isna().tolist() == [True] * 5 + [False] * 5
+    assert apply_rules(pl.from_pandas(df), [rule])["when"].dtype == pl.Datetime("us")
+    on_dask = apply_rules(dd.from_pandas(df, npartitions=2), [rule])
+    assert str(on_dask._meta["when"].dtype) == str(on_dask.compute()["when"].dtype) == "datetime64[us]"
