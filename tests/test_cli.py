@@ -425,3 +425,13 @@ def test_absurd_counts_are_usage_errors_not_tracebacks_or_hangs(tmp_path, capsys
     assert images.value.code == workers.value.code == 2
     err = capsys.readouterr().err
     assert "argument --images: must be <= 100,000,000" in err and "argument --workers: must be <= 1,024" in err
+
+
+def test_bench_formats_names_the_backend_auto_picked(tmp_path):
+    # The report read "backend auto", naming no backend.
+    from gpufeed.backends import choose_dataframe_backend
+
+    assert main(["bench", "formats", "--rows", "200", "--formats", "csv,parquet", "--backend", "auto",
+                 "--repeats", "1", "--warmup", "0", "--data-dir", str(tmp_path / "data"), "--out", str(tmp_path)]) == 0
+    md = next(tmp_path.glob("formats-*.md")).read_text()
+    assert f"backend {choose_dataframe_backend('auto').name} (auto);" in md

@@ -225,9 +225,11 @@ def run(args: argparse.Namespace) -> int:
     # Up front, in one line: a backend this machine lacks (cudf without a GPU) had failed in
     # every format's process and the run still exited 0.
     try:
-        choose_dataframe_backend(args.backend)
+        chosen = choose_dataframe_backend(args.backend).name
     except (ValueError, RuntimeError) as exc:
         raise ValueError(f"--backend {args.backend}: {exc}") from exc
+    # "auto" is reported as the backend it picked here (the report said "backend auto")
+    shown = chosen if args.backend == chosen else f"{chosen} ({args.backend})"
     default = [f for f in _EXT if f != "csv-pandas" or args.backend == "pandas"]
     formats = [f.strip() for f in args.formats.split(",") if f.strip()] if args.formats else default
     unknown = [f for f in formats if f not in _EXT]
@@ -277,7 +279,7 @@ def run(args: argparse.Namespace) -> int:
         ("format", "format"), ("write_s", "write s"), ("write_x", "write × CSV speed"), ("read_s", "read s"),
         ("read_x", "read × CSV speed"), ("mb_disk", "MB on disk"), ("size_x", "size / CSV"),
         ("mb_ram", "MB in RAM"), ("ram_x", "RAM / CSV"), ("check", "round trip")])
-    summary = (f"Table: {dataset}; backend {args.backend}; median of {counted(args.repeats, 'repeat')} after "
+    summary = (f"Table: {dataset}; backend {shown}; median of {counted(args.repeats, 'repeat')} after "
                f"{counted(args.warmup, 'warm-up')}, each format in its own process. Speed ratios > 1 mean faster than CSV "
                "(the kit's multi-threaded Arrow CSV reader; `csv-pandas` is the same file read by "
                "`pandas.read_csv`).\n\n"

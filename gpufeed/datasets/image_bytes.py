@@ -123,7 +123,8 @@ def _tiff_tags(data: bytes | memoryview | np.ndarray) -> dict[int, set[int]] | N
 
 
 def wider_than_8_bits(data: bytes | memoryview | np.ndarray) -> bool:
-    """Whether ``data`` is a PNG or a TIFF of more than 8 bits a sample (16-bit, float).
+    """Whether ``data`` is a PNG, a TIFF or a Netpbm file (.pgm, .ppm) of more than 8 bits a
+    sample (16-bit, float).
     The loaders, DALI and TensorFlow give such an image's pixels scaled to 8 bits; a reader
     that converts with PIL (the ``webdataset`` library's ``decode("rgb8")``) clips them
     instead (a 16-bit 100 * 257 reads 255), so ``gpufeed convert`` writes it as an 8-bit
@@ -135,7 +136,20 @@ def wider_than_8_bits(data: bytes | memoryview | np.ndarray) -> bool:
     if fmt == "tiff":
         tags = _tiff_tags(data)
         return tags is not None and max(tags.get(_BITS_PER_SAMPLE, {1})) > 8
+    if fmt == "pnm":
+        return (_pnm_maxval(data) or 0) > 255
     return False
+
+
+def _pnm_maxval(data: bytes | memoryview | np.ndarray) -> int | None:
+    """A Netpbm file's largest sample value (its header's maxval: above 255, 16 bits a
+    sample); None for bilevel P1/P4 files, which have none, or a header it cannot read."""
+    head = bytes(memoryview(data).cast("B")[:512])
+    if head[:2] not in (b"P2", b"P3", b"P5", b"P6"):
+        return None
+    # magic, width, height, maxval: whitespace-separated, '#' comments to the end of a line
+    tokens = re.sub(rb"#[^\n\r]*", b" ", head[2:]).split()
+    return int(tokens[2]) if len(tokens) > 2 and tokens[2].isdigit() else None
 
 
 def written_as_png(data: bytes | memoryview | np.ndarray) -> bool:

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from gpufeed.backends import dali_installed
+from gpufeed.progress import counted
 
 LOADERS = ("torch", "dali", "auto", "pil")
 
@@ -98,4 +99,4 @@ def build_loader(name: str, root: str | os.PathLike[str], *, batch_size: int, si
                                    device=device, num_workers=workers)
     return BuiltLoader(loader, loader.backend, len(loader.classes),
                        f"{loader.backend}: gpufeed classification_loader ({loader.choice.reason}; "
-                       f"{workers} workers/threads)")
+                       f"{counted(workers, 'worker/thread', 'workers/threads')})")

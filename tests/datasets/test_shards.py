@@ -1088,12 +1088,14 @@ def test_16_bit_images_are_written_as_the_8_bit_pixels_the_loaders_yield(tmp_pat
     root.mkdir(parents=True)
     Image.fromarray(np.full((8, 8), 100 * 257, np.uint16)).save(root / "grey16.png")
     Image.fromarray(np.full((8, 8), 60 * 257, np.uint16)).save(root / "grey16.tif")
+    Image.fromarray(np.full((8, 8), 30 * 257, np.uint16)).save(root / "grey16.pgm")  # maxval 65535
     loaders = {p.name: decode_rgb(np.fromfile(p, np.uint8)).numpy() for p in root.iterdir()}
     assert loaders["grey16.png"][0, 0].tolist() == [100] * 3 and loaders["grey16.tif"][0, 0].tolist() == [60] * 3
+    assert loaders["grey16.pgm"][0, 0].tolist() == [30] * 3
     convert(tmp_path / "src", tmp_path / "wds", format="webdataset", shuffle=False, workers=0, progress=False)
     got = [s["png"] for s in wds.WebDataset(str(next((tmp_path / "wds").glob("*.tar"))), shardshuffle=False
                                            ).decode("rgb8")]
-    assert [g[0, 0].tolist() for g in got] == [[100] * 3, [60] * 3]  # sorted by name: png, tif
+    assert [g[0, 0].tolist() for g in got] == [[30] * 3, [100] * 3, [60] * 3]  # sorted by name: pgm, png, tif
 
 
 def test_shards_of_many_samples_stay_within_the_target_size(tmp_path):
