@@ -132,12 +132,14 @@ def open_source(source: str | os.PathLike[str] | Sequence | SampleSource | None,
     if _is_pairs(source):  # a list source is shards: pairs would fail inside pathlib, unnamed
         raise ValueError(f"source is a sequence of (path, label) pairs ({source[0]!r}, ...): pass them as "
                          "file_list=, with source= the folder their relative paths start from")
-    if isinstance(source, (str, os.PathLike)):
-        shards.check_finished(source)  # an interrupted gpufeed convert: refused, not read in part
     if shards.is_shard_spec(source):
-        return shards.open_shards(source, storage, **keys)
+        return shards.open_shards(source, storage, **keys)  # refuses an unfinished conversion itself
     if shards.converted_format(source) is not None:
-        return shards.open_converted(source, storage, **keys)
+        return shards.open_converted(source, storage, **keys)  # so does this
+    if isinstance(source, (str, os.PathLike)):
+        # An interrupted gpufeed convert whose folder is neither yet (no manifest, no whole
+        # shard): refused with how far it got, not scanned as an image folder without classes.
+        shards.check_finished(source)
     return scan_image_folder(source, storage)
 
 
