@@ -471,11 +471,27 @@ def test_cudf_writes_and_reads_csv_and_json_as_the_other_backends_do(tmp_path):
         read_table(tmp_path / "mixed.jsonl", backend="cudf")
 
 
-def test_a_header_short_of_a_name_is_named_as_the_fault(tmp_path):
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_r_row_names_under_a_header_short_of_a_name_are_read_as_a_column(tmp_path, backend):
+    # R's write.table(sep=",") writes row names with no header name: pandas.read_csv reads
+    # them as its index; the kit as the blank-named column R's write.csv would give.
+    path = tmp_path / "r.csv"
+    path.write_text('"w","feed"\n"1",26.5,NA\n"2",27.6,5.2\n"3",28.0,1\n')
+    with pytest.warns(UserWarning, match=r"r.csv: the header names 2 column\(s\) and every data line has 3 fields"):
+        df = to_backend(read_table(path, backend=backend), "pandas")
+    assert list(df.columns) == ["Unnamed: 0", "w", "feed"]
+    assert df["Unnamed: 0"].tolist() == [1, 2, 3] and df["w"].tolist() == [26.5, 27.6, 28.0]
+    assert df["feed"].isna().tolist() == [True, False, False]
+
+
+def test_a_header_short_of_names_is_named_as_the_fault(tmp_path):
     path = tmp_path / "short.csv"
-    path.write_text("a,b\n1,2,3\n4,5,6\n")  # pandas reads the first field as the index, silently
-    with pytest.raises(MalformedCSVError, match=r"Every data line is: the header names 2 column\(s\) \(a, b\)"):
+    path.write_text("a,b\n1,2,3,4\n4,5,6,7\n")  # two names short: no row names, and pandas' index would take 2
+    with pytest.raises(MalformedCSVError, match=r"Every data line is: the header names 2 column\(s\) \(a, b\): is it"):
         read_table(path, backend="polars")
+    path.write_text("a,b\n1,2,\n4,5,\n")  # a separator ending each line: pandas shifts the columns, silently
+    with pytest.raises(MalformedCSVError, match=r"every line ends with the separator ','"):
+        read_table(path, backend="pandas")
 
 
 @pytest.mark.parametrize("orient", ["columns", "index", "split", "table"])

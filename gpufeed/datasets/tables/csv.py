@@ -17,6 +17,7 @@ import io
 import itertools
 import re
 import stat
+import warnings
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -436,6 +437,16 @@ def _read_csv_arrow(
             f"{path}: column(s) {binary} are not valid {encoding}{where}; pass the file's encoding=, "
             "e.g. encoding='latin-1' or 'cp1252'"
         )
+    if header and bad and table.num_rows == 0:
+        # Every data line one field longer than the header: R's write.table(sep=",") writes
+        # row names with no name of their own in the header. pandas.read_csv takes those first fields as its index; here they become the blank-named
+        # first column, as from R's write.csv (`"",...`), on every backend.
+        named = _row_names_read(path, file_names, encoding, sep, skiprows, block, convert_options, quoted)
+        if named is not None:
+            table, file_names, bad = named, named.column_names, []
+            warnings.warn(f"gpufeed: {path}: the header names {len(file_names) - 1} column(s) and every data line has "
+                          f"{len(file_names)} fields (R's write.table row names): the first field of each "
+                          "line is read as the column 'Unnamed: 0'", stacklevel=5)
     names = _header_names(file_names)
     unknown = [name for name, _ in dtypes if name not in table.column_names]
     if unknown:
@@ -473,9 +484,11 @@ def _read_csv_arrow(
         if on_bad_lines is OnError.RAISE:
             # Every data line off: the header is what is wrong (pandas reads the extra leading
             # fields of such a file as its index, without a word).
+            trailing = all(text.rstrip("\r\n").endswith(sep) for _, text in bad)
             fault = (f" Every data line is: the header names {table.num_columns} column(s) "
-                     f"({', '.join(table.column_names[:6])}{' ...' if table.num_columns > 6 else ''}): is it "
-                     "missing a name?") if table.num_rows == 0 else ""
+                     f"({', '.join(table.column_names[:6])}{' ...' if table.num_columns > 6 else ''})"
+                     + (f", and every line ends with the separator {sep!r}: remove it at each line's end."
+                        if trailing else ": is it missing a name?")) if table.num_rows == 0 else ""
             raise MalformedCSVError(
                 f"{path}: {len(bad)} malformed line(s) with the wrong number of fields: {shown}{more}.{fault} "
                 f"Pass on_bad_lines='skip' to skip them and get them in the read report."
@@ -483,6 +496,33 @@ def _read_csv_arrow(
                 lines=bad,
             )
         report.bad_lines = bad
+    return table
+
+
+def _row_names_read(path: Path, header_names: list[str], encoding: str, sep: str, skiprows: int, block: int,
+                    convert_options: Any, quoted: bool) -> Any | None:
+    """The file read again with a blank name before the header's (``["", *header_names]``),
+    when every data line then parses (a header one name short: row names); None otherwise."""
+    import pyarrow.csv as pacsv
+    from pyarrow import ArrowInvalid
+
+    bad: list[Any] = []
+
+    def handler(row: Any) -> str:
+        bad.append(row)
+        return "skip"
+
+    start = _header_end(path, sep, encoding, skiprows)
+    options = _arrow_read_options(encoding, start, _skipped_size(path, encoding, start), block,
+                                  column_names=["", *header_names])
+    try:
+        with open_decompressed(path, arrow=True) as source:
+            table = pacsv.read_csv(source, read_options=options, convert_options=convert_options,
+                                   parse_options=_parse_options(sep, handler, quoted))
+    except ArrowInvalid:
+        return None
+    if not table.num_rows or bad or table.column(table.num_columns - 1).null_count == table.num_rows:
+        return None  # the last field empty on every line: a separator ending each line, not row names
     return table
 
 
