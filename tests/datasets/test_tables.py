@@ -1265,3 +1265,13 @@ def test_hexadecimal_codes_are_found_across_scan_blocks_and_in_compressed_files(
     path = tmp_path / name
     path.write_bytes(gzip.compress(text.encode()) if name.endswith(".gz") else text.encode())
     assert list(read_table(path, backend="polars")["code"]) == ["0xA", "0x1F"]
+
+
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+@pytest.mark.parametrize("name", ["t.tsv", "t.TSV", "t.tsv.gz"])
+def test_tsv_files_are_tab_separated_csv(tmp_path, backend, name):
+    df = pd.DataFrame({"a": [1, 2], "b": ["x, y", "z"]})  # a comma inside a field: no quoting needed
+    path = write_table(to_backend(df, backend), tmp_path / name)
+    assert detect_format(path) == "csv"
+    pd.testing.assert_frame_equal(pd.read_csv(path, sep="\t"), df, check_dtype=False)
+    pd.testing.assert_frame_equal(to_backend(read_table(path, backend=backend), "pandas"), df, check_dtype=False)

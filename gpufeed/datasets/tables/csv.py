@@ -297,8 +297,10 @@ def _header_end(path: Path, sep: str, encoding: str, skiprows: int) -> int:
 
 
 def csv_options(path: Path, sep: str | None, encoding: str | None) -> tuple[str, str]:
-    """Checked ``(delimiter, codec name)``: ``","`` and UTF-8 unless ``sep``/``encoding`` say otherwise."""
-    sep = "," if sep is None else sep
+    """Checked ``(delimiter, codec name)``: ``","`` (a tab for a ``.tsv`` file) and UTF-8
+    unless ``sep``/``encoding`` say otherwise."""
+    if sep is None:
+        sep = "\t" if Path(path).name.lower().endswith(_TSV_SUFFIXES) else ","
     if not isinstance(sep, str) or len(sep) != 1 or sep in "\r\n\"":
         raise ValueError(f"{path}: sep must be one character other than a quote or line end, got {sep!r}")
     try:
@@ -1110,8 +1112,11 @@ def _write_csv_cudf(df: Frame, path: Path, options: WriteOptions) -> None:
     _write_csv_polars(to_backend(df, "polars"), path, options)
 
 
+#: Tab-separated files: CSV whose default delimiter is a tab.
+_TSV_SUFFIXES = (".tsv", *(f".tsv{suffix}" for suffix in COMPRESSION_SUFFIXES))
+
 CSV = TableFormat(
-    "csv", (".csv", *(f".csv{suffix}" for suffix in COMPRESSION_SUFFIXES)),
+    "csv", (".csv", *(f".csv{suffix}" for suffix in COMPRESSION_SUFFIXES), *_TSV_SUFFIXES),
     readers=dict.fromkeys(("pandas", "polars", "cudf"), read_csv),
     writers={"pandas": _write_csv, "polars": _write_csv_polars, "cudf": _write_csv_cudf},
     text_options=csv_options,
