@@ -661,6 +661,10 @@ class TableBatches:
         self._next_epoch, self._skip = epoch + 1, 0
         self._running = running = [epoch, skip]
         yield from self._batches(epoch, skip, running)
+        if self._running is running:
+            # The pass is closed (its end asked for): state_dict() names the next epoch's
+            # start. Until then, after its last batch, it names this epoch's end.
+            self._running = None
 
     def __next__(self) -> Batch:
         if self._pass is None:
@@ -668,11 +672,12 @@ class TableBatches:
         return next(self._pass)
 
     def state_dict(self) -> dict[str, Any]:
-        """Where the batches stand: the epoch and the batches of it already yielded (the
-        next epoch from its start after a whole pass), with what makes them this table's."""
+        """Where the batches stand: the epoch and the batches of it already yielded, with
+        what makes them this table's. As the image loader's: right after a pass's last batch,
+        that epoch's end (resumed, the first pass is empty, so a loop that calls
+        ``set_epoch(saved_epoch)`` or none goes on alike); once the pass has ended (its
+        ``StopIteration``), the next epoch's start."""
         epoch, done = (self._next_epoch, self._skip) if self._running is None else self._running
-        if self._running is not None and done >= len(self):
-            epoch, done = epoch + 1, 0
         state = {"epoch": epoch, "batches_done": done, "set_epoch": self._set_epoch, **self._fingerprint()}
         # Plain Python values: numpy ones (seed=np.int64(3)) made a Lightning checkpoint fail to
         # load (torch.load's weights_only=True refuses numpy scalars), so the run never resumed.

@@ -181,18 +181,48 @@ def test_iter_batches_next_reads_one_pass_as_the_generator_did():
 def test_iter_batches_resumed_from_its_state_gives_the_rest_of_the_epoch(shuffle, cut):
     """Lightning saves a loader's ``state_dict()`` in a mid-epoch checkpoint and, resumed,
     calls ``load_state_dict`` on a new one, then ``iter()``: before + after is the epoch
-    (after a whole epoch: the next epoch from its start)."""
+    (after its last batch: the epoch's end, the rest empty; after its end: the next epoch)."""
     epoch = [_rows(list(_table_batches(shuffle=shuffle, seed=7, epoch=e))) for e in (2, 3)]
     batches = _table_batches(shuffle=shuffle, seed=7, epoch=2)
     it = iter(batches)
     before = _rows([next(it) for _ in range(cut)])
     state = batches.state_dict()
-    assert state["epoch"] == (3 if cut == 10 else 2) and state["batches_done"] == cut % 10
+    assert state["epoch"] == 2 and state["batches_done"] == cut
     resumed = _table_batches(shuffle=shuffle, seed=7)
     resumed.load_state_dict(state)
     after = _rows(list(resumed))
-    assert before + after == epoch[0] if cut < 10 else (before == epoch[0] and after == epoch[1])
-    assert _rows(list(resumed)) == _rows(list(_table_batches(shuffle=shuffle, seed=7, epoch=state["epoch"] + 1)))
+    assert before + after == epoch[0]
+    assert _rows(list(resumed)) == epoch[1]
+    if cut == 10:  # the pass closed (its StopIteration): the next epoch's start
+        assert next(it, None) is None
+        assert {k: batches.state_dict()[k] for k in ("epoch", "batches_done")} == {"epoch": 3, "batches_done": 0}
+
+
+@pytest.mark.parametrize("calls_set_epoch", [False, True])
+def test_iter_batches_checkpointed_after_an_epochs_last_batch_resumes_each_epoch_once(calls_set_epoch):
+    """A step-based checkpoint right after an epoch's last batch, resumed by a loop over
+    ``range(saved_epoch, E)``, with or without ``set_epoch`` (as the image loader documents):
+    the state named the next epoch's start, so epoch 1 ran twice (12 batches for 9) or the
+    loop got one epoch too many."""
+    def run(batches: object, first: int, log: list, stop_after: int | None = None) -> tuple[int, dict] | None:
+        for epoch in range(first, 3):
+            if calls_set_epoch:
+                batches.set_epoch(epoch)
+            for batch in batches:
+                log.append(_rows([batch]))
+                if len(log) == stop_after:
+                    return epoch, batches.state_dict()
+        return None
+
+    whole: list = []
+    run(_table_batches(shuffle=True, seed=2, batch_size=400), 0, whole)
+    cut: list = []
+    saved_epoch, state = run(_table_batches(shuffle=True, seed=2, batch_size=400), 0, cut, stop_after=3)
+    resumed = _table_batches(shuffle=True, seed=2, batch_size=400)
+    resumed.load_state_dict(state)
+    rest: list = []
+    run(resumed, saved_epoch, rest)
+    assert len(whole) == 9 and cut + rest == whole
 
 
 def test_iter_batches_state_after_set_epoch_is_that_epochs_start():
