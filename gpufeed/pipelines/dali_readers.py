@@ -255,6 +255,13 @@ class ReaderIterator(DALIClassificationIterator):
     gpufeed_identity: dict[str, Any] = {}
     #: ``last_batch="fill"``: :attr:`size` counts the padded last batch.
     gpufeed_fill = False
+    #: Batches returned in the epoch under way (0 once its ``StopIteration`` came).
+    _taken = 0
+    #: Resumed from a state taken right after an epoch's last batch: the first pass is that
+    #: epoch's rest, nothing (DALI's own checkpoint there is the next epoch's start).
+    _ended_pass = False
+    #: That empty pass ended: the ``reset()`` after it has nothing to reset.
+    _reset_skipped = False
 
     @property
     def size(self) -> int:
@@ -264,9 +271,31 @@ class ReaderIterator(DALIClassificationIterator):
         size = super().size
         return -(-size // self.batch_size) * self.batch_size if self.gpufeed_fill else size
 
+    def __next__(self) -> Any:
+        if self._ended_pass:
+            self._ended_pass, self._reset_skipped = False, self._auto_reset != "yes"
+            raise StopIteration
+        try:
+            batch = super().__next__()
+        except StopIteration:
+            self._taken = 0
+            raise
+        self._taken += 1
+        return batch
+
+    def reset(self) -> None:
+        """DALI's ``reset()``; after the empty pass of a state taken at an epoch's end,
+        nothing (DALI is at the next epoch's start already, and would warn)."""
+        if self._reset_skipped:
+            self._reset_skipped = False
+            return
+        super().reset()
+
     def state_dict(self) -> dict[str, Any]:
         """Where this iterator is, as DALI checkpoints it: plain data (the checkpoint is
-        base64 text), so ``torch.save`` and JSON both keep it.
+        base64 text), so ``torch.save`` and JSON both keep it. As the loader's: right after
+        an epoch's last batch, that epoch's end (resumed, the first pass is empty); after
+        its ``StopIteration``, the next epoch's start.
 
         It holds the dataset's fingerprint and the settings that shape the pipeline, the
         DALI version (DALI reads only its own version's checkpoints) and DALI's
@@ -277,6 +306,9 @@ class ReaderIterator(DALIClassificationIterator):
         return {
             **self.gpufeed_identity,
             "checkpoints": [base64.b64encode(bytes(c)).decode("ascii") for c in self.checkpoints()],
+            # DALI's checkpoint cannot say it: right after the last batch it already holds the
+            # next epoch's start, so a loop over range(saved_epoch, E) ran one epoch too many.
+            "epoch_end": self._ended_pass or self._taken >= len(self),
         }
 
 
@@ -349,4 +381,5 @@ def reader_iterator(samples: SampleSource, options: LoaderOptions, device_id: in
     iterator = ReaderIterator([pipe], reader_name=READER_NAME, last_batch_policy=policy, auto_reset=auto_reset)
     iterator.gpufeed_identity = identity
     iterator.gpufeed_fill = policy == LastBatchPolicy.FILL
+    iterator._ended_pass = bool(checkpoint and checkpoint.get("epoch_end"))  # states before it: absent
     return iterator

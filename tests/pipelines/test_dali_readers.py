@@ -434,6 +434,39 @@ def test_a_checkpoint_resumes_with_the_same_samples_crops_and_flips(shards, last
         np.testing.assert_array_equal(images2, images)  # the crops and flips too
 
 
+@pytest.mark.parametrize("last_batch", ["partial", "drop"])
+@pytest.mark.parametrize("auto_reset", [True, False])
+def test_a_checkpoint_after_an_epochs_last_batch_resumes_with_its_empty_rest(shards, last_batch, auto_reset):
+    """A step-based checkpoint right after an epoch's last batch is that epoch's end, as
+    the loader's and the fed iterator's: resumed, the first pass is empty, then epoch 1
+    (DALI's own checkpoint there is epoch 1's start, so a loop over range(saved_epoch, E)
+    ran one epoch too many, each one labelled one off). After the epoch's StopIteration
+    the state is the next epoch's start."""
+    kw = dict(shuffle=True, shuffle_buffer=6, last_batch=last_batch)
+
+    def passes(it, count):
+        out = []
+        for _ in range(count):
+            out.append([labels.tolist() for labels, _ in _epoch(it)])
+            if not auto_reset:
+                it.reset()
+        return out
+
+    whole = passes(_loader(shards, **kw).dali_iterator(auto_reset=auto_reset), 2)
+    it = _loader(shards, **kw).dali_iterator(auto_reset=auto_reset)
+    for _ in range(len(it)):
+        next(it)
+    state = json.loads(json.dumps(it.state_dict()))
+    resumed = _loader(shards, **kw).dali_iterator(checkpoint=state, auto_reset=auto_reset)
+    assert json.loads(json.dumps(resumed.state_dict()))["epoch_end"]  # checkpointed again before the empty pass
+    assert passes(resumed, 2) == [[], whole[1]]
+    assert next(it, None) is None  # the epoch's end asked for
+    if not auto_reset:
+        it.reset()
+    resumed = _loader(shards, **kw).dali_iterator(checkpoint=it.state_dict(), auto_reset=auto_reset)
+    assert passes(resumed, 1) == [whole[1]]
+
+
 @pytest.mark.parametrize("last_batch", ["partial", "fill"])
 def test_a_state_from_before_fill_padded_the_reader(shards, last_batch):
     # States of then did not record the reader's padding: fill's is refused (its epochs had
