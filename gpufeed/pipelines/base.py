@@ -349,6 +349,10 @@ class ClassificationLoader:
             skipped = [Skipped(str(path), str(reason)) for path, reason in state.get("skipped", [])]
         except (TypeError, ValueError) as exc:
             raise ValueError(f"not a gpufeed loader state: bad skipped list ({exc})") from None
+        if other_rank and batch > len(self.plan) >= 0:
+            # With last_batch="partial" ranks may differ by a batch: past this rank's last
+            # batch, the other rank's position is this rank's epoch end.
+            batch = len(self.plan)
         if epoch < 0 or not 0 <= batch <= len(self.plan):
             raise ValueError(f"state epoch {epoch}, batch {batch} is outside this plan "
                              f"({len(self.plan)} batches per epoch)")

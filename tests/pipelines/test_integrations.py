@@ -613,3 +613,22 @@ def test_every_ddp_rank_resumes_from_rank_0s_loader_state(image_folder, backend,
     assert resumed.samples_yielded == other.samples_yielded
     with pytest.raises(ValueError, match="num_shards"):  # another split is still refused
         load(image_folder, backend, **{**kw, "num_shards": 4, "shard_id": 1}).load_state_dict(state)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_partial_rank_state_past_this_ranks_last_batch_resumes_at_its_epoch_end(image_folder, backend):
+    """With ``last_batch="partial"`` ranks may differ by a batch (40 images, 3 ranks, batch
+    13: rank 2 has 2 batches, rank 0 one). Rank 2's state after its last batch, loaded on
+    rank 0, failed with "batch 2 is outside this plan" and named no rank; rank 0 had ended
+    its epoch by then, so it now resumes at its epoch's end and goes on with the next."""
+    kw = dict(train=True, batch_size=13, shuffle=True, seed=6, last_batch="partial", num_shards=3)
+    rank0, rank2 = (load(image_folder, backend, shard_id=r, **kw) for r in (0, 2))
+    assert (len(rank0), len(rank2)) == (1, 2)
+    it = iter(rank2)
+    next(it), next(it)
+    resumed = load(image_folder, backend, shard_id=0, **kw)
+    resumed.load_state_dict(rank2.state_dict())
+    assert list(resumed) == []  # the rest of epoch 0 on rank 0: nothing
+    next_epoch = load(image_folder, backend, shard_id=0, **kw)
+    next_epoch.set_epoch(1)
+    assert [y.tolist() for _, y in resumed] == [y.tolist() for _, y in next_epoch]
