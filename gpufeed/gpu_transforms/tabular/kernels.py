@@ -6,7 +6,8 @@ still takes the narwhals form in the same function, so results stay identical:
 
 - :func:`quantile_bounds` (``Clip(quantiles=)``):
 
-  - Dask: narwhals has no quantile across partitions, so Dask's own (approximate) is used.
+  - Dask: narwhals has no quantile across partitions; :func:`.dask.quantile_bounds` reads
+    each quantile's tail exactly (Dask's own merge of partition percentiles is far off).
   - polars: ``bottom_k``/``top_k`` read only the tails, then the two neighbouring order
     statistics are interpolated exactly as numpy does. polars' own ``quantile`` rounds the
     interpolation differently in the last bit now and then, so pandas and polars would fit
@@ -61,7 +62,6 @@ import numpy as np
 from gpufeed.gpu_transforms.tabular.frames import (
     NwFrame,
     collect_small,
-    first_row,
     is_lazy,
     is_missing,
     small_rows,
@@ -348,15 +348,16 @@ def group_stats_f64(frame: NwFrame, backend: str, by: str, columns: Sequence[str
             # Cast before grouping: Dask's group-by takes plain column aggregations only
             # (integers too there, and on cuDF: their group sums wrap round, .stats.f64).
             part = frame.select(by, *[f64(c, schema, backend) for c in chunk])
-            shifts = _dask_shifts(part, chunk) if backend == "dask" else {}
-            if shifts:
-                part = part.with_columns(*[(nw.col(c) - s).alias(c) for c, s in shifts.items()])
-            rows = small_rows(part.group_by(by).agg(*[nw.col(c).mean().alias(f"m:{c}") for c in chunk],
-                                                    *[nw.col(c).std(ddof=0).alias(f"s:{c}") for c in chunk],
-                                                    *[nw.col(c).count().alias(f"n:{c}") for c in chunk]))
-            for row in rows:
-                for c, s in shifts.items():
-                    row[f"m:{c}"] += s
+            if backend == "dask":
+                # Each group's std around its own mean (two passes): Dask's one-pass group
+                # std cancels for values far from 0 (see group_moments).
+                from gpufeed.gpu_transforms.tabular.dask import group_moments
+
+                rows = group_moments(nw.to_native(part), by, chunk)
+            else:
+                rows = small_rows(part.group_by(by).agg(*[nw.col(c).mean().alias(f"m:{c}") for c in chunk],
+                                                        *[nw.col(c).std(ddof=0).alias(f"s:{c}") for c in chunk],
+                                                        *[nw.col(c).count().alias(f"n:{c}") for c in chunk]))
         for row in rows:
             key = None if is_missing(row[by]) else row[by]
             merged.setdefault(key, {by: row[by]}).update(row)
@@ -367,17 +368,6 @@ def _scalar(value: Any) -> Any:
     """A numpy scalar as the Python number; anything else (pandas' NA, or the Python
     floats of an object array, which pandas gives for mixed nullable columns) as it is."""
     return value.item() if isinstance(value, np.generic) else value
-
-
-def _dask_shifts(part: NwFrame, columns: Sequence[str]) -> dict[str, float]:
-    """Each column's mean (finite ones; one pass), which Dask's group-by std is taken around.
-
-    Dask's group-by variance is ``(sum(x**2) - sum(x)**2 / n) / n``: for values far from 0
-    beside their spread (epoch-nanosecond stamps a second apart) the two sums cancel and
-    the std came out 0, so a column was taken for a constant one. Around the mean the sums
-    are of the spread alone; the std is unchanged and the mean is shifted back."""
-    means = first_row(part.select(*[nw.col(c).mean().alias(c) for c in columns]))
-    return {c: float(m) for c, m in means.items() if not is_missing(m) and math.isfinite(float(m)) and m != 0}
 
 
 def pooled_stats(groups: list[dict[str, Any]], column: str) -> tuple[float, float, float] | None:

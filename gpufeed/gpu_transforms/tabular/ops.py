@@ -289,7 +289,8 @@ class FillMissing(TableOp):
 
     A whole-number fill an integer column's type cannot hold widens the column to the
     smallest integer type that does (int8 filled with 1000: int16), on every backend.
-    On Dask the median is Dask's approximate one; use ``mean`` for exact results there.
+    On Dask the median is exact, as pandas gives it, up to 4,000,000 values a column (see
+    :func:`.dask.quantile_bounds`); beyond that it is Dask's approximate one, with a warning.
     """
 
     strategy: str = "mean"
@@ -316,6 +317,15 @@ class FillMissing(TableOp):
                 self._check_constant(frame, schema[c], c)
             self.state = {c: self.value for c in self.columns}
             return
+        if backend == "dask" and self.strategy == "median":
+            # Exact, as Clip's quantiles: Dask's own median merges per-partition
+            # percentiles (on a table sorted by species, the 78th percentile).
+            from gpufeed.gpu_transforms.tabular.dask import quantile_bounds as dask_quantiles
+
+            check_finite(frame, self.columns, "FillMissing")
+            medians = dask_quantiles(nw.to_native(frame), self.columns, [0.5], op="FillMissing")
+            self.state = {c: medians[c][0] for c in self.columns}
+            return
         native = float64_columns(frame, self.columns) if backend == "pandas" and self.strategy == "mean" else None
         found = finite_means(native, self.columns) if native is not None else None
         if found is not None:
@@ -332,10 +342,7 @@ class FillMissing(TableOp):
 
     def _fitted_values(self, column: str, schema: Any, backend: str) -> nw.Expr:
         """The values a mean or median is taken of: in float64 where the backend needs it
-        (:func:`.stats.f64`), and on Dask always for a median: Dask's quantile refused
-        pandas' nullable columns ("Cannot interpret 'Int64Dtype()' as a data type")."""
-        if backend == "dask" and self.strategy == "median":
-            return nw.col(column).cast(nw.Float64)
+        (:func:`.stats.f64`)."""
         return f64(column, schema, backend)
 
     def _check_constant(self, frame: NwFrame, dtype: Any, column: str) -> None:
@@ -467,7 +474,9 @@ class Clip(TableOp):
     nothing (the column keeps its type); one beyond the other end widens the column to hold
     it (:func:`_clip_integers`). Fractional bounds make an integer column float64.
 
-    Quantiles interpolate linearly: bit-identical on pandas and polars, to the last bit or so on cuDF; approximate on Dask.
+    Quantiles interpolate linearly: bit-identical on pandas and polars, to the last bit or so
+    on cuDF; exact on Dask up to 4,000,000 values a column (:func:`.dask.quantile_bounds`;
+    beyond that, Dask's approximate ones, with a warning).
     """
 
     lower: float | None = None

@@ -151,41 +151,31 @@ def test_downcast_keeps_an_all_missing_integer_column_on_cudf():
     assert small["gap"].null_count == 3 and small["n"].to_arrow().to_pylist() == [1, 2, 3]
 
 
-def test_read_dask_on_cudf_lists_a_csv_folder_and_reads_xz_through_pandas(monkeypatch, tmp_path):
+def test_read_dask_on_cudf_lists_a_csv_folder_and_parses_it_as_read_table_does(monkeypatch, tmp_path):
     # dask-cudf globs '**' without recursive=True (one folder level: the folder's own files
-    # were left out), and cuDF's CSV reader has no xz: checked with a stand-in reader.
+    # were left out), cuDF's CSV reader has no xz, and its type inference is not read_table's:
+    # every file is parsed on the host with the kit's types, then moved to cuDF partitions
+    # (checked with a stand-in move).
     from types import SimpleNamespace
 
-    import dask
     import dask.dataframe as dd
 
     from gpufeed.gpu_transforms.tabular import dask as dask_module
 
-    calls = []
-
-    class Read:
-        def to_backend(self, name):
-            calls.append(("to_backend", name))
-            return self
-
-    def read_csv(paths, **kwargs):
-        calls.append((paths, kwargs, dask.config.get("dataframe.backend")))
-        return Read()
-
+    moved = []
     monkeypatch.setattr(dask_module, "installed", lambda name: True)
     monkeypatch.setattr(dask_module, "choose_dataframe_backend", lambda _: SimpleNamespace(name="cudf"))
-    monkeypatch.setattr(dd, "read_csv", read_csv)
+    monkeypatch.setattr(dd.DataFrame, "to_backend", lambda self, name: moved.append(name) or self)
     (tmp_path / "csv" / "more").mkdir(parents=True)
-    for name in ("csv/p0.csv", "csv/more/p1.csv"):
-        (tmp_path / name).write_text("a\n1\n")
-    dask_module.read_dask(tmp_path / "csv", backend="cudf")
-    assert calls[0][0] == [str(tmp_path / "csv" / "more" / "p1.csv"), str(tmp_path / "csv" / "p0.csv")]
-    assert calls[0][2] == "cudf"
-    calls.clear()
-    (tmp_path / "t.csv.xz").write_bytes(b"")
-    dask_module.read_dask(tmp_path / "t.csv.xz", backend="cudf")
-    assert calls == [(str(tmp_path / "t.csv.xz"), {"blocksize": None, "compression": "xz"}, "pandas"),
-                     ("to_backend", "cudf")]
+    for name, value in (("csv/p0.csv", 1), ("csv/more/p1.csv", 2)):
+        (tmp_path / name).write_text(f"a,d\n{value},2024-01-0{value}\n")
+    got = dask_module.read_dask(tmp_path / "csv", backend="cudf")
+    assert moved == ["cudf"] and got["a"].compute().tolist() == [2, 1]  # path order: more/p1.csv first
+    assert str(got["d"].dtype) == "datetime64[ms]"
+    moved.clear()
+    pd.DataFrame({"a": [1, 2]}).to_csv(tmp_path / "t.csv.xz", index=False)
+    assert dask_module.read_dask(tmp_path / "t.csv.xz", backend="cudf")["a"].sum().compute() == 3
+    assert moved == ["cudf"]
 
 
 @pytest.mark.gpu
