@@ -427,7 +427,7 @@ def quantile_bounds(ddf: Any, columns: Sequence[str], qs: Sequence[float], *,
     """
     import dask
 
-    from gpufeed.gpu_transforms.tabular.kernels import _lerp, _quantile_spot
+    from gpufeed.gpu_transforms.tabular.quantiles import lerp, quantile_spot
 
     columns = list(columns)
     counts = dask.compute(ddf[columns].count())[0]
@@ -438,7 +438,7 @@ def quantile_bounds(ddf: Any, columns: Sequence[str], qs: Sequence[float], *,
             raise EmptyTableError(f"{op}: column {c!r} has no non-missing value to fit on (empty table?)")
         plan = []
         for q in qs:
-            prev, nxt, gamma = _quantile_spot(n, float(q))
+            prev, nxt, gamma = quantile_spot(n, float(q))
             if nxt + 1 <= max_tail:  # the nxt+1 smallest values hold positions prev and nxt
                 plan.append((len(tails), prev, nxt, gamma))
                 tails.append(ddf[c].nsmallest(nxt + 1))
@@ -467,10 +467,10 @@ def quantile_bounds(ddf: Any, columns: Sequence[str], qs: Sequence[float], *,
                 # Sorted on the GPU, and only the two order statistics come to the host
                 # (the tail may hold up to max_tail values).
                 picked = tail.astype("float64").sort_values(ignore_index=True).iloc[[lo, hi]]
-                bounds.append(_lerp(*(float(v) for v in picked.to_numpy()), gamma))
+                bounds.append(lerp(*(float(v) for v in picked.to_numpy()), gamma))
                 continue
             values = np.sort(np.asarray(tail.to_numpy(dtype="float64")))
-            bounds.append(_lerp(float(values[lo]), float(values[hi]), gamma))
+            bounds.append(lerp(float(values[lo]), float(values[hi]), gamma))
         out[c] = bounds
     if approximate:
         warnings.warn(f"{op}: quantiles of {sorted(set(approximate))} lie more than {max_tail} values from both "

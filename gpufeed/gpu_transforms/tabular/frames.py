@@ -54,10 +54,12 @@ def wrap(df: Frame | NwFrame) -> NwFrame:
     """A narwhals view of ``df`` (eager DataFrame, or LazyFrame for Dask); zero-copy."""
     if isinstance(df, nw.DataFrame | nw.LazyFrame):
         return df
-    backend_of(df)  # clear error for unsupported types
+    if backend_of(df) != "dask":  # (a clear error for unsupported types)
+        return nw.from_native(df)
     with warnings.catch_warnings():
         # narwhals announces that Dask support moves to a plug-in package; it still works
-        # in the pinned versions and the message would fire on every call.
+        # in the pinned versions and the message would fire on every call. (Only here: the
+        # filter costs as much as the wrap, which an op makes a few times per call.)
         warnings.filterwarnings("ignore", message=".*Dask support is moving.*", category=FutureWarning)
         return nw.from_native(df)
 

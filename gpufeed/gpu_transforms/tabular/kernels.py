@@ -8,12 +8,12 @@ still takes the narwhals form in the same function, so results stay identical:
 
   - Dask: narwhals has no quantile across partitions; :func:`.dask.quantile_bounds` reads
     each quantile's tail exactly (Dask's own merge of partition percentiles is far off).
-  - polars: ``bottom_k``/``top_k`` read only the tails, then the two neighbouring order
-    statistics are interpolated exactly as numpy does. polars' own ``quantile`` rounds the
-    interpolation differently in the last bit now and then, so pandas and polars would fit
-    different bounds; reading the tails is also faster than a full copy to numpy.
-  - pandas: numpy's partial sort, one thread per column (numpy releases the GIL); faster
-    than pandas' (and narwhals') quantile.
+  - pandas and polars: :func:`.quantiles.exact_quantiles` on each column's values (on
+    polars its own buffer), one thread per column (numpy releases the GIL): only the
+    tails are read, and the order statistics are interpolated exactly as numpy does.
+    polars' own ``quantile`` rounds the interpolation differently in the last bit now and
+    then, so pandas and polars would fit different bounds; pandas' (and narwhals')
+    quantile sorts the whole column.
   - cuDF: cuDF's linear quantile, on the GPU, both quantiles of a column from one sort (the
     same order statistics; the interpolation may round differently in the last bit).
 
@@ -68,12 +68,14 @@ from gpufeed.gpu_transforms.tabular.frames import (
     wrap,
 )
 from gpufeed.gpu_transforms.tabular.numpy_kernels import (
+    clip_to,
     log_offset,
     log_offset_lows,
     pooled_empty,
     spread,
 )
 from gpufeed.gpu_transforms.tabular.pandas_kernels import as_column, assign
+from gpufeed.gpu_transforms.tabular.quantiles import exact_quantiles
 from gpufeed.gpu_transforms.tabular.stats import (
     aggregate,
     f64,
@@ -130,6 +132,18 @@ def polars_log(frame: NwFrame, columns: Sequence[str], offset: float, *, checked
     if checked and not all(low > -math.inf for low in lows):  # NaN or -inf: a NaN or x <= -offset somewhere
         return None
     return wrap(native.with_columns(logged))
+
+
+def polars_clip(frame: NwFrame, bounds: dict[str, Sequence[float | None]]) -> NwFrame:
+    """Each float64 column ``c`` of an eager polars frame clipped to ``bounds[c] = [low,
+    high]`` (None: no bound) by numpy's clip (:func:`.numpy_kernels.clip_to`, as on pandas),
+    missing values kept missing. Why: polars' own ``clip`` took 85 ms over 40 columns of 1M
+    values, this 21 ms (2-core AMD EPYC, polars 2.1, numpy 2.4)."""
+    native = nw.to_native(frame)
+    series = [native.get_column(c) for c in bounds]
+    # _numpy_series hands the kernel every chunk of every column: each chunk its column's bounds
+    per_chunk = [bounds[s.name] for s in series for _ in range(s.n_chunks())]
+    return wrap(native.with_columns(_numpy_series(series, lambda values: clip_to(values, per_chunk))))
 
 
 def polars_min_max(frame: NwFrame, columns: Sequence[str]) -> dict[str, list[float]] | None:
@@ -205,10 +219,6 @@ def cudf_log(frame: NwFrame, columns: Sequence[str], offset: float) -> NwFrame:
 GROUP_CODE = "__gpufeed_group_code"
 #: Float32 columns cast to float64 per group-by pass on eager pandas/cuDF.
 _CAST_CHUNK = 16
-#: Polars reads a quantile's two neighbouring order statistics with ``bottom_k``/``top_k``
-#: when they lie among this many values at either end of the column (or this share of its
-#: rows): clipping outliers needs only the tails. Deeper quantiles use numpy's partial sort.
-_TAIL_ROWS, _TAIL_SHARE = 4096, 0.02
 
 
 def quantile_bounds(frame: NwFrame, backend: str, columns: Sequence[str],
@@ -255,69 +265,33 @@ def _numpy_quantiles(frame: nw.DataFrame, column: str, qs: tuple[float, float]) 
         values = frame.get_column(column).drop_nulls().to_numpy()
     if len(values) == 0:
         raise no_values("Clip", column)
-    with np.errstate(invalid="ignore"):  # inf at a bound gives NaN, which Clip.fit names
-        return [float(q) for q in np.quantile(values.astype(np.float64, copy=False), qs)]
+    return exact_quantiles(values, qs)
 
 
 def _polars_quantiles(frame: NwFrame, columns: Sequence[str], qs: tuple[float, float]) -> dict[str, list[float]]:
-    """numpy's linear quantiles of polars columns, bit for bit, in one query for the tails.
-
-    ``bottom_k``/``top_k`` over all columns run in one ``select`` (polars' threads); a
-    column whose quantiles lie deeper than the tails goes through numpy's partial sort.
-    """
-    import polars as pl
-
-    native = nw.to_native(frame).lazy()
+    """numpy's linear quantiles of polars columns, bit for bit (:func:`.quantiles.exact_quantiles`
+    on each int or float column's own buffer, no copy where it has no gap; the columns
+    spread over the usable cores). Other columns (decimals) through :func:`_numpy_quantiles`."""
+    native = nw.to_native(frame)
     schema = native.collect_schema()
     fast = [c for c in columns if schema[c].is_float() or schema[c].is_integer()]
-    # The in-memory engine: top_k/bottom_k are slower on polars' streaming engine.
-    info = native.select(*[pl.col(c).count().alias(f"n:{c}") for c in fast],
-                         *[pl.col(c).is_nan().any().alias(f"nan:{c}") for c in fast if schema[c].is_float()]
-                         ).collect(engine="in-memory").row(0, named=True) if fast else {}
-    state: dict[str, list[float]] = {}
-    exprs, plans = [], {}
-    for c in fast:
-        n = info[f"n:{c}"]
-        if n == 0:
-            raise no_values("Clip", c)
-        if info.get(f"nan:{c}"):
-            state[c] = [math.nan] * len(qs)  # numpy: any NaN makes every quantile NaN
-            continue
-        limit = max(_TAIL_ROWS, int(n * _TAIL_SHARE))
-        spots = [_quantile_spot(n, q) for q in qs]
-        if not all(nxt < limit or n - prev <= limit for prev, nxt, _ in spots):
-            continue
-        values = pl.col(c).drop_nulls()
-        for i, (prev, nxt, _) in enumerate(spots):
-            if nxt < limit:  # the nxt+1 smallest values, ascending: positions prev and nxt
-                exprs.append(values.bottom_k(nxt + 1).sort().gather([prev, nxt]).implode().alias(f"{i}:{c}"))
-            else:  # the n-prev largest values, ascending: sorted position prev comes first
-                exprs.append(values.top_k(n - prev).sort().gather([0, nxt - prev]).implode().alias(f"{i}:{c}"))
-        plans[c] = spots
-    found = native.select(*exprs).collect(engine="in-memory").row(0, named=True) if exprs else {}
-    for c, spots in plans.items():
-        state[c] = [_lerp(float(found[f"{i}:{c}"][0]), float(found[f"{i}:{c}"][1]), gamma)
-                    for i, (_, _, gamma) in enumerate(spots)]
+    if is_lazy(frame):
+        native = native.select(fast).collect()
+
+    def bounds(column: str) -> list[float]:
+        series = native.get_column(column)
+        if series.null_count() == len(series):
+            raise no_values("Clip", column)
+        values = (series.drop_nulls() if series.null_count() else series).to_numpy()
+        if values.dtype.kind == "f" and np.isnan(values).any():
+            return [math.nan] * len(qs)  # numpy: any NaN makes every quantile NaN
+        return exact_quantiles(values, qs)
+
+    state = dict(zip(fast, spread(bounds, fast), strict=True))
     rest = [c for c in columns if c not in state]
     if rest:
         state |= _numpy_quantiles_threaded(collect_small(frame.select(*rest)), rest, qs)
     return {c: state[c] for c in columns}
-
-
-def _quantile_spot(n: int, q: float) -> tuple[int, int, float]:
-    """numpy's linear method: the sorted positions around ``(n - 1) * q`` and the weight
-    of the upper one, including its convention for the last position."""
-    index = (n - 1) * q
-    if index >= n - 1:
-        return n - 1, n - 1, index + 1  # numpy marks both as position -1; gamma = index - (-1)
-    prev = math.floor(index)
-    return prev, prev + 1, index - prev
-
-
-def _lerp(a: float, b: float, t: float) -> float:
-    # numpy's _lerp, operation for operation, so the bounds equal np.quantile's exactly.
-    diff = b - a
-    return b - diff * (1 - t) if t >= 0.5 else a + diff * t
 
 
 def group_stats_f64(frame: NwFrame, backend: str, by: str, columns: Sequence[str],

@@ -40,6 +40,7 @@ from gpufeed.gpu_transforms.tabular.kernels import (
     GROUP_CODE,
     cudf_log,
     group_stats_f64,
+    polars_clip,
     polars_log,
     polars_min_max,
     pooled_stats,
@@ -484,6 +485,7 @@ class Clip(TableOp):
     quantiles: tuple[float, float] | None = None
     kind: ClassVar[str] = "clip"
     takes: ClassVar[str] = "numbers"
+    polars_eager: ClassVar[bool] = True  # polars_clip reads the columns' Arrow buffers
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -522,8 +524,13 @@ class Clip(TableOp):
         if native is not None:
             return clip_columns(native, {c: self.state[c] for c in self.columns})
         schema = schema_of(frame)
+        columns = self.columns
+        if backend == "polars" and not is_lazy(frame):
+            floats = {c: self.state[c] for c in columns if schema[c] == nw.Float64}
+            frame = polars_clip(frame, floats) if floats else frame
+            columns = [c for c in columns if c not in floats]
         exprs = []
-        for c in self.columns:
+        for c in columns:
             bounds = self.state[c]
             fractional = any(b is not None and not float(b).is_integer() for b in bounds)
             if schema[c].is_integer() and not fractional:
@@ -535,7 +542,7 @@ class Clip(TableOp):
             # pandas computes a float32 column's clip in float64 (and keeps it), polars in
             # float32: keep float32 on both.
             exprs.append(expr.clip(*bounds).cast(nw.Float32) if schema[c] == nw.Float32 else expr.clip(*bounds))
-        return frame.with_columns(*exprs)
+        return frame.with_columns(*exprs) if exprs else frame
 
     def params(self) -> dict[str, Any]:
         return {"lower": self.lower, "upper": self.upper,

@@ -162,3 +162,45 @@ def test_ops_refuse_a_column_named_twice_and_clip_bounds_the_wrong_way_round():
         MinMax(["x", "y", "x"])
     with pytest.raises(ValueError, match="lower=4.0 is above upper=2.0"):
         Clip(["x"], lower=4.0, upper=2.0)
+
+
+def test_exact_quantiles_equal_numpys_to_the_bit_from_the_tails_or_the_full_selection(monkeypatch):
+    """``Clip``'s bounds read from a column's tails (a sampled threshold, one comparison
+    pass, a small partial sort) equal ``np.quantile``'s bit for bit: ties, integers beyond
+    2**53, inf, float32, sorted columns, deep quantiles (the full selection), and a sample
+    that misses (the margin grows, then the full selection)."""
+    from gpufeed.gpu_transforms.tabular import quantiles
+
+    rng = np.random.default_rng(0)
+    n = 300_000  # past the size where the tails are sampled
+    columns = {
+        "normal": rng.normal(0, 1, n), "ties": np.round(rng.normal(0, 3, n)),
+        "ints": rng.integers(-50, 50, n), "big ints": rng.integers(2**60, 2**62, n),
+        "sorted": np.sort(rng.random(n)), "reversed": np.sort(rng.random(n))[::-1].copy(),
+        "float32": rng.normal(0, 1, n).astype(np.float32), "constant": np.full(n, 3.5),
+        "mostly zero": np.where(rng.random(n) < 0.999, 0.0, rng.normal(100, 1, n)),
+    }
+    columns["inf"] = columns["normal"].copy()
+    columns["inf"][:700], columns["inf"][-1] = np.inf, -np.inf
+    for name, values in columns.items():
+        for qs in [(0.001, 0.999), (0.0, 1.0), (0.01, 0.99), (0.3, 0.7), (0.5,), (1e-7, 1 - 1e-7)]:
+            with np.errstate(invalid="ignore"):
+                want = [float(q) for q in np.quantile(values.astype(np.float64), qs)]
+            got = quantiles.exact_quantiles(values, qs)
+            assert got == want or all(a == b or (np.isnan(a) and np.isnan(b)) for a, b in zip(got, want, strict=True)), \
+                (name, qs)
+    # Samples that lie about the tails: every threshold keeps too few values (both
+    # margins), or the first only; the full selection, or the wider margin, still gives numpy's.
+    values = columns["normal"]
+    want = [float(q) for q in np.quantile(values, (0.001, 0.999))]
+    tail = quantiles._tail
+    for shift in (10.0, 2.5):
+        tried: list[bool] = []
+
+        def lying(values, sample, need, *, low, shift=shift, tried=tried):
+            tried.append(low)
+            return tail(values, sample - shift if low else sample + shift, need, low=low)
+
+        monkeypatch.setattr(quantiles, "_tail", lying)
+        assert quantiles.exact_quantiles(values, (0.001, 0.999)) == want
+        assert tried == [True, False]

@@ -10,6 +10,7 @@ import pytest
 
 from gpufeed.gpu_transforms.tabular import (
     Categorify,
+    Clip,
     FillMissing,
     Log,
     MinMax,
@@ -472,3 +473,33 @@ def test_to_backend_keeps_a_column_named_empty_beside_text():
     for frame in (pd.DataFrame({"s": ["a", "b"], "": [5, 6]}), pd.DataFrame({"x": [1.0, 2.0], "": [5, 6]})):
         moved = to_backend(frame, "polars")
         assert moved.columns == list(frame.columns) and moved[""].to_list() == [5, 6]
+
+
+@pytest.mark.parametrize("quantiles", [(0.05, 0.95), (0.0, 1.0), (0.3, 0.6)])
+def test_clip_on_polars_and_pandas_gives_the_same_bits_in_chunks_and_slices(monkeypatch, quantiles):
+    """polars clips float64 columns with numpy's clip on their Arrow buffers (4x polars'
+    own): missing values stay missing, chunks stay as they were, and bounds and values
+    are pandas' to the bit; other types (float32, integers) take polars' expression."""
+    from gpufeed.gpu_transforms.tabular import numpy_kernels
+
+    monkeypatch.setattr(numpy_kernels, "PIECE", 64)
+    rng = np.random.default_rng(4)
+    n = 1000
+    amount = rng.lognormal(3, 1, n)
+    amount[rng.random(n) < 0.1] = np.nan
+    df = pd.DataFrame({"amount": amount, "visits": rng.integers(0, 90, n),
+                       "small": rng.random(n).astype("float32")})
+    frame = pl.concat([to_backend(df, "polars")[:300], to_backend(df, "polars")[300:][:700]], rechunk=False)
+    frame = pl.concat([frame[:5], frame[5:]], rechunk=False)  # chunks, one a slice (Arrow offset > 0)
+    recipe = Recipe([Clip(["amount", "visits", "small"], quantiles=quantiles)])
+    on_polars, on_pandas = recipe.fit_transform(frame), Recipe([Clip(["amount", "visits", "small"],
+                                                                      quantiles=quantiles)]).fit_transform(df)
+    low, high = recipe.ops[0].state["amount"]
+    assert [low, high] == df["amount"].quantile(list(quantiles)).tolist()
+    got = on_polars["amount"]
+    assert got.null_count() == int(np.isnan(amount).sum()) and got.n_chunks() == frame["amount"].n_chunks()
+    np.testing.assert_array_equal(got.to_numpy(), np.clip(amount, low, high))
+    for c in ("amount", "visits", "small"):
+        np.testing.assert_array_equal(on_polars[c].to_numpy().astype(np.float64),
+                                      on_pandas[c].to_numpy().astype(np.float64), err_msg=c)
+    assert on_polars["small"].dtype == pl.Float32
