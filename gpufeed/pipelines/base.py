@@ -107,7 +107,7 @@ class ClassificationLoader:
 
     Attributes:
         backend: ``"dali"`` or ``"torch"``; ``choice.reason`` says why it was picked.
-        classes: class names, index = label.
+        classes: class names, index = label (``class_to_idx``: name -> label).
         skipped: the files the last epoch left out, with reasons.
         epoch: the number of the epoch last started (0 for the first).
         samples_yielded: samples yielded so far in the current epoch (after
@@ -167,6 +167,11 @@ class ClassificationLoader:
         return self.samples.classes
 
     @property
+    def class_to_idx(self) -> dict[str, int]:
+        """Class name -> label, as torchvision ``ImageFolder``'s ``class_to_idx``."""
+        return {name: label for label, name in enumerate(self.classes)}
+
+    @property
     def skipped(self) -> list[Skipped]:
         """The files left out so far (``on_error="skip"``), each with its path and reason."""
         return self.log.skipped
@@ -180,7 +185,9 @@ class ClassificationLoader:
     @property
     def dataset(self) -> SampleSource:
         """The samples of all shards (``len(loader.dataset)``, as with a ``DataLoader``;
-        this rank's share is ``len(loader) * batch_size`` at most)."""
+        this rank's share is ``len(loader) * batch_size`` at most); for an image folder or
+        a file list, with ImageFolder's ``class_to_idx``, ``targets``, ``samples`` and
+        ``imgs`` (:class:`~gpufeed.pipelines.sources.SampleList`)."""
         return self.samples
 
     @property

@@ -43,6 +43,7 @@ from gpufeed.pipelines.dali_readers import STATE_FORMAT as READER_STATE_FORMAT
 from gpufeed.pipelines.dali_readers import reader_iterator, shard_format
 from gpufeed.pipelines.feeds import FileFeed, IteratorSkips, crop_inputs, dali_input
 from gpufeed.pipelines.options import LastBatch, LoaderOptions
+from gpufeed.pipelines.plan import EpochPlan
 from gpufeed.pipelines.threads import SamplePool
 
 _TORCH_DTYPE = {"FLOAT": torch.float32, "FLOAT16": torch.float16, "UINT8": torch.uint8}
@@ -76,9 +77,23 @@ class _PlannedIterator(DALIClassificationIterator):
 
     @property
     def size(self) -> int:
-        """Samples in this shard per epoch, as a reader-driven iterator's ``size`` says
-        (with ``fill``, the padded batches' samples; DALI's own ``_size`` stays -1: set,
-        DALI would cut the feed's batches itself)."""
+        """Samples of this rank slice per epoch; with ``fill``, the samples delivered,
+        padding included (``len(it) * batch_size``), as the kit's shard iterator counts
+        them (:attr:`ReaderIterator.size <gpufeed.pipelines.dali_readers.ReaderIterator.size>`).
+
+        DALI's own reader iterators count otherwise, by reader: over a reader with
+        ``pad_last_batch=True`` their ``size`` is the (largest) slice's samples, the FILL
+        padding not counted (320 for 320 samples in batches of 48, where 336 come); over
+        an unpadded reader (DALI's default) it is rounded up to whole batches under FILL
+        and PARTIAL alike (336). The kit counts what this iterator delivers under
+        ``fill`` (so ``size / batch_size`` is ``len(it)`` on every rank, also on a slice
+        padded to a larger one's batch count) and the slice's own samples otherwise.
+
+        DALI's private ``_size`` stays -1: given a size, DALI asserts that every batch is
+        full (a partial last batch fails) and ends the epoch by its own count. A script
+        that computes its steps per epoch from ``_size``, as NVIDIA's ImageNet example does
+        (``ceil(_size / batch_size)``), uses ``len(it)`` or this instead.
+        """
         return self.planned_samples
 
     def state_dict(self) -> dict[str, Any]:
@@ -234,13 +249,18 @@ class DaliLoader(ClassificationLoader):
         if not in_flight:
             raise err
         names = self.samples.name
-        suspects = [i for _, _, indices in in_flight for i in indices if self.log.known(names(i)) is None]
+        # The samples fed to DALI (the feed's skips never reached it), each once.
+        suspects = [i for i in dict.fromkeys(i for _, _, indices in in_flight for i in indices)
+                    if self.log.known(names(i)) is None]
         found = False
         for i in suspects:
-            reason = self._probe_sample(i)
+            data = self.samples.read_or_reason(i)
+            reason = self._probe_sample(data)
             if reason is not None:
                 found = True
-                self.log.add(names(i), reason)  # raises BadImageError under on_error="raise"
+                # Remembered with the version probed: not fed again while the file is unchanged
+                # (each time would cost a pipeline rebuild). Raises under on_error="raise".
+                self.log.add(names(i), reason, self._feed.stamp(i, data))
         if not found:
             shown = ", ".join(map(names, suspects[:4])) + (" ..." if len(suspects) > 4 else "")
             raise RuntimeError(f"DALI failed on a batch of {len(suspects)} files ({shown}), "
@@ -251,9 +271,9 @@ class DaliLoader(ClassificationLoader):
         self._pipe = None
         self._pipe = self._new_pipeline((epoch, batch_number))
 
-    def _probe_sample(self, index: int) -> str | None:
-        """Decode one sample through the same pipeline, alone: the reason it fails, or None."""
-        data = self.samples.read_or_reason(index)
+    def _probe_sample(self, data: np.ndarray | str) -> str | None:
+        """Decode one sample (``data`` as ``read_or_reason`` gives it) through the same
+        pipeline, alone: the reason it fails, or None."""
         pixels = self.samples.kind == "pixels"
         reason = sample_fault(data, pixels)
         if reason is not None:
@@ -307,9 +327,10 @@ class DaliLoader(ClassificationLoader):
 
         It yields ``[{"data": images, "label": labels}]`` like any DALI classification
         iterator (labels int32 ``(N, 1)``, as DALI gives them), with ``len()`` and
-        ``size`` (samples per epoch; DALI's private ``_size`` is -1), and with the whole
-        pipeline in DALI (decode, resize, normalise) on this
-        loader's device, follows this loader's plan (shuffle, shard, last-batch policy)
+        ``size`` (samples per epoch, with ``fill`` padding included; DALI's private
+        ``_size`` is -1: use ``len(it)`` or ``it.size``, see :attr:`_PlannedIterator.size`),
+        and with the whole pipeline in DALI (decode, resize, normalise) on this loader's
+        device, follows this loader's plan (shuffle, shard, last-batch policy)
         with its own epoch count, and skips files that fail the byte checks. Those are
         listed per epoch, like ``loader.skipped``, in ``it.gpufeed_skipped.skipped`` (an
         :class:`IteratorSkips`: the files left out of the epoch of the last batch
@@ -333,11 +354,13 @@ class DaliLoader(ClassificationLoader):
 
         Raises:
             ValueError: a loader with ``gpu_augment`` (the stage runs in the loader, not in
-                DALI's iterator); the plan has no batch for this shard (``last_batch="drop"`` with
-                fewer samples in the shard than ``batch_size``); DALI would fail with
-                "no data in the pipeline". A ``checkpoint`` of the other kind (a DALI
-                reader state for a fed source, or the reverse), or one taken on another
-                dataset or plan (the difference named).
+                DALI's iterator); the plan has no batch for this rank slice, where DALI would
+                fail with "no data in the pipeline": a slice with no sample (fewer samples
+                than ranks, e.g. a small validation set, under ``partial`` or ``drop``), or
+                ``last_batch="drop"`` with fewer samples in the slice than ``batch_size``; the
+                error says which, and that the loader itself yields 0 batches there. A
+                ``checkpoint`` of the other kind (a DALI reader state for a fed source, or
+                the reverse), or one taken on another dataset or plan (the difference named).
         """
         if self.gpu_augment is not None:
             # DALI's iterator hands over its pipeline's outputs; the stage runs in the loader.
@@ -346,12 +369,7 @@ class DaliLoader(ClassificationLoader):
                 "the loader itself (for images, labels in loader: the stage applied), or build the loader "
                 "without gpu_augment and call the stage on each batch's data yourself")
         if len(self.plan) == 0:
-            raise ValueError(
-                f"dali_iterator(): shard {self.plan.shard_id} of {self.plan.num_shards} has "
-                f"{self.plan.shard_size} samples, fewer than batch_size={self.plan.batch_size}, and "
-                "last_batch='drop' drops that incomplete batch: no batch to iterate. Use a smaller "
-                "batch_size or last_batch='partial' / 'fill'"
-            )
+            raise ValueError(_no_batch(self.plan))
         if shard_format(self.samples) is not None:
             return reader_iterator(self.samples, self.options, self.device_id, checkpoint=checkpoint,
                                    auto_reset=auto_reset)
@@ -376,7 +394,8 @@ class DaliLoader(ClassificationLoader):
         except RuntimeError as exc:
             raise _named_decode_error(feed, exc) from exc
         iterator.planned_batches = len(self.plan)
-        # fill: the padded batches' samples, as a reader iterator's size counts them
+        # fill: the samples delivered, padding included, as the kit's reader iterator counts
+        # them (DALI's own count them by their reader's padding: see _PlannedIterator.size)
         iterator.planned_samples = (len(self.plan) * self.plan.batch_size if self.plan.last_batch == LastBatch.FILL
                                     else self.plan.shard_size)
         iterator.gpufeed_feed = feed
@@ -421,6 +440,24 @@ def _named_decode_error(feed: FileFeed | None, exc: RuntimeError) -> RuntimeErro
         f"{'one of ' if len(bad) > 1 else ''}{shown}{' ...' if len(bad) > 3 else ''}. The iterator ends "
         "the epoch there, as DALI does; the loader itself (for images, labels in loader) skips such files "
         f"and lists them in loader.skipped. DALI's words: {str(exc).splitlines()[0] if str(exc) else exc!r}")
+
+
+def _no_batch(plan: EpochPlan) -> str:
+    """Why ``dali_iterator()`` refuses a rank slice whose plan has no batch, and what to do,
+    for the cause at hand: a slice with no sample (fewer samples than ranks, any policy but
+    ``fill``, which refuses that when the loader is built), or ``drop`` with fewer samples
+    than ``batch_size``."""
+    where = f"dali_iterator(): rank slice {plan.shard_id} of {plan.num_shards}"
+    cannot = ("DALI cannot run a pipeline with no batch. The loader itself yields 0 batches on this rank: "
+              "iterate the loader (for images, labels in loader) on every rank, with DDP's join() for "
+              "the ranks without a batch")
+    if plan.shard_size == 0:
+        return (f"{where} has no sample: {plan.num_samples} sample(s) split over {plan.num_shards} ranks "
+                f"leave some ranks none (last_batch={plan.last_batch.value!r}; 'fill' refuses such a split). "
+                f"{cannot}; or use at most {plan.num_samples} rank(s) for this set")
+    return (f"{where} has {plan.shard_size} samples, fewer than batch_size={plan.batch_size}, and "
+            f"last_batch='drop' drops that incomplete batch: no batch to iterate. {cannot}; or use a "
+            "smaller batch_size or last_batch='partial' / 'fill'")
 
 
 def _why_fed(samples: SampleSource) -> str:

@@ -267,7 +267,7 @@ class ReaderIterator(DALIClassificationIterator):
     def size(self) -> int:
         """Samples per epoch in this shard, as DALI's reader counts them; with ``fill``,
         the samples delivered (``len(it) * batch_size``, the padding included), where
-        DALI counts the largest slice only."""
+        DALI's own iterator over this padded reader counts the largest slice, unpadded."""
         size = super().size
         return -(-size // self.batch_size) * self.batch_size if self.gpufeed_fill else size
 

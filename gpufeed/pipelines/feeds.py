@@ -25,7 +25,8 @@ from gpufeed.pipelines.geometry import train_window
 from gpufeed.pipelines.options import LoaderOptions
 from gpufeed.pipelines.plan import EpochPlan
 from gpufeed.pipelines.seeds import sample_rng
-from gpufeed.pipelines.skips import BadFileMemory, Skipped
+from gpufeed.pipelines.skips import FIXED, BadFileMemory, FileStamp, Skipped, file_stamp
+from gpufeed.pipelines.sources import SampleList
 from gpufeed.policies import OnError
 
 
@@ -115,6 +116,9 @@ class FileFeed:
     A batch's files are read by ``num_workers`` threads at once, as many readers as the
     torch backend has worker processes: on a network disk each open waits, and waits
     overlap only when several reads are in flight.
+    A file found bad is not read again while it stays as it was (:class:`BadFileMemory
+    <gpufeed.pipelines.skips.BadFileMemory>`): one that changed since, or whose read
+    failed, is read again, as the torch backend reads every file every epoch.
     ``iter()`` starts the next epoch of the plan, unless :meth:`resume` set a batch to
     go on from (after a pipeline was rebuilt mid-epoch).
     """
@@ -129,10 +133,23 @@ class FileFeed:
         self._batches: list[np.ndarray] = []
         self._pos = 0
         self._resume: tuple[int, int] | None = None
-        #: ``(epoch, batch number, sample indices)`` handed to DALI and not yet taken out,
-        #: in order.
+        #: ``(epoch, batch number, indices of the samples fed)`` handed to DALI and not yet
+        #: taken out, in order.
         self.in_flight: deque[tuple[int, int, list[int]]] = deque()
         self._readers: ThreadPoolExecutor | None = None
+        # One file per sample: files on a disk, which may change between epochs. Other
+        # sources' bytes are fixed while the loader runs (a shard is indexed when opened,
+        # a RAM cache holds a copy).
+        self._files = isinstance(samples, SampleList)
+
+    def stamp(self, index: int, data: np.ndarray | str) -> FileStamp | None:
+        """What the memory of bad files keeps of sample ``index`` as ``data`` (what was
+        read of it) was judged: its file's stamp, or :data:`~gpufeed.pipelines.skips.FIXED`
+        for a source whose bytes do not change; None for a failed read (text), which is
+        tried again."""
+        if isinstance(data, str):
+            return None
+        return file_stamp(self.samples.name(index), len(data)) if self._files else FIXED
 
     def _read_all(self, indices: list[int]) -> list[np.ndarray | str]:
         threads = self.options.workers
@@ -185,43 +202,49 @@ class FileFeed:
         encoded, labels, crops = [], [], []
         batch = [int(i) for i in self._batches[number]]
         names = [source.name(i) for i in batch]
-        todo = [i for i, path in zip(batch, names, strict=True) if self.log.known(path) is None]
+        # Asked once per file: the answer stands for the whole batch (a file that changes
+        # meanwhile is judged by what was read of it).
+        known = {path: self.log.known(path) for path in names}
+        todo = [i for i, path in zip(batch, names, strict=True) if known[path] is None]
         read = dict(zip(todo, self._read_all(todo), strict=True))
+        fed: list[int] = []  # the samples handed to DALI: a file DALI fails on is one of them
 
-        def take(i: int, path: str, data: np.ndarray | str | None) -> bool:
-            """Check sample ``i`` and add it to the batch; False (and recorded) if bad."""
-            reason = self.log.known(path)  # again: a file found bad earlier in this batch
+        def take(i: int, path: str, data: np.ndarray | str | None, reason: str | None) -> bool:
+            """Check sample ``i`` (``data`` as read; None when ``reason`` says it is known
+            bad) and add it to the batch; False (and recorded) if bad."""
             crop = None
             if reason is None:
                 reason = sample_fault(data, pixels)
             if reason is None and train:
                 crop = crop_inputs(data, self.options, self.epoch, i, pixels)
                 reason = crop if isinstance(crop, str) else None
-            fed = None if reason is not None else dali_input(data, crop, pixels)
-            if isinstance(fed, str):  # the torch backend's decoder refused a file handed over decoded
-                reason = fed
+            fed_data = None if reason is not None else dali_input(data, crop, pixels)
+            if isinstance(fed_data, str):  # the torch backend's decoder refused a file handed over decoded
+                reason = fed_data
             if reason is not None:
-                self.log.add(path, reason)
+                # Known bad: listed again, its stamp kept (None); else the version judged.
+                self.log.add(path, reason, None if data is None else self.stamp(i, data))
                 return False
-            encoded.append(fed)
+            encoded.append(fed_data)
             labels.append(source.labels[i])
             crops.append(crop)
+            fed.append(i)
             return True
 
         def stand_in(i: int) -> bool:
-            batch.append(i)  # in flight: a file DALI fails on is looked for among them
             path = source.name(i)
             # A file known bad is not read again, but listed again in this epoch's report,
             # as the torch backend and a resumed run list it.
-            return take(i, path, source.read_or_reason(i) if self.log.known(path) is None else None)
+            reason = self.log.known(path)
+            return take(i, path, None if reason is not None else source.read_or_reason(i), reason)
 
         for i, path in zip(batch, names, strict=True):
-            take(i, path, read.get(i))
+            take(i, path, read.get(i), known[path])
         if len(encoded) < len(batch) and self.plan.replaces_bad:  # drop/fill: stand-ins keep it full
             self.plan.fill_places(self.epoch, number, len(batch) - len(encoded), stand_in)
         if not encoded:
             return None
-        self.in_flight.append((self.epoch, number, batch))
+        self.in_flight.append((self.epoch, number, fed))
         labels = np.asarray(labels, dtype=np.int32)
         if not train:
             return encoded, labels
@@ -253,15 +276,17 @@ class IteratorSkips(BadFileMemory):
         """The files left out of epoch :attr:`epoch`, with reasons."""
         return list(self._by_epoch.get(self.epoch, {}).values())
 
-    def add(self, path: str, reason: str) -> None:
-        """Record a bad file under the epoch being read, or raise :class:`BadImageError`."""
-        self._remember(path, reason)
+    def add(self, path: str, reason: str, stamp: FileStamp | None = None) -> None:
+        """Record a bad file under the epoch being read, or raise :class:`BadImageError`
+        (``stamp``: as :meth:`BadFileMemory.add <gpufeed.pipelines.skips.BadFileMemory.add>`)."""
+        self._remember(path, reason, stamp)
         epoch = self.feed.epoch if self.feed is not None else self.epoch
         self._by_epoch.setdefault(epoch, {}).setdefault(path, Skipped(path, reason))
 
     def carry(self, epoch: int, skipped: list[Skipped]) -> None:
-        """Files a resumed ``epoch`` skipped before the cut: known bad (not read again) and
-        listed in that epoch's report, as in the uninterrupted run."""
+        """Files a resumed ``epoch`` skipped before the cut: listed in that epoch's report,
+        as in the uninterrupted run (met again, each is read again: what the state saved
+        may no longer hold of the file)."""
         self.epoch = epoch
         for s in skipped:
             self._remember(s.path, s.reason)

@@ -57,7 +57,8 @@ def classification_loader(
 
     Train: fused decode + random-resized-crop (area ``scale``, aspect ``ratio``), resize
     to ``size``, random horizontal flip, normalise. Val: resize the shorter side to
-    ``val_resize`` (default ``size / 0.875``: 256 for 224), centre crop, normalise.
+    ``val_resize`` (default ``size / 0.875`` rounded down, as timm's eval: 256 for 224,
+    182 for 160), centre crop, normalise.
 
     Args:
         source: where the images are (:func:`~gpufeed.pipelines.sources.open_source`):
@@ -85,8 +86,8 @@ def classification_loader(
         shard_id, num_shards: this process's shard; default from torch.distributed or
             torchrun's ``RANK`` / ``WORLD_SIZE``, else 0 of 1.
         last_batch: ``"partial"``, ``"drop"`` or ``"fill"`` (see :class:`LastBatch`).
-        num_workers: DataLoader worker processes (torch) or DALI threads; default: all
-            usable cores. On a raw cache (decoded pixels: no decode, only crop and
+        num_workers: DataLoader worker processes (torch) or DALI threads, an int from 0
+            to 1024; default: all usable cores. On a raw cache (decoded pixels: no decode, only crop and
             resize) the torch backend runs that many threads in this process instead,
             a few batches ahead of the consumer.
         on_error: ``"skip"`` (leave undecodable files out, list them in
@@ -94,10 +95,12 @@ def classification_loader(
         file_list: instead of scanning ``root``, a DALI-style list file
             (``relative/path label`` per line) or ``(path, label)`` pairs.
         mean, std: normalisation in [0, 1] units (ImageNet's by default).
-        val_resize: validation's shorter side before the centre crop.
+        val_resize: validation's shorter side before the centre crop, an int >= ``size``;
+            default :func:`~gpufeed.pipelines.options.default_val_resize` (``size / 0.875``
+            rounded down).
         scale, ratio: the train crop's area as a fraction of the image, ``(lo, hi)`` in
-            ``(0, 1]``, and its aspect ratio (width / height, drawn log-uniformly), as in
-            torchvision's ``RandomResizedCrop``.
+            ``(0, 1]``, and its aspect ratio (width / height, drawn log-uniformly), two
+            numbers each, as in torchvision's ``RandomResizedCrop``.
         gpu_augment: ``f(images, labels) -> (images, labels)`` applied to every batch on
             the device after loading (e.g. a :mod:`gpufeed.gpu_transforms.augment` stage);
             needs ``dtype=torch.uint8``, ``layout="NCHW"``. The loader's own train

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import numbers
 import os
 from dataclasses import dataclass
@@ -9,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from gpufeed.arguments import MAX_WORKERS
 from gpufeed.machine import usable_cpus
 from gpufeed.policies import OnError, StrOption
 
@@ -17,10 +19,16 @@ IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
+#: The share of the resized image a validation centre crop keeps by default (timm's
+#: ``crop_pct``): 224 of 256, the ImageNet convention torchvision's reference scripts follow.
+VAL_CROP_FRACTION = 0.875
+
+
 def default_val_resize(size: int) -> int:
-    """The shorter side before a validation centre crop to ``size``: ``size / 0.875``, the
-    ImageNet convention (256 for 224) that torchvision's reference scripts follow."""
-    return round(size / 0.875)
+    """The shorter side before a validation centre crop to ``size``: ``size / 0.875``
+    rounded down, as timm's eval transform takes it (``math.floor(size / crop_pct)``):
+    256 for 224, 182 for 160, 438 for 384. One place for every backend."""
+    return math.floor(size / VAL_CROP_FRACTION)
 
 
 _DTYPES = (torch.float32, torch.float16, torch.uint8)
@@ -151,13 +159,27 @@ class LoaderOptions:
         def integer(value: object) -> bool:  # numpy integers too, but not bools
             return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
 
+        def number(value: object) -> bool:  # a real number, not a bool (nor text)
+            return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
+
         def setting(name: str, value: object) -> None:  # the dataclass is frozen
             object.__setattr__(self, name, value)
 
         setting("last_batch", LastBatch.parse(self.last_batch, "last_batch"))
         setting("on_error", OnError.parse(self.on_error, "on_error"))
-        for name in ("mean", "std", "scale", "ratio"):
+        for name in ("mean", "std"):
             setting(name, tuple(getattr(self, name)))
+        for name, want in (("scale", "(lo, hi) with 0 < lo <= hi <= 1"), ("ratio", "(lo, hi) with 0 < lo <= hi")):
+            given = getattr(self, name)
+            try:
+                value = tuple(given)
+            except TypeError:
+                value = ()
+            # One number, a 1-tuple or text had failed with an IndexError or a
+            # comparison's TypeError that named nothing.
+            if len(value) != 2 or not all(number(v) for v in value):
+                raise bad(name, given, want)
+            setting(name, value)
 
         if not isinstance(self.train, bool):
             raise bad("train", self.train, "True or False")
@@ -170,9 +192,18 @@ class LoaderOptions:
             raise bad("shuffle", self.shuffle, "True, False or None (the default for train)")
         if not integer(self.seed) or self.seed < 0:
             raise bad("seed", self.seed, "a non-negative int (the same on every shard)")
+        if self.num_workers is not None and (not integer(self.num_workers)
+                                             or not 0 <= self.num_workers <= MAX_WORKERS):
+            # 1.5 had failed at the first batch, "2" with a bare comparison error, and True
+            # passed as 1 worker.
+            raise bad("num_workers", self.num_workers, f"None or an int from 0 to {MAX_WORKERS}")
+        if self.val_resize is not None and (not integer(self.val_resize) or self.val_resize < self.size):
+            # 256.5 had failed inside a DataLoader worker, at the first batch.
+            raise bad("val_resize", self.val_resize, f"None or an int >= size ({self.size})")
         # Plain ints from here on (numpy integers overflow in the seed arithmetic).
-        for name in ("batch_size", "size", "seed"):
-            setting(name, int(getattr(self, name)))
+        for name in ("batch_size", "size", "seed", "num_workers", "val_resize"):
+            value = getattr(self, name)
+            setting(name, None if value is None else int(value))
         if self.dtype not in _DTYPES:
             raise bad("dtype", self.dtype, "torch.float32, torch.float16 or torch.uint8")
         if self.layout not in ("NCHW", "NHWC"):
@@ -181,8 +212,6 @@ class LoaderOptions:
             raise ValueError(
                 f"shard_id must be in [0, num_shards), got shard_id={self.shard_id}, num_shards={self.num_shards}"
             )
-        if self.num_workers is not None and self.num_workers < 0:
-            raise bad("num_workers", self.num_workers, "None or >= 0")
         if len(self.mean) != 3 or len(self.std) != 3 or any(s <= 0 for s in self.std):
             raise ValueError(f"mean and std need 3 values each, std > 0; got mean={self.mean}, std={self.std}")
         if any(m > 1 for m in self.mean) or any(s > 1 for s in self.std):
@@ -196,8 +225,6 @@ class LoaderOptions:
             raise bad("ratio", self.ratio, "(lo, hi) with 0 < lo <= hi")
         if not integer(self.shuffle_buffer) or self.shuffle_buffer < 1:
             raise bad("shuffle_buffer", self.shuffle_buffer, "a positive int")
-        if self.val_resize is not None and self.val_resize < self.size:
-            raise bad("val_resize", self.val_resize, f">= size ({self.size})")
 
     @property
     def shuffles(self) -> bool:

@@ -7,6 +7,7 @@ out through :mod:`gpufeed.pipelines.skips`.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import operator
 import os
@@ -20,10 +21,21 @@ import numpy as np
 from gpufeed.datasets.samples import IMAGE_EXTENSIONS, SampleSource, numbered_classes
 from gpufeed.datasets.storage import LOCAL, Storage
 
+#: ImageFolder's attributes a :class:`SampleList` computes once (and leaves out of its
+#: pickles: a DataLoader worker never reads them).
+_IMAGE_FOLDER_VIEWS = ("class_to_idx", "targets", "samples")
+
 
 @dataclass(frozen=True, eq=False)
 class SampleList(SampleSource):
-    """One file per sample: an image folder or a file list, with labels and class names."""
+    """One file per sample: an image folder or a file list, with labels and class names.
+
+    It is ``loader.dataset`` for such a source, and has torchvision ``ImageFolder``'s
+    attributes with their meanings, for code written against it (a checkpoint's
+    index-to-class map, class weights, a ``WeightedRandomSampler``): :attr:`class_to_idx`,
+    :attr:`targets`, :attr:`samples` and :attr:`imgs`. They are copies: changing them does
+    not change what a loader reads.
+    """
 
     paths: tuple[str, ...]
     labels: tuple[int, ...]
@@ -46,6 +58,32 @@ class SampleList(SampleSource):
 
     def name(self, index: int) -> str:
         return self.paths[index]
+
+    # cached_property writes the instance's __dict__ itself, which a frozen dataclass allows.
+    @functools.cached_property
+    def class_to_idx(self) -> dict[str, int]:
+        """Class name -> label, as ImageFolder's ``class_to_idx``."""
+        return {name: label for label, name in enumerate(self.classes)}
+
+    @functools.cached_property
+    def targets(self) -> list[int]:
+        """Each sample's label, in sample order, as ImageFolder's ``targets``."""
+        return list(self.labels)
+
+    @functools.cached_property
+    def samples(self) -> list[tuple[str, int]]:
+        """Each sample's ``(path, label)``, in sample order, as ImageFolder's ``samples``."""
+        return list(zip(self.paths, self.labels, strict=True))
+
+    @property
+    def imgs(self) -> list[tuple[str, int]]:
+        """:attr:`samples`, under ImageFolder's older name."""
+        return self.samples
+
+    def __getstate__(self) -> dict:
+        # Pickled into every DataLoader worker: ImageNet's 1.28M (path, label) pairs would
+        # travel with it once a script had read them.
+        return {k: v for k, v in self.__dict__.items() if k not in _IMAGE_FOLDER_VIEWS}
 
     def fingerprint(self) -> dict:
         # Computed once per list: the path work is O(files) in Python (10 s for ImageNet's

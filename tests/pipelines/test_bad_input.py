@@ -357,3 +357,122 @@ def test_tiffs_of_1_32_and_float_bits_are_yielded_by_both_backends_with_the_same
     (x_torch, _), = list(reference)
     # The same decoded pixels; resizing differs a little between the backends' kernels.
     assert (x.int() - x_torch.int()).abs().float().mean() < 3
+
+
+def _break(path: Path, how: str) -> bytes:
+    """Make the file at ``path`` unreadable ``how`` ("missing": renamed away, as in a network
+    disk's hiccup; "truncated": its first third, as a copy still being written), or
+    undecodable by DALI's decoder ("decoder": passes the byte checks); return its bytes."""
+    data = path.read_bytes()
+    if how == "missing":
+        path.rename(path.with_name(path.name + ".away"))
+    elif how == "truncated":
+        path.write_bytes(data[: len(data) // 3])
+    else:
+        path.write_bytes(impossible_huffman(data))
+    return data
+
+
+def _restore(path: Path, how: str, data: bytes) -> None:
+    if how == "missing":
+        path.with_name(path.name + ".away").rename(path)
+    else:
+        path.write_bytes(data)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("how", ["missing", "truncated", "decoder"])
+@pytest.mark.parametrize("last_batch", ["partial", "fill"])
+def test_a_file_bad_in_one_epoch_and_whole_in_the_next_is_read_again(tmp_path, backend, how, last_batch):
+    """The DALI feed remembered a bad file for the loader's life: one missing or half-written
+    in epoch 0 (a network disk's hiccup, a copy still running) stayed skipped, with its
+    stale reason, in every later epoch, where the torch backend read it again."""
+    root = generate_image_folder(tmp_path / "train", num_images=10, num_classes=2, seed=3, min_side=40,
+                                 max_side=56)
+    victim = sorted((root / "class_000").iterdir())[0]
+    loader = load(root, backend, train=True, batch_size=4, size=16, last_batch=last_batch)
+    data = _break(victim, how)  # after the scan: gone or cut short since
+    counts, reports = [], []
+    for epoch in range(3):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            labels = [y for _, y in loader]
+        counts.append(sum(len(y) for y in labels))
+        reports.append([os.path.basename(s.path) for s in loader.skipped])
+        if epoch == 0:
+            _restore(victim, how, data)
+    full = 10 if last_batch == "partial" else 12  # fill: 3 full batches (the bad file's place taken)
+    assert counts == [full - (last_batch == "partial"), full, full]
+    assert reports == [[victim.name], [], []]
+
+
+@pytest.mark.skipif(not dali_installed(), reason="DALI not installed")
+@pytest.mark.parametrize("how", ["missing", "truncated"])
+def test_the_dali_iterator_reads_a_file_again_once_it_is_whole(tmp_path, how):
+    """As the loader: the iterator's feed had skipped it for good. ``auto_reset=False``: with
+    DALI's default auto reset the next epoch's first batches are read (prefetched) as soon
+    as an epoch ends, before a loop's body could mend the file."""
+    root = generate_image_folder(tmp_path / "train", num_images=10, num_classes=2, seed=3, min_side=40,
+                                 max_side=56)
+    victim = sorted((root / "class_000").iterdir())[0]
+    loader = load(root, "dali", train=False, batch_size=4, size=16)
+    data = _break(victim, how)
+    it = loader.dali_iterator(auto_reset=False)
+    counts, reports = [], []
+    for epoch in range(3):
+        counts.append(sum(len(d[0]["label"]) for d in it))
+        reports.append([os.path.basename(s.path) for s in it.gpufeed_skipped.skipped])
+        if epoch == 0:
+            _restore(victim, how, data)
+        it.reset()
+    assert counts == [9, 10, 10]
+    assert reports == [[victim.name], [], []]
+
+
+@pytest.mark.skipif(not dali_installed(), reason="DALI not installed")
+def test_a_file_dalis_decoder_failed_on_is_not_fed_again_while_unchanged(tmp_path, monkeypatch):
+    """What the memory of bad files is for: each time DALI's decoder fails, the pipeline is
+    rebuilt (about 2 s on a GPU). An unchanged file it failed on is not fed again; a
+    replaced one is."""
+    from gpufeed.pipelines import dali_loader
+
+    root = generate_image_folder(tmp_path / "train", num_images=10, num_classes=2, seed=3, min_side=40,
+                                 max_side=56)
+    victim = sorted((root / "class_000").iterdir())[0]
+    data = _break(victim, "decoder")
+    builds = []
+    real = dali_loader.build_pipeline
+    monkeypatch.setattr(dali_loader, "build_pipeline", lambda *a, **k: builds.append(k) or real(*a, **k))
+    loader = load(root, "dali", train=False, batch_size=4, size=16)
+    counts = []
+    for epoch in range(4):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            counts.append(sum(len(y) for _, y in loader))
+        if epoch == 1:
+            _restore(victim, "decoder", data)
+    assert counts == [9, 9, 10, 10]
+    feeds = [k for k in builds if k.get("batch_size") != 1]  # not the one-sample probe
+    assert len(feeds) == 2  # the first pipeline and one rebuild, in epoch 0 only
+
+
+def test_the_memory_of_bad_files_holds_while_the_file_is_unchanged(tmp_path):
+    from gpufeed.pipelines.skips import FIXED, SkipLog, file_stamp
+
+    path = tmp_path / "x.jpg"
+    path.write_bytes(b"\xff\xd8 cut short")
+    log = SkipLog("skip")
+    log.add(str(path), "truncated JPEG", file_stamp(str(path), len(path.read_bytes())))
+    assert log.known(str(path)) == "truncated JPEG"
+    log.add(str(path), "truncated JPEG")  # listed again: the stamp is kept
+    assert log.known(str(path)) == "truncated JPEG"
+    path.write_bytes(b"\xff\xd8 cut short")  # rewritten with the same bytes: another version
+    os.utime(path, ns=(0, path.stat().st_mtime_ns + 10**9))  # (a clock of coarse ticks: later still)
+    assert log.known(str(path)) is None and log.known(str(path)) is None  # forgotten: read it again
+    # read while it grew (a copy still running): what was judged is not this version
+    assert file_stamp(str(path), 3) is None and file_stamp(str(tmp_path / "gone.jpg")) is None
+    log.add(str(tmp_path / "gone.jpg"), "could not read: No such file or directory")  # a failed read
+    assert log.known(str(tmp_path / "gone.jpg")) is None
+    log.add("a.tar:key", "not an image", FIXED)  # a shard member or a cached copy: bytes fixed
+    assert log.known("a.tar:key") == "not an image"
+    assert [s.path for s in log.skipped] == [str(path), str(tmp_path / "gone.jpg"), "a.tar:key"]

@@ -296,6 +296,20 @@ def test_fill_on_the_kits_feed_sizes_the_padded_batches(fed_sources, kind):
         assert loader.dali_iterator().size == len(loader) * 8  # as a reader iterator's (above)
 
 
+@pytest.mark.parametrize(("last_batch", "batches", "size"), [("partial", 5, 39), ("drop", 4, 39), ("fill", 5, 40)])
+def test_the_fed_iterators_private_size_is_minus_one_and_len_and_size_say_what_comes(
+        fed_sources, last_batch, batches, size):
+    """What the README tells a script written for DALI: ``_size`` is -1 on the fed iterator
+    (DALI's check that every batch is full would refuse a partial last one), so NVIDIA's
+    ``ceil(_size / batch_size)`` gives no steps; ``len(it)`` and ``it.size`` are right, and
+    with ``fill`` ``size`` counts the padded samples (DALI's own iterator over a padded
+    reader would say 39)."""
+    it = _fed(fed_sources, "folder", train=False, shuffle=False, last_batch=last_batch).dali_iterator()
+    assert it._size == -1
+    assert (len(it), it.size) == (batches, size)
+    assert sum(len(d[0]["label"]) for d in it) == (size if last_batch != "drop" else batches * 8)
+
+
 def _fed(fed_sources, kind, **kw):
     """A training loader of a fed source in batches of 8, shuffled (5 batches an epoch)."""
     given = {k: v for k, v in fed_sources[kind].items() if k != "source"}

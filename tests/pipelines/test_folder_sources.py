@@ -9,6 +9,7 @@ import pytest
 from PIL import Image
 
 from gpufeed.pipelines.sources import open_source, read_file_list, scan_image_folder
+from tests.pipelines.test_loader_contract import BACKENDS
 
 
 def _jpeg(path: Path) -> None:
@@ -55,3 +56,39 @@ def test_path_label_pairs_given_as_source_point_to_file_list(tmp_path):
     with pytest.raises(ValueError, match=r"\(path, label\) pairs.*file_list="):
         open_source([(str(tmp_path / "a.jpg"), 0)])
     assert len(open_source(tmp_path, file_list=[("a.jpg", 0)])) == 1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_loader_dataset_has_imagefolders_attributes_with_its_meanings(image_folder, backend):
+    """The README sends code written for ImageFolder to ``loader.dataset`` (labels are its
+    ``class_to_idx``): a checkpoint's index-to-class map, class weights and a
+    WeightedRandomSampler read ``class_to_idx``, ``targets`` and ``samples``; each raised
+    AttributeError."""
+    import pickle
+
+    from torchvision.datasets import ImageFolder
+
+    from gpufeed.pipelines import classification_loader
+
+    reference = ImageFolder(image_folder)
+    loader = classification_loader(image_folder, train=False, batch_size=8, size=16, backend=backend,
+                                   device="cpu", num_workers=0 if backend == "torch" else 1)
+    dataset = loader.dataset
+    assert loader.class_to_idx == dataset.class_to_idx == reference.class_to_idx
+    assert type(dataset.targets) is list and dataset.targets == reference.targets
+    assert all(type(t) is int for t in dataset.targets)
+    assert dataset.samples == dataset.imgs == reference.samples == reference.imgs
+    assert all(type(s) is tuple for s in dataset.samples)
+    # computed once; a pickle for DataLoader workers leaves them out, and its copy has them too
+    assert dataset.targets is dataset.targets
+    copy = pickle.loads(pickle.dumps(dataset))
+    assert "samples" not in copy.__dict__ and copy.samples == reference.samples
+
+
+def test_a_file_lists_dataset_has_them_too(tmp_path):
+    for name in ("a.jpg", "b.jpg", "c.jpg"):
+        _jpeg(tmp_path / name)
+    samples = read_file_list([("a.jpg", 2), ("b.jpg", 0), ("c.jpg", 2)], tmp_path)
+    assert samples.class_to_idx == {"0": 0, "1": 1, "2": 2}
+    assert samples.targets == [2, 0, 2]
+    assert samples.samples == [(str(tmp_path / n), y) for n, y in (("a.jpg", 2), ("b.jpg", 0), ("c.jpg", 2))]

@@ -11,7 +11,7 @@ from torchvision.transforms.v2 import functional as F
 from gpufeed.backends import dali_installed
 from gpufeed.datasets.images import generate_image_folder
 from gpufeed.pipelines import classification_loader
-from gpufeed.pipelines.options import IMAGENET_MEAN, IMAGENET_STD
+from gpufeed.pipelines.options import IMAGENET_MEAN, IMAGENET_STD, default_val_resize
 from tests.helpers import indexed_file_list
 
 BACKENDS = [
@@ -79,14 +79,21 @@ def reference_val(path, size, resize):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_validation_output_matches_the_torchvision_reference(image_folder, backend):
-    loader = load(image_folder, backend, train=False, batch_size=40, size=64)
+@pytest.mark.parametrize(("size", "resize"), [(64, 73), (48, 54)])  # 48 / 0.875 = 54.86: timm's floor
+def test_validation_output_matches_the_torchvision_reference(image_folder, backend, size, resize):
+    loader = load(image_folder, backend, train=False, batch_size=40, size=size)
     (x, _), = list(loader)
-    ref = torch.stack([reference_val(p, 64, 73) for p in loader.samples.paths])
+    ref = torch.stack([reference_val(p, size, resize) for p in loader.samples.paths])
     diff = (x - ref).abs()
     # Same geometry as torchvision; DALI's resampling filter differs by at most a level or two.
     assert diff.mean() < 0.01, diff.mean()
     assert diff.max() < 0.05, diff.max()
+
+
+def test_the_default_val_resize_is_timms_floor_of_size_over_0_875():
+    """round() gave 183 for 160 and 439 for 384, a pixel more than timm's eval transform
+    (``math.floor(size / crop_pct)``) and most reference scripts."""
+    assert [default_val_resize(s) for s in (160, 224, 256, 320, 384)] == [182, 256, 292, 365, 438]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -195,6 +202,20 @@ def test_dali_iterator_refuses_a_gpu_augment_stage_it_would_not_apply(image_fold
         ({"shuffle": "no"}, "shuffle"),
         ({"batch_size": True}, "batch_size"),
         ({"mean": (123.7, 116.3, 103.5), "std": (58.4, 57.1, 57.4)}, "0..1 units"),
+        # each failed at the first batch (in a worker), with a bare comparison TypeError or an
+        # IndexError, or passed (True as 1 worker)
+        ({"num_workers": 1.5}, "num_workers must be None or an int"),
+        ({"num_workers": "2"}, "num_workers must be None or an int"),
+        ({"num_workers": True}, "num_workers must be None or an int"),
+        ({"num_workers": 10**9}, "num_workers must be None or an int from 0 to 1024"),
+        ({"val_resize": 256.5}, "val_resize must be None or an int"),
+        ({"val_resize": "256"}, "val_resize must be None or an int"),
+        ({"val_resize": True}, "val_resize must be None or an int"),
+        ({"val_resize": 100}, r"val_resize must be None or an int >= size \(224\)"),
+        ({"scale": (0.08,)}, r"scale must be \(lo, hi\)"),
+        ({"ratio": (0.75,)}, r"ratio must be \(lo, hi\)"),
+        ({"scale": 0.5}, r"scale must be \(lo, hi\)"),
+        ({"ratio": ("3/4", "4/3")}, r"ratio must be \(lo, hi\)"),
     ],
 )
 def test_bad_arguments_raise_errors_naming_them(image_folder, kwargs, match):
@@ -248,8 +269,9 @@ def test_num_shards_without_shard_id_and_no_launcher_is_refused(image_folder, ba
 def test_numpy_integers_and_torch_devices_are_accepted(tmp_path):
     files = indexed_file_list(tmp_path, 6)
     loader = classification_loader(file_list=files, train=True, batch_size=np.int64(4), seed=np.int64(3),
-                                   size=np.int32(32), device=torch.device("cpu"), backend="torch", num_workers=0)
-    assert type(loader.options.batch_size) is int and type(loader.options.seed) is int
+                                   size=np.int32(32), device=torch.device("cpu"), backend="torch",
+                                   num_workers=np.int64(0), val_resize=np.int16(40))
+    assert all(type(getattr(loader.options, k)) is int for k in ("batch_size", "seed", "num_workers", "val_resize"))
     assert loader.device == torch.device("cpu") and [len(y) for _, y in loader] == [4, 2]
 
 
@@ -377,8 +399,27 @@ def test_dali_iterator_with_no_batch_in_the_plan_says_why(tmp_path):
     files = indexed_file_list(tmp_path, 3)
     loader = load(None, "dali", file_list=files, train=False, batch_size=4, size=32, last_batch="drop")
     assert len(loader) == 0
-    with pytest.raises(ValueError, match=r"3 samples, fewer than batch_size=4.*drop"):
+    with pytest.raises(ValueError, match=r"3 samples, fewer than batch_size=4.*drop.*DALI cannot run a pipeline "
+                                         r"with no batch.*loader itself yields 0 batches"):
         loader.dali_iterator()
+
+
+@pytest.mark.skipif(not dali_installed(), reason="DALI not installed")
+@pytest.mark.parametrize("last_batch", ["partial", "drop"])
+def test_dali_iterator_on_a_rank_slice_with_no_sample_gives_the_true_cause(tmp_path, last_batch):
+    """A small validation set under DDP (3 samples, 4 ranks): with 'partial' the error blamed
+    last_batch='drop' and batch_size=1, and advised 'partial', what was passed."""
+    files = indexed_file_list(tmp_path, 3)
+    loader = load(None, "dali", file_list=files, train=False, batch_size=1, size=16, last_batch=last_batch,
+                  shard_id=0, num_shards=4)
+    assert list(loader) == []  # the loader itself: no batch on this rank
+    with pytest.raises(ValueError) as raised:
+        loader.dali_iterator()
+    message = str(raised.value)
+    assert "rank slice 0 of 4 has no sample: 3 sample(s) split over 4 ranks" in message
+    assert f"last_batch={last_batch!r}" in message and "DALI cannot run a pipeline with no batch" in message
+    assert "loader itself yields 0 batches" in message and "at most 3 rank(s)" in message
+    assert "fewer than batch_size" not in message and "drops that incomplete batch" not in message
 
 
 @pytest.mark.skipif(not dali_installed(), reason="DALI not installed")
