@@ -17,6 +17,7 @@ the bad file).
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -40,7 +41,7 @@ from gpufeed.pipelines.base import (
 )
 from gpufeed.pipelines.dali_pipeline import build_pipeline
 from gpufeed.pipelines.dali_readers import STATE_FORMAT as READER_STATE_FORMAT
-from gpufeed.pipelines.dali_readers import reader_iterator, shard_format
+from gpufeed.pipelines.dali_readers import load_into, reader_iterator, shard_format
 from gpufeed.pipelines.feeds import FileFeed, IteratorSkips, crop_inputs, dali_input
 from gpufeed.pipelines.options import LastBatch, LoaderOptions
 from gpufeed.pipelines.plan import EpochPlan
@@ -107,6 +108,12 @@ class _PlannedIterator(DALIClassificationIterator):
         epoch, batch, yielded, _, _ = self._at
         skipped = self.gpufeed_skipped.skipped if batch and self.gpufeed_skipped is not None else []
         return self._state_of(ResumePoint(epoch, batch, yielded, skipped))
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Go on from ``state`` (this iterator's or a loader's ``state_dict()``) in place, as
+        ``loader.dali_iterator(checkpoint=state)`` would (:func:`.dali_readers.load_into`;
+        PyTorch Lightning resumes a loader so, before its first ``iter()``)."""
+        load_into(self, state)
 
     def __iter__(self) -> _PlannedIterator:
         if self._resumed:  # the resumed pass: the rest of the state's epoch
@@ -371,8 +378,10 @@ class DaliLoader(ClassificationLoader):
         if len(self.plan) == 0:
             raise ValueError(_no_batch(self.plan))
         if shard_format(self.samples) is not None:
-            return reader_iterator(self.samples, self.options, self.device_id, checkpoint=checkpoint,
+            reader = reader_iterator(self.samples, self.options, self.device_id, checkpoint=checkpoint,
                                    auto_reset=auto_reset)
+            reader._gpufeed_rebuild = functools.partial(self.dali_iterator, auto_reset=auto_reset)
+            return reader
         start = None if checkpoint is None else self._iterator_start(checkpoint)
         log = IteratorSkips(self.options.on_error)
         feed = FileFeed(self.samples, self.plan, log, self.options)
@@ -406,6 +415,7 @@ class DaliLoader(ClassificationLoader):
             iterator._at, iterator._taken = start, start.batch
             iterator._resumed = True
             iterator._ended_pass = ended
+        iterator._gpufeed_rebuild = functools.partial(self.dali_iterator, auto_reset=auto_reset)
         return iterator
 
     def _iterator_start(self, checkpoint: dict[str, Any]) -> ResumePoint:

@@ -246,6 +246,28 @@ def build_reader_pipeline(shards: ShardFiles, options: LoaderOptions, device_id:
     return pipe
 
 
+def load_into(iterator: DALIClassificationIterator, state: dict[str, Any]) -> None:
+    """Make ``iterator`` (one the loader's ``dali_iterator()`` built) go on from ``state``, in
+    place: a new iterator is built from the state (``dali_iterator(checkpoint=state)``) and
+    ``iterator`` takes over its pipeline and position, its own dropped.
+
+    Why in place: PyTorch Lightning treats a loader as resumable when it has
+    ``state_dict()`` and ``load_state_dict()``, saves the first in a checkpoint and, resumed,
+    calls the second on the loader ``train_dataloader()`` returned, before its first
+    ``iter()``; DALI's pipeline, built with its position, cannot be moved to another one.
+
+    Raises:
+        ValueError: as ``dali_iterator(checkpoint=state)``: a state of another kind,
+            dataset or pipeline (the difference named).
+    """
+    rebuild = getattr(iterator, "_gpufeed_rebuild", None)
+    if rebuild is None:
+        raise ValueError("load_state_dict(): this iterator was not made by a gpufeed loader's dali_iterator()")
+    fresh = rebuild(checkpoint=state)
+    iterator.__dict__.clear()
+    iterator.__dict__.update(fresh.__dict__)
+
+
 class ReaderIterator(DALIClassificationIterator):
     """DALI's classification iterator over a shard reader, whose position is a
     checkpoint: :meth:`state_dict` after any batch, ``loader.dali_iterator(checkpoint=
@@ -290,6 +312,12 @@ class ReaderIterator(DALIClassificationIterator):
             self._reset_skipped = False
             return
         super().reset()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Go on from ``state`` (:meth:`state_dict`) in place, as
+        ``loader.dali_iterator(checkpoint=state)`` would (:func:`load_into`; PyTorch
+        Lightning resumes a loader so)."""
+        load_into(self, state)
 
     def state_dict(self) -> dict[str, Any]:
         """Where this iterator is, as DALI checkpoints it: plain data (the checkpoint is

@@ -323,6 +323,31 @@ def _same(batches, others) -> None:
         np.testing.assert_array_equal(images2, images)  # the crops and flips too
 
 
+@pytest.mark.parametrize("kind", ["folder", "shards"])
+def test_an_iterator_loads_a_state_in_place_as_lightning_resumes_a_loader(fed_sources, shards, kind):
+    """PyTorch Lightning resumes a loader that has ``state_dict()`` and ``load_state_dict()``:
+    it calls the second on the new ``train_dataloader()`` before its first ``iter()``. The
+    iterators had no ``load_state_dict`` (only ``dali_iterator(checkpoint=state)``), so a
+    Lightning run over them restarted its epoch. Loaded in place, the iterator goes on with
+    the rest of the epoch and the next, as one resumed by ``checkpoint=``; another
+    dataset's state is refused."""
+    def make():
+        return (_fed(fed_sources, "folder") if kind == "folder" else _loader(shards, shuffle=True, shuffle_buffer=6))
+    run = make().dali_iterator()
+    epochs = [_epoch(run), _epoch(run)]
+    it = make().dali_iterator()
+    for _ in range(2):
+        next(it)
+    state = json.loads(json.dumps(it.state_dict()))
+    resumed = make().dali_iterator()
+    next(resumed)  # a pass begun: loading replaces it
+    resumed.load_state_dict(state)
+    _same(epochs[0][2:], _epoch(resumed))
+    _same(epochs[1], _epoch(resumed))
+    with pytest.raises(ValueError, match="another|other"):
+        resumed.load_state_dict({**state, "dataset": {"files": "elsewhere"}})
+
+
 @pytest.mark.parametrize("kind", ["folder", "raw"])
 @pytest.mark.parametrize("last_batch", ["partial", "fill"])
 def test_the_fed_iterator_resumes_from_its_state_with_the_same_batches(fed_sources, kind, last_batch):
