@@ -29,6 +29,8 @@ import torch
 
 from gpufeed.backends import choose_array_module
 
+#: DLPack's device type of host memory (``kDLCPU``).
+_DLPACK_CPU = 1
 
 def constant(values: tuple, device: torch.device | str, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """A small constant tensor (mean, weights, corner points) on ``device``, made once per
@@ -322,6 +324,12 @@ def to_numpy(obj: Any, *, allow_copy: bool = False) -> np.ndarray:
     if not hasattr(obj, "__dlpack__"):
         raise TypeError(f"to_numpy takes torch, numpy, cupy, cuDF or DLPack data, got {type(obj).__name__}"
                         " (a pandas or polars Series: its own .to_numpy())")
+    device_type = obj.__dlpack_device__()[0] if hasattr(obj, "__dlpack_device__") else _DLPACK_CPU
+    if device_type != _DLPACK_CPU:
+        # np.from_dlpack reads host memory only: device data (JAX on a GPU, a CUDA array of
+        # another library) goes through torch's DLPack reader, which takes CUDA memory.
+        _cross("DLPack data on a device to numpy", allow_copy)
+        return torch.from_dlpack(obj).cpu().numpy()
     return np.from_dlpack(obj)
 
 

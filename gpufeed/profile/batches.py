@@ -81,7 +81,9 @@ def to_device(batch: Any, device: torch.device, *, copy: bool = False) -> Any:
         >>> images, labels = to_device((torch.zeros(2, 3), torch.zeros(2)), torch.device("cpu"))
     """
     if isinstance(batch, torch.Tensor):
-        moved = batch.to(device, non_blocking=True)
+        # Asynchronous only towards a GPU: a copy to the host with non_blocking returns
+        # before the data has arrived, and nothing here waits for it.
+        moved = batch.to(device, non_blocking=torch.device(device).type == "cuda")
         return moved.clone() if copy and moved is batch else moved
     if isinstance(batch, Mapping):
         return {k: to_device(v, device, copy=copy) for k, v in batch.items()}

@@ -33,11 +33,13 @@ class _Clock:
     def __init__(self, device: torch.device) -> None:
         self.device = device
         self.cuda = device.type == "cuda"
-        self.events: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
+        # Seconds per step, read from each step's event pair once the step's end has
+        # synchronised (a pair kept per step would pile up over a long run).
+        self.times: list[float] = []
         self._start: torch.cuda.Event | None = None
 
     def reset(self) -> None:
-        self.events.clear()
+        self.times.clear()
         self._start = None
 
     @property
@@ -58,18 +60,20 @@ class _Clock:
         return t
 
     def step_ended(self) -> float:
-        if self.cuda and self._start is not None:
-            end = torch.cuda.Event(enable_timing=True)
-            end.record(torch.cuda.current_stream(self.device))
-            self.events.append((self._start, end))
-            self._start = None
-        return self.now()
+        if not self.cuda or self._start is None:
+            return self.now()
+        end = torch.cuda.Event(enable_timing=True)
+        end.record(torch.cuda.current_stream(self.device))
+        t = self.now()  # synchronised: both events are complete
+        self.times.append(self._start.elapsed_time(end) / 1e3)
+        self._start = None
+        return t
 
     def gpu_seconds(self) -> tuple[float, ...] | None:
-        """Per-step GPU time from the event pairs (all complete: ``now`` synchronised)."""
+        """Per-step GPU time, from each step's CUDA event pair."""
         if not self.cuda:
             return None
-        return tuple(start.elapsed_time(end) / 1e3 for start, end in self.events)
+        return tuple(self.times)
 
 
 class StallMeter:

@@ -43,6 +43,34 @@ def test_to_torch_takes_any_dlpack_producer():
     assert device_of(Producer(a)) == torch.device("cpu")
 
 
+def test_to_numpy_of_a_dlpack_producer_on_a_device_needs_allow_copy_and_then_copies():
+    """``np.from_dlpack`` reads host memory only: device data of a library the kit does not
+    know (JAX on a GPU) failed inside numpy, although ``allow_copy=True`` promises a copy.
+    It now needs ``allow_copy`` and copies through torch's DLPack reader (here a producer
+    that says it lives on a device other than the host; torch then copies to the host)."""
+    from gpufeed.gpu_transforms.arrays import to_numpy
+
+    class OnDevice:
+        def __init__(self, tensor: torch.Tensor) -> None:
+            self.tensor = tensor
+
+        def __dlpack__(self, **kw):
+            return self.tensor.__dlpack__(**kw)
+
+        def __dlpack_device__(self):
+            return (2, 0)  # kDLCUDA, as a GPU array reports it
+
+    with pytest.raises(ValueError, match="DLPack data on a device to numpy needs a copy"):
+        to_numpy(OnDevice(torch.arange(3)))
+    a = np.arange(4.0)
+
+    class OnHost(OnDevice):
+        def __dlpack_device__(self):
+            return (1, 0)
+
+    assert np.shares_memory(to_numpy(OnHost(torch.from_numpy(a))), a)  # host data: no copy, no flag
+
+
 def test_xp_is_numpy_on_cpu():
     assert xp(np.zeros(2)) is np
     assert xp(torch.zeros(2)) is np

@@ -807,10 +807,11 @@ class Standardize(TableOp):
 
 
 def _float_values(values: Any, where: str) -> tuple[Any, Callable[[Any], Any]]:
-    """``values`` (a torch tensor on any device, a numpy array, a list or a number) as float64
-    for an inverse, and how to give the result back in their kind: a floating tensor keeps
-    its dtype and device (computed in float64, rounded once), any other tensor becomes
-    float64; arrays and lists come back as float64 numpy arrays, a number as a float."""
+    """``values`` (a torch tensor on any device, a numpy or cupy array, a cuDF Series, a list
+    or a number) as float64 for an inverse, and how to give the result back in their kind:
+    a floating tensor keeps its dtype and device (computed in float64, rounded once), any
+    other tensor becomes float64; cupy and cuDF data stay on the GPU as float64; arrays and
+    lists come back as float64 numpy arrays, a number as a float."""
     if type(values).__module__.split(".")[0] == "torch":
         dtype = values.dtype if values.is_floating_point() else None
         import torch
@@ -821,6 +822,10 @@ def _float_values(values: Any, where: str) -> tuple[Any, Callable[[Any], Any]]:
         return values.detach().to(torch.float64), back
     if isinstance(values, numbers.Number) and not isinstance(values, bool):
         return np.float64(values), float
+    if type(values).__module__.split(".")[0] in ("cupy", "cudf"):
+        # On the GPU, as they are: np.asarray refuses device data (cupy raises, and the
+        # error read "values must be numbers ... got ndarray").
+        return values.astype("float64"), lambda out: out
     try:
         array = np.asarray(values, dtype=np.float64)
     except (TypeError, ValueError) as exc:

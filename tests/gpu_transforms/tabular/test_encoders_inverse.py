@@ -186,3 +186,19 @@ def test_label_encode_names_itself_in_a_fitting_error():
     mixed = pd.DataFrame({"t": pd.Series(["a", 1, "b"], dtype=object)})
     with pytest.raises(ColumnTypeError, match=r"^LabelEncode: column 't' mixes"):
         Recipe([LabelEncode(["t"])]).fit(mixed)
+
+
+@pytest.mark.gpu
+def test_inverse_of_cupy_and_cudf_values_stays_on_the_gpu(table):
+    """``np.asarray`` refuses device data, so an inverse of cupy values failed with "values
+    must be numbers ... got ndarray"; cupy and cuDF values are now undone on the GPU."""
+    cupy = pytest.importorskip("cupy", reason="cupy is not installed")
+    cudf = pytest.importorskip("cudf", reason="cuDF is not installed")
+
+    recipe = Recipe([Standardize(["x"])])
+    scaled = recipe.fit_transform(table)["x"].to_numpy()
+    back = recipe.inverse("x", cupy.asarray(scaled))
+    assert isinstance(back, cupy.ndarray)
+    np.testing.assert_allclose(back.get(), table["x"], rtol=1e-12)
+    back = recipe.inverse("x", cudf.Series(scaled))
+    np.testing.assert_allclose(back.to_numpy(), table["x"], rtol=1e-12)
