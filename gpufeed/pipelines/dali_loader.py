@@ -416,6 +416,7 @@ class DaliLoader(ClassificationLoader):
             iterator._resumed = True
             iterator._ended_pass = ended
         iterator._gpufeed_rebuild = functools.partial(self.dali_iterator, auto_reset=auto_reset)
+        iterator._gpufeed_check = self._iterator_start
         return iterator
 
     def _iterator_start(self, checkpoint: dict[str, Any]) -> ResumePoint:

@@ -41,6 +41,7 @@ samples, crops and flips.
 from __future__ import annotations
 
 import base64
+import gc
 from dataclasses import dataclass
 from typing import Any
 
@@ -263,8 +264,16 @@ def load_into(iterator: DALIClassificationIterator, state: dict[str, Any]) -> No
     rebuild = getattr(iterator, "_gpufeed_rebuild", None)
     if rebuild is None:
         raise ValueError("load_state_dict(): this iterator was not made by a gpufeed loader's dali_iterator()")
-    fresh = rebuild(checkpoint=state)
+    # A state of another pipeline is refused before anything is dropped.
+    if isinstance(iterator, ReaderIterator):
+        _checkpoint_of(state, iterator.gpufeed_identity)
+    else:
+        iterator._gpufeed_check(state)
+    # The old pipeline (its prefetched batches; on a GPU, its buffers) is freed before the
+    # new one is built: both at once could run a GPU near its memory limit out of it.
     iterator.__dict__.clear()
+    gc.collect()
+    fresh = rebuild(checkpoint=state)
     iterator.__dict__.update(fresh.__dict__)
 
 
@@ -292,6 +301,11 @@ class ReaderIterator(DALIClassificationIterator):
         DALI's own iterator over this padded reader counts the largest slice, unpadded."""
         size = super().size
         return -(-size // self.batch_size) * self.batch_size if self.gpufeed_fill else size
+
+    def __iter__(self) -> ReaderIterator:
+        if self._taken >= len(self):  # every batch taken, the end not asked for (a loop that counts)
+            self._taken = 0
+        return super().__iter__()
 
     def __next__(self) -> Any:
         if self._ended_pass:

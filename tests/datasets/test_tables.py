@@ -492,6 +492,9 @@ def test_a_header_short_of_names_is_named_as_the_fault(tmp_path):
     path.write_text("a,b\n1,2,\n4,5,\n")  # a separator ending each line: pandas shifts the columns, silently
     with pytest.raises(MalformedCSVError, match=r"every line ends with the separator ','"):
         read_table(path, backend="pandas")
+    path.write_text("a,b\n1,2, \n4,5, \n")  # and a space after it: no row names either
+    with pytest.raises(MalformedCSVError, match=r"every line ends with the separator ','"):
+        read_table(path, backend="pandas")
 
 
 @pytest.mark.parametrize("orient", ["columns", "index", "split", "table"])
@@ -1275,3 +1278,11 @@ def test_tsv_files_are_tab_separated_csv(tmp_path, backend, name):
     assert detect_format(path) == "csv"
     pd.testing.assert_frame_equal(pd.read_csv(path, sep="\t"), df, check_dtype=False)
     pd.testing.assert_frame_equal(to_backend(read_table(path, backend=backend), "pandas"), df, check_dtype=False)
+
+
+def test_a_comma_separated_tsv_file_is_named_with_the_separator_to_pass(tmp_path):
+    path = tmp_path / "comma.tsv"
+    path.write_text("a,b\n1,2\n")  # read with a tab: one column of "decimal comma" numbers
+    with pytest.raises(MalformedCSVError, match=r"holds no '\\t' but ',': pass sep=','"):
+        read_table(path, backend="pandas")
+    assert read_table(path, backend="pandas", sep=",")["b"].tolist() == [2]

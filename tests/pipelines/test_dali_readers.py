@@ -323,6 +323,25 @@ def _same(batches, others) -> None:
         np.testing.assert_array_equal(images2, images)  # the crops and flips too
 
 
+def test_a_loop_that_counts_its_batches_checkpoints_mid_epoch_not_at_an_epochs_end(shards):
+    """A step-capped loop takes ``len(it)`` batches a pass and never asks for the
+    ``StopIteration`` (``zip(range(len(it)), it)``). The shard iterator counted on across
+    passes, so a state after epoch 1's first batch said "epoch_end" and, resumed, the
+    rest of epoch 1 came a pass late."""
+    kw = dict(shuffle=True, shuffle_buffer=6)
+    run = _loader(shards, **kw).dali_iterator()
+    epochs = [_epoch(run), _epoch(run)]
+    it = _loader(shards, **kw).dali_iterator()
+    for _ in zip(range(len(it)), it, strict=False):  # the loop stops at its count
+        pass
+    for _ in zip(range(1), it, strict=False):
+        pass
+    state = it.state_dict()
+    assert not state["epoch_end"]
+    resumed = _loader(shards, **kw).dali_iterator(checkpoint=state)
+    _same(epochs[1][1:], _epoch(resumed))
+
+
 @pytest.mark.parametrize("kind", ["folder", "shards"])
 def test_an_iterator_loads_a_state_in_place_as_lightning_resumes_a_loader(fed_sources, shards, kind):
     """PyTorch Lightning resumes a loader that has ``state_dict()`` and ``load_state_dict()``:

@@ -311,8 +311,9 @@ def csv_options(path: Path, sep: str | None, encoding: str | None) -> tuple[str,
 
 
 #: Delimiters other than the one asked for that a header line holding none of that one
-#: suggests: European exports use ``;``, database dumps tabs or ``|``.
-_OTHER_DELIMITERS = (";", "\t", "|")
+#: suggests: European exports use ``;``, database dumps tabs or ``|``, and a ``.tsv``
+#: file (read with a tab) may hold commas.
+_OTHER_DELIMITERS = (",", ";", "\t", "|")
 
 
 def _delimiter_hint(path: Path, sep: str, encoding: str, skiprows: int = 0, header: bool = True) -> str:
@@ -486,7 +487,7 @@ def _read_csv_arrow(
         if on_bad_lines is OnError.RAISE:
             # Every data line off: the header is what is wrong (pandas reads the extra leading
             # fields of such a file as its index, without a word).
-            trailing = all(text.rstrip("\r\n").endswith(sep) for _, text in bad)
+            trailing = all(text.rstrip("\r\n").rstrip(" " if sep != " " else "").endswith(sep) for _, text in bad)
             fault = (f" Every data line is: the header names {table.num_columns} column(s) "
                      f"({', '.join(table.column_names[:6])}{' ...' if table.num_columns > 6 else ''})"
                      + (f", and every line ends with the separator {sep!r}: remove it at each line's end."
@@ -523,9 +524,19 @@ def _row_names_read(path: Path, header_names: list[str], encoding: str, sep: str
                                    parse_options=_parse_options(sep, handler, quoted))
     except ArrowInvalid:
         return None
-    if not table.num_rows or bad or table.column(table.num_columns - 1).null_count == table.num_rows:
+    if not table.num_rows or bad or _blank(table.column(table.num_columns - 1)):
         return None  # the last field empty on every line: a separator ending each line, not row names
     return table
+
+
+def _blank(column: Any) -> bool:
+    """Whether every value of an Arrow column is missing or white space alone."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if column.null_count == len(column):
+        return True
+    return pa.types.is_string(column.type) and pc.all(pc.utf8_is_space(column.fill_null(" "))).as_py()
 
 
 def _empty_columns_as_floats(table: Any, typed: set[str]) -> Any:

@@ -795,10 +795,15 @@ class Standardize(TableOp):
         rows = [stats.get(k, [mean, std]) if not is_missing(k) else [mean, std] for k in keys] + [[mean, std]]
         table = np.asarray(rows, dtype=np.float64).reshape(-1, 2)
         picked = table[np.where(codes < 0, len(keys), codes)]  # -1 (missing): the global row
-        if type(x).__module__.split(".")[0] == "torch":
+        kind = type(x).__module__.split(".")[0]
+        if kind == "torch":
             import torch
 
             picked = torch.from_numpy(picked).to(x.device)
+        elif kind in ("cupy", "cudf"):  # on the GPU beside the values: cupy refuses numpy operands
+            import cupy
+
+            picked = cupy.asarray(picked)
         shape = tuple(x.shape[:1]) + (1,) * (x.ndim - 1)  # one row's statistics across its other axes
         return back(x * picked[:, 1].reshape(shape) + picked[:, 0].reshape(shape))
 

@@ -202,3 +202,7 @@ def test_inverse_of_cupy_and_cudf_values_stays_on_the_gpu(table):
     np.testing.assert_allclose(back.get(), table["x"], rtol=1e-12)
     back = recipe.inverse("x", cudf.Series(scaled))
     np.testing.assert_allclose(back.to_numpy(), table["x"], rtol=1e-12)
+    by = Recipe([Standardize(["x"], by="g")])
+    scaled = by.fit_transform(table)["x"].to_numpy()
+    back = by.inverse("x", cupy.asarray(scaled), groups=table["g"])  # per-group statistics on the GPU too
+    np.testing.assert_allclose(cupy.asnumpy(back), table["x"], rtol=1e-12)
