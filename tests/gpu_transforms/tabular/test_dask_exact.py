@@ -14,6 +14,7 @@ import pytest
 from gpufeed.datasets.tables import read_table
 from gpufeed.gpu_transforms.tabular import (
     Clip,
+    EmptyTableError,
     FillMissing,
     MalformedCSVError,
     MixedTypeError,
@@ -73,6 +74,33 @@ def test_median_and_clip_on_dask_warn_alike_where_they_cannot_be_exact(monkeypat
     assert all(math.isfinite(v) for v in state.values())
     with pytest.warns(UserWarning, match=r"Clip: quantiles of \['k'\] lie more than 10 values .* approximate"):
         Recipe([Clip(["k"], quantiles=(0.25, 0.75))]).fit(ddf)
+
+
+def test_quantile_tails_on_dask_are_computed_a_bounded_number_of_values_at_a_time(monkeypatch):
+    # Every column's tails went through one dask.compute: a median sends up to half its
+    # column, so the memory held grew with the number of columns (18 columns of 2M rows:
+    # 450-490 MiB over a count pass, 180-240 in groups). In groups of at most max_tail
+    # values, the bounds are the same.
+    import dask
+
+    pdf = pd.DataFrame({c: np.random.default_rng(i).normal(size=300) for i, c in enumerate("abcdef")})
+    pdf.iloc[::7, 2] = np.nan
+    expected = Recipe([FillMissing(list(pdf), strategy="median")]).fit(pdf).ops[0].state
+    held = []
+    compute = dask.compute
+
+    def counted(*args, **kwargs):
+        found = compute(*args, **kwargs)
+        held.append(sum(len(f) for f in found if isinstance(f, pd.Series)))
+        return found
+
+    monkeypatch.setattr(dask, "compute", counted)
+    monkeypatch.setitem(dask_module.quantile_bounds.__kwdefaults__, "max_tail", 320)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # exact: no warning
+        got = Recipe([FillMissing(list(pdf), strategy="median")]).fit(to_dask(pdf, 4)).ops[0].state
+    assert got == expected
+    assert len(held) == 4 and max(held) <= 320, held  # the counts, then 3 groups of 2 tails
 
 
 # --- Standardize(by=) --------------------------------------------------------------------------
@@ -174,7 +202,7 @@ def test_read_dask_csv_files_of_another_header_are_named(tmp_path):
     (tmp_path / "d").mkdir()
     (tmp_path / "d" / "a.csv").write_text("x,y\n1,2\n")
     (tmp_path / "d" / "b.csv").write_text("x,z\n3,4\n")
-    with pytest.raises(MalformedCSVError, match=r"b\.csv: its header b'x,z' differs from the first file's"):
+    with pytest.raises(MalformedCSVError, match=r"b\.csv: its header b'x,z' differs from that of .*a\.csv \(b'x,y'\)"):
         read_dask(tmp_path / "d", backend="pandas").compute()
 
 
@@ -194,3 +222,107 @@ def test_a_recipe_on_read_dask_csv_equals_it_on_read_table(tmp_path):
     for c in ("age", "mass", "name", "grp", "day"):
         np.testing.assert_allclose(got[c].to_numpy(float), expected[c].to_numpy(float), rtol=1e-12, atol=1e-12,
                                    err_msg=c)
+
+
+@pytest.mark.parametrize("head", [b"\n", b"\r\n\r\n", b"\xef\xbb\xbf\n"], ids=["blank", "blank-crlf", "bom-own-line"])
+def test_read_dask_csv_finds_the_header_past_blank_lines_as_read_table(tmp_path, head):
+    # The header was taken as the file's first line: after a blank line (or a BOM on a line
+    # of its own) the real header was read as a data row ("name, n" beside the values), or
+    # a numeric column was refused with "pass dtype={'n': str}". Each file's first block
+    # is cut there too, a second file's and a quoted name's line break included.
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "a.csv").write_bytes(head + b'name,"n\nm"\nbob,1\nann,2\n')
+    (tmp_path / "d" / "b.csv").write_bytes(b'\n\nname,"n\nm"\ncid,3\n')
+    expected = read_table(tmp_path / "d" / "a.csv", backend="pandas")
+    got = read_dask(tmp_path / "d" / "a.csv", backend="pandas", blocksize=None).compute()
+    pd.testing.assert_frame_equal(got.reset_index(drop=True), expected)
+    ddf = read_dask(tmp_path / "d", backend="pandas", blocksize=16)  # the header in the first block
+    assert ddf.npartitions > 2
+    got = ddf.compute()
+    assert got["name"].tolist() == ["bob", "ann", "cid"] and got["n\nm"].tolist() == [1, 2, 3]
+
+
+def _notes(n: int) -> str:
+    """A CSV whose every row quotes a comment of three lines."""
+    rows = (f'{i},"note {i}\nsecond line, with a comma\nthird",{i / 2}\n' for i in range(n))
+    return "id,comment,score\n" + "".join(rows)
+
+
+def test_read_dask_csv_cuts_its_type_sample_between_records(tmp_path, monkeypatch):
+    # The sample was cut at its last line break, inside a quoted comment: a valid file over
+    # the sample failed as malformed, even with blocksize=None, and the error said "Pass
+    # on_bad_lines='skip'", which read_dask does not take. A record longer than the sample
+    # is read whole.
+    monkeypatch.setattr(dask_module, "CSV_SAMPLE_BYTES", 1000)
+    path = tmp_path / "t.csv"
+    path.write_text(_notes(200))
+    expected = read_table(path, backend="pandas")
+    got = read_dask(path, backend="pandas", blocksize=None).compute()
+    assert got.shape == expected.shape == (200, 3)
+    for c in expected:
+        assert got[c].tolist() == expected[c].tolist(), c
+    long = '"' + "a long\nquoted field " * 200 + '"'
+    path.write_text(f"id,comment,score\n0,{long},1.5\n" + _notes(40).split("\n", 1)[1])
+    got = read_dask(path, backend="pandas", blocksize=None).compute()
+    assert got["comment"].iloc[0] == long.strip('"') and len(got) == 41 and str(got["score"].dtype) == "float64"
+
+
+def test_read_dask_csv_errors_give_advice_read_dask_takes(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("a,b\n1,2\n3,4,5\n")
+    with pytest.raises(MalformedCSVError, match=r"read_dask reads no malformed line: fix them, or read the file "
+                                                r"with read_table\(on_bad_lines='skip'\)") as info:
+        read_dask(path, backend="pandas")
+    assert "Pass on_bad_lines" not in str(info.value)
+    path.write_text("a,b\n" + "".join(f"{i},x\n" for i in range(9)) + "q,y\n")
+    with pytest.raises(MixedTypeError, match=r"column 'a' mixes .* pass dtype=\{'a': str\} to read_dask to read "
+                                             "the column as text") as info:
+        read_dask(path, backend="pandas")
+    assert "mixed_types" not in str(info.value)
+
+
+def test_read_dask_csv_types_from_the_first_file_with_a_row_and_reads_empty_files_as_none(tmp_path):
+    # A first file of a header alone typed every column as text for every file (numbers came
+    # back as strings, without a word); an empty first file failed the whole read, and an
+    # empty later one was "its header b'' differs".
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "a.csv").write_bytes(b"")
+    (tmp_path / "d" / "b.csv").write_text("name,n\n")
+    (tmp_path / "d" / "c.csv").write_text("name,n\nbob,1\nann,2\n")
+    (tmp_path / "d" / "d.csv").write_bytes(b"\n")
+    (tmp_path / "d" / "e.csv").write_text("name,n\ncid,\n")
+    ddf = read_dask(tmp_path / "d", backend="pandas")
+    assert str(ddf["n"].dtype) == "Int64"
+    got = ddf.compute()
+    assert got["n"].tolist() == [1, 2, pd.NA] and got["name"].tolist() == ["bob", "ann", "cid"]
+    (tmp_path / "e").mkdir()
+    (tmp_path / "e" / "a.csv").write_bytes(b"")
+    (tmp_path / "e" / "b.csv").write_bytes(b"\n")
+    with pytest.raises(EmptyTableError, match=r"each of the 2 CSV files is empty \(not even a header line\)"):
+        read_dask(tmp_path / "e", backend="pandas")
+    (tmp_path / "e" / "b.csv").write_text("name,n\n")  # a header alone: its columns, no row
+    got = read_dask(tmp_path / "e", backend="pandas").compute()
+    assert list(got.columns) == ["name", "n"] and len(got) == 0
+
+
+def test_read_dask_csv_reads_later_finer_and_later_far_timestamps(tmp_path, monkeypatch):
+    # Typed from a sample of whole seconds, a timestamp column was parsed as seconds: a later
+    # fraction was a MixedTypeError whose advice ("pass dtype={'t': str} (or 'float64')")
+    # gave no datetimes back. Microseconds hold a later fraction, and 9999-12-31 too
+    # (nanoseconds end in 2262).
+    monkeypatch.setattr(dask_module, "CSV_SAMPLE_BYTES", 1024)
+    stamps = [f"2024-01-05 10:00:{i % 60:02d}" for i in range(100)]
+    later = ["2024-01-05 10:00:00.123", "9999-12-31 23:59:59", "2024-01-05 10:00:00.000001"]
+    path = tmp_path / "t.csv"
+    path.write_text("t,tz\n" + "".join(f"{t},{t}Z\n" for t in [*stamps, *later]))
+    ddf = read_dask(path, backend="pandas", blocksize="2KiB")
+    assert str(ddf["t"].dtype) == "datetime64[us]" and str(ddf["tz"].dtype) == "datetime64[us, UTC]"
+    got = ddf.compute()
+    assert got["t"].tolist() == [pd.Timestamp(t) for t in [*stamps, *later]]
+    assert got["tz"].tolist() == [pd.Timestamp(t, tz="UTC") for t in [*stamps, *later]]
+    path.write_text("t\n" + "".join(f"{t}\n" for t in [*stamps, "2024/01/06"]))
+    with pytest.raises(MixedTypeError, match=r"column 't' holds '2024/01/06', which its type \(timestamp\[us\]"
+                                             r".*pass dtype=\{'t': str\} to read_dask to read it as text"):
+        read_dask(path, backend="pandas", blocksize="2KiB").compute()
+    path.write_text("t\n" + "".join(f"{t}\n" for t in stamps[:40]))  # all of the one file: read_table's type
+    assert str(read_dask(path, backend="pandas", blocksize="2KiB")["t"].dtype) == "datetime64[s]"
