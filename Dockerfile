@@ -11,6 +11,10 @@
 # The install is the README's own: `make install` (the target `make test` and `make bench`
 # build on), so CI tests what the image runs. The CUDA 13 stack matches PyPI's default
 # torch; the host's driver must support CUDA 13.
+# Why a CUDA runtime base and not the smaller `-base-` one: torch's wheels bring their own CUDA
+# libraries and cuDNN, but cupy-cuda13x (the cuda13 extra, without cupy's [ctk] extra) loads
+# NVRTC, cuBLAS, cuRAND ... from a system CUDA toolkit, which the `-base-` image does not have.
+# The base's cuDNN is unused (torch loads its own); a cuDNN-free runtime base has not been built.
 ARG BASE=nvidia/cuda:13.0.1-cudnn-runtime-ubuntu24.04
 FROM ${BASE}
 ARG EXTRAS=cuda13,dask,hdf5

@@ -7,16 +7,24 @@ EXTRAS ?= dali-cpu,test
 # in bench/results/; record one there with `make bench OUT=bench/results`.
 OUT    ?= gpufeed-results
 BIN     = $(VENV)/bin
+# The venv's record of the extras it was last installed with: `make install EXTRAS=cuda13` on a
+# venv built with other extras runs pip again (the target had depended on pyproject.toml alone,
+# so "Nothing to be done" left the venv without the GPU libraries, or ruff and hadolint).
+comma  := ,
+STAMP   = $(VENV)/.installed-$(subst $(comma),+,$(EXTRAS))
 
 .PHONY: install bench test lint gpu-check clean
 
-$(BIN)/gpufeed: pyproject.toml
+$(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip
+
+$(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -e ".[$(EXTRAS)]"
+	rm -f $(VENV)/.installed-*
 	touch $@
 
-install: $(BIN)/gpufeed
+install: $(STAMP)
 
 bench: install
 	$(BIN)/gpufeed bench --out $(OUT)
@@ -31,7 +39,6 @@ test: install lint
 # On a machine with a CUDA GPU: gpu-marked tests, doctor, every suite with --device cuda,
 # one bundle in gpu-check-out/ (bench/gpu_check.sh says what runs).
 gpu-check: install
-	$(BIN)/python -m pip install -e ".[$(EXTRAS)]"   # the venv may predate EXTRAS (make test made it)
 	PYTHON=$(BIN)/python bash bench/gpu_check.sh
 
 clean:

@@ -6,18 +6,71 @@
 #   bash bench/gpu_check.sh [smoke] [tests] [images] [augment] [tabular] [storage] [formats] [tune] [stall]
 #                                                                     (default: all of them)
 #
-# It runs the source tree (PYTHONPATH), so it works on a machine that cannot install.
+# It runs the source tree (PYTHONPATH), so it works on a machine that cannot install, with a
+# Python that has torch ($PYTHON; `make gpu-check` passes the venv's). Without a CUDA GPU it
+# stops at once with exit 2. Each run starts $OUT afresh (its own logs and results only:
+# other files there are left alone) and packs them into $OUT/bundle.tar.gz.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-check-out}
 PY=${PYTHON:-python3}
-parts=${*:-smoke tests images augment tabular storage formats tune stall}
-mkdir -p "$OUT/results"
+known="smoke tests images augment tabular storage formats tune stall"
+parts=${*:-$known}
+for part in $parts; do
+  case " $known " in
+    *" $part "*) ;;
+    *) echo "gpu_check: unknown part '$part' (choose from: $known)" >&2; exit 2 ;;
+  esac
+done
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 log() { echo "== $(date -u +%H:%M:%S) $*"; }
+
+# Up front: a CUDA GPU as torch sees it. Without one every part failed on its own, minutes
+# later (tracebacks in smoke, the CPU test suites run, a 1,024-image set generated first).
+command -v "$PY" >/dev/null 2>&1 || { echo "gpu_check: no Python at '$PY' (set PYTHON, or run make gpu-check)" >&2; exit 2; }
+gpu=$("$PY" - 2>&1 <<'PY'
+import sys
+try:
+    import torch
+except Exception as exc:  # noqa: BLE001 - any reason torch does not load is the answer
+    print(f"{sys.executable} cannot import torch ({type(exc).__name__}: {exc}): run `make gpu-check`, "
+          "or set PYTHON to a venv's python that has gpufeed's dependencies")
+    sys.exit(3)
+if not torch.cuda.is_available():
+    print(f"torch {torch.__version__} (CUDA build {torch.version.cuda}) sees no CUDA GPU")
+    sys.exit(1)
+print(f"{torch.cuda.get_device_name(0)} (torch {torch.__version__}, {torch.cuda.device_count()} GPU(s))")
+PY
+)
+gpu_rc=$?
+gpu=${gpu##*$'\n'}  # the last line: the answer, after any warning an import printed
+if [ "$gpu_rc" -eq 3 ]; then
+  echo "gpu_check: $gpu" >&2
+  exit 2
+elif [ "$gpu_rc" -ne 0 ]; then
+  if command -v nvidia-smi >/dev/null 2>&1; then
+    smi=$(nvidia-smi -L 2>&1); smi="nvidia-smi -L: ${smi%%$'\n'*}"
+  else
+    smi="no nvidia-smi either"
+  fi
+  echo "gpu_check: this check needs a CUDA GPU, and there is none to use here: $gpu; $smi" >&2
+  exit 2
+fi
+log "GPU: $gpu"
+
+# A fresh record each run: the logs had been appended to, so a rerun mixed old FAILED lines
+# with new results, and the bundle packed the previous bundle and the converted smoke data.
+# Only what this script writes is removed (smoke-data: where earlier versions converted).
+rm -rf "$OUT/results" "$OUT/smoke-data" "$OUT/bundle.tar.gz" "$OUT/doctor.log" "$OUT/smoke.log" \
+  "$OUT/pytest-gpu.log" "$OUT/pytest-gpu-auto.log"
+mkdir -p "$OUT/results"
+SMOKE=""  # the converted smoke data: a temporary folder, never in $OUT or the bundle
+trap '[ -z "$SMOKE" ] || rm -rf "$SMOKE"' EXIT
 status=0
 {
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+  if command -v nvidia-smi >/dev/null 2>&1; then
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+  fi
   $PY -m gpufeed doctor
 } 2>&1 | tee "$OUT/doctor.log"
 for part in $parts; do
@@ -29,7 +82,7 @@ for part in $parts; do
       # here instead of ending pytest with a bare signal. Folder train/val (file feed, mixed
       # decode with and without crop), WebDataset and TFRecord (DALI's own readers) and the
       # raw cache, converted once from the same images (no DALI in that process).
-      SMOKE=$OUT/smoke-data
+      SMOKE=$(mktemp -d "${TMPDIR:-/tmp}/gpufeed-smoke.XXXXXX")
       $PY - "$SMOKE" <<'PY' 2>&1 | tee -a "$OUT/smoke.log"
 import sys
 from pathlib import Path
@@ -42,7 +95,7 @@ root.mkdir(parents=True, exist_ok=True)
 for fmt in ("webdataset", "tfrecord", "raw"):
     convert(src, root / fmt, format=fmt, shard_size="4MB", progress=False)
 PY
-      [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "smoke: converting the smoke data FAILED: the folder graphs alone run" | tee -a "$OUT/smoke.log"; status=1; }
+      [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "smoke: preparing the smoke data FAILED (above): the graphs whose data is there run, the others are named as not run" | tee -a "$OUT/smoke.log"; status=1; }
       for graph in folder:train folder:val webdataset:train tfrecord:train raw:train raw:val; do
         [ -e "$SMOKE/${graph%%:*}" ] || { echo "smoke: $graph not run (no converted data)" | tee -a "$OUT/smoke.log"; continue; }
         $PY - "$SMOKE" "$graph" <<'PY' 2>&1 | tee -a "$OUT/smoke.log"
@@ -98,9 +151,9 @@ PY
       $PY -m gpufeed tune --device cuda --out "$OUT/results" || status=1 ;;
     stall)
       $PY -m gpufeed stall --model resnet50 --loader auto --device cuda --out "$OUT/results" || status=1 ;;
-    *) echo "unknown part $part (smoke, tests, images, augment, tabular, storage, formats, tune, stall)" >&2; status=2 ;;
   esac
 done
-tar -C "$OUT" -czf "$OUT.tar.gz" . && mv "$OUT.tar.gz" "$OUT/bundle.tar.gz"
+# The logs and results of this run (the bundle of the last one was removed above).
+tar -C "$OUT" --exclude=./bundle.tar.gz -czf "$OUT.tar.gz" . && mv "$OUT.tar.gz" "$OUT/bundle.tar.gz"
 log "done, status $status"
 exit $status

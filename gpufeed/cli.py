@@ -27,6 +27,7 @@ from gpufeed.arguments import (
     results_folder,
     table_output_file,
 )
+from gpufeed.bench.provenance import gpufeed_version
 from gpufeed.progress import counted
 
 #: Benchmark suites: name -> (module with ``add_arguments(parser)`` and ``run(args) -> int``,
@@ -81,18 +82,6 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"gpufeed: error: {message}\n")
 
 
-def _version() -> str:
-    """The installed distribution's version (the package's own when run from a source tree)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("gpufeed")
-    except PackageNotFoundError:
-        import gpufeed
-
-        return gpufeed.__version__
-
-
 def _add_suite(parser: argparse.ArgumentParser, module: str) -> None:
     """Give ``parser`` the options and the run of the suite in ``module`` (imported here)."""
     mod = importlib.import_module(module)
@@ -108,7 +97,7 @@ def _build_parser(chosen: Sequence[str] = ()) -> argparse.ArgumentParser:
     """The command line's parser; ``chosen``: the command and suite named (``["bench",
     "tabular"]``, ``["tune"]``), the only suite whose module is imported for its options."""
     parser = _Parser(prog="gpufeed", description=__doc__.splitlines()[0].replace("``", ""))
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {gpufeed_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     bench = sub.add_parser(
@@ -236,6 +225,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         # What a user can fix (a missing folder, a bad argument, no GPU): one line, no traceback.
         print(f"gpufeed: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        # Ctrl-C: one line, not a traceback through multiprocessing; 130 as a shell reports
+        # SIGINT. What finished is kept (`bench all` has written its summary already).
+        print("gpufeed: interrupted", file=sys.stderr)
+        return 130
     finally:
         warnings.formatwarning = formatted
 

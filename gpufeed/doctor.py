@@ -7,6 +7,7 @@ import platform
 from typing import Any
 
 from gpufeed.backends import choose_dataframe_backend, choose_image_backend, resolve_device
+from gpufeed.bench.provenance import SourceCommit, gpufeed_version, source_commit
 from gpufeed.machine import (
     cpu_model,
     cuda_available,
@@ -19,7 +20,8 @@ from gpufeed.machine import (
 
 
 def report() -> dict[str, Any]:
-    """The doctor's findings as a dict (what ``gpufeed doctor --json`` prints)."""
+    """The doctor's findings as a dict (what ``gpufeed doctor --json`` prints): gpufeed's own
+    version and commit first (a bug report names the code it is about), then the machine."""
     import torch
 
     device = resolve_device("auto")
@@ -43,7 +45,9 @@ def report() -> dict[str, Any]:
         notes.append("cuDF is installed but there is no CUDA GPU: tables use the CPU backend")
     if installed("cupy") and not cuda_available():
         notes.append("cupy is installed but cannot run without a CUDA GPU: arrays stay numpy")
+    commit = source_commit()
     return {
+        "gpufeed": {"version": gpufeed_version(), "commit": commit.commit, "commit_note": commit.note},
         "cpu": {"model": cpu_model(), "usable_cores": usable_cpus()},
         "gpu": gpu_metadata(),
         "versions": versions,
@@ -64,6 +68,8 @@ def run(as_json: bool = False) -> int:
         return 0
     gpu = r["gpu"]
     print("gpufeed doctor")
+    own = r["gpufeed"]
+    print(f"  gpufeed  {own['version']}, commit {SourceCommit(own['commit'], own['commit_note']).text(markdown=False)}")
     print(f"  CPU      {r['cpu']['model']}, {r['cpu']['usable_cores']} usable cores")
     if gpu:
         print(f"  GPU      {gpu['name']} x{gpu['count']}, driver {gpu.get('driver')}, "

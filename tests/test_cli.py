@@ -22,6 +22,20 @@ def test_doctor_reports_versions_and_backend_choices(capsys):
     assert "backend choices" in capsys.readouterr().out
 
 
+def test_doctor_names_gpufeeds_own_version_and_commit(capsys):
+    """"Paste it into a bug report": it named torch, DALI, cuDF ... but not gpufeed."""
+    from importlib.metadata import version
+
+    from gpufeed.bench.provenance import source_commit
+
+    assert main(["doctor", "--json"]) == 0
+    own = json.loads(capsys.readouterr().out)["gpufeed"]
+    commit = source_commit()  # the same answer as every result's metadata
+    assert own == {"version": version("gpufeed"), "commit": commit.commit, "commit_note": commit.note}
+    assert main(["doctor"]) == 0
+    assert f"  gpufeed  {version('gpufeed')}, commit {commit.text(markdown=False)}" in capsys.readouterr().out
+
+
 def test_data_images_writes_an_image_folder(tmp_path, capsys):
     assert main(["data", "images", str(tmp_path / "d"), "--images", "6", "--classes", "2"]) == 0
     assert len(list((tmp_path / "d").rglob("*.jpg"))) == 6
@@ -347,6 +361,61 @@ def test_make_bench_writes_an_untracked_folder_unless_told_to_record():
                                  capture_output=True, text=True, timeout=60)
             assert dry.returncode == 0, dry.stderr
             assert dry.stdout.strip().splitlines()[-1] == f"/nonexistent-venv/bin/gpufeed bench --out {out}"
+
+
+def test_make_install_runs_pip_again_when_the_extras_change(tmp_path):
+    """`make install EXTRAS=cuda13` on a venv built with other extras said "Nothing to be
+    done": the target depended on pyproject.toml alone."""
+    import os
+    import shutil
+
+    if not shutil.which("make"):
+        pytest.skip("no make here")
+    root = Path(__file__).resolve().parent.parent
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    later = (root / "pyproject.toml").stat().st_mtime + 60
+    for made in (venv / "bin" / "python", venv / "bin" / "gpufeed", venv / ".installed-dali-cpu+test"):
+        made.write_text("")  # a venv installed with the default extras, after the last pyproject.toml change
+        os.utime(made, (later, later))
+
+    def dry(*extra: str) -> str:
+        out = subprocess.run(["make", "-n", "--no-print-directory", "-C", str(root), "install", f"VENV={venv}", *extra],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    assert "pip install" not in dry()  # the same extras: nothing to do
+    again = dry("EXTRAS=cuda13,test")
+    assert f'{venv}/bin/python -m pip install -e ".[cuda13,test]"' in again and "-m venv" not in again
+    assert f"touch {venv}/.installed-cuda13+test" in again
+
+
+def test_the_build_floor_takes_the_license_as_pyproject_writes_it():
+    """`license = "Apache-2.0"` (PEP 639) needs setuptools 77; 68-76 failed the build."""
+    tomllib = pytest.importorskip("tomllib")
+    root = Path(__file__).resolve().parent.parent
+    config = tomllib.loads((root / "pyproject.toml").read_text())
+    if isinstance(config["project"].get("license"), str):
+        (floor,) = [r for r in config["build-system"]["requires"] if r.startswith("setuptools")]
+        assert re.fullmatch(r"setuptools>=(\d+)(\.\d+)*", floor) and int(re.findall(r"\d+", floor)[0]) >= 77, floor
+
+
+def test_stall_prints_its_header_first_and_a_results_path_as_given(image_folder, tmp_path):
+    """In a log its stage lines came before its header, and `results:` named an absolute path
+    where the suites name the folder as --out gave it."""
+    out = subprocess.run(
+        [sys.executable, "-m", "gpufeed", "stall", "--data", str(image_folder), "--model", "tiny", "--loader", "torch",
+         "--compare", "pil", "--device", "cpu", "--steps", "2", "--warmup", "0", "--batch-size", "4", "--size", "32",
+         "--workers", "1", "--out", "stall-out"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)  # one log, as `> log 2>&1`
+    assert out.returncode == 0, out.stdout[-3000:]
+    lines = out.stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("gpufeed stall: tiny"))
+    stage = next(i for i, line in enumerate(lines) if line.startswith("[stall] measuring the pil loader alone"))
+    assert header < stage, "\n".join(lines[:10])
+    (results,) = [line for line in lines if line.startswith("results: ")]
+    assert results.startswith("results: stall-out/stall-tiny-torch-"), results
 
 
 def test_output_piped_into_a_reader_that_stops_early_is_not_an_error():

@@ -1,7 +1,9 @@
 """Compare two benchmark runs: how each pipeline's ratio to its baseline changed.
 
-``gpufeed bench compare OLD NEW`` takes result files or folders of them (the latest file
-per suite is used). Ratios, not absolute rates, are compared: a ratio is measured side by
+``gpufeed bench compare OLD NEW`` takes result files or folders of them: a folder written by
+``gpufeed bench all`` is read as its latest run (its manifest lists the files; a suite that
+did not run in it is missing), any other folder as the latest file per suite. It prints the
+file it picked for each suite, old and new. Ratios, not absolute rates, are compared: a ratio is measured side by
 side in one run, so it survives a busier or faster machine that moves every rate alike.
 A change beyond ``--threshold`` (the run-to-run spread recorded on these machines, 10 %
 by default) is flagged; the exit status is 1 when a ratio dropped beyond it, for CI.
@@ -15,7 +17,13 @@ from typing import Any
 
 from gpufeed.arguments import number_at_least
 from gpufeed.bench.harness import markdown_table
-from gpufeed.bench.results import failed_checks, load_results, machine_kind, suite_ratios
+from gpufeed.bench.results import (
+    RunResults,
+    failed_checks,
+    machine_kind,
+    read_results,
+    suite_ratios,
+)
 
 DEFAULT_THRESHOLD = 10.0  # percent
 
@@ -170,8 +178,9 @@ def _mapping_differences(name: str, a: dict[str, Any], b: dict[str, Any]) -> lis
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``gpufeed bench compare``."""
-    parser.add_argument("old", help="result JSON file or folder of them (the reference)")
-    parser.add_argument("new", help="result JSON file or folder of them (the run to judge)")
+    parser.add_argument("old", help="result JSON file or folder of them (the reference); a folder written by "
+                                    "`bench all` is read as its latest run, any other as its newest file per suite")
+    parser.add_argument("new", help="result JSON file or folder of them (the run to judge), read as OLD is")
     parser.add_argument("--threshold", type=number_at_least(0, above=True), default=DEFAULT_THRESHOLD,
                         help=f"percent change that counts (default {DEFAULT_THRESHOLD:g}: the run-to-run "
                              "spread recorded on 2-core machines)")
@@ -189,16 +198,23 @@ def run(args: argparse.Namespace) -> int:
         1 when a ratio dropped by more than the threshold, when an output check of the new
         run failed (:func:`gpufeed.bench.results.failed_checks`), when a pipeline or a whole
         suite of the old run has no ratio in the new one (it failed or was not run: a suite
-        that crashed writes no file), or when the two runs have no ratio in common
-        (nothing was compared); else 0. Retired suites (:data:`RETIRED_SUITES`) are
+        that crashed writes no file; a suite a ``bench all`` run's manifest says did not
+        run; a suite whose newest file is not readable JSON), when the old run's newest file
+        of a suite the new run has is not readable, or when the two runs have no ratio in
+        common (nothing was compared); else 0. Retired suites (:data:`RETIRED_SUITES`) are
         listed, not judged.
     """
     absent = [p for p in (args.old, args.new) if not os.path.exists(p)]
     if absent:  # both named at once (the new run was read first, so a missing OLD went unsaid)
         raise FileNotFoundError("; ".join(f"{p}: no such file or folder" for p in absent))
-    new = load_results([args.new])
-    old = load_results([args.old], like=new)
+    new_run = read_results([args.new])
+    old_run = read_results([args.old], like=new_run.docs)
+    old, new = old_run.docs, new_run.docs
+    print(picked_files(old_run, new_run))
     rows = compare_results(old, new, threshold=args.threshold)
+    # A suite of the new run without a result (it did not run in that `bench all` run, or its
+    # newest file is unreadable) counts as missing below; one of the old run is named here.
+    unreadable_old = {s: why for s, why in old_run.absent.items() if s in new and "not readable" in why}
     if not any(r["change"] is not None and r["flag"] != "info" for r in rows):
         print(f"Nothing to compare: the old run ({', '.join(sorted(old)) or 'no suite'}) and the new run "
               f"({', '.join(sorted(new)) or 'no suite'}) have no suite and pipeline with a ratio in common.")
@@ -220,7 +236,11 @@ def run(args: argparse.Namespace) -> int:
     missing = sorted(old.keys() - new.keys() - RETIRED_SUITES.keys())
     if missing:
         print(f"\n{len(missing)} suite(s) of the old run have no result in the new one (failed or not run): "
-              f"{', '.join(missing)}; to judge part of a run, pass its result files instead of folders")
+              + ", ".join(f"{s} ({new_run.absent[s]})" if s in new_run.absent else s for s in missing)
+              + "; to judge part of a run, pass its result files instead of folders")
+    if unreadable_old:
+        print(f"\n{len(unreadable_old)} suite(s) of the new run have no readable result in the old one (not "
+              "compared): " + ", ".join(f"{s} ({why})" for s, why in unreadable_old.items()))
     retired = sorted((old.keys() & RETIRED_SUITES.keys()) - new.keys())
     if retired:
         print("\nRetired suites in the old run (not compared): "
@@ -248,7 +268,32 @@ def run(args: argparse.Namespace) -> int:
     if failed:
         print(f"\n{len(failed)} output check(s) of the new run failed (its speed means nothing there): "
               + "; ".join(failed))
-    return 1 if dropped or gone or missing or failed else 0
+    return 1 if dropped or gone or missing or failed or unreadable_old else 0
+
+
+def picked_files(old: RunResults, new: RunResults) -> str:
+    """Which files a comparison reads, suite by suite, and how each path was read (a
+    ``bench all`` run, the newest file of each suite), so a reader sees what was judged.
+
+    Example:
+        >>> one = RunResults({"formats": {"_path": "a/formats-1.json"}}, {}, ["a: that file"])
+        >>> print(picked_files(one, RunResults({}, {"formats": "did not run in that run (crashed)"}, ["b: ..."])))
+        Old run: a: that file
+        New run: b: ...
+        <BLANKLINE>
+        Files compared (old → new):
+        - formats: a/formats-1.json → none: did not run in that run (crashed)
+        <BLANKLINE>
+    """
+    def side(run: RunResults, suite: str) -> str:
+        if suite in run.docs:
+            return run.docs[suite]["_path"]
+        return f"none: {run.absent[suite]}" if suite in run.absent else "none"
+
+    suites = sorted(old.docs.keys() | new.docs.keys() | old.absent.keys() | new.absent.keys())
+    lines = [*(f"Old run: {h}" for h in old.how), *(f"New run: {h}" for h in new.how), "",
+             "Files compared (old → new):", *(f"- {s}: {side(old, s)} → {side(new, s)}" for s in suites), ""]
+    return "\n".join(lines)
 
 
 def _not_run(doc: dict[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
@@ -264,8 +309,10 @@ def _why_missing(doc: dict[str, Any], pipeline: str) -> str:
     """`` (not run here: no CUDA GPU)`` or `` (failed: ...)`` for a pipeline a run has no
     ratio for, where its document says; else ``""``."""
     skipped, failed = _not_run(doc)
-    if pipeline in skipped:
-        return f" (not run on that machine: {skipped[pipeline]})"
+    # The formats suite skips a format ("hdf5"), whose rows are "hdf5 read" and "hdf5 write".
+    key = pipeline if pipeline in skipped else pipeline.split(" ")[0]
+    if key in skipped:
+        return f" (not run on that machine: {skipped[key]})"
     if pipeline in failed:
         return f" (failed: {failed[pipeline]})"
     return ""

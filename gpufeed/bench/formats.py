@@ -15,6 +15,7 @@ import argparse
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,26 @@ _EXT = {"csv": ".csv", "parquet": ".parquet", "feather": ".feather", "pickle": "
 #: kit's Arrow reader, so ratios can be set against what plain pandas users see.
 _STORAGE = {"csv-pandas": "csv"}
 _PORTABLE = ("csv", "parquet", "feather", "json", "csv-pandas")
+#: Formats whose library is an optional extra: format -> (module it imports, the extra
+#: that installs it, the library's name). pandas reads and writes HDF5 through PyTables.
+_OPTIONAL = {"hdf5": ("tables", "hdf5", "PyTables")}
+
+
+def unavailable_formats(installed: Callable[[str], bool] | None = None) -> dict[str, str]:
+    """The formats this install cannot measure, and why: their optional library is missing.
+
+    Args:
+        installed: tells whether a module can be imported (default:
+            :func:`gpufeed.machine.installed`, which checks without importing).
+
+    Example:
+        >>> unavailable_formats(lambda module: False)
+        {'hdf5': 'PyTables is not installed: pip install "gpufeed[hdf5]"'}
+    """
+    if installed is None:
+        from gpufeed.machine import installed
+    return {fmt: f'{name} is not installed: pip install "gpufeed[{extra}]"'
+            for fmt, (module, extra, name) in _OPTIONAL.items() if not installed(module)}
 
 
 def _table_file(text: str) -> str:
@@ -235,6 +256,17 @@ def run(args: argparse.Namespace) -> int:
     unknown = [f for f in formats if f not in _EXT]
     if unknown:
         raise ValueError(f"--formats: unknown format(s) {unknown}; choose from {', '.join(_EXT)}")
+    # A format whose optional library this install lacks (HDF5 without the hdf5 extra) is not
+    # run here, as cuDF is not without a GPU: named, it is refused before anything runs; by
+    # default it is left out and listed under the table and in the JSON (`skipped`), so a
+    # comparison with a run that had it says why it is missing. It had failed with a cut-off
+    # ImportError and exit 1 on the README's own `pip install ".[dali-cpu]"`.
+    unavailable = unavailable_formats()
+    refused = [f for f in dict.fromkeys(formats) if f in unavailable]
+    if args.formats and refused:
+        raise ValueError("; ".join(f"--formats {f}: cannot run on this machine ({unavailable[f]})" for f in refused))
+    skipped = {f: why for f, why in unavailable.items() if f in formats}
+    formats = [f for f in formats if f not in skipped]
     if "csv-pandas" in formats and args.backend != "pandas":
         raise ValueError(f"--formats csv-pandas reads the CSV with pandas.read_csv: it runs with --backend pandas "
                          f"only, not {args.backend}")
@@ -279,6 +311,8 @@ def run(args: argparse.Namespace) -> int:
         ("format", "format"), ("write_s", "write s"), ("write_x", "write × CSV speed"), ("read_s", "read s"),
         ("read_x", "read × CSV speed"), ("mb_disk", "MB on disk"), ("size_x", "size / CSV"),
         ("mb_ram", "MB in RAM"), ("ram_x", "RAM / CSV"), ("check", "round trip")])
+    if skipped:
+        table += "\n\nNot run on this machine: " + "; ".join(f"`{f}` ({why})" for f, why in skipped.items())
     summary = (f"Table: {dataset}; backend {shown}; median of {counted(args.repeats, 'repeat')} after "
                f"{counted(args.warmup, 'warm-up')}, each format in its own process. Speed ratios > 1 mean faster than CSV "
                "(the kit's multi-threaded Arrow CSV reader; `csv-pandas` is the same file read by "
@@ -286,7 +320,8 @@ def run(args: argparse.Namespace) -> int:
                f"{table}\n\n## Recommendation\n\n{recommend(rows)}")
     print(summary, flush=True)
     json_path, md_path = write_results("formats", {"dataset": dataset, "config": vars(args) | {"_run": None},
-                                                   "formats": results, "ratios": rows}, summary, args.out)
+                                                   "formats": results, "ratios": rows, "skipped": skipped},
+                                       summary, args.out)
     print(results_line(json_path))  # the JSON, the Markdown and the figures
     failed = [f for f, r in results.items() if "error" in r]
     if failed:  # recorded, but a run with a format that did not run is no success

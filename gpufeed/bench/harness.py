@@ -3,23 +3,26 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
 import json
 import multiprocessing as mp
 import os
 import platform
+import signal
 import statistics
-import subprocess
 import sys
+import threading
 import time
 import traceback
 import warnings
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gpufeed.arguments import MAX_WORKERS, at_least, device_name, results_folder
+from gpufeed.bench.provenance import commit_text, gpufeed_version, source_commit
 from gpufeed.bench.results import machine_kind
 from gpufeed.machine import (
     PACKAGES,
@@ -247,6 +250,23 @@ def _child(conn: Any, target: Callable[..., dict], args: tuple, kwargs: dict) ->
         conn.close()
 
 
+@contextlib.contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """Ignore SIGINT while a child process starts, so that it starts ignoring it too (the
+    disposition survives exec, and Python keeps an inherited SIG_IGN). A terminal's Ctrl-C
+    goes to every process of the group: each child printed its own KeyboardInterrupt
+    traceback; now the parent alone stops, and ends its children. A Ctrl-C within these
+    milliseconds is lost. Only the main thread can set handlers: elsewhere this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:  # None: a handler set outside Python; Python's own is the one to put back
+        signal.signal(signal.SIGINT, signal.default_int_handler if previous is None else previous)
+
+
 def run_isolated(target: Callable[..., dict], *args: Any, timeout: float = 3600, **kwargs: Any) -> dict:
     """Run ``target(*args, **kwargs)`` in a fresh (spawned) process and return its dict.
 
@@ -257,7 +277,8 @@ def run_isolated(target: Callable[..., dict], *args: Any, timeout: float = 3600,
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_child, args=(child, target, args, kwargs))
-    proc.start()
+    with _sigint_ignored():  # inherited: Ctrl-C stops this process, which ends the child below
+        proc.start()
     child.close()
     try:
         if parent.poll(timeout):
@@ -266,6 +287,12 @@ def run_isolated(target: Callable[..., dict], *args: Any, timeout: float = 3600,
             status, payload = "error", f"timed out after {timeout:.0f} s"
     except EOFError:
         status, payload = "error", "the benchmark process died without a result"
+    except BaseException:
+        # Ctrl-C while the contender runs: end it too, or it would go on timing for minutes
+        # after the command returned.
+        proc.kill()
+        proc.join(10)
+        raise
     proc.join(10)
     if proc.is_alive():
         proc.kill()
@@ -274,31 +301,15 @@ def run_isolated(target: Callable[..., dict], *args: Any, timeout: float = 3600,
     return payload
 
 
-def _git_commit() -> str | None:
-    """The source's commit (``+dirty`` with uncommitted changes); where there is no git
-    checkout (a container image, a wheel) the ``GPUFEED_GIT_COMMIT`` the build recorded."""
-    recorded = os.environ.get("GPUFEED_GIT_COMMIT") or None
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
-            cwd=Path(__file__).resolve().parent,
-        )
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-            text=True, timeout=5, cwd=Path(__file__).resolve().parent,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return recorded
-    if out.returncode != 0:
-        return recorded
-    return out.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
-
-
 def machine_metadata() -> dict[str, Any]:
-    """Everything a reader needs to judge a result: commit, versions, CPU, GPU, time."""
+    """Everything a reader needs to judge a result: gpufeed's version and commit (where it
+    can be known: :func:`gpufeed.bench.provenance.source_commit`), versions, CPU, GPU, time."""
+    commit = source_commit()
     return {
         "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "git_commit": _git_commit(),
+        "gpufeed": gpufeed_version(),
+        "git_commit": commit.commit,
+        "git_commit_note": commit.note,
         "python": platform.python_version(),
         "platform": platform.platform(),
         "cpu_model": cpu_model(),
@@ -354,7 +365,7 @@ def write_results(
     gpu_line = f"{gpu['name']} (driver {gpu.get('driver')}, CUDA {gpu['cuda_runtime']})" if gpu else "none"
     md = (
         f"# {command} {suite}\n\n{summary_md}\n\n"
-        f"- commit: `{meta['git_commit']}`\n- when: {meta['timestamp']}\n"
+        f"- gpufeed {meta['gpufeed']}, commit: {commit_text(meta)}\n- when: {meta['timestamp']}\n"
         f"- CPU: {meta['cpu_model']} × {meta['cpu_count']}\n- GPU: {gpu_line}\n"
         f"- packages: {', '.join(f'{k} {v}' for k, v in meta['packages'].items())}\n"
         f"- raw numbers: `{json_path.name}`\n"

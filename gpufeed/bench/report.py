@@ -3,9 +3,13 @@
 ``gpufeed bench all`` runs images (train and val), augment, tabular, formats, the
 DataLoader tuning sweep, the storage formats (warm and simulated remote) and the input stall
 of a training loop fed by each loader, each writing its JSON, Markdown and PNG figure into
-the same folder, then writes ``summary.md``: one row per suite with its headline ratio and links
-to its files, and the figures. ``--quick`` shrinks every suite (fewer repeats, smaller tables, a shorter
-sweep) for a first look; its time on two cores has not been recorded.
+the same folder, and ``summary.md``: one row per suite with its headline ratio and links
+to its files, and the figures. Beside it, the run's manifest ``bench-all-<UTC time>.json``
+lists each suite, how it ended and the files it wrote, so ``gpufeed bench compare`` reads the
+folder as this run (:func:`gpufeed.bench.results.read_results`). Both are rewritten after
+every suite, so a run cut short (Ctrl-C: exit 130) keeps what finished. ``--quick`` shrinks
+every suite (fewer repeats, smaller tables, a shorter sweep) for a first look; its time on
+two cores has not been recorded.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from typing import Any
 
 from gpufeed.arguments import device_name
 from gpufeed.bench.harness import add_out_argument, markdown_table
+from gpufeed.bench.provenance import commit_text
+from gpufeed.bench.results import RUN_KEY
 from gpufeed.progress import stage
 
 #: The steps of the report: name -> (suite module, arguments always given, arguments with --quick).
@@ -114,7 +120,9 @@ def run_all(
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     data = os.fspath(data) if data is not None else None
-    outcomes: list[dict[str, Any]] = []
+    run = RunManifest(folder, steps, settings={"quick": quick, "data": data, "device": device})
+    outcomes: list[dict[str, Any]] = [run.outcome(step) for step in steps]
+    run.save(outcomes)
     for i, step in enumerate(steps, 1):
         module_name = STEPS[step][0]
         stage(f"[all] {i}/{len(steps)} {step} ...")
@@ -123,26 +131,101 @@ def run_all(
         module.add_arguments(parser)
         argv = _step_argv(step, quick=quick, data=data, device=device, out=folder, extra=extra.get(step, ()))
         before = set(folder.glob("*.json"))
+        error: str | None = None
         try:
-            status = int(module.run(parser.parse_args(argv)) or 0)
-            error = None
+            args = parser.parse_args(argv)
+            outcomes[i - 1]["suite"] = _suite_of(step, args)
+            status = int(module.run(args) or 0)
+        except KeyboardInterrupt:
+            # Ctrl-C: the suites that finished keep their row and files, this one and the
+            # rest say that they did not run, and the CLI ends with one line (exit 130).
+            outcomes[i - 1].update(status=None, error="interrupted while it ran", state="interrupted",
+                                   files=_new_results(folder, before))
+            for rest in outcomes[i:]:
+                rest.update(error="not run: the run was interrupted before it", state="not run")
+            run.save(outcomes, state="interrupted")
+            stage(f"[all] interrupted during {step}: {run.finished(outcomes)} of {len(steps)} suite(s) finished; "
+                  f"report: {folder / 'summary.md'}")
+            raise
         except (Exception, SystemExit) as exc:  # one suite's failure must not lose the others
             status, error = 1, f"{type(exc).__name__}: {exc}"
             stage(f"[all] {step} failed: {error}")
-        files = sorted(set(folder.glob("*.json")) - before)
-        outcomes.append({"step": step, "status": status, "error": error, "files": [f.name for f in files]})
-    summary = write_summary(folder, outcomes)
-    print(f"report: {summary}")
+        outcomes[i - 1].update(status=status, error=error, files=_new_results(folder, before),
+                               state="ok" if status == 0 else "failed" if error is None else "crashed")
+        run.save(outcomes, state="finished" if i == len(steps) else "running")  # a summary after every suite
+    print(f"report: {folder / 'summary.md'}")
     return 0 if all(o["status"] == 0 for o in outcomes) else 1
 
 
-def write_summary(folder: Path, outcomes: Sequence[dict[str, Any]]) -> Path:
+def _suite_of(step: str, args: argparse.Namespace) -> str:
+    """The suite name a step's results carry (the step ``tune`` writes ``tune-train``)."""
+    return f"tune-{args.mode}" if step == "tune" else step
+
+
+def _new_results(folder: Path, before: set[Path]) -> list[str]:
+    """The names of the result JSON files written into ``folder`` since ``before``."""
+    return [f.name for f in sorted(set(folder.glob("*.json")) - before) if not f.name.startswith(MANIFEST_PREFIX)]
+
+
+#: The name a run's manifest starts with: ``bench-all-<UTC time>.json``.
+MANIFEST_PREFIX = "bench-all-"
+
+
+class RunManifest:
+    """The manifest of one ``bench all`` run (``bench-all-<UTC time>.json`` in its folder) and
+    its ``summary.md``, both rewritten after every suite: a run cut short (Ctrl-C, a killed
+    job) leaves the summary of what finished, and ``gpufeed bench compare`` reads the folder
+    as this run (:func:`gpufeed.bench.results.read_results`), a suite that did not run
+    counting as missing instead of an older run's file standing in for it.
+
+    Args:
+        folder: the results folder.
+        steps: the steps asked for, in order.
+        settings: the run's options, recorded as they were given.
+    """
+
+    def __init__(self, folder: Path, steps: Sequence[str], settings: dict[str, Any]) -> None:
+        now = _dt.datetime.now(_dt.timezone.utc)
+        self.folder, self.steps, self.settings = folder, list(steps), settings
+        self.started = now.isoformat(timespec="seconds")
+        self.path = folder / f"{MANIFEST_PREFIX}{now.strftime('%Y%m%dT%H%M%SZ')}.json"
+
+    @staticmethod
+    def outcome(step: str) -> dict[str, Any]:
+        """A step's outcome before it runs (what the summary shows of it meanwhile)."""
+        return {"step": step, "suite": step, "status": None, "state": "not run yet",
+                "error": "not run yet (the run is going on, or was killed)", "files": []}
+
+    @staticmethod
+    def finished(outcomes: Sequence[dict[str, Any]]) -> int:
+        """How many steps ran to their end (passed or not)."""
+        return sum(o["state"] in ("ok", "failed", "crashed") for o in outcomes)
+
+    def save(self, outcomes: Sequence[dict[str, Any]], state: str = "running") -> None:
+        """Write the manifest (written aside, then renamed: a run killed while writing
+        leaves the previous one) and ``summary.md``."""
+        doc = {RUN_KEY: "bench all", "started": self.started,
+               "updated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "state": state,
+               "settings": {**self.settings, "suites": self.steps},
+               "suites": {o["step"]: {"suite": o["suite"], "status": o["state"], "exit": o["status"],
+                                      "error": o["error"], "files": o["files"]} for o in outcomes}}
+        partial = self.path.with_name(self.path.name + ".partial")
+        partial.write_text(json.dumps(doc, indent=2) + "\n")
+        partial.replace(self.path)
+        write_summary(self.folder, outcomes, manifest=self.path, state=state)
+
+
+def write_summary(folder: Path, outcomes: Sequence[dict[str, Any]], *, manifest: Path | None = None,
+                  state: str = "finished") -> Path:
     """Write ``folder/summary.md``: each suite's headline ratio, its files, and the figures.
 
     Args:
         folder: the results folder.
         outcomes: per step ``{"step", "status", "error", "files"}`` (JSON file names in
-            ``folder``).
+            ``folder``; ``status`` ``None``: the step did not run to its end).
+        manifest: the run's manifest (:class:`RunManifest`), named beside the compare command.
+        state: ``"finished"``, ``"running"`` (written after each suite: the rest not run yet)
+            or ``"interrupted"``.
 
     Returns:
         The summary's path.
@@ -160,7 +243,8 @@ def write_summary(folder: Path, outcomes: Sequence[dict[str, Any]]) -> Path:
             links = [f"[json]({name})", f"[md]({Path(name).with_suffix('.md').name})",
                      *(f"[png]({fig})" for fig in doc.get("figures", []))]
             figures += [(doc["suite"], fig) for fig in doc.get("figures", [])]
-            check = "" if o["status"] == 0 else " — **check failed, see its file**"
+            check = ("" if o["status"] == 0 else " — interrupted" if o["status"] is None
+                     else " — **check failed, see its file**")
             rows.append({"suite": doc["suite"], "what": head["what"], "ratio": head.get("ratio"),
                          "detail": (head.get("detail") or "") + check, "files": " ".join(links)})
     for row in rows:
@@ -168,13 +252,21 @@ def write_summary(folder: Path, outcomes: Sequence[dict[str, Any]]) -> Path:
             row["ratio"] = f"**{row['ratio']:.2f}×**"
     when = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     machine = (f"{meta['cpu_model']} × {meta['cpu_count']}, GPU: {(meta.get('gpu') or {}).get('name', 'none')}, "
-               f"commit `{meta.get('git_commit')}`" if meta else "no suite wrote a result")
+               f"gpufeed {meta.get('gpufeed', '?')}, commit {commit_text(meta)}" if meta
+               else "no suite wrote a result")
+    done = RunManifest.finished([{"state": o.get("state", "ok")} for o in outcomes])
+    progress = {"running": f"\n\n**Not finished** (still running, or killed): {done} of {len(outcomes)} suite(s) "
+                           "ran so far.",
+                "interrupted": f"\n\n**Interrupted**: {done} of {len(outcomes)} suite(s) ran to their end."
+                }.get(state, "")
     table = markdown_table(rows, [("suite", "suite"), ("what", "headline"), ("ratio", "ratio"),
                                   ("detail", "detail"), ("files", "files")])
     body = "\n\n".join(f"### {suite}\n\n![{suite}]({fig})" for suite, fig in figures)
-    text = (f"# gpufeed benchmark report\n\n{when}; {machine}.\n\nEach ratio is measured side by side in one "
-            f"run against the suite's baseline (see each suite's Markdown for the setup and every row).\n\n"
-            f"{table}\n\nCompare with another run: `gpufeed bench compare OLD_FOLDER {folder}`.\n\n"
+    reads = (f" (it reads this folder as this run, `{manifest.name}`: a suite that did not run here counts as "
+             "missing)" if manifest is not None else "")
+    text = (f"# gpufeed benchmark report\n\n{when}; {machine}.{progress}\n\nEach ratio is measured side by side "
+            f"in one run against the suite's baseline (see each suite's Markdown for the setup and every row).\n\n"
+            f"{table}\n\nCompare with another run: `gpufeed bench compare OLD_FOLDER {folder}`{reads}.\n\n"
             f"## Figures\n\n{body or 'none'}\n")
     path = folder / "summary.md"
     path.write_text(text)

@@ -9,10 +9,13 @@ in the same file.
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
 import os
+import re
 import warnings
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,60 +31,221 @@ def machine_kind(doc: dict[str, Any]) -> str:
     return f"{'gpu' if meta.get('gpu') else 'cpu'}{meta.get('cpu_count', '')}"
 
 
-def load_results(paths: Iterable[str | os.PathLike[str]], *,
-                 like: dict[str, dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
-    """Read result JSON files (or every ``*.json`` in folders), the latest per suite.
+#: The key that marks a run manifest: ``gpufeed bench all`` writes one per run into its folder
+#: (``bench-all-<UTC time>.json``: the suites it was asked for, how each ended and the files
+#: each wrote), so that the folder is read back as that run and not as the newest file of each
+#: suite, which may be an older run's where today's suite crashed.
+RUN_KEY = "gpufeed_run"
+
+#: ``<suite>-<cpu|gpu><cores>-<UTC time>.json``, as :func:`gpufeed.bench.harness.write_results` names files.
+_RESULT_NAME = re.compile(r"^(?P<suite>.+)-(?P<kind>(?:cpu|gpu)\d*)-(?P<stamp>\d{8}T\d{6}Z)\.json$")
+_EARLIEST = _dt.datetime.min.replace(tzinfo=_dt.timezone.utc)
+
+
+@dataclass
+class RunResults:
+    """What result files or folders were read as: one document per suite, the suites with
+    none and why, and how each path was read (for ``bench compare`` to print).
+
+    Attributes:
+        docs: ``{suite: document}``; each document gets ``_path`` (the file it came from).
+        absent: ``{suite: why}``: suites that have no document although the path names
+            them (the run's manifest says the suite did not run; its newest file is not
+            readable JSON, and an older one is not used in its place).
+        how: one line per path given: which run or which files it was read as.
+    """
+
+    docs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    absent: dict[str, str] = field(default_factory=dict)
+    how: list[str] = field(default_factory=list)
+
+
+def read_results(paths: Iterable[str | os.PathLike[str]], *,
+                 like: dict[str, dict[str, Any]] | None = None) -> RunResults:
+    """Read result files, folders of them, or ``bench all`` run manifests, one document per suite.
+
+    A folder holding a ``bench all`` run manifest (:data:`RUN_KEY`) is read as its newest
+    run: the files that run wrote, and its suites that did not run are ``absent``. A folder
+    without one, or holding results written after its newest run, gives the newest file of
+    each suite. A suite whose newest file is not readable JSON (a run cut off while writing)
+    is ``absent``: an older file never stands in for it unsaid.
 
     Args:
-        paths: result files and/or folders holding them.
+        paths: result files, folders holding them, manifests.
         like: ``{suite: document}`` of another run: for each of its suites, prefer the
             latest document from the same kind of machine (:func:`machine_kind`), so a
             folder holding CPU and GPU runs is compared like with like.
 
     Returns:
-        ``{suite: document}``; where several files hold one suite, the one with the latest
-        ``metadata.timestamp`` (then file name) wins. Each document gets ``_path``.
+        A :class:`RunResults`; where several files hold one suite, the one with the latest
+        ``metadata.timestamp`` (then file name) wins.
 
     Raises:
         FileNotFoundError: a path does not exist.
-        ValueError: no result file was found (a JSON without a ``"suite"`` is not one).
+        ValueError: no result was found (a JSON without a ``"suite"`` is not one), or a
+            file named on its own is not readable JSON.
+
+    Example:
+        >>> run = read_results(["gpufeed-results"])  # doctest: +SKIP
+        >>> run.how  # doctest: +SKIP
+        ['gpufeed-results: the `bench all` run started 2026-11-26T10:00:00+00:00 (bench-all-20261126T100000Z.json)']
+    """
+    given = [Path(p) for p in paths]
+    found: dict[str, list[dict[str, Any]]] = {}
+    broken: dict[str, list[tuple[Path, str, str | None, _dt.datetime | None]]] = {}
+    out = RunResults()
+    for path in given:
+        if path.is_dir():
+            files = {f: _read_json(f) for f in sorted(path.glob("*.json"))}
+            run = _newest_run(files)
+            if run is not None and not _written_after(files, run):
+                out.how.append(f"{path}: {_read_run(run[0], run[1], files, found, broken, out.absent)}")
+                continue
+            results = {f: d for f, d in files.items() if isinstance(d, dict) and "suite" in d}
+            for file, doc in results.items():
+                found.setdefault(doc["suite"], []).append({**doc, "_path": str(file)})
+            known = {d["suite"] for d in results.values()}
+            for file, doc in files.items():
+                if isinstance(doc, str):
+                    _add_broken(file, doc, known, broken)
+            out.how.append(f"{path}: the newest file of each suite"
+                           + (f" (its newest `bench all` run, {run[0].name}, is older than some of its results)"
+                              if run is not None else ""))
+        elif path.is_file():
+            doc = _read_json(path)
+            if isinstance(doc, str):
+                raise ValueError(f"{path}: not a readable JSON file ({doc})")
+            if isinstance(doc, dict) and RUN_KEY in doc:
+                files = {f: _read_json(f) for f in sorted(path.parent.glob("*.json"))}
+                out.how.append(f"{path}: {_read_run(path, doc, files, found, broken, out.absent)}")
+            elif isinstance(doc, dict) and "suite" in doc:
+                found.setdefault(doc["suite"], []).append({**doc, "_path": str(path)})
+                out.how.append(f"{path}: that file")
+        else:
+            raise FileNotFoundError(f"{path}: no such file or folder")
+    if not found and not broken and not out.absent:
+        raise ValueError(f"no gpufeed result JSON in {', '.join(map(str, given))}")
+
+    for suite in sorted(found.keys() | broken.keys()):
+        docs = found.get(suite, [])
+        kind = machine_kind(like[suite]) if like and suite in like else None
+        same = [d for d in docs if kind and machine_kind(d) == kind]
+        pick = max(same or docs, key=lambda d: (_instant(d.get("metadata", {}).get("timestamp")),
+                                                Path(d["_path"]).name)) if docs else None
+        since = _instant(pick.get("metadata", {}).get("timestamp")) if pick else _EARLIEST
+        newer = [(file, why) for file, why, bkind, stamp in broken.get(suite, [])
+                 if not (kind and bkind and bkind != kind and same) and (stamp is None or stamp >= since)]
+        if newer:
+            file, why = newer[-1]
+            older = f"; the older {Path(pick['_path']).name} is not used in its place" if pick else ""
+            out.absent[suite] = f"its newest file {file} is not readable JSON ({why}){older}"
+        elif pick is not None:
+            out.docs[suite] = pick
+            out.absent.pop(suite, None)
+    return out
+
+
+def load_results(paths: Iterable[str | os.PathLike[str]], *,
+                 like: dict[str, dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
+    """The documents of :func:`read_results` alone, ``{suite: document}``; a suite with none
+    (did not run, its newest file unreadable) is left out with a warning naming why.
 
     Example:
         >>> docs = load_results(["bench/results"])  # doctest: +SKIP
         >>> sorted(docs)  # doctest: +SKIP
         ['augment', 'formats', 'images-train', 'images-val', 'tabular', 'tune-train']
     """
-    files: list[Path] = []
-    given = [Path(p) for p in paths]
-    for path in given:
-        if path.is_dir():
-            files.extend(sorted(path.glob("*.json")))
-        elif path.is_file():
-            files.append(path)
-        else:
-            raise FileNotFoundError(f"{path}: no such file or folder")
-    found: dict[str, list[dict[str, Any]]] = {}
-    for file in files:
-        try:
-            doc = json.loads(file.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            # A run cut off while writing: say so, or its pipelines drop out of a comparison unseen.
-            warnings.warn(f"gpufeed: {file}: not a readable JSON file, left out ({exc})", stacklevel=2)
+    run = read_results(paths, like=like)
+    for suite, why in run.absent.items():
+        warnings.warn(f"gpufeed: {suite}: left out: {why}", stacklevel=2)
+    return run.docs
+
+
+def _read_json(file: Path) -> Any:
+    """The JSON in ``file``, or the text of why it cannot be read (a ``str``: no result
+    document is one)."""
+    try:
+        return json.loads(file.read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
+def _instant(text: Any) -> _dt.datetime:
+    """A result's ``metadata.timestamp`` as an aware time (the earliest there is when it
+    has none), so that results without a zone and with one order alike."""
+    try:
+        when = _dt.datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+    except ValueError:
+        return _EARLIEST
+    return when if when.tzinfo else when.replace(tzinfo=_dt.timezone.utc)
+
+
+def _add_broken(file: Path, why: str, known: set[str],
+                broken: dict[str, list[tuple[Path, str, str | None, _dt.datetime | None]]]) -> None:
+    """File an unreadable ``file`` under the suite its name gives: ``<suite>-<kind>-<time>``
+    as the suites name their files, else a suite the folder holds that its name starts
+    with. A name that gives no suite is left out with a warning (no suite to stand in for)."""
+    named = _RESULT_NAME.match(file.name)
+    if named:
+        stamp = _dt.datetime.strptime(named["stamp"], "%Y%m%dT%H%M%SZ").replace(tzinfo=_dt.timezone.utc)
+        broken.setdefault(named["suite"], []).append((file, why, named["kind"], stamp))
+        return
+    suite = max((s for s in known if file.name == f"{s}.json" or file.name.startswith(f"{s}-")), key=len, default=None)
+    if suite is None:
+        # A run cut off while writing: say so, or its pipelines drop out of a comparison unseen.
+        warnings.warn(f"gpufeed: {file}: not a readable JSON file, left out ({why})", stacklevel=3)
+        return
+    broken.setdefault(suite, []).append((file, why, None, None))  # no time in its name: maybe the newest
+
+
+def _newest_run(files: dict[Path, Any]) -> tuple[Path, dict[str, Any]] | None:
+    """The newest ``bench all`` run manifest among a folder's ``files``, by its start."""
+    runs = [(f, d) for f, d in files.items() if isinstance(d, dict) and RUN_KEY in d]
+    return max(runs, key=lambda r: (_instant(r[1].get("started")), r[0].name), default=None)
+
+
+def _written_after(files: dict[Path, Any], run: tuple[Path, dict[str, Any]]) -> bool:
+    """Whether the folder holds results the run did not write, written after it started
+    (``gpufeed bench images --out`` into a ``bench all`` folder): then the folder is no
+    longer that run alone."""
+    listed = {name for entry in run[1].get("suites", {}).values() for name in entry.get("files", [])}
+    started = _instant(run[1].get("started"))
+    for file, doc in files.items():
+        if file.name in listed:
             continue
-        if isinstance(doc, dict) and "suite" in doc:
-            doc["_path"] = str(file)
-            found.setdefault(doc["suite"], []).append(doc)
-    if not found:
-        raise ValueError(f"no gpufeed result JSON in {', '.join(map(str, given))}")
+        if isinstance(doc, dict) and "suite" in doc and _instant(doc.get("metadata", {}).get("timestamp")) > started:
+            return True
+        named = _RESULT_NAME.match(file.name) if isinstance(doc, str) else None
+        if named and _dt.datetime.strptime(named["stamp"], "%Y%m%dT%H%M%SZ").replace(
+                tzinfo=_dt.timezone.utc) > started:
+            return True
+    return False
 
-    def newest(docs: list[dict[str, Any]]) -> dict[str, Any]:
-        return max(docs, key=lambda d: (d.get("metadata", {}).get("timestamp") or "", Path(d["_path"]).name))
 
-    picked = {}
-    for suite, docs in found.items():
-        same = [d for d in docs if like and suite in like and machine_kind(d) == machine_kind(like[suite])]
-        picked[suite] = newest(same or docs)
-    return picked
+def _read_run(manifest: Path, run: dict[str, Any], files: dict[Path, Any], found: dict[str, list[dict[str, Any]]],
+              broken: dict[str, list[tuple[Path, str, str | None, _dt.datetime | None]]],
+              absent: dict[str, str]) -> str:
+    """Add the documents of the ``bench all`` run in ``manifest`` (its folder's JSON read as
+    ``files``) to ``found``/``broken``, its suites that wrote nothing to ``absent``; returns
+    how the path was read, for :attr:`RunResults.how`."""
+    folder = manifest.parent
+    for step, entry in run.get("suites", {}).items():
+        suite = entry.get("suite") or step  # the step `tune` writes the suite `tune-train`
+        names = entry.get("files") or []
+        if not names:
+            why = str(entry.get("error") or entry.get("status") or "no result file").strip().splitlines()[0]
+            absent[suite] = f"did not run in that run ({why[:200]}{'…' if len(why) > 200 else ''})"
+        for name in names:
+            file = folder / name
+            doc = files.get(file, _read_json(file) if file.exists() else "the file is gone")
+            if isinstance(doc, dict) and "suite" in doc:
+                found.setdefault(doc["suite"], []).append({**doc, "_path": str(file)})
+            else:
+                why = doc if isinstance(doc, str) else "not a result document"
+                broken.setdefault(suite, []).append((file, why, None, None))
+    state = run.get("state", "finished")
+    return (f"the `bench all` run started {run.get('started')} ({manifest.name}"
+            + ("" if state == "finished" else f", {state}") + ")")
 
 
 def _rate(entry: dict[str, Any]) -> float | None:

@@ -514,10 +514,8 @@ def run(args: argparse.Namespace) -> int:
     from gpufeed.datasets.images import default_image_dataset
     from gpufeed.machine import cuda_available, usable_cpus
 
-    root = Path(args.data) if args.data else default_image_dataset(args.images)
-    samples = clean_image_tree(root)
-    files, classes = len(samples), len(samples.classes)
-    nbytes = sum(os.path.getsize(p) for p in samples.paths)
+    # The device and the backends before the data: `--device cuda` without a GPU, or a backend
+    # not here, is refused before the default set is generated or a tree is scanned.
     device = str(resolve_device(args.device))
     workers = args.workers or usable_cpus()
     bandwidth = args.bandwidth_mb_s or None
@@ -539,6 +537,10 @@ def run(args: argparse.Namespace) -> int:
     if args.formats and readers and not any(b.startswith("dali") for b in backends):
         raise ValueError(f"--formats {' '.join(readers)}: DALI's own readers run on the DALI backends only, and "
                          f"none runs here (backends: {', '.join(backends)})")
+    root = Path(args.data) if args.data else default_image_dataset(args.images)
+    samples = clean_image_tree(root)
+    files, classes = len(samples), len(samples.classes)
+    nbytes = sum(os.path.getsize(p) for p in samples.paths)
 
     cache_check = page_cache_check(samples.paths)
     conditions = list(args.storage or [c for c in CONDITIONS if c != "cold" or cache_check["works"]])

@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     from gpufeed.profile.whatif import what_if
     from gpufeed.progress import counted, stage
 
-    out = Path(args.out).resolve()  # not inside the package: arguments.results_folder
+    out = Path(args.out)  # not inside the package: arguments.results_folder; shown as given, as the suites do
     if args.compare and "none" in args.compare and len(set(args.compare)) > 1:
         raise ValueError(f"--compare {' '.join(args.compare)}: 'none' measures no other loader; pass it alone, "
                          "or name the loaders")
@@ -71,6 +71,12 @@ def run(args: argparse.Namespace) -> int:
                "steps": args.steps, "warmup": args.warmup}
     built = build_loader(args.loader, root, batch_size=args.batch_size, size=args.size, device=device,
                          workers=workers)
+    # The header before the stage lines below (stderr): in a log (`> log 2>&1`) it came after
+    # them. Flushed, since stdout to a file is block-buffered and stderr is not.
+    print(f"gpufeed stall: {args.model} ({built.classes} classes) on {device}, loader {built.description}, "
+          f"batch {args.batch_size}, {args.size}px, {counted(args.steps, 'step')} after {args.warmup} warm-up, "
+          f"data {root}",
+          flush=True)
     # The others first, each alone in a fresh process, before this one starts its workers.
     alternatives: dict[str, float] = {}
     for name in (n for n in compare if n != built.name):
@@ -81,10 +87,6 @@ def run(args: argparse.Namespace) -> int:
         else:
             alternatives[name] = row["samples_per_s"]
     model = build_model(args.model, built.classes, device)
-    print(f"gpufeed stall: {args.model} ({built.classes} classes) on {device}, loader {built.description}, "
-          f"batch {args.batch_size}, {args.size}px, {counted(args.steps, 'step')} after {args.warmup} warm-up, "
-          f"data {root}",
-          flush=True)
     try:
         result = what_if(TrainStep(model, device), built.loader, steps=args.steps, warmup=args.warmup,
                          device=device, loader_name=built.name, alternatives=alternatives)
@@ -99,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
                            "skip unreadable images and report them") from None
     text = f"{result.actual.to_text()}\n\n{result.to_text()}"
     text += "".join(f"\n  {name}: {why}" for name, why in left_out.items())
-    print(text)
+    print(text, flush=True)
     setup = {"data": str(root), "model": args.model, "classes": built.classes, "loader": built.description,
              **measure, "compared": compare, "not_compared": left_out}
     suite = f"stall-{args.model}-{built.name}"

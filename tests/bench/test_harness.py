@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 
@@ -80,11 +81,66 @@ def test_timing_work_that_never_imported_torch_does_not_import_it():
 
 
 def test_results_name_the_commit_a_container_build_recorded_where_there_is_no_git(monkeypatch):
+    from gpufeed.bench import provenance
+
     def no_git(*args, **kwargs):
         raise FileNotFoundError("git")
 
-    monkeypatch.setattr(harness.subprocess, "run", no_git)
+    monkeypatch.setattr(provenance.subprocess, "run", no_git)
     monkeypatch.setenv("GPUFEED_GIT_COMMIT", "0123abc")
-    assert harness.machine_metadata()["git_commit"] == "0123abc"
+    meta = harness.machine_metadata()
+    assert meta["git_commit"] == "0123abc" and "GPUFEED_GIT_COMMIT" in meta["git_commit_note"]
     monkeypatch.delenv("GPUFEED_GIT_COMMIT")
-    assert harness.machine_metadata()["git_commit"] is None
+    meta = harness.machine_metadata()
+    assert meta["git_commit"] is None and "GPUFEED_GIT_COMMIT is not set" in meta["git_commit_note"]
+    assert meta["gpufeed"]
+
+
+def _git(cwd, *args):
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args], cwd=cwd, check=True,
+                   capture_output=True, timeout=60)
+
+
+def _repo(root, pyproject_name):
+    """A git work tree holding a pyproject.toml naming ``pyproject_name``, with one commit."""
+    root.mkdir(parents=True)
+    _git(root, "init", "-q")
+    (root / "pyproject.toml").write_text(f'[build-system]\nrequires = ["x"]\n\n[project]\nname = "{pyproject_name}"\n')
+    _git(root, "add", "pyproject.toml")
+    _git(root, "commit", "-q", "-m", "one")
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True).stdout.strip()
+    return head
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_a_wheel_installed_inside_the_users_repo_never_records_the_users_commit(tmp_path, monkeypatch):
+    """A non-editable install in myproject/.venv recorded myproject's commit (and +dirty for
+    its changes) in every result, over the GPUFEED_GIT_COMMIT the build recorded."""
+    from gpufeed.bench.provenance import source_commit
+
+    users = _repo(tmp_path / "myproject", "myproject")
+    installed = tmp_path / "myproject" / ".venv" / "lib" / "python3" / "site-packages" / "gpufeed"
+    installed.mkdir(parents=True)
+    (tmp_path / "myproject" / "notes.txt").write_text("changed")  # the user's work in progress
+    _git(tmp_path / "myproject", "add", "notes.txt")
+    monkeypatch.setenv("GPUFEED_GIT_COMMIT", "0123abc")
+    assert source_commit(installed).commit == "0123abc"
+    monkeypatch.delenv("GPUFEED_GIT_COMMIT")
+    found = source_commit(installed)
+    assert found.commit is None and users not in found.text() and "not gpufeed's git checkout" in found.note
+    # A gpufeed/ folder at the top of a tree that is another project is not gpufeed's source either.
+    (tmp_path / "myproject" / "gpufeed").mkdir()
+    assert source_commit(tmp_path / "myproject" / "gpufeed").commit is None
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_gpufeeds_own_checkout_gives_its_commit_and_dirty_state(tmp_path, monkeypatch):
+    from gpufeed.bench.provenance import source_commit
+
+    head = _repo(tmp_path / "clone", "gpufeed")
+    (tmp_path / "clone" / "gpufeed").mkdir()
+    monkeypatch.setenv("GPUFEED_GIT_COMMIT", "0123abc")  # a checkout knows better than a recorded value
+    assert source_commit(tmp_path / "clone" / "gpufeed").commit == head
+    (tmp_path / "clone" / "pyproject.toml").write_text('[project]\nname = "gpufeed"\nversion = "0.2"\n')
+    found = source_commit(tmp_path / "clone" / "gpufeed")
+    assert found.commit == f"{head}+dirty" and found.note == "gpufeed's git checkout"

@@ -29,8 +29,13 @@ def test_bench_all_quick_writes_one_report(image_folder, tmp_path, capsys):
     assert status == 0, err[-3000:]
     assert "[all] 1/3 images-train ..." in err and "\r" not in err
     summary = (out / "summary.md").read_text()
-    jsons = sorted(p.name for p in out.glob("*.json"))
+    jsons = sorted(p.name for p in out.glob("*.json") if not p.name.startswith("bench-all-"))
     assert [j.split("-cpu")[0] for j in jsons] == ["images-train", "stalls", "tune-train"]
+    (manifest,) = out.glob("bench-all-*.json")  # the run's own list of its files, read by compare
+    run = json.loads(manifest.read_text())
+    assert run["state"] == "finished" and sorted(f for s in run["suites"].values() for f in s["files"]) == jsons
+    assert run["suites"]["tune"]["suite"] == "tune-train"
+    assert f"(it reads this folder as this run, `{manifest.name}`" in summary
     for name in jsons:
         assert f"[json]({name})" in summary
     assert "torch-cpu vs DataLoader + PIL + transforms.v2" in summary
