@@ -144,3 +144,50 @@ def test_gpufeeds_own_checkout_gives_its_commit_and_dirty_state(tmp_path, monkey
     (tmp_path / "clone" / "pyproject.toml").write_text('[project]\nname = "gpufeed"\nversion = "0.2"\n')
     found = source_commit(tmp_path / "clone" / "gpufeed")
     assert found.commit == f"{head}+dirty" and found.note == "gpufeed's git checkout"
+
+
+def _sleep_and_say_pid(path: str) -> dict:
+    import os
+    import time
+
+    with open(path, "w") as fh:
+        fh.write(str(os.getpid()))
+    time.sleep(60)
+    return {}
+
+
+def test_a_contender_dies_with_the_suite_that_started_it(tmp_path):
+    """A suite killed mid-run (kill, a CI timeout, the OOM killer) left its contender
+    process timing on for minutes, loading the machine under the next run."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("PR_SET_PDEATHSIG is Linux's")
+    said = tmp_path / "pid"
+    script = ("from gpufeed.bench.harness import run_isolated\n"
+              "from tests.bench.test_harness import _sleep_and_say_pid\n"
+              f"run_isolated(_sleep_and_say_pid, {str(said)!r})\n")
+    suite = subprocess.Popen([sys.executable, "-c", script], cwd=os.getcwd())
+    try:
+        for _ in range(600):
+            if said.exists() and said.read_text():
+                break
+            time.sleep(0.1)
+        child = int(said.read_text())
+        suite.send_signal(signal.SIGKILL)
+        suite.wait(10)
+        for _ in range(100):
+            try:
+                os.kill(child, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
+        else:
+            os.kill(child, signal.SIGKILL)
+            pytest.fail("the contender outlived its suite")
+    finally:
+        suite.kill()
