@@ -224,10 +224,6 @@ class Recipe:
         return self
 
     def _fit(self, df: Frame, *, transform_last: bool) -> NwFrame:
-        # Columns of a frame dropped since the last recipe (an earlier output of the kit,
-        # freed into the pool) go back to the system before this one allocates: held in the
-        # pool they had raised the 10M-row benchmark's peak by 2.9 GB (11.2 -> 14.1 GB).
-        release_pooled()
         frame = wrap(df)
         backend = backend_of(frame)
         for i, op in enumerate(self.ops):
@@ -253,7 +249,6 @@ class Recipe:
             unfitted = [f"{i} ({op.kind}, columns {op.columns})" for i, op in enumerate(self.ops) if not op.fitted]
             raise RuntimeError(f"the recipe is not fitted (op(s) {', '.join(unfitted)} hold no statistics): "
                                "call fit(train) or load a fitted recipe")
-        release_pooled()  # as in _fit: pages freed since the last recipe, before allocating
         frame = wrap(df)
         backend = backend_of(frame)
         for i, op in enumerate(self.ops):
