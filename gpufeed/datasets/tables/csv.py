@@ -45,14 +45,16 @@ from gpufeed.gpu_transforms.tabular.frames import Frame, repeated, to_backend
 from gpufeed.policies import MixedTypes, OnError
 
 
-def _open_text(path: Path, encoding: str = "utf-8") -> TextIO:
-    """The file as text, decompressed as the CSV reader reads it (:func:`open_decompressed`);
+def _open_text(path: Path | bytes, encoding: str = "utf-8") -> TextIO:
+    """The file as text, decompressed as the CSV reader reads it (:func:`open_decompressed`),
+    or ``path``'s bytes themselves when it is bytes (a block of a file, already read);
     ``newline=""`` as the csv module needs. A UTF-8 byte-order mark is dropped, as Arrow
     drops it: kept, a BOM on a line of its own (``"\\ufeff\\n"`` before the header) was a
     record, so the header's line, the data rows' lines and the read again for big integers
     (which then took the header for data and kept rounded floats) were one line off."""
     encoding = "utf-8-sig" if encoding == "utf-8" else encoding
-    return io.TextIOWrapper(open_decompressed(path), encoding=encoding, errors="replace", newline="")
+    raw = io.BytesIO(path) if isinstance(path, bytes) else open_decompressed(path)
+    return io.TextIOWrapper(raw, encoding=encoding, errors="replace", newline="")
 
 
 def _text_lines(path: Path, encoding: str = "utf-8", skiprows: int = 0) -> Iterator[tuple[int, str]]:
@@ -62,9 +64,10 @@ def _text_lines(path: Path, encoding: str = "utf-8", skiprows: int = 0) -> Itera
         yield from itertools.islice(enumerate(fh, start=1), skiprows, None)
 
 
-def _records(path: Path, sep: str, encoding: str, skiprows: int = 0) -> Iterator[tuple[int, int, list[str]]]:
+def _records(path: Path | bytes, sep: str, encoding: str, skiprows: int = 0) -> Iterator[tuple[int, int, list[str]]]:
     """``(first line, last line, fields)`` of each non-blank record after the first
-    ``skiprows`` lines, read as the csv module reads them (a quoted field may span lines).
+    ``skiprows`` lines of a file (or of bytes, :func:`_open_text`), read as the csv module
+    reads them (a quoted field may span lines).
 
     The skipped lines are lines, not records, as Arrow's ``skip_rows`` counts them: a quote
     in a preamble (``Source: "BLS``) opens no field. Line numbers are the file's.
@@ -288,7 +291,7 @@ def _line_of_row(
     return None
 
 
-def _header_end(path: Path, sep: str, encoding: str, skiprows: int) -> int:
+def _header_end(path: Path | bytes, sep: str, encoding: str, skiprows: int) -> int:
     """The file line the header ends on (past the skipped lines, the blank lines Arrow
     passes over and a quoted name's line breaks): the lines a read given the column names
     skips to start at the first data row."""

@@ -416,23 +416,18 @@ def _header_cut(data: bytes, sep: str) -> int | None:
     """Where the header ends in ``data``, the first bytes of a CSV file: the offset after
     its last line, found as ``read_table`` finds it (``_header_end``: past blank lines, a
     BOM's own line too, through a quoted name's line breaks); None where ``data`` holds no
-    record (an empty file, blank lines alone). Read from a copy of the head of ``data``,
-    grown until the header ends before it does."""
-    import tempfile
-
+    record (an empty file, blank lines alone). Read from the head of ``data``, grown until
+    the header ends before it does."""
     from gpufeed.datasets.tables.csv import _header_end
 
     size = 1 << 16
-    with tempfile.TemporaryDirectory() as tmp:
-        head = Path(tmp, "head.csv")
-        while True:
-            line_end = _LINE_END.search(data, min(size, len(data)))
-            cut = line_end.end() if line_end else len(data)
-            head.write_bytes(data[:cut])
-            end = _header_end(head, sep, "utf-8", 0)
-            if cut == len(data) or (end and _after_lines(data, end) < cut):
-                return _after_lines(data, end) if end else None
-            size *= 8
+    while True:
+        line_end = _LINE_END.search(data, min(size, len(data)))
+        cut = line_end.end() if line_end else len(data)
+        end = _header_end(data[:cut], sep, "utf-8", 0)
+        if cut == len(data) or (end and _after_lines(data, end) < cut):
+            return _after_lines(data, end) if end else None
+        size *= 8
 
 
 def _header_key(head: bytes) -> bytes:
