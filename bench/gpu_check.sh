@@ -3,8 +3,13 @@
 # test modules, `gpufeed doctor` and the benchmark suites with --device cuda, and bundle
 # the logs and results into one folder ($OUT, default ./gpu-check-out).
 #
-#   bash bench/gpu_check.sh [smoke] [tests] [images] [augment] [tabular] [storage] [formats] [tune] [stall]
-#                                                                     (default: all of them)
+#   bash bench/gpu_check.sh [smoke] [tests|marked] [images] [augment] [tabular] [storage] [formats] [tune] [stall]
+#                                                  (default: all of them but marked)
+#
+# marked: the gpu-marked tests alone (tests also reruns the CPU suites with device="auto").
+# IMAGES_ARGS, AUGMENT_ARGS, STALL_ARGS: extra arguments for those suites (a short lease:
+# IMAGES_ARGS="--rounds 1 --only dali-gpu torch-gpu"); PART_TIMEOUT: seconds each part may
+# run (default: no limit), so that one hung part leaves time for the others.
 #
 # It runs the source tree (PYTHONPATH), so it works on a machine that cannot install, with a
 # Python that has torch ($PYTHON; `make gpu-check` passes the venv's). Without a CUDA GPU it
@@ -14,8 +19,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-check-out}
 PY=${PYTHON:-python3}
-known="smoke tests images augment tabular storage formats tune stall"
-parts=${*:-$known}
+known="smoke tests marked images augment tabular storage formats tune stall"
+parts=${*:-${known/ marked/}}
 for part in $parts; do
   case " $known " in
     *" $part "*) ;;
@@ -73,8 +78,8 @@ status=0
   fi
   $PY -m gpufeed doctor
 } 2>&1 | tee "$OUT/doctor.log"
-for part in $parts; do
-  log "$part"
+run_part() {
+  local part=$1
   case $part in
     smoke)
       # Each DALI GPU graph alone, one process each, before the test run: a decoder that
@@ -128,6 +133,8 @@ PY
         rc=${PIPESTATUS[0]}
         [ "$rc" -eq 0 ] || { echo "smoke: DALI GPU $graph graph FAILED (exit $rc; 139/-11 is a crash in the decoder)" | tee -a "$OUT/smoke.log"; status=1; }
       done ;;
+    marked)
+      $PY -m pytest -q -p no:cacheprovider -rs -m gpu tests 2>&1 | tee "$OUT/pytest-gpu.log" || status=1 ;;
     tests)
       $PY -m pytest -q -p no:cacheprovider -rs -m gpu tests 2>&1 | tee "$OUT/pytest-gpu.log" || status=1
       # The CPU suites again, now that device="auto" resolves to the GPU.
@@ -135,10 +142,10 @@ PY
         tests/pipelines tests/gpu_transforms tests/datasets \
         2>&1 | tee "$OUT/pytest-gpu-auto.log" || status=1 ;;
     images)
-      $PY -m gpufeed bench images --mode train --device cuda --out "$OUT/results" || status=1
-      $PY -m gpufeed bench images --mode val --device cuda --out "$OUT/results" || status=1 ;;
+      $PY -m gpufeed bench images --mode train --device cuda ${IMAGES_ARGS:-} --out "$OUT/results" || status=1
+      $PY -m gpufeed bench images --mode val --device cuda ${IMAGES_ARGS:-} --out "$OUT/results" || status=1 ;;
     augment)
-      $PY -m gpufeed bench augment --device cuda --out "$OUT/results" || status=1 ;;
+      $PY -m gpufeed bench augment --device cuda ${AUGMENT_ARGS:-} --out "$OUT/results" || status=1 ;;
     tabular)
       # rules and the recipe op by op on both tables (hand-written pandas is always the baseline)
       $PY -m gpufeed bench tabular --backends "${TABULAR_BACKENDS:-pandas-baseline,polars,cudf}" \
@@ -150,8 +157,22 @@ PY
     tune)
       $PY -m gpufeed tune --device cuda --out "$OUT/results" || status=1 ;;
     stall)
-      $PY -m gpufeed stall --model resnet50 --loader auto --device cuda --out "$OUT/results" || status=1 ;;
+      $PY -m gpufeed stall --model resnet50 --loader auto --device cuda ${STALL_ARGS:-} --out "$OUT/results" || status=1 ;;
   esac
+  return $status
+}
+for part in $parts; do
+  log "$part"
+  if [ -n "${PART_TIMEOUT:-}" ]; then
+    # The part in a child shell under timeout (exported functions cross into it).
+    export -f run_part log; export OUT PY status
+    timeout --kill-after=10 "$PART_TIMEOUT" bash -c "run_part $part"
+    rc=$?
+    [ "$rc" -ne 124 ] && [ "$rc" -ne 137 ] || echo "gpu_check: $part stopped after PART_TIMEOUT=${PART_TIMEOUT}s"
+    [ "$rc" -eq 0 ] || status=1
+  else
+    run_part "$part" || status=1
+  fi
 done
 # The logs and results of this run (the bundle of the last one was removed above).
 tar -C "$OUT" --exclude=./bundle.tar.gz -czf "$OUT.tar.gz" . && mv "$OUT.tar.gz" "$OUT/bundle.tar.gz"
