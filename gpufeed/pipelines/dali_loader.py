@@ -42,6 +42,7 @@ from gpufeed.pipelines.base import (
 from gpufeed.pipelines.dali_pipeline import build_pipeline
 from gpufeed.pipelines.dali_readers import STATE_FORMAT as READER_STATE_FORMAT
 from gpufeed.pipelines.dali_readers import load_into, reader_iterator, shard_format
+from gpufeed.pipelines.feed_workers import feed_processes
 from gpufeed.pipelines.feeds import FileFeed, IteratorSkips, crop_inputs, dali_input
 from gpufeed.pipelines.options import LastBatch, LoaderOptions
 from gpufeed.pipelines.plan import EpochPlan
@@ -174,7 +175,9 @@ class DaliLoader(ClassificationLoader):
         self.device_id = None if self.device.type == "cpu" else self.device.index
         self._on_cpu = self.device_id is None
         self._finish = Normalizer(self.options, ReusedBuffers().empty)
-        self._feed = FileFeed(self.samples, self.plan, self.log, self.options)
+        # Before any pipeline of this loader: its worker processes are forked here.
+        self._feed = FileFeed(self.samples, self.plan, self.log, self.options,
+                              feed_processes(self.samples, self.options, on_gpu=not self._on_cpu))
         self._pipe = None
         self._follows: int | None = None  # the epoch the current pipeline can go on with
         self._probe = None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import weakref
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
@@ -21,6 +21,7 @@ from gpufeed.datasets.image_bytes import (
     sample_fault,
 )
 from gpufeed.datasets.samples import SampleSource
+from gpufeed.pipelines.feed_workers import FeedWorkers
 from gpufeed.pipelines.geometry import train_window
 from gpufeed.pipelines.options import LoaderOptions
 from gpufeed.pipelines.plan import EpochPlan
@@ -99,6 +100,45 @@ def _as_png(data: np.ndarray | bytes | memoryview) -> np.ndarray | str:
     return np.frombuffer(out.getvalue(), dtype=np.uint8)
 
 
+#: One sample as the feed hands it over: ``(reason, crop, fed, stamp)``: why it is left
+#: out (None: it is fed), its crop inputs (training), what DALI is given of it, and the
+#: stamp of the version judged bad (see :meth:`BadFileMemory.add
+#: <gpufeed.pipelines.skips.BadFileMemory.add>`).
+Prepared = tuple
+
+
+def prepare(samples: SampleSource, options: LoaderOptions, epoch: int, index: int,
+            data: np.ndarray | str) -> Prepared:
+    """Check sample ``index`` of ``epoch`` as read (``data``; text: why the read failed)
+    and make what DALI is given of it (:data:`Prepared`)."""
+    pixels = samples.kind == "pixels"
+    crop = fed = None
+    reason = sample_fault(data, pixels)
+    if reason is None and options.train:
+        crop = crop_inputs(data, options, epoch, index, pixels)
+        reason = crop if isinstance(crop, str) else None
+    if reason is None:
+        fed = dali_input(data, crop, pixels)
+        if isinstance(fed, str):  # the torch backend's decoder refused a file handed over decoded
+            reason, fed = fed, None
+    return reason, crop, fed, None if reason is None else sample_stamp(samples, index, data)
+
+
+def sample_stamp(samples: SampleSource, index: int, data: np.ndarray | str) -> FileStamp | None:
+    """What the memory of bad files keeps of sample ``index`` as ``data`` (what was read
+    of it) was judged: its file's stamp, or :data:`~gpufeed.pipelines.skips.FIXED` for a
+    source whose bytes do not change (a shard is indexed when opened, a RAM cache holds a
+    copy); None for a failed read (text), which is tried again."""
+    if isinstance(data, str):
+        return None
+    return file_stamp(samples.name(index), len(data)) if isinstance(samples, SampleList) else FIXED
+
+
+def prepare_read(samples: SampleSource, options: LoaderOptions, epoch: int, index: int) -> Prepared:
+    """Read sample ``index`` and :func:`prepare` it."""
+    return prepare(samples, options, epoch, index, samples.read_or_reason(index))
+
+
 class FileFeed:
     """The pipeline's ``external_source``: each ``next()`` is one planned batch of
     encoded files and their labels, and for training each sample's crop window and flip.
@@ -115,7 +155,10 @@ class FileFeed:
     torchvision raises (:func:`gpufeed.datasets.image_bytes.jpeg_marker_fault`).
     A batch's files are read by ``num_workers`` threads at once, as many readers as the
     torch backend has worker processes: on a network disk each open waits, and waits
-    overlap only when several reads are in flight.
+    overlap only when several reads are in flight. With ``processes`` (a folder on a GPU:
+    :func:`~gpufeed.pipelines.feed_workers.feed_processes`) the reads and checks run in
+    that many worker processes instead, the next ``processes`` batches ahead of DALI:
+    the checks are Python, and one thread's worth capped the GPU loader.
     A file found bad is not read again while it stays as it was (:class:`BadFileMemory
     <gpufeed.pipelines.skips.BadFileMemory>`): one that changed since, or whose read
     failed, is read again, as the torch backend reads every file every epoch.
@@ -124,7 +167,7 @@ class FileFeed:
     """
 
     def __init__(self, samples: SampleSource, plan: EpochPlan, log: BadFileMemory,
-                 options: LoaderOptions) -> None:
+                 options: LoaderOptions, processes: int = 0) -> None:
         self.samples, self.plan, self.log, self.options = samples, plan, log, options
         #: The epoch the next plain ``iter()`` starts (DALI calls it as soon as an epoch
         #: runs dry, to be ready for ``reset()``).
@@ -137,19 +180,13 @@ class FileFeed:
         #: taken out, in order.
         self.in_flight: deque[tuple[int, int, list[int]]] = deque()
         self._readers: ThreadPoolExecutor | None = None
-        # One file per sample: files on a disk, which may change between epochs. Other
-        # sources' bytes are fixed while the loader runs (a shard is indexed when opened,
-        # a RAM cache holds a copy).
-        self._files = isinstance(samples, SampleList)
+        self._workers = FeedWorkers(samples, options, processes) if processes else None
+        #: ``(epoch, batch number) -> (sample indices, future of their Prepared)``.
+        self._ahead: dict[tuple[int, int], tuple[list[int], Future]] = {}
 
     def stamp(self, index: int, data: np.ndarray | str) -> FileStamp | None:
-        """What the memory of bad files keeps of sample ``index`` as ``data`` (what was
-        read of it) was judged: its file's stamp, or :data:`~gpufeed.pipelines.skips.FIXED`
-        for a source whose bytes do not change; None for a failed read (text), which is
-        tried again."""
-        if isinstance(data, str):
-            return None
-        return file_stamp(self.samples.name(index), len(data)) if self._files else FIXED
+        """:func:`sample_stamp` of this feed's sample ``index``."""
+        return sample_stamp(self.samples, index, data)
 
     def _read_all(self, indices: list[int]) -> list[np.ndarray | str]:
         threads = self.options.workers
@@ -168,7 +205,21 @@ class FileFeed:
             (self.epoch, self._pos), self._resume = self._resume, None
             self.next_epoch = self.epoch + 1
         self._batches = self.plan.batches(self.epoch)
+        self._drop_ahead()
         return self
+
+    def _drop_ahead(self) -> None:
+        """Forget the batches prepared ahead (a new epoch, a jump): their results are not
+        waited for."""
+        for _, future in self._ahead.values():
+            future.cancel()
+        self._ahead.clear()
+
+    def close(self) -> None:
+        """Stop the worker processes, if any (idempotent)."""
+        self._drop_ahead()
+        if self._workers is not None:
+            self._workers.close()
 
     def resume(self, epoch: int, batch_number: int) -> None:
         """Make the next ``iter()`` go on from ``batch_number`` of ``epoch``."""
@@ -180,6 +231,7 @@ class FileFeed:
         batches up to the first one that does, recording the bad files on the way under
         ``epoch`` as a run would; that batch is read again when it is fed."""
         self.epoch, self._batches = epoch, self.plan.batches(epoch)
+        self._drop_ahead()
         for number in range(batch_number, len(self._batches)):
             if self._batch(number) is not None:
                 self.in_flight.pop()  # not handed over: only looked at
@@ -205,25 +257,18 @@ class FileFeed:
         # Asked once per file: the answer stands for the whole batch (a file that changes
         # meanwhile is judged by what was read of it).
         known = {path: self.log.known(path) for path in names}
-        todo = [i for i, path in zip(batch, names, strict=True) if known[path] is None]
-        read = dict(zip(todo, self._read_all(todo), strict=True))
+        prepared = self._prepared(number, batch, known)
         fed: list[int] = []  # the samples handed to DALI: a file DALI fails on is one of them
 
-        def take(i: int, path: str, data: np.ndarray | str | None, reason: str | None) -> bool:
-            """Check sample ``i`` (``data`` as read; None when ``reason`` says it is known
-            bad) and add it to the batch; False (and recorded) if bad."""
-            crop = None
+        def take(i: int, path: str, ready: Prepared | None, reason: str | None) -> bool:
+            """Add sample ``i`` (``ready``: as prepared; None when ``reason`` says it is known
+            bad) to the batch; False (and recorded) if bad."""
+            crop = fed_data = stamp = None
             if reason is None:
-                reason = sample_fault(data, pixels)
-            if reason is None and train:
-                crop = crop_inputs(data, self.options, self.epoch, i, pixels)
-                reason = crop if isinstance(crop, str) else None
-            fed_data = None if reason is not None else dali_input(data, crop, pixels)
-            if isinstance(fed_data, str):  # the torch backend's decoder refused a file handed over decoded
-                reason = fed_data
+                reason, crop, fed_data, stamp = ready
             if reason is not None:
                 # Known bad: listed again, its stamp kept (None); else the version judged.
-                self.log.add(path, reason, None if data is None else self.stamp(i, data))
+                self.log.add(path, reason, stamp)
                 return False
             encoded.append(fed_data)
             labels.append(source.labels[i])
@@ -236,10 +281,13 @@ class FileFeed:
             # A file known bad is not read again, but listed again in this epoch's report,
             # as the torch backend and a resumed run list it.
             reason = self.log.known(path)
-            return take(i, path, None if reason is not None else source.read_or_reason(i), reason)
+            return take(i, path, None if reason is not None else self._prepare(i), reason)
 
         for i, path in zip(batch, names, strict=True):
-            take(i, path, read.get(i), known[path])
+            reason = known[path]
+            # A file left out when its batch was prepared ahead (known bad then, changed
+            # since) is prepared now.
+            take(i, path, None if reason is not None else prepared.get(i) or self._prepare(i), reason)
         if len(encoded) < len(batch) and self.plan.replaces_bad:  # drop/fill: stand-ins keep it full
             self.plan.fill_places(self.epoch, number, len(batch) - len(encoded), stand_in)
         if not encoded:
@@ -250,6 +298,32 @@ class FileFeed:
             return encoded, labels
         starts, shapes, flips = (list(c) for c in zip(*crops, strict=True))
         return (encoded, labels, flips) if pixels else (encoded, labels, starts, shapes, flips)
+
+    def _prepare(self, index: int) -> Prepared:
+        return prepare_read(self.samples, self.options, self.epoch, index)
+
+    def _prepared(self, number: int, batch: list[int], known: dict[str, str | None]) -> dict[int, Prepared]:
+        """Sample index -> :data:`Prepared` for the files of batch ``number`` not known bad:
+        from the worker processes (prepared ahead; the next batches are sent to them
+        now), or read here by ``num_workers`` threads and prepared in this thread."""
+        names = self.samples.name
+        if self._workers is None:
+            todo = [i for i in batch if known[names(i)] is None]
+            read = self._read_all(todo)
+            return {i: prepare(self.samples, self.options, self.epoch, i, data)
+                    for i, data in zip(todo, read, strict=True)}
+        ahead = self._ahead.pop((self.epoch, number), None)
+        for later in range(number + 1, min(number + 1 + self._workers.processes, len(self._batches))):
+            if (self.epoch, later) not in self._ahead:
+                # Files known bad now are left out; one found bad meanwhile is skipped when
+                # its batch is taken (and one that changed since is prepared then).
+                todo = [int(i) for i in self._batches[later] if self.log.known(names(int(i))) is None]
+                self._ahead[(self.epoch, later)] = (todo, self._workers.submit(self.epoch, todo))
+        if ahead is None:
+            todo = [i for i in batch if known[names(i)] is None]
+            ahead = (todo, self._workers.submit(self.epoch, todo))
+        todo, future = ahead
+        return dict(zip(todo, future.result(), strict=True))
 
 
 class IteratorSkips(BadFileMemory):

@@ -1,0 +1,84 @@
+"""Worker processes that read and check a folder's files for the DALI backend's feed.
+
+Why processes: the feed's per-file work (the read, the JPEG marker walk that matches
+libjpeg, the header's size, the crop's draw) is Python, about 90 µs a file on one core.
+In the Python thread that also schedules DALI, it capped the DALI GPU loader on an H200
+with 16 cores at 2,700 images/s, where the same graph fed from memory ran 17,000 and
+DALI's own file reader 20,000 (``bench/results/gpu-profile-*``). Threads do not help:
+the work holds the GIL. The torch backend does this work in DataLoader worker processes;
+these are the DALI backend's.
+
+They are forked, as DataLoader's workers are on Linux (no re-import of the user's main
+script, which ``spawn`` would need guarded), and forked when the loader is made, before
+it builds a DALI pipeline: forking a process while its DALI pipelines run has crashed
+workers. They run no DALI and no CUDA. Pure Python, no DALI import.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import weakref
+from concurrent.futures import Future, ProcessPoolExecutor
+from typing import Any
+
+from gpufeed.datasets.samples import SampleSource
+from gpufeed.pipelines.options import LoaderOptions
+
+#: What a worker holds: the loader's samples and options, inherited at the fork.
+_STATE: dict[str, Any] = {}
+
+
+def _hold(samples: SampleSource, options: LoaderOptions) -> None:
+    _STATE["samples"], _STATE["options"] = samples, options
+
+
+def _prepare_batch(epoch: int, indices: list[int]) -> list[tuple]:
+    from gpufeed.pipelines.feeds import prepare_read
+
+    samples, options = _STATE["samples"], _STATE["options"]
+    return [prepare_read(samples, options, epoch, i) for i in indices]
+
+
+def _ready() -> bool:
+    return True
+
+
+class FeedWorkers:
+    """``processes`` forked workers that prepare a batch's files as the feed would
+    (:func:`gpufeed.pipelines.feeds.prepare_read` for each), ahead of the feed.
+
+    Made where the loader is made; shut down by :meth:`close` or when dropped.
+    """
+
+    def __init__(self, samples: SampleSource, options: LoaderOptions, processes: int) -> None:
+        self.processes = processes
+        self._pool = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("fork"),
+                                         initializer=_hold, initargs=(samples, options))
+        # Fork every worker now (a fork-context pool starts them all at its first task),
+        # while this loader has no DALI pipeline yet.
+        self._pool.submit(_ready).result()
+        self._closer = weakref.finalize(self, self._pool.shutdown, wait=False, cancel_futures=True)
+
+    def submit(self, epoch: int, indices: list[int]) -> Future:
+        """Prepare the samples ``indices`` of ``epoch``: a future of their
+        :func:`~gpufeed.pipelines.feeds.prepare_read` results, in order."""
+        return self._pool.submit(_prepare_batch, epoch, indices)
+
+    def close(self) -> None:
+        """Stop the workers (idempotent)."""
+        self._closer()
+
+
+def feed_processes(samples: SampleSource, options: LoaderOptions, on_gpu: bool) -> int:
+    """How many worker processes prepare the DALI feed: ``options.workers`` on a GPU for a
+    folder's files (one file per sample), else none (the feed's own thread).
+
+    In DALI's CPU-only mode the decoder's threads need every core, and the feed keeps up
+    with them; shards are read from shared open files, and a raw cache's pixels need no
+    check.
+    """
+    from gpufeed.pipelines.sources import SampleList
+
+    if not on_gpu or options.workers <= 1 or not isinstance(samples, SampleList):
+        return 0
+    return options.workers
