@@ -1,4 +1,4 @@
-"""Worker processes that read and check a folder's files for the DALI backend's feed.
+"""Worker processes that read and check encoded images for the DALI backend's feed.
 
 Why processes: the feed's per-file work (the read, the JPEG marker walk that matches
 libjpeg, the header's size, the crop's draw) is Python, about 90 µs a file on one core.
@@ -70,15 +70,14 @@ class FeedWorkers:
 
 
 def feed_processes(samples: SampleSource, options: LoaderOptions, on_gpu: bool) -> int:
-    """How many worker processes prepare the DALI feed: ``options.workers`` on a GPU for a
-    folder's files (one file per sample), else none (the feed's own thread).
+    """How many worker processes prepare the DALI feed: ``options.workers`` on a GPU for
+    encoded images (a folder, a file list, shards, a RAM cache of them), else none (the
+    feed's own thread).
 
     In DALI's CPU-only mode the decoder's threads need every core, and the feed keeps up
-    with them; shards are read from shared open files, and a raw cache's pixels need no
-    check.
+    with them. A raw cache's decoded pixels need no check, and sending them from a worker
+    would copy every pixel once more.
     """
-    from gpufeed.pipelines.sources import SampleList
-
-    if not on_gpu or options.workers <= 1 or not isinstance(samples, SampleList):
+    if not on_gpu or options.workers <= 1 or samples.kind == "pixels":
         return 0
     return options.workers

@@ -155,7 +155,7 @@ class FileFeed:
     torchvision raises (:func:`gpufeed.datasets.image_bytes.jpeg_marker_fault`).
     A batch's files are read by ``num_workers`` threads at once, as many readers as the
     torch backend has worker processes: on a network disk each open waits, and waits
-    overlap only when several reads are in flight. With ``processes`` (a folder on a GPU:
+    overlap only when several reads are in flight. With ``processes`` (encoded images on a GPU:
     :func:`~gpufeed.pipelines.feed_workers.feed_processes`) the reads and checks run in
     that many worker processes instead, the next ``processes`` batches ahead of DALI:
     the checks are Python, and one thread's worth capped the GPU loader.
@@ -207,6 +207,11 @@ class FileFeed:
         self._batches = self.plan.batches(self.epoch)
         self._drop_ahead()
         return self
+
+    @property
+    def batches_ahead(self) -> int:
+        """Batches the worker processes prepare ahead of the one taken (0: no workers)."""
+        return 0 if self._workers is None else self._workers.processes
 
     def _drop_ahead(self) -> None:
         """Forget the batches prepared ahead (a new epoch, a jump): their results are not
@@ -313,7 +318,7 @@ class FileFeed:
             return {i: prepare(self.samples, self.options, self.epoch, i, data)
                     for i, data in zip(todo, read, strict=True)}
         ahead = self._ahead.pop((self.epoch, number), None)
-        for later in range(number + 1, min(number + 1 + self._workers.processes, len(self._batches))):
+        for later in range(number + 1, min(number + 1 + self.batches_ahead, len(self._batches))):
             if (self.epoch, later) not in self._ahead:
                 # Files known bad now are left out; one found bad meanwhile is skipped when
                 # its batch is taken (and one that changed since is prepared then).

@@ -87,7 +87,7 @@ def test_worker_processes_feed_what_the_feeds_thread_feeds(bad_folder: Path, mod
     assert "truncated" in skipped[0][cut] and "empty" in skipped[0][empty]
 
 
-def test_worker_processes_only_for_a_folder_on_a_gpu(image_folder: Path, tmp_path: Path) -> None:
+def test_worker_processes_for_encoded_images_on_a_gpu(image_folder: Path, tmp_path: Path) -> None:
     loader = classification_loader(str(image_folder), backend="torch", device="cpu", train=True, batch_size=4,
                                    num_workers=4)
     assert feed_processes(loader.samples, loader.options, on_gpu=True) == 4
@@ -99,4 +99,39 @@ def test_worker_processes_only_for_a_folder_on_a_gpu(image_folder: Path, tmp_pat
     shards = convert(image_folder, tmp_path / "wds", format="webdataset", shard_size="1MB", progress=False).dst
     sharded = classification_loader(str(shards), backend="torch", device="cpu", train=True, batch_size=4,
                                    num_workers=4)
-    assert feed_processes(sharded.samples, sharded.options, on_gpu=True) == 0  # shared open shard files
+    assert feed_processes(sharded.samples, sharded.options, on_gpu=True) == 4
+    from tests.datasets.test_raw_cache import write_raw
+
+    raw = classification_loader(str(write_raw(image_folder, tmp_path / "raw", 64, "pad")), backend="torch",
+                                device="cpu", train=True, batch_size=4, num_workers=4)
+    assert feed_processes(raw.samples, raw.options, on_gpu=True) == 0  # decoded pixels: nothing to check
+
+
+_SHARD_FEEDS = r"""
+import json, sys
+import numpy as np
+from gpufeed.pipelines import classification_loader
+from gpufeed.pipelines.feeds import FileFeed
+from gpufeed.pipelines.skips import SkipLog
+
+def run(processes):
+    loader = classification_loader(sys.argv[1], backend="torch", device="cpu", train=True, batch_size=8, size=32,
+                                   num_workers=2)
+    feed = FileFeed(loader.samples, loader.plan, SkipLog("raise"), loader.options, processes=processes)
+    got = [[np.asarray(x).tobytes().hex()[:64] if isinstance(col, list) else None for col in b for x in
+            (col if isinstance(col, list) else [])] + [np.asarray(b[1]).tolist()] for _ in range(2) for b in iter(feed)]
+    feed.close()
+    return got
+
+print(json.dumps(run(0) == run(2)))
+"""
+
+
+def test_worker_processes_read_shards_as_the_feeds_thread_does(image_folder: Path, tmp_path: Path) -> None:
+    from gpufeed.datasets.shards.convert import convert
+
+    shards = convert(image_folder, tmp_path / "wds", format="webdataset", shard_size="200KB", progress=False).dst
+    out = subprocess.run([sys.executable, "-c", _SHARD_FEEDS, str(shards)], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().splitlines()[-1] == "true"
