@@ -191,6 +191,14 @@ class ClassificationLoader:
         return self.samples
 
     @property
+    def batches_ahead(self) -> int:
+        """Batches this loader holds or prepares ahead of the one taken (worker processes'
+        prefetch, DALI's queue): a measurement that starts with its first batches times
+        how fast they were banked, not how fast they are made (``gpufeed stall`` warms up
+        past them)."""
+        raise NotImplementedError
+
+    @property
     def batch_sampler(self) -> EpochHook:
         """Where PyTorch Lightning sets the epoch: ``batch_sampler.sampler.set_epoch(k)`` is
         :meth:`set_epoch` (see :class:`EpochHook`; it yields no indices)."""

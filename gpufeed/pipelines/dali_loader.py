@@ -183,10 +183,19 @@ class DaliLoader(ClassificationLoader):
         self._probe = None
         self._pool = SamplePool(self.options.workers, "gpufeed-resize")
 
-    def _new_pipeline(self, stream: tuple[int, ...]) -> Any:
+    @property
+    def _prefetch(self) -> int:
         # CPU: a deeper queue lets DALI's threads decode ahead while torch resizes.
+        return 3 if self._on_cpu else 2
+
+    @property
+    def batches_ahead(self) -> int:
+        """DALI's queue, plus the batches the feed's worker processes prepare ahead of it."""
+        return self._prefetch + self._feed.batches_ahead
+
+    def _new_pipeline(self, stream: tuple[int, ...]) -> Any:
         return build_pipeline(self._feed, self.options, self.device_id, decode_only=self._on_cpu,
-                              prefetch=3 if self._on_cpu else 2, stream=stream,
+                              prefetch=self._prefetch, stream=stream,
                               pixels=self.samples.kind == "pixels")
 
     def _epoch_batches(self, epoch: int, start: int) -> Iterator[NumberedBatch]:
@@ -387,7 +396,8 @@ class DaliLoader(ClassificationLoader):
             return reader
         start = None if checkpoint is None else self._iterator_start(checkpoint)
         log = IteratorSkips(self.options.on_error)
-        feed = FileFeed(self.samples, self.plan, log, self.options)
+        feed = FileFeed(self.samples, self.plan, log, self.options,
+                        feed_processes(self.samples, self.options, on_gpu=not self._on_cpu))
         log.feed = feed
         ended = False
         if start is not None:

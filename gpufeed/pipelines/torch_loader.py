@@ -301,6 +301,13 @@ class TorchLoader(ClassificationLoader):
             multiprocessing_context=context,
         )
 
+    @property
+    def batches_ahead(self) -> int:
+        """Worker processes times their prefetch (none with threads: a batch is made when
+        taken)."""
+        loader = self._loader
+        return 0 if loader is None or loader.num_workers == 0 else loader.num_workers * loader.prefetch_factor
+
     def __getattr__(self, name: str) -> NoReturn:  # only called for attributes the loader lacks
         if name == "dali_iterator":
             # choose_image_backend records an explicit backend='torch' as "asked for"; any

@@ -138,3 +138,46 @@ def test_whether_a_loader_loads_in_the_background_is_read_from_it(image_folder):
     assert prepares_in_background(torch.utils.data.DataLoader(data, num_workers=2)) is True
     assert prepares_in_background(torch.utils.data.DataLoader(data)) is False
     assert prepares_in_background([1, 2]) is None
+
+
+class _Banking(SleepyLoader):
+    """Workers that banked ``batches_ahead`` batches while the loader started: the first
+    takes 50 ms, the other four come with it, then each batch takes 20 ms to make."""
+
+    batches_ahead = 5
+
+    def __init__(self) -> None:
+        super().__init__(delays=[0.05] + [0.0] * 4 + [0.02] * 20)
+
+
+def test_the_loader_alone_is_timed_past_the_batches_it_banked():
+    from gpufeed.profile.whatif import loader_rate
+
+    auto = loader_rate(_Banking(), steps=8, device="cpu")
+    assert auto.warmup == 5  # the bank is left out
+    assert 100 < auto.samples_per_s < 300  # 4 samples per 20 ms: 200/s
+    early = loader_rate(_Banking(), steps=5, warmup=2, device="cpu")  # as given: 3 of 5 from the bank
+    assert early.warmup == 2 and early.samples_per_s > 2 * auto.samples_per_s
+
+
+def test_what_a_loader_banks_ahead_is_read_from_it(image_folder):
+    import torch
+
+    from gpufeed.backends import dali_installed
+    from gpufeed.pipelines import classification_loader
+    from gpufeed.profile.whatif import batches_ahead, warmup_for
+
+    def kit(backend, workers):
+        return classification_loader(str(image_folder), train=False, backend=backend, device="cpu", batch_size=4,
+                                     size=32, num_workers=workers)
+
+    assert batches_ahead(kit("torch", 0)) == 0
+    assert batches_ahead(kit("torch", 2)) == 8  # 2 workers x prefetch 4
+    if dali_installed():
+        assert batches_ahead(kit("dali", 2)) == 3  # DALI's CPU queue; no feed workers on a CPU
+    data = torch.utils.data.TensorDataset(torch.zeros(4, 1))
+    assert batches_ahead(torch.utils.data.DataLoader(data, num_workers=3, prefetch_factor=4)) == 12
+    assert batches_ahead(torch.utils.data.DataLoader(data)) == 0
+    assert batches_ahead([1, 2]) is None
+    assert warmup_for([1, 2], None) == 2 and warmup_for(kit("torch", 2), None) == 8
+    assert warmup_for(kit("torch", 2), 1) == 1  # as given
