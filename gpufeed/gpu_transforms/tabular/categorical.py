@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import numbers
+import warnings
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -224,6 +225,11 @@ def _examples(frame: NwFrame, where: nw.Expr, expr: nw.Expr, column: str) -> lis
     return [_unmarked(v) for v in series_values(collect_small(picked).get_column(column).head(3))]
 
 
+#: Rows at the head of a transformed table that :class:`Categorify` looks at for a column
+#: whose values all miss the vocabulary, and how many known (not missing) values it needs.
+DRIFT_ROWS, DRIFT_MIN_VALUES = 4096, 20
+
+
 @dataclass
 class Categorify(TableOp):
     """Map each category to a dense integer index fitted on the training table.
@@ -233,6 +239,12 @@ class Categorify(TableOp):
     missing values; known categories get 2, 3, ... in sorted order, so the embedding table
     needs ``len(vocabulary) + 2`` rows. ``on_unseen="raise"`` raises
     :class:`UnseenCategoryError` instead of mapping to 0.
+
+    With ``on_unseen="index"`` and ``min_count=1``, a transform warns (``UserWarning``) when
+    every value of a column in the first :data:`DRIFT_ROWS` rows (at least
+    :data:`DRIFT_MIN_VALUES` of them not missing) is unseen: the column no longer matches its
+    vocabulary (IDs read as numbers at fit time and as text now, a recoded column), and
+    mapping all of it to 0 would pass silently. Lazy frames (Dask) are not looked at.
     """
 
     min_count: int = 1
@@ -339,7 +351,10 @@ class Categorify(TableOp):
 
     def transform(self, frame: NwFrame, backend: str) -> NwFrame:
         if self.on_unseen is not OnUnseen.RAISE:
-            return self._codes(frame, backend, UNSEEN_INDEX, MISSING_INDEX, 2)[0]
+            coded = self._codes(frame, backend, UNSEEN_INDEX, MISSING_INDEX, 2)[0]
+            if self.min_count == 1 and not is_lazy(coded):
+                self._warn_all_unseen(frame, coded)
+            return coded
         # Unseen is what the lookup maps to UNSEEN_INDEX (one definition, so a value matched
         # by text across backends is not refused here): codes beside the values, for examples.
         names = {c: f"__gpufeed_code_{c}" for c in self.columns}
@@ -353,6 +368,22 @@ class Categorify(TableOp):
                     f"use on_unseen='index' to map them to index {UNSEEN_INDEX}"
                 )
         return coded.with_columns(*[nw.col(names[c]).alias(c) for c in self.columns]).drop(*names.values())
+
+    def _warn_all_unseen(self, frame: NwFrame, coded: NwFrame) -> None:
+        """Warn for each column whose head's values are all unseen (see the class)."""
+        head = coded.head(DRIFT_ROWS)
+        counts = aggregate(head, [nw.col(c).__ne__(MISSING_INDEX).sum().alias(f"k:{c}") for c in self.columns]
+                           + [nw.col(c).__eq__(UNSEEN_INDEX).sum().alias(f"u:{c}") for c in self.columns])
+        for c in self.columns:
+            known = int(counts[f"k:{c}"])
+            if known >= DRIFT_MIN_VALUES and int(counts[f"u:{c}"]) == known and self.state[c]:
+                now = _examples(frame.head(DRIFT_ROWS), nw.col(c).is_null().__invert__(), nw.col(c), c)
+                fitted = self.state[c][:3]
+                warnings.warn(
+                    f"Categorify: all {known} values of column {c!r} in the first {DRIFT_ROWS} rows are unseen "
+                    f"at fit time (index {UNSEEN_INDEX}): fitted on e.g. {fitted!r} "
+                    f"({type(fitted[0]).__name__}), given e.g. {now!r} ({type(now[0]).__name__ if now else '?'}); "
+                    "does the column still hold what it was fitted on?", UserWarning, stacklevel=5)
 
     def params(self) -> dict[str, Any]:
         return {"min_count": self.min_count, "on_unseen": self.on_unseen.value}

@@ -6,6 +6,7 @@ import copy
 import datetime
 import math
 import re
+import warnings
 import zlib
 
 import numpy as np
@@ -260,6 +261,30 @@ def test_recipes_saved_with_the_old_on_unseen_spelling_still_load(table):
     assert old.ops[0].on_unseen == "raise" and old.to_json() == saved
     with pytest.raises(UnseenCategoryError):
         old.transform(pd.DataFrame({"region": ["mars"]}))
+
+
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_categorify_warns_when_a_columns_values_all_miss_its_vocabulary(backend):
+    # IDs recoded between fit and transform ("u7" -> "user-7"): every row mapped to index 0,
+    # silently, until the model trained on nothing.
+    fit = pd.DataFrame({"id": [f"u{i % 50}" for i in range(1000)], "k": ["a", "b"] * 500})
+    drifted = fit.assign(id=[f"user-{i % 50}" for i in range(1000)])
+    recipe = Recipe([Categorify(["id", "k"])]).fit(fit)
+
+    def frame(df):
+        return df if backend == "pandas" else pl.from_pandas(df)
+
+    with pytest.warns(UserWarning, match=r"all 1000 values of column 'id' .* unseen .* e\.g\. \['user-0'") as caught:
+        out = recipe.transform(frame(drifted))
+    assert len(caught) == 1  # 'k' still matches: not named
+    assert (np.asarray(out["id"]) == UNSEEN_INDEX).all()  # still coded as asked (on_unseen="index")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        recipe.transform(frame(fit))  # the fitted values
+        recipe.transform(frame(drifted.head(19)))  # a small serving batch of new IDs: too few to judge
+        recipe.transform(frame(pd.concat([drifted.head(500), fit.head(1)])))  # one value still known
+        rare = Recipe([Categorify(["id"], min_count=2)]).fit(fit)
+        rare.transform(frame(drifted))  # min_count: unseen and rare share index 0, not judged
 
 
 def test_categorify_min_count_maps_rare_values_to_unseen():
