@@ -104,6 +104,32 @@ def usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
+def ranks_on_this_machine() -> int:
+    """The processes of a distributed job on this machine (torchrun's ``LOCAL_WORLD_SIZE``;
+    1 outside torchrun)."""
+    try:
+        return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    except ValueError:
+        return 1
+
+
+def default_workers() -> int:
+    """A loader's workers (or DALI threads) when none are asked for: the usable cores,
+    shared among the ranks of a distributed job on this machine (:func:`ranks_on_this_machine`);
+    at least 1.
+
+    Each rank took every core: 8 ranks on 64 cores started 512 DataLoader workers (or 512
+    DALI threads and 512 feed processes). A process whose affinity is narrower than the
+    machine already has its share (a launcher or a container bound it), so its cores are
+    not divided again.
+    """
+    cores = usable_cpus()
+    ranks = ranks_on_this_machine()
+    if ranks > 1 and cores >= (os.cpu_count() or cores):
+        return max(1, cores // ranks)
+    return cores
+
+
 def peak_rss_bytes() -> int:
     """This process's own peak resident memory, in bytes.
 

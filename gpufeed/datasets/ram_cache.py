@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from gpufeed.datasets.samples import SampleSource
-from gpufeed.machine import available_memory
+from gpufeed.machine import available_memory, ranks_on_this_machine
 
 #: The share of the available memory a cache may take: the rest is left to the
 #: training process, its workers' batches and the page cache.
@@ -40,15 +40,6 @@ def shared_memory_free(path: str = "/dev/shm") -> int | None:
     except OSError:
         return None
     return stat.f_bavail * stat.f_frsize
-
-
-def ranks_on_this_machine() -> int:
-    """The processes of a distributed job on this machine (torchrun's ``LOCAL_WORLD_SIZE``;
-    1 outside torchrun): each holds its own cache."""
-    try:
-        return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-    except ValueError:
-        return 1
 
 
 class RamCache(SampleSource):

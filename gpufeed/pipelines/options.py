@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from gpufeed.arguments import MAX_WORKERS
-from gpufeed.machine import usable_cpus
+from gpufeed.machine import default_workers
 from gpufeed.policies import OnError, StrOption
 
 #: ImageNet statistics in [0, 1] units, the default normalisation.
@@ -238,9 +238,10 @@ class LoaderOptions:
 
     @property
     def workers(self) -> int:
-        """``num_workers`` resolved: DataLoader worker processes (torch) or DALI threads,
-        all usable cores unless told."""
-        return usable_cpus() if self.num_workers is None else self.num_workers
+        """``num_workers`` resolved: DataLoader worker processes (torch) or DALI threads;
+        unless told, the usable cores, shared among the ranks on this machine
+        (:func:`gpufeed.machine.default_workers`)."""
+        return default_workers() if self.num_workers is None else self.num_workers
 
     @property
     def normalizes(self) -> bool:

@@ -116,3 +116,27 @@ def test_a_preempted_job_resumes_where_it_stopped_on_every_rank(tmp_path, datase
     for rank in (0, 1):
         assert [s["step"] for s in resumed[rank]] == [1, 2, 3, 4]
         assert [(s["epoch"], s["labels"]) for s in resumed[rank]] == [(s["epoch"], s["labels"]) for s in whole[rank]]
+
+
+def test_default_workers_share_the_machine_among_its_ranks(monkeypatch, image_folder):
+    # Each rank took every core: 8 ranks on 64 cores started 512 workers.
+    import os
+
+    from gpufeed import machine
+    from gpufeed.pipelines import classification_loader
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    monkeypatch.setattr(machine, "usable_cpus", lambda: 64)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
+    loader = classification_loader(str(image_folder), backend="torch", device="cpu", train=True, batch_size=4)
+    assert loader.options.workers == 8
+    monkeypatch.setattr(machine, "usable_cpus", lambda: 6)  # bound to its own cores: its share already
+    assert loader.options.workers == 6
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    monkeypatch.setattr(machine, "usable_cpus", lambda: 64)
+    assert loader.options.workers == 64
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "128")  # more ranks than cores: still one each
+    assert loader.options.workers == 1
+    explicit = classification_loader(str(image_folder), backend="torch", device="cpu", train=True, batch_size=4,
+                                     num_workers=3)
+    assert explicit.options.workers == 3  # as asked
