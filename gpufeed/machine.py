@@ -104,6 +104,25 @@ def usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
+def die_with_parent() -> None:
+    """On Linux, have this (child) process killed when the one that started it dies: a
+    parent killed alone (``kill``, a CI timeout, the OOM killer) left benchmark contenders
+    timing on for minutes, and the DALI feed's workers waiting for work forever."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import multiprocessing as mp
+    import signal
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # no prctl: the child ends with its work, as before
+        return
+    parent = mp.parent_process()
+    if parent is not None and os.getppid() != parent.pid:  # it died before the request: no signal will come
+        os._exit(1)
+
+
 def ranks_on_this_machine() -> int:
     """The processes of a distributed job on this machine (torchrun's ``LOCAL_WORLD_SIZE``;
     1 outside torchrun)."""

@@ -28,6 +28,7 @@ from gpufeed.machine import (
     PACKAGES,
     cpu_model,
     cuda_available,
+    die_with_parent,
     gpu_metadata,
     usable_cpus,
     version_of,
@@ -242,30 +243,13 @@ def _child(conn: Any, target: Callable[..., dict], args: tuple, kwargs: dict) ->
     # would start by re-importing torch (~5 s each here) where a user's script forks them:
     # back to the platform's default, as in the user's process.
     mp.set_start_method(None, force=True)
-    _die_with_parent()
+    die_with_parent()
     try:
         conn.send(("ok", target(*args, **kwargs)))
     except BaseException as exc:  # noqa: BLE001 - the parent reports whatever broke
         conn.send(("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
     finally:
         conn.close()
-
-
-def _die_with_parent() -> None:
-    """On Linux, have this process killed when the one that started it dies: a suite killed
-    (``kill``, a CI timeout, the OOM killer) left its contender timing on for minutes,
-    loading the machine under the next run (one stole the cores of a recorded benchmark)."""
-    if not sys.platform.startswith("linux"):
-        return
-    import ctypes
-
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # no prctl: the child ends with its work, as before
-        return
-    parent = mp.parent_process()
-    if parent is not None and os.getppid() != parent.pid:  # it died before the request: no signal will come
-        os._exit(1)
 
 
 @contextlib.contextmanager

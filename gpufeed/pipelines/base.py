@@ -190,6 +190,18 @@ class ClassificationLoader:
         ``imgs`` (:class:`~gpufeed.pipelines.sources.SampleList`)."""
         return self.samples
 
+    def close(self) -> None:
+        """Stop this loader's worker processes (and free DALI's pipeline) now, rather than
+        when the loader is collected. Iterating again starts them afresh. Also on leaving a
+        ``with`` block."""
+        raise NotImplementedError
+
+    def __enter__(self) -> ClassificationLoader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     @property
     def batches_ahead(self) -> int:
         """Batches this loader holds or prepares ahead of the one taken (worker processes'

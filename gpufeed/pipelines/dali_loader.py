@@ -42,7 +42,7 @@ from gpufeed.pipelines.base import (
 from gpufeed.pipelines.dali_pipeline import build_pipeline
 from gpufeed.pipelines.dali_readers import STATE_FORMAT as READER_STATE_FORMAT
 from gpufeed.pipelines.dali_readers import load_into, reader_iterator, shard_format
-from gpufeed.pipelines.feed_workers import feed_processes
+from gpufeed.pipelines.feed_workers import FeedWorkers, feed_processes
 from gpufeed.pipelines.feeds import FileFeed, IteratorSkips, crop_inputs, dali_input
 from gpufeed.pipelines.options import LastBatch, LoaderOptions
 from gpufeed.pipelines.plan import EpochPlan
@@ -175,13 +175,30 @@ class DaliLoader(ClassificationLoader):
         self.device_id = None if self.device.type == "cpu" else self.device.index
         self._on_cpu = self.device_id is None
         self._finish = Normalizer(self.options, ReusedBuffers().empty)
-        # Before any pipeline of this loader: its worker processes are forked here.
-        self._feed = FileFeed(self.samples, self.plan, self.log, self.options,
-                              feed_processes(self.samples, self.options, on_gpu=not self._on_cpu))
+        self._feed = FileFeed(self.samples, self.plan, self.log, self.options)
+        self._processes = feed_processes(self.samples, self.options, on_gpu=not self._on_cpu)
+        self._workers: FeedWorkers | None = None  # forked just before the first pipeline
         self._pipe = None
         self._follows: int | None = None  # the epoch the current pipeline can go on with
         self._probe = None
         self._pool = SamplePool(self.options.workers, "gpufeed-resize")
+
+    def _feed_workers(self) -> FeedWorkers | None:
+        """This loader's feed worker processes (shared by its ``dali_iterator()`` feeds),
+        forked at the first call, just before a pipeline is built, and again after
+        :meth:`close`; None where the feed prepares its batches itself."""
+        if self._processes and (self._workers is None or self._workers.closed):
+            self._workers = FeedWorkers(self.samples, self.options, self._processes)
+        return self._workers
+
+    def close(self) -> None:
+        """Release the DALI pipeline and stop the feed's worker processes now, rather than
+        when the loader is collected (DALI's pipeline holds the loader in a reference
+        cycle: that waits for a full garbage collection). Iterating again starts afresh."""
+        self._feed.close()
+        self._workers = None
+        self._pipe = self._probe = None
+        self._follows = None
 
     @property
     def _prefetch(self) -> int:
@@ -209,9 +226,12 @@ class DaliLoader(ClassificationLoader):
             self._pipe = None  # free the old pipeline's buffers before allocating new ones
             self._feed.resume(epoch, start)
             self._feed.in_flight.clear()
+            self._feed.workers = self._feed_workers()
             self._pipe = self._new_pipeline((epoch,))
         self._follows = None  # until this epoch runs dry
         while True:
+            if self._pipe is None:
+                raise RuntimeError("the loader was closed during this pass: iterate it again for a new one")
             try:
                 images, labels = self._pipe.run()
             except StopIteration:
@@ -396,8 +416,7 @@ class DaliLoader(ClassificationLoader):
             return reader
         start = None if checkpoint is None else self._iterator_start(checkpoint)
         log = IteratorSkips(self.options.on_error)
-        feed = FileFeed(self.samples, self.plan, log, self.options,
-                        feed_processes(self.samples, self.options, on_gpu=not self._on_cpu))
+        feed = FileFeed(self.samples, self.plan, log, self.options, self._feed_workers())
         log.feed = feed
         ended = False
         if start is not None:

@@ -7,9 +7,10 @@ import it without importing each other.
 
 from __future__ import annotations
 
+import warnings
 import weakref
 from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import BrokenExecutor, CancelledError, Future, ThreadPoolExecutor
 
 import numpy as np
 
@@ -155,10 +156,11 @@ class FileFeed:
     torchvision raises (:func:`gpufeed.datasets.image_bytes.jpeg_marker_fault`).
     A batch's files are read by ``num_workers`` threads at once, as many readers as the
     torch backend has worker processes: on a network disk each open waits, and waits
-    overlap only when several reads are in flight. With ``processes`` (encoded images on a GPU:
-    :func:`~gpufeed.pipelines.feed_workers.feed_processes`) the reads and checks run in
-    that many worker processes instead, the next ``processes`` batches ahead of DALI:
-    the checks are Python, and one thread's worth capped the GPU loader.
+    overlap only when several reads are in flight. With :attr:`workers` (set by the loader
+    for encoded images on a GPU: :func:`~gpufeed.pipelines.feed_workers.feed_processes`) the
+    reads and checks run in those worker processes instead, as many batches ahead of DALI
+    as there are workers: the checks are Python, and one thread's worth capped the GPU
+    loader.
     A file found bad is not read again while it stays as it was (:class:`BadFileMemory
     <gpufeed.pipelines.skips.BadFileMemory>`): one that changed since, or whose read
     failed, is read again, as the torch backend reads every file every epoch.
@@ -167,7 +169,7 @@ class FileFeed:
     """
 
     def __init__(self, samples: SampleSource, plan: EpochPlan, log: BadFileMemory,
-                 options: LoaderOptions, processes: int = 0) -> None:
+                 options: LoaderOptions, workers: FeedWorkers | None = None) -> None:
         self.samples, self.plan, self.log, self.options = samples, plan, log, options
         #: The epoch the next plain ``iter()`` starts (DALI calls it as soon as an epoch
         #: runs dry, to be ready for ``reset()``).
@@ -180,7 +182,8 @@ class FileFeed:
         #: taken out, in order.
         self.in_flight: deque[tuple[int, int, list[int]]] = deque()
         self._readers: ThreadPoolExecutor | None = None
-        self._workers = FeedWorkers(samples, options, processes) if processes else None
+        #: The worker processes that prepare batches ahead (None: this thread prepares them).
+        self.workers = workers
         #: ``(epoch, batch number) -> (sample indices, future of their Prepared)``.
         self._ahead: dict[tuple[int, int], tuple[list[int], Future]] = {}
 
@@ -211,7 +214,7 @@ class FileFeed:
     @property
     def batches_ahead(self) -> int:
         """Batches the worker processes prepare ahead of the one taken (0: no workers)."""
-        return 0 if self._workers is None else self._workers.processes
+        return 0 if self.workers is None else self.workers.processes
 
     def _drop_ahead(self) -> None:
         """Forget the batches prepared ahead (a new epoch, a jump): their results are not
@@ -221,10 +224,11 @@ class FileFeed:
         self._ahead.clear()
 
     def close(self) -> None:
-        """Stop the worker processes, if any (idempotent)."""
+        """Stop the worker processes, if any (idempotent; the loader owns them when it
+        set them)."""
         self._drop_ahead()
-        if self._workers is not None:
-            self._workers.close()
+        if self.workers is not None:
+            self.workers.close()
 
     def resume(self, epoch: int, batch_number: int) -> None:
         """Make the next ``iter()`` go on from ``batch_number`` of ``epoch``."""
@@ -312,21 +316,31 @@ class FileFeed:
         from the worker processes (prepared ahead; the next batches are sent to them
         now), or read here by ``num_workers`` threads and prepared in this thread."""
         names = self.samples.name
-        if self._workers is None:
-            todo = [i for i in batch if known[names(i)] is None]
-            read = self._read_all(todo)
-            return {i: prepare(self.samples, self.options, self.epoch, i, data)
-                    for i, data in zip(todo, read, strict=True)}
+        if self.workers is not None:
+            try:
+                return self._from_workers(number, batch, known)
+            except (BrokenExecutor, CancelledError) as exc:  # a worker died (killed, out of memory), or closed
+                warnings.warn(f"gpufeed: the DALI feed's worker processes stopped ({exc or 'closed'}); the feed goes on "
+                              "in its own thread, slower", RuntimeWarning, stacklevel=2)
+                self._drop_ahead()
+                self.workers.close()
+                self.workers = None
+        todo = [i for i in batch if known[names(i)] is None]
+        read = self._read_all(todo)
+        return {i: prepare(self.samples, self.options, self.epoch, i, data) for i, data in zip(todo, read, strict=True)}
+
+    def _from_workers(self, number: int, batch: list[int], known: dict[str, str | None]) -> dict[int, Prepared]:
+        names, workers = self.samples.name, self.workers
         ahead = self._ahead.pop((self.epoch, number), None)
-        for later in range(number + 1, min(number + 1 + self.batches_ahead, len(self._batches))):
+        if ahead is None:  # sent first: the batch waited for now must not queue behind later ones
+            todo = [i for i in batch if known[names(i)] is None]
+            ahead = (todo, workers.submit(self.epoch, todo))
+        for later in range(number + 1, min(number + 1 + workers.processes, len(self._batches))):
             if (self.epoch, later) not in self._ahead:
                 # Files known bad now are left out; one found bad meanwhile is skipped when
                 # its batch is taken (and one that changed since is prepared then).
                 todo = [int(i) for i in self._batches[later] if self.log.known(names(int(i))) is None]
-                self._ahead[(self.epoch, later)] = (todo, self._workers.submit(self.epoch, todo))
-        if ahead is None:
-            todo = [i for i in batch if known[names(i)] is None]
-            ahead = (todo, self._workers.submit(self.epoch, todo))
+                self._ahead[(self.epoch, later)] = (todo, workers.submit(self.epoch, todo))
         todo, future = ahead
         return dict(zip(todo, future.result(), strict=True))
 

@@ -301,6 +301,15 @@ class TorchLoader(ClassificationLoader):
             multiprocessing_context=context,
         )
 
+    def close(self) -> None:
+        """Stop the DataLoader's persistent worker processes now; iterating again starts
+        them afresh."""
+        iterator = None if self._loader is None else getattr(self._loader, "_iterator", None)
+        if iterator is not None:
+            # DataLoader has no public close: this is what its iterator's __del__ calls.
+            iterator._shutdown_workers()
+            self._loader._iterator = None
+
     @property
     def batches_ahead(self) -> int:
         """Worker processes times their prefetch (none with threads: a batch is made when

@@ -23,6 +23,7 @@ import json, sys
 from pathlib import Path
 import numpy as np
 from gpufeed.pipelines import classification_loader
+from gpufeed.pipelines.feed_workers import FeedWorkers
 from gpufeed.pipelines.feeds import FileFeed
 from gpufeed.pipelines.skips import SkipLog
 
@@ -40,8 +41,9 @@ def run(processes):
     loader = classification_loader(str(root), backend="torch", device="cpu", train=train, batch_size=8,
                                    size=32, num_workers=2, on_error="skip", last_batch="fill")
     log = SkipLog("skip")
-    feed = FileFeed(loader.samples, loader.plan, log, loader.options, processes=processes)
-    alive = 0 if feed._workers is None else len(feed._workers._pool._processes)
+    workers = FeedWorkers(loader.samples, loader.options, processes) if processes else None
+    feed = FileFeed(loader.samples, loader.plan, log, loader.options, workers)
+    alive = 0 if workers is None else len(workers._pool._processes)
     epochs = []
     for epoch in range(3):
         if epoch == 2:  # the bad file repaired: read again and fed, in both
@@ -111,13 +113,15 @@ _SHARD_FEEDS = r"""
 import json, sys
 import numpy as np
 from gpufeed.pipelines import classification_loader
+from gpufeed.pipelines.feed_workers import FeedWorkers
 from gpufeed.pipelines.feeds import FileFeed
 from gpufeed.pipelines.skips import SkipLog
 
 def run(processes):
     loader = classification_loader(sys.argv[1], backend="torch", device="cpu", train=True, batch_size=8, size=32,
                                    num_workers=2)
-    feed = FileFeed(loader.samples, loader.plan, SkipLog("raise"), loader.options, processes=processes)
+    workers = FeedWorkers(loader.samples, loader.options, processes) if processes else None
+    feed = FileFeed(loader.samples, loader.plan, SkipLog("raise"), loader.options, workers)
     got = [[np.asarray(x).tobytes().hex()[:64] if isinstance(col, list) else None for col in b for x in
             (col if isinstance(col, list) else [])] + [np.asarray(b[1]).tolist()] for _ in range(2) for b in iter(feed)]
     feed.close()
@@ -135,3 +139,122 @@ def test_worker_processes_read_shards_as_the_feeds_thread_does(image_folder: Pat
                          timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip().splitlines()[-1] == "true"
+
+
+_KILLED = r"""
+import json, os, signal, sys, warnings
+import numpy as np
+from gpufeed.pipelines import classification_loader
+from gpufeed.pipelines.feed_workers import FeedWorkers
+from gpufeed.pipelines.feeds import FileFeed
+from gpufeed.pipelines.skips import SkipLog
+
+loader = classification_loader(sys.argv[1], backend="torch", device="cpu", train=True, batch_size=4, size=32,
+                               num_workers=2)
+
+def flat(b):
+    return [np.asarray(x).tobytes().hex()[:64] for col in b if isinstance(col, list) for x in col]
+
+serial = [flat(b) for b in iter(FileFeed(loader.samples, loader.plan, SkipLog("raise"), loader.options))]
+workers = FeedWorkers(loader.samples, loader.options, 2)
+ignored = workers._pool.submit(signal.getsignal, signal.SIGINT).result() == signal.SIG_IGN
+feed = FileFeed(loader.samples, loader.plan, SkipLog("raise"), loader.options, workers)
+got = []
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    for k, b in enumerate(iter(feed)):
+        got.append(flat(b))
+        if k == 1:
+            os.kill(next(iter(workers._pool._processes)), signal.SIGKILL)
+print(json.dumps({"same": got == serial, "ignored": ignored, "in_thread": feed.workers is None,
+                  "warned": [str(w.message) for w in caught if "worker processes stopped" in str(w.message)]}))
+"""
+
+
+def test_a_killed_worker_leaves_the_feed_to_its_own_thread(image_folder: Path) -> None:
+    out = subprocess.run([sys.executable, "-c", _KILLED, str(image_folder)], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["same"] and got["in_thread"] and len(got["warned"]) == 1  # every batch, in order, one warning
+    assert got["ignored"]  # Ctrl-C reaches the whole process group: the workers leave it to the loop
+
+
+_ORPHAN = r"""
+import sys, time
+from gpufeed.pipelines import classification_loader
+from gpufeed.pipelines.feed_workers import FeedWorkers
+
+loader = classification_loader(sys.argv[1], backend="torch", device="cpu", train=True, batch_size=4, num_workers=2)
+workers = FeedWorkers(loader.samples, loader.options, 2)
+print(" ".join(str(p) for p in workers._pool._processes), flush=True)
+time.sleep(120)
+"""
+
+
+def test_workers_die_with_the_training_process(image_folder: Path) -> None:
+    import signal
+    import time
+
+    child = subprocess.Popen([sys.executable, "-c", _ORPHAN, str(image_folder)], stdout=subprocess.PIPE, text=True)
+    try:
+        pids = [int(p) for p in child.stdout.readline().split()]
+        assert len(pids) == 2
+    finally:
+        child.send_signal(signal.SIGKILL)  # the parent alone, as the OOM killer does
+        child.wait(timeout=30)
+    def running(pid: int) -> bool:  # a zombie waiting to be reaped has ended
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except OSError:
+            return False
+
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and any(map(running, pids)):
+        time.sleep(0.2)
+    assert not [p for p in pids if running(p)]
+
+
+_CLOSE = r"""
+import json, sys
+import gpufeed.pipelines.dali_loader as dl
+from gpufeed.pipelines import classification_loader
+
+dl.feed_processes = lambda samples, options, on_gpu: 2  # as on a GPU (DALI's CPU-only mode here)
+loader = classification_loader(sys.argv[1], backend="dali", device="cpu", train=True, batch_size=8, size=32,
+                               num_workers=2)
+before = loader._workers  # nothing forked until a pipeline is built
+n = sum(len(y) for _, y in loader)
+first = loader._workers
+iterator = loader.dali_iterator()
+shared = iterator.gpufeed_feed.workers is first
+pids = list(first._pool._processes)
+with loader:
+    m = sum(len(y) for _, y in loader)
+closed = first.closed and loader._workers is None
+again = sum(len(y) for _, y in loader)  # a fresh pool after close
+print(json.dumps({"before": before is None, "n": n, "m": m, "again": again, "shared": shared, "closed": closed,
+                  "fresh": loader._workers is not None and loader._workers is not first, "pids": len(pids)}))
+"""
+
+
+def test_the_loader_forks_its_workers_once_shares_them_and_closes_them(image_folder: Path) -> None:
+    pytest.importorskip("nvidia.dali")
+    out = subprocess.run([sys.executable, "-c", _CLOSE, str(image_folder)], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["before"] and got["shared"] and got["closed"] and got["fresh"] and got["pids"] == 2
+    assert got["n"] == got["m"] == got["again"] == 40
+
+
+def test_the_torch_loader_closes_its_workers_too(image_folder: Path) -> None:
+    with classification_loader(str(image_folder), backend="torch", device="cpu", train=True, batch_size=8, size=32,
+                               num_workers=2) as loader:
+        assert sum(len(y) for _, y in loader) == 40
+        workers = list(loader._loader._iterator._workers)
+        assert all(w.is_alive() for w in workers)
+    assert loader._loader._iterator is None and not any(w.is_alive() for w in workers)
+    assert sum(len(y) for _, y in loader) == 40  # iterating again starts them afresh
+    loader.close()
