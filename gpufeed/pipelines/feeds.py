@@ -184,8 +184,10 @@ class FileFeed:
         self._readers: ThreadPoolExecutor | None = None
         #: The worker processes that prepare batches ahead (None: this thread prepares them).
         self.workers = workers
-        #: ``(epoch, batch number) -> (sample indices, future of their Prepared)``.
-        self._ahead: dict[tuple[int, int], tuple[list[int], Future]] = {}
+        #: ``(epoch, batch number) -> (sample indices, future of their Prepared, their slot
+        #: in the workers' shared memory)``.
+        self._ahead: dict[tuple[int, int], tuple[list[int], Future, int | None]] = {}
+        self._lent: deque[int | None] = deque()  # slots of batches handed over, oldest first
 
     def stamp(self, index: int, data: np.ndarray | str) -> FileStamp | None:
         """:func:`sample_stamp` of this feed's sample ``index``."""
@@ -219,9 +221,16 @@ class FileFeed:
     def _drop_ahead(self) -> None:
         """Forget the batches prepared ahead (a new epoch, a jump): their results are not
         waited for."""
-        for _, future in self._ahead.values():
+        workers = self.workers
+        for _, future, slot in self._ahead.values():
             future.cancel()
+            if workers is not None:  # its slot once its worker is done with it (at once if cancelled)
+                future.add_done_callback(lambda _done, slot=slot: workers.release(slot))
         self._ahead.clear()
+        while self._lent:  # handed over and copied by DALI
+            slot = self._lent.popleft()
+            if workers is not None:
+                workers.release(slot)
 
     def close(self) -> None:
         """Stop the worker processes, if any (idempotent; the loader owns them when it
@@ -331,18 +340,24 @@ class FileFeed:
 
     def _from_workers(self, number: int, batch: list[int], known: dict[str, str | None]) -> dict[int, Prepared]:
         names, workers = self.samples.name, self.workers
+        # Batches handed over before the last two: DALI copied their bytes when it took
+        # them (an external source copies what it is given), so their slots are free.
+        while len(self._lent) > 2:
+            workers.release(self._lent.popleft())
         ahead = self._ahead.pop((self.epoch, number), None)
         if ahead is None:  # sent first: the batch waited for now must not queue behind later ones
             todo = [i for i in batch if known[names(i)] is None]
-            ahead = (todo, workers.submit(self.epoch, todo))
+            ahead = (todo, *workers.submit(self.epoch, todo))
         for later in range(number + 1, min(number + 1 + workers.processes, len(self._batches))):
             if (self.epoch, later) not in self._ahead:
                 # Files known bad now are left out; one found bad meanwhile is skipped when
                 # its batch is taken (and one that changed since is prepared then).
                 todo = [int(i) for i in self._batches[later] if self.log.known(names(int(i))) is None]
-                self._ahead[(self.epoch, later)] = (todo, workers.submit(self.epoch, todo))
-        todo, future = ahead
-        return dict(zip(todo, future.result(), strict=True))
+                self._ahead[(self.epoch, later)] = (todo, *workers.submit(self.epoch, todo))
+        todo, future, slot = ahead
+        self._lent.append(slot)
+        return {i: (reason, crop, workers.bytes_of(fed), stamp)
+                for i, (reason, crop, fed, stamp) in zip(todo, future.result(), strict=True)}
 
 
 class IteratorSkips(BadFileMemory):
