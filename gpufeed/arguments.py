@@ -200,10 +200,9 @@ def add_training_loop_arguments(parser: argparse.ArgumentParser) -> None:
     bench stalls``: ``--steps``, ``--warmup``, ``--batch-size``, ``--size``, ``--workers``
     and ``--device``."""
     parser.add_argument("--steps", type=at_least(1), default=30, help="steps measured per run (default: 30)")
-    parser.add_argument("--warmup", type=at_least(0), default=None,
-                        help="steps left out first (default: past the batches the loader prepares ahead, "
-                             "at least 2: its workers' first batches are banked at once, and a window that "
-                             "starts among them times how fast they drain)")
+    parser.add_argument("--warmup", type=at_least(0), default=2,
+                        help="steps left out first (default: 2), after the loader runs have drawn the batches "
+                             "the loader banks while it starts (its workers' prefetch)")
     parser.add_argument("--batch-size", type=at_least(1), default=32, help="default: 32")
     parser.add_argument("--size", type=at_least(1), default=224, help="image size (default: 224)")
     parser.add_argument("--workers", type=at_least(0, MAX_WORKERS), default=None,

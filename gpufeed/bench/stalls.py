@@ -46,7 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _train_metered(name: str, root: str, *, model: str, batch_size: int, size: int, device: str,
-                   workers: int, steps: int, warmup: int | None) -> dict[str, Any]:
+                   workers: int, steps: int, warmup: int) -> dict[str, Any]:
     """Train ``model`` fed by loader ``name`` under the stall meter (runs in a fresh process)."""
     import torch
 
@@ -54,19 +54,19 @@ def _train_metered(name: str, root: str, *, model: str, batch_size: int, size: i
     from gpufeed.profile.loaders import build_loader
     from gpufeed.profile.models import TrainStep, build_model
     from gpufeed.profile.stall import StallMeter
-    from gpufeed.profile.whatif import warmup_for
+    from gpufeed.profile.whatif import drain_for, skip_first
 
     dev = torch.device(device)
     built = build_loader(name, root, batch_size=batch_size, size=size, device=dev, workers=workers)
     step = TrainStep(build_model(model, built.classes, dev), dev)
-    warmup = warmup_for(built.loader, warmup)  # past the batches its workers bank at the start
-    meter = StallMeter(take(built.loader, warmup + steps), warmup=warmup, device=dev)
+    drain = drain_for(built.loader, None)  # the batches its workers bank at the start, drawn first
+    meter = StallMeter(skip_first(take(built.loader, drain + warmup + steps), drain), warmup=warmup, device=dev)
     for batch in meter:
         step(batch)
     report = meter.report().as_dict()
     return {"name": built.name, "description": built.description, "stall_pct": report["stall_pct"],
             "samples_per_s": report["samples_per_s"], "wait_s": report["wait_s"], "step_s": report["step_s"],
-            "steps": report["steps"], "warmup_steps": report["warmup_steps"], "clock": report["clock"]}
+            "steps": report["steps"], "drained_batches": drain, "clock": report["clock"]}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -122,10 +122,10 @@ def run(args: argparse.Namespace) -> int:
           "x": f"{r['ratio']:.2f}" if "ratio" in r else "—"} if "error" not in r
          else {"name": r["name"], "stall": "failed", "rate": r["error"].splitlines()[-1]} for r in rows],
         [("name", "loader"), ("stall", "waiting for data"), ("rate", "training images/s"),
-         ("x", f"× {BASELINE}"), ("warmup_steps", "warm-up steps")])
+         ("x", f"× {BASELINE}"), ("drained_batches", "drained")])
     title = f"Input stall per loader: {args.model} on {device}, batch {args.batch_size}, {args.size}px"
-    warm = (f"{args.warmup} warm-up" if args.warmup is not None
-            else "a warm-up past the batches it prepares ahead (warm-up column)")
+    warm = (f"{counted(args.warmup, 'warm-up step')} (after the batches each loader banks at start, "
+            "drawn first: drained column)")
     summary = (f"{title}; {counted(args.steps, 'step')} after {warm} per loader, each in its own "
                f"process; data {root}.\n\n{table}\n\nThe stall is the share of each step's time spent "
                "waiting for the next batch (StallMeter); a loader that keeps up with the model reads ~0 %.")

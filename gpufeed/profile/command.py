@@ -16,7 +16,7 @@ import torch
 
 
 def _loader_alone(name: str, root: str, batch_size: int, size: int, device: str, workers: int,
-                  steps: int, warmup: int | None) -> dict[str, Any]:
+                  steps: int, warmup: int) -> dict[str, Any]:
     """Loader ``name`` alone (runs in a fresh process): its rate in samples/s."""
     from gpufeed.profile.loaders import build_loader
     from gpufeed.profile.whatif import loader_rate
@@ -24,7 +24,7 @@ def _loader_alone(name: str, root: str, batch_size: int, size: int, device: str,
     built = build_loader(name, root, batch_size=batch_size, size=size, device=torch.device(device),
                          workers=workers)
     report = loader_rate(built.loader, steps=steps, warmup=warmup, device=device)
-    return {"name": built.name, "samples_per_s": report.samples_per_s, "warmup": report.warmup}
+    return {"name": built.name, "samples_per_s": report.samples_per_s}
 
 
 #: Why the pil loader is left out of the comparison on shards and raw caches (the report says so).
@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     from gpufeed.machine import usable_cpus
     from gpufeed.profile.loaders import build_loader, comparable_loaders, shards_or_raw
     from gpufeed.profile.models import TrainStep, build_model
-    from gpufeed.profile.whatif import warmup_for, what_if
+    from gpufeed.profile.whatif import drain_for, what_if
     from gpufeed.progress import counted, stage
 
     out = Path(args.out)  # not inside the package: arguments.results_folder; shown as given, as the suites do
@@ -75,7 +75,8 @@ def run(args: argparse.Namespace) -> int:
     # them. Flushed, since stdout to a file is block-buffered and stderr is not.
     print(f"gpufeed stall: {args.model} ({built.classes} classes) on {device}, loader {built.description}, "
           f"batch {args.batch_size}, {args.size}px, {counted(args.steps, 'step')} after "
-          f"{counted(warmup_for(built.loader, args.warmup), 'warm-up step')}, "
+          f"{counted(args.warmup, 'warm-up step')} (the loader runs first draw the "
+          f"{counted(drain_for(built.loader, None), 'batch', 'batches')} it banks at start), "
           f"data {root}",
           flush=True)
     # The others first, each alone in a fresh process, before this one starts its workers.

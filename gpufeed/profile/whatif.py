@@ -13,7 +13,8 @@ together shows how far the real loop is from that ideal (shared CPU cores, shall
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable, Iterator, Mapping
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,14 +30,20 @@ from gpufeed.profile.stall import StallMeter
 OVERLAP_NOTE_BELOW = 0.85
 #: A compute-bound loop that still waited this share of its time gets a note saying why.
 STALL_NOTE_PCT = 10.0
+#: Loader and model alone within this share of each other: "balanced", not input- or
+#: compute-bound by a margin that a rerun would flip.
+BALANCED_BAND = 0.10
+#: The step in the loop this many times slower than alone gets a note (shared cores).
+SLOW_STEP_NOTE = 2.0
 #: Together within this share of the two back to back (``1 / (1/L + 1/M)``): loading did
 #: not overlap the step (a DataLoader without workers, a plain generator).
 SERIAL_BAND = 0.10
 
 
-#: The warm-up when none is given: at least this many steps (worker start-up, cuDNN's
-#: autotuning), and past every batch the loader banks ahead (:func:`warmup_for`).
+#: Steps left out first by default (worker start-up, cuDNN's autotuning).
 MIN_WARMUP = 2
+#: A loader run's settle wait is at most this many seconds (see :func:`loader_rate`).
+MAX_SETTLE_S = 10.0
 
 
 def batches_ahead(loader: Any) -> int | None:
@@ -52,17 +59,30 @@ def batches_ahead(loader: Any) -> int | None:
     return None
 
 
-def warmup_for(loader: Any, warmup: int | None) -> int:
-    """``warmup`` as given, or for None the steps to leave out so that the measured window
-    starts past the batches ``loader`` banked while it started (:func:`batches_ahead`, at
-    least :data:`MIN_WARMUP`).
+def drain_for(loader: Any, drain: int | None) -> int:
+    """``drain`` as given, or for None the batches ``loader`` banks while it starts
+    (:func:`batches_ahead`; 0 where it does not say).
 
     Why: every worker fills its prefetch slots as soon as the loader starts, and a window
-    that begins in that bank times how fast it is drained. On an H200 with 16 workers times
+    that begins among them times how fast they are drawn. On an H200 with 16 workers times
     4 slots, 20 steps after 2 measured the kit's torch loader alone at 21,392 images/s; its
-    epochs run 5,000.
+    epochs run 5,000. Those batches are drawn first, without the step: with the step
+    running, a loader a little slower than the model refills the bank while it drains, and
+    no warm-up of a fixed length got past it.
     """
-    return max(MIN_WARMUP, batches_ahead(loader) or 0) if warmup is None else warmup
+    if drain is None:
+        return batches_ahead(loader) or 0
+    if not isinstance(drain, int) or isinstance(drain, bool) or drain < 0:
+        raise ValueError(f"drain must be None or an int >= 0, got {drain!r}")
+    return drain
+
+
+def skip_first(batches: Iterable[Any], drain: int) -> Iterator[Any]:
+    """``batches`` without their first ``drain`` (drawn, and dropped, when the first is asked for)."""
+    it = iter(batches)
+    for _ in itertools.islice(it, drain):
+        pass
+    yield from it
 
 
 def _metered(batches: Iterable[Any], body: Callable[[Any], Any], *, warmup: int, device: torch.device,
@@ -80,21 +100,28 @@ def _check_counts(steps: int, warmup: int) -> None:
         raise ValueError(f"warmup must be an int >= 0, got {warmup!r}")
 
 
-def loader_rate(loader: Iterable[Any], *, steps: int = 30, warmup: int | None = None,
+def loader_rate(loader: Iterable[Any], *, steps: int = 30, warmup: int = MIN_WARMUP, drain: int | None = None,
                 device: str | torch.device = "auto",
                 batch_size_of: Callable[[Any], int] | None = None, unit: str = "images",
-                keep: list[Any] | None = None) -> StallReport:
-    """The loader alone: ``warmup + steps`` batches (across epochs), each moved to ``device``,
-    no model.
+                keep: list[Any] | None = None, settle: bool = True) -> StallReport:
+    """The loader alone: batches drawn (across epochs) and moved to ``device``, no model.
+
+    First ``drain`` batches are drawn and dropped (:func:`drain_for`: by default those the
+    loader banks while it starts), then ``warmup`` steps are left out, then ``steps`` are
+    measured, rounded up to whole banks: workers deliver in bursts, one batch each, and a
+    window that is not a whole number of them was off by up to 20 %.
 
     Args:
         loader: a re-iterable loader (each ``iter()`` starts an epoch).
-        steps, warmup: batches measured, and batches drawn first and left out (None: past
-            what the loader banks ahead, :func:`warmup_for`).
+        steps, warmup: batches measured, and batches left out first (after the drained ones).
+        drain: batches drawn before the warm-up, unmeasured (None: :func:`drain_for`).
         device: the training device (the batch is moved there, as a step would).
         batch_size_of: a batch's sample count (default: its first tensor's length).
         unit: what a sample is.
         keep: if given, the last batch (on ``device``, copied) is appended to it.
+        settle: afterwards, wait (at most :data:`MAX_SETTLE_S`) for as long as the loader
+            takes to refill its bank: workers go on preparing the batches they were given,
+            and a measurement right after (the model alone) shared the cores with them.
 
     Returns:
         The :class:`StallReport`; its ``samples_per_s`` is the loader's rate.
@@ -102,18 +129,22 @@ def loader_rate(loader: Iterable[Any], *, steps: int = 30, warmup: int | None = 
     Example:
         >>> loader_rate(loader, steps=20).samples_per_s  # doctest: +SKIP
     """
-    warmup = warmup_for(loader, warmup)
     _check_counts(steps, warmup)
+    drain = drain_for(loader, drain)
+    steps = -(-steps // drain) * drain if drain > 1 else steps
     dev = resolve_device(device)
     last: list[Any] = []
 
     def hold(batch: Any) -> None:  # the step of this run: move the batch, keep the latest
         last[:] = [to_device(batch, dev)]
 
-    report = _metered(take(loader, warmup + steps), hold, warmup=warmup, device=dev,
+    report = _metered(skip_first(take(loader, drain + warmup + steps), drain), hold, warmup=warmup, device=dev,
                       batch_size_of=batch_size_of, unit=unit)
     if keep is not None:
         keep.append(to_device(last[0], dev, copy=True))
+    if settle and drain and report.samples_per_s > 0:
+        per_batch = (report.wait_s + report.step_s) / max(1, len(report.wait) - report.warmup)
+        time.sleep(min(MAX_SETTLE_S, 1.2 * drain * per_batch))
     return report
 
 
@@ -154,8 +185,11 @@ class WhatIf:
         loader: the measured loader's name.
         loaders_alone: samples/s of each loader alone on this machine (the measured one
             included), for the "which loader keeps up" advice.
-        steps: steps measured in each run (after the warm-up).
+        steps: steps measured in the together and model-alone runs (after the warm-up).
         warmup: warm-up steps left out of each run.
+        drained: batches the loader runs drew first, unmeasured (the loader's start-up bank).
+        loader_steps: steps measured in the loader-alone run (whole banks; None: ``steps``).
+        model_step_s: the model alone's median step, in seconds (None: not measured).
         background: whether the loader prepares batches while the step runs (DataLoader
             workers, DALI's prefetch; None: unknown). When it does, a loop running as the two
             back to back is contention for the same cores, not loading in the foreground,
@@ -169,6 +203,9 @@ class WhatIf:
     loaders_alone: dict[str, float] = field(default_factory=dict)
     steps: int = 30
     warmup: int = 2
+    drained: int = 0
+    loader_steps: int | None = None
+    model_step_s: float | None = None
     background: bool | None = None
 
     @property
@@ -188,13 +225,23 @@ class WhatIf:
         return sorted(fast, key=lambda n: -self.loaders_alone[n])
 
     @property
+    def balanced(self) -> bool:
+        """Loader and model alone within :data:`BALANCED_BAND` of each other: either may limit
+        a given run, and the verdict says so rather than flip on noise."""
+        return abs(self.loader_rate / self.model_rate - 1.0) <= BALANCED_BAND
+
+    @property
     def verdict(self) -> str:
         """The what-if in one sentence: input- or compute-bound, by how much, and why."""
         unit, m, lr = self.actual.unit, self.model_rate, self.loader_rate
+        if self.balanced:
+            return (f"balanced: the loader alone delivers {lr:,.1f} {unit}/s and the model alone takes {m:,.1f}, "
+                    f"within {100 * BALANCED_BAND:.0f}% of each other: either may limit the loop")
         if self.bound == "input":
-            return (f"input-bound by {self.predicted_stall_pct:.0f}%: the loader alone delivers {lr:,.1f} "
+            pct = _pct(self.predicted_stall_pct)
+            return (f"input-bound by {pct}: the loader alone delivers {lr:,.1f} "
                     f"{unit}/s, the model alone takes {m:,.1f}; even fully overlapped, "
-                    f"{self.predicted_stall_pct:.0f}% of the time would go to waiting for data")
+                    f"{pct} of the time would go to waiting for data")
         return (f"compute-bound: the loader alone delivers {lr / m:.1f}x what the model takes "
                 f"({lr:,.1f} vs {m:,.1f} {unit}/s)")
 
@@ -224,7 +271,8 @@ class WhatIf:
     def advice(self) -> str:
         """Which loader would remove the stall (or that none is needed, or none would)."""
         unit, m = self.actual.unit, self.model_rate
-        if self.bound == "compute" and self.in_foreground and self.actual.stall_pct >= STALL_NOTE_PCT:
+        foreground = self.in_foreground or self.background is False
+        if self.bound == "compute" and foreground and self.actual.stall_pct >= STALL_NOTE_PCT:
             # The loader keeps up alone, yet each batch is loaded while the step waits: the
             # fix is overlap, not a faster loader (a DataLoader without workers had been
             # told it was not the bottleneck).
@@ -234,50 +282,78 @@ class WhatIf:
                     f"{unit}/s (now {self.actual.samples_per_s:,.1f})")
         if self.bound == "compute":
             return "the input pipeline is not the bottleneck here: a faster loader would not speed training up"
+        first = ""
+        if foreground:
+            # Input-bound and loading in the foreground: overlap alone takes the loop from the
+            # two back to back to the loader's rate, whatever loader comes next.
+            first = (f"load in the background first (DataLoader num_workers >= 1, or the kit's loaders): the loop "
+                     f"would approach the loader's {self.loader_rate:,.1f} {unit}/s (now "
+                     f"{self.actual.samples_per_s:,.1f}); then: ")
         others = {n: r for n, r in self.loaders_alone.items() if n != self.loader}
         keep = [n for n in self.keeps_up if n != self.loader]
         if keep:
             best = keep[0]
-            return (f"{best} would remove the stall on this machine: alone it delivers "
+            return (f"{first}{best} would remove the stall on this machine: alone it delivers "
                     f"{others[best]:,.1f} {unit}/s, the model takes {m:,.1f}")
         if not others:
-            return "no other loader was measured (gpufeed stall --compare names them)"
+            return f"{first}no other loader was measured (what_if's alternatives=, gpufeed stall --compare)"
         fastest = max(others, key=others.__getitem__)
-        short = 100.0 * (1.0 - others[fastest] / m)
-        return (f"none of the other loaders measured keeps up: the fastest, {fastest} at "
-                f"{others[fastest]:,.1f} {unit}/s, is {short:.0f}% short of the model; more cores, "
+        short = _pct(100.0 * (1.0 - others[fastest] / m))
+        return (f"{first}none of the other loaders measured keeps up: the fastest, {fastest} at "
+                f"{others[fastest]:,.1f} {unit}/s, is {short} short of the model; more cores, "
                 "smaller stored images or a GPU decode (DALI on a GPU) would close the gap")
 
     @property
+    def step_slowdown(self) -> float | None:
+        """The loop's median step over the model alone's: above 1, something beside the
+        step (the loader's workers, torch's own threads on a CPU) slowed it."""
+        if not self.model_step_s:
+            return None
+        steps = sorted(self.actual.step[self.actual.measured])
+        return steps[len(steps) // 2] / self.model_step_s if steps else None
+
+    @property
     def notes(self) -> list[str]:
-        """What the together run shows that the two alone do not."""
+        """What the together run shows that the two alone do not, with the likely causes."""
         ideal = min(self.model_rate, self.loader_rate)
         together = self.actual.samples_per_s
+        unit = self.actual.unit
         if self.in_foreground:
             why = (f"loading did not overlap the step: the loop ran as the two back to back "
-                   f"({self.serial_rate:,.1f} {self.actual.unit}/s), as a loader without background workers does")
+                   f"({self.serial_rate:,.1f} {unit}/s), as a loader without background workers does")
         elif self.actual.device == "cpu":
-            why = "loading and the step share this machine's CPU cores"
+            why = ("likely: loading and the step share this machine's CPU cores, or prefetching runs dry at "
+                   "epoch ends (persistent_workers=False restarts the workers each epoch)")
         else:
-            why = "prefetching does not hide the loader's latency, or loader and step compete for the CPU"
-        notes = []
+            why = ("likely: prefetching does not hide the loader's latency, loader and step compete for the "
+                   "CPU, or prefetching runs dry at epoch ends")
+        found = []
         if together < OVERLAP_NOTE_BELOW * ideal:
-            notes.append(f"together the loop runs {100 * (1 - together / ideal):.0f}% below the slower of the "
-                         f"two alone ({together:,.1f} vs {ideal:,.1f} {self.actual.unit}/s): {why}")
-        if self.bound == "compute" and self.actual.stall_pct >= STALL_NOTE_PCT:
+            found.append(f"together the loop runs {100 * (1 - together / ideal):.0f}% below the slower of the "
+                         f"two alone ({together:,.1f} vs {ideal:,.1f} {unit}/s)")
+        if self.bound == "compute" and not self.balanced and self.actual.stall_pct >= STALL_NOTE_PCT:
             # The loader is fast enough alone, yet the loop waited: the wait is contention,
             # which a faster loader alone does not remove.
-            notes.append(f"yet {self.actual.stall_pct:.0f}% of the loop went to waiting for data: {why}")
+            found.append(f"{self.actual.stall_pct:.0f}% of the loop still went to waiting for data")
+        notes = [f"{'; '.join(found)}: {why}"] if found else []
+        slow = self.step_slowdown
+        if slow is not None and slow >= SLOW_STEP_NOTE:
+            threads = " (on a CPU: torch.set_num_threads, or fewer loader workers)" if self.actual.device == "cpu" else ""
+            notes.append(f"the step took {slow:.1f}x as long in the loop as alone: the loader's work slows the "
+                         f"step itself{threads}")
         return notes
 
     def as_dict(self) -> dict[str, Any]:
         """The analysis as plain data (documented in docs/profile.md)."""
         return {
-            "steps": self.steps, "warmup_steps": self.warmup, "unit": self.actual.unit,
-            "model_alone": {"samples_per_s": self.model_rate},
-            "loader_alone": {"name": self.loader, "samples_per_s": self.loader_rate},
+            "steps": self.steps, "warmup_steps": self.warmup, "drained_batches": self.drained,
+            "unit": self.actual.unit,
+            "model_alone": {"samples_per_s": self.model_rate, "median_step_s": self.model_step_s},
+            "loader_alone": {"name": self.loader, "samples_per_s": self.loader_rate,
+                             "steps": self.loader_steps or self.steps},
             "together": {"samples_per_s": self.actual.samples_per_s, "stall_pct": self.actual.stall_pct},
-            "bound": self.bound, "predicted_stall_pct": self.predicted_stall_pct,
+            "bound": self.bound, "balanced": self.balanced, "predicted_stall_pct": self.predicted_stall_pct,
+            "step_slowdown": self.step_slowdown,
             "verdict": self.verdict, "loaders_alone": dict(self.loaders_alone),
             "keeps_up": self.keeps_up, "advice": self.advice, "notes": self.notes,
         }
@@ -293,7 +369,12 @@ class WhatIf:
                 (f"loader alone ({self.loader}, no model)", self.loader_rate, ""),
                 ("together (the actual loop)", self.actual.samples_per_s,
                  f"   stall {self.actual.stall_pct:.1f} %")]
-        lines = [f"what-if ({counted(self.steps, 'step')} each after {self.warmup} warm-up):"]
+        runs = f"{counted(self.steps, 'step')} each after {counted(self.warmup, 'warm-up step')}"
+        if self.loader_steps and self.loader_steps != self.steps:
+            runs += f"; the loader alone {self.loader_steps}, whole banks"
+        if self.drained:
+            runs += f"; the loader runs drew the {counted(self.drained, 'batch', 'batches')} it banked at start first"
+        lines = [f"what-if ({runs}):"]
         lines += [f"  {label:<52}{rate:12,.1f} {unit}/s{extra}" for label, rate, extra in rows]
         if alone:
             lines.append(f"  loaders alone on this machine ({unit}/s): {alone}")
@@ -303,21 +384,25 @@ class WhatIf:
         return "\n".join(lines)
 
 
-def what_if(step: Callable[[Any], Any], loader: Iterable[Any], *, steps: int = 30, warmup: int | None = None,
-            device: str | torch.device = "auto", batch_size_of: Callable[[Any], int] | None = None,
-            loader_name: str = "loader", alternatives: Mapping[str, float | Iterable[Any]] | None = None,
-            unit: str = "images", background: bool | None = None) -> WhatIf:
+def what_if(step: Callable[[Any], Any], loader: Iterable[Any], *, steps: int = 30, warmup: int = MIN_WARMUP,
+            drain: int | None = None, device: str | torch.device = "auto",
+            batch_size_of: Callable[[Any], int] | None = None, loader_name: str = "loader",
+            alternatives: Mapping[str, float | Iterable[Any]] | None = None, unit: str = "images",
+            background: bool | None = None) -> WhatIf:
     """Measure loader and step together, the loader alone and the step alone.
 
-    Each run draws ``warmup + steps`` batches (starting new epochs as needed) and leaves the
-    warm-up out. The step trains for real in two of them (together, and alone on one batch).
+    The loader runs first draw the batches it banked while starting (``drain``, unmeasured,
+    no step), then leave ``warmup`` steps out; the model alone leaves ``warmup`` out. Each
+    measures ``steps`` (the loader alone: rounded up to whole banks, :func:`loader_rate`),
+    starting new epochs as needed. The step trains for real in two runs (together, and
+    alone on one batch).
 
     Args:
         step: the training step, called with each batch (moves it to the device itself).
         loader: a re-iterable loader (a DataLoader, a gpufeed loader; not a one-shot iterator).
-        steps, warmup: steps measured per run, and steps left out first (None: past what
-            the loader banks ahead, :func:`warmup_for`, in the runs that draw from it; the
-            model alone then leaves :data:`MIN_WARMUP` out).
+        steps, warmup: steps measured per run, and steps left out first.
+        drain: batches drawn first in the loader runs, unmeasured (None: what the loader
+            banks while it starts, :func:`drain_for`).
         device: the training device (``"auto"``: CUDA when available).
         batch_size_of: a batch's sample count (default: its first tensor's length).
         loader_name: how the report names ``loader``.
@@ -335,28 +420,39 @@ def what_if(step: Callable[[Any], Any], loader: Iterable[Any], *, steps: int = 3
         >>> result = what_if(train_step, loader, steps=20)   # doctest: +SKIP
         >>> print(result.to_text())                           # doctest: +SKIP
     """
-    _check_counts(steps, 0 if warmup is None else warmup)
+    _check_counts(steps, warmup)
     if not callable(step):
         raise ValueError(f"step must be a function of a batch, got {step!r}")
     if not isinstance(loader, Iterable) or isinstance(loader, Iterator):
         raise ValueError("loader must be re-iterable (a DataLoader, a gpufeed loader, a list): "
                          f"a one-shot {type(loader).__name__} cannot be measured three times")
     dev = resolve_device(device)
-    warm = warmup_for(loader, warmup)
-    common = {"device": dev, "batch_size_of": batch_size_of, "unit": unit}
-    actual = _metered(take(loader, warm + steps), step, warmup=warm, **common)
+    drained = drain_for(loader, drain)
+    common = {"warmup": warmup, "device": dev, "batch_size_of": batch_size_of, "unit": unit}
+    actual = _metered(skip_first(take(loader, drained + warmup + steps), drained), step, **common)
     kept: list[Any] = []
-    alone = loader_rate(loader, steps=steps, keep=kept, warmup=warm, **common)
-    model = model_rate(step, kept[0], steps=steps, warmup=MIN_WARMUP if warmup is None else warmup, **common)
+    alone = loader_rate(loader, steps=steps, keep=kept, drain=drained, **common)
+    model = model_rate(step, kept[0], steps=steps, **common)
     rates = {loader_name: alone.samples_per_s}
     for name, other in (alternatives or {}).items():
         if isinstance(other, (int, float)):
             rates[name] = float(other)
         else:
-            rates[name] = loader_rate(other, steps=steps, warmup=warmup, **common).samples_per_s
+            rates[name] = loader_rate(other, steps=steps, **common).samples_per_s
     return WhatIf(model_rate=model.samples_per_s, loader_rate=alone.samples_per_s, actual=actual,
-                  loader=loader_name, loaders_alone=rates, steps=steps, warmup=warm,
+                  loader=loader_name, loaders_alone=rates, steps=steps, warmup=warmup, drained=drained,
+                  loader_steps=len(alone.wait) - alone.warmup, model_step_s=_median(model.step[model.measured]),
                   background=prepares_in_background(loader) if background is None else background)
+
+
+def _pct(value: float) -> str:
+    """A percentage for the text: never "0%" for a shortfall that is not nil."""
+    return "<1%" if 0 < value < 0.5 else f"{value:.0f}%"
+
+
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2] if ordered else 0.0
 
 
 def prepares_in_background(loader: Any) -> bool | None:

@@ -85,7 +85,7 @@ def test_stall_reports_progress_on_stderr_and_counts_in_the_singular(image_folde
     assert calls == ["pil"]
     assert "[stall] measuring the pil loader alone ..." in captured.err and "measuring" not in captured.out
     assert "stall report: 1 step (1 warm-up step left out)" in captured.out
-    assert "what-if (1 step each after 1 warm-up)" in captured.out and "1 steps" not in captured.out
+    assert "what-if (1 step each after 1 warm-up step)" in captured.out and "1 steps" not in captured.out
 
 
 @pytest.fixture(scope="module")
