@@ -189,18 +189,20 @@ def measure(run: Callable[[], float], *, warmup: int = 1, repeats: int = 5, min_
     return Timing(seconds, float(work))
 
 
-def measure_for(run: Callable[[], float], seconds: float, *, warmup: int = 1, max_repeats: int = 1000) -> Timing:
+def measure_for(run: Callable[[], float], seconds: float, *, warmup: int = 1, max_repeats: int = 1000,
+                min_repeats: int = 1) -> Timing:
     """Call ``run`` after ``warmup`` untimed calls until ``seconds`` of timed calls have passed.
 
     For a time budget rather than a count: every timed call completes (an epoch is never
     cut, so per-epoch costs such as starting workers weigh as they do in training), and
-    there is at least one.
+    there are at least ``min_repeats``.
 
     Args:
         run: as for :func:`measure`: one unit of work, returning the items it processed.
         seconds: the timed budget, > 0; the last call may run past it.
         warmup: untimed calls first.
         max_repeats: at most this many timed calls.
+        min_repeats: at least this many timed calls.
 
     Returns:
         A :class:`Timing` with one entry per timed call.
@@ -211,7 +213,7 @@ def measure_for(run: Callable[[], float], seconds: float, *, warmup: int = 1, ma
     """
     if seconds <= 0:
         raise ValueError(f"seconds must be > 0, got {seconds}")
-    return measure(run, warmup=warmup, repeats=1, min_seconds=seconds, max_repeats=max_repeats)
+    return measure(run, warmup=warmup, repeats=min_repeats, min_seconds=seconds, max_repeats=max_repeats)
 
 
 def epoch_runner(batches: Callable[[], Iterable], device: str) -> Callable[[], float]:

@@ -253,10 +253,23 @@ def _worker(kind: str, root: str, mode: str, size: int, config: dict[str, Any], 
                                        backend="torch" if kind == "dataloader" else kind,
                                        num_workers=cfg.num_workers)
         expected = len(pairs) if pairs else len(loader.samples)
-    timing = measure_for(epoch_runner(lambda: loader, device), seconds, warmup=1)
+    # At least 3 epochs: a slow configuration's median of one epoch was chosen from noise.
+    timing = measure_for(epoch_runner(lambda: loader, device), seconds, warmup=1, min_repeats=MIN_EPOCHS)
     skipped = len(getattr(loader, "skipped", []))
     check = "ok" if timing.work + skipped == expected else f"yielded {timing.work:.0f} of {expected} samples"
     return {**timing.as_dict(), "epochs": len(timing.seconds), "images": expected, "check": check}
+
+
+#: Timed epochs per configuration, at least (then on until ``--time-per-config``).
+MIN_EPOCHS = 3
+
+
+def _in_background(knob: str, by_value: dict[Any, float]) -> list[Any]:
+    """The values of ``knob`` a recommendation may take: for ``num_workers``, those with
+    workers (loading beside the step) that ran, unless none did."""
+    if knob != "num_workers":
+        return list(by_value)
+    return [v for v, r in by_value.items() if v > 0 and r] or list(by_value)
 
 
 def _kit_only(root: str | Path) -> bool:
@@ -352,14 +365,19 @@ def _sweep(args: argparse.Namespace, start: LoaderConfig, values: dict[str, list
     gains, combined = {}, start
     for knob, tried in values.items():
         by_value = {v: rate[replace(start, **{knob: v}).normalised()] for v in tried}
-        best_value = max(by_value, key=by_value.get)
+        # num_workers=0 loads each batch while the training step waits: alone it can run
+        # fastest (no hand-over between processes), in training it is the slowest.
+        best_value = max(_in_background(knob, by_value), key=by_value.get)
         gain = _ratio(by_value[best_value], start_rate)
         real = _beyond(gain, noise)
         if real is not False:  # a gain within the noise keeps the start's value
             combined = replace(combined, **{knob: best_value})
         kept = real is False and best_value != getattr(start, knob)
-        gains[knob] = {"best": best_value, "gain": gain,
-                       "note": f"within the noise: keep {getattr(start, knob)}" if kept else ""}
+        note = f"within the noise: keep {getattr(start, knob)}" if kept else ""
+        if knob == "num_workers" and by_value.get(0, 0) > by_value[best_value]:
+            note = "; ".join(filter(None, [note, f"0 ran {by_value[0]:,.0f} images/s alone, but loads each batch "
+                                                 "while the training step waits: not recommended"]))
+        gains[knob] = {"best": best_value, "gain": gain, "note": note}
     combined = combined.normalised()
     if combined not in rate:
         r = _measure("dataloader", combined, args, root, device, f"{len(rate) + 1}. every knob's best: {combined.label()}")
@@ -416,7 +434,7 @@ def run(args: argparse.Namespace) -> int:
         first = next((r["check"] for r in sweep if r.get("check") != "ok"), "no configuration ran")
         raise RuntimeError(f"gpufeed tune: no configuration ran on {root} ({first})")
     start_rate = rate[start.normalised()]
-    fastest = max(rate, key=rate.get)
+    fastest = max([c for c in rate if c.num_workers > 0 and rate[c]] or rate, key=rate.get)
     # The fastest configuration, unless it beat the start by no more than the noise.
     best = start.normalised() if _beyond(_ratio(rate[fastest], start_rate), noise) is False else fastest
     best_rate = rate[best]
