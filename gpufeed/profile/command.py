@@ -79,6 +79,10 @@ def run(args: argparse.Namespace) -> int:
           f"{counted(drain_for(built.loader, None), 'batch', 'batches')} it banks at start), "
           f"data {root}",
           flush=True)
+    dataset = getattr(built.loader, "dataset", None)
+    if dataset is not None and len(dataset) < args.batch_size:
+        stage(f"[stall] --batch-size {args.batch_size} is more than the {len(dataset):,} samples of {root}: "
+              "every step is one epoch's partial batch")
     # The others first, each alone in a fresh process, before this one starts its workers.
     alternatives: dict[str, float] = {}
     for name in (n for n in compare if n != built.name):

@@ -151,6 +151,8 @@ class StallMeter:
                 return
             started = self._clock.step_started()
             count = int(self.batch_size_of(batch))
+            if count < 0:  # an empty batch (0) can happen; a negative count is a counting bug
+                raise ValueError(f"batch_size_of returned {count} for a batch: a sample count is >= 0")
             self._wait.append(started - asked + self._carry)
             self._samples.append(count)
             self._carry = 0.0

@@ -225,3 +225,10 @@ def test_on_cuda_a_loaders_side_stream_work_is_not_charged_to_the_step():
     burst = sorted(bursts)[len(bursts) // 2]
     assert burst > 0.005, burst  # the side work is long enough to tell apart
     assert sorted(steps)[len(steps) // 2] < 0.002 + burst / 4, (steps, burst)
+
+
+def test_a_negative_sample_count_is_refused():
+    meter = StallMeter([object()], warmup=0, device="cpu", batch_size_of=lambda b: -3)
+    with pytest.raises(ValueError, match="batch_size_of returned -3"):
+        for _ in meter:
+            pass
