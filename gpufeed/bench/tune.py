@@ -287,7 +287,7 @@ def _measure(kind: str, cfg: LoaderConfig, args: argparse.Namespace, root: Path,
                      args.max_images, timeout=max(600.0, 60 * args.time_per_config))
     if "error" in r:
         r["check"] = "error: " + r["error"].splitlines()[0][:100]
-    stage(f"[tune] {label}: " + (f"{r['rate']:,.0f} images/s over {r['epochs']} epoch(s)" if "rate" in r
+    stage(f"[tune] {label}: " + (f"{r['rate']:,.0f} images/s over {counted(r['epochs'], 'epoch')}" if "rate" in r
                                  else r["check"]))
     return r
 
@@ -426,9 +426,10 @@ def run(args: argparse.Namespace) -> int:
         values = {k: v for k, v in values.items() if k in _KIT_KNOBS}
         backends = [b for b in backends if b != "torch"]  # the torch backend is the sweep itself
     print(f"gpufeed tune: {root}, {args.mode}, {args.size}px, output float32 NCHW on {device}, {cores} cores; "
-          f"{counted(len({c for _, _, c in sweep_plan(start, values)}), 'configuration')}, "
-          f"{args.time_per_config:g} s each "
-          "after a warm-up epoch", flush=True)
+          f"{counted(len({c for _, _, c in sweep_plan(start, values)}), 'configuration')} "
+          f"(then {'the start again and ' if args.start_repeats > 1 else ''}every knob's best together, "
+          "where it differs), "
+          f"{args.time_per_config:g} s each, at least {MIN_EPOCHS} epochs, after a warm-up epoch", flush=True)
     sweep, rate, gains, noise = _sweep(args, start, values, root, device)
     if not any(rate.values()):  # nothing to recommend: say why instead of printing code
         first = next((r["check"] for r in sweep if r.get("check") != "ok"), "no configuration ran")
