@@ -3,10 +3,11 @@
 # test modules, `gpufeed doctor` and the benchmark suites with --device cuda, and bundle
 # the logs and results into one folder ($OUT, default ./gpu-check-out).
 #
-#   bash bench/gpu_check.sh [smoke] [tests|marked] [images] [augment] [tabular] [storage] [formats] [tune] [stall]
+#   bash bench/gpu_check.sh [smoke] [tests|marked] [feed] [images] [augment] [tabular] [storage] [formats] [tune] [stall]
 #                                                  (default: all of them but marked)
 #
 # marked: the gpu-marked tests alone (tests also reruns the CPU suites with device="auto").
+# feed: the DALI GPU loader with its feed in worker processes and in its own thread (bench/feed_ab.py).
 # IMAGES_ARGS, AUGMENT_ARGS, STALL_ARGS: extra arguments for those suites (a short lease:
 # IMAGES_ARGS="--rounds 1 --only dali-gpu torch-gpu"); PART_TIMEOUT: seconds each part may
 # run (default: no limit), so that one hung part leaves time for the others.
@@ -19,7 +20,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-check-out}
 PY=${PYTHON:-python3}
-known="smoke tests marked images augment tabular storage formats tune stall"
+known="smoke tests marked feed images augment tabular storage formats tune stall"
 parts=${*:-${known/ marked/}}
 for part in $parts; do
   case " $known " in
@@ -67,7 +68,7 @@ log "GPU: $gpu"
 # with new results, and the bundle packed the previous bundle and the converted smoke data.
 # Only what this script writes is removed (smoke-data: where earlier versions converted).
 rm -rf "$OUT/results" "$OUT/smoke-data" "$OUT/bundle.tar.gz" "$OUT/doctor.log" "$OUT/smoke.log" \
-  "$OUT/pytest-gpu.log" "$OUT/pytest-gpu-auto.log"
+  "$OUT/pytest-gpu.log" "$OUT/pytest-gpu-auto.log" "$OUT/feed-ab.log"
 mkdir -p "$OUT/results"
 SMOKE=""  # the converted smoke data: a temporary folder, never in $OUT or the bundle
 trap '[ -z "$SMOKE" ] || rm -rf "$SMOKE"' EXIT
@@ -135,6 +136,8 @@ PY
       done ;;
     marked)
       $PY -m pytest -q -p no:cacheprovider -rs -m gpu tests 2>&1 | tee "$OUT/pytest-gpu.log" || status=1 ;;
+    feed)
+      $PY bench/feed_ab.py --device cuda 2>&1 | tee "$OUT/feed-ab.log"; [ "${PIPESTATUS[0]}" -eq 0 ] || status=1 ;;
     tests)
       $PY -m pytest -q -p no:cacheprovider -rs -m gpu tests 2>&1 | tee "$OUT/pytest-gpu.log" || status=1
       # The CPU suites again, now that device="auto" resolves to the GPU.

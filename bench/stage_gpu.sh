@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Stage what a lent GPU machine needs to run gpufeed's GPU checks: the shared tool's DALI and
+# kornia wheels, plus what the kit imports that the machine's image lacks or has too old
+# (polars: the table tests import it; narwhals >= 2.27; google-crc32c: TFRecord), in parts of
+# 48 MiB: with the working tree (~14 MB) a 56 MiB part went past a call's 64 MiB.
+#
+#   bash bench/stage_gpu.sh            (from the project root; then, as ../shared/design/GPU.md says,
+#                                       one `run` per part, back to back, the last one running
+#                                       .stage/pNN/install.sh then e.g. bash bench/gpu_check.sh ...)
+set -euo pipefail
+cd "$(git rev-parse --show-toplevel)"
+bash ../shared/tools/device-wheels dali
+extra=(polars==2.1.0 polars-runtime-32==2.1.0 narwhals==2.29.0 google-crc32c==1.9.0)
+plat=()
+for p in manylinux_2_28_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 any; do plat+=(--platform "$p"); done
+for pkg in "${extra[@]}"; do
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    "${plat[@]}" -d .stage/wheels "$pkg" 2>&1 | grep -v 'is ignored' || true
+done
+rm -rf .stage/p[0-9]* .stage/chunk*
+tar -C .stage/wheels -cf - . | split -b 48m -d -a 2 - .stage/chunk
+for c in .stage/chunk*; do d=.stage/p${c#.stage/chunk}; mkdir -p "$d"; mv "$c" "$d/part"; done
+# The shared tool's install line, with the extra names pinned (a bare name is "already
+# satisfied" by the image's older copy).
+sed -i "s/^\(python3 -m pip install .*\)$/\1 ${extra[*]}/" .stage/install.sh
+last=$(ls -d .stage/p[0-9]* | tail -1)
+cp .stage/install.sh "$last/install.sh"
+echo "staged in $(ls -d .stage/p[0-9]* | wc -l) parts (.stage/p00 .. $last); install: $last/install.sh"
+grep '^python3 -m pip install' "$last/install.sh"
