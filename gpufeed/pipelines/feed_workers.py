@@ -120,12 +120,12 @@ class FeedWorkers:
         """Whether :meth:`close` ran (or the pool was dropped)."""
         return not self._closer.alive
 
-    def submit(self, epoch: int, indices: list[int]) -> tuple[Future, int | None]:
+    def submit(self, epoch: int, indices: list[int], shared: bool = True) -> tuple[Future, int | None]:
         """Prepare the samples ``indices`` of ``epoch``: a future of their
         :func:`~gpufeed.pipelines.feeds.prepare_read` results, in order (their bytes as
         :class:`InShared` where they went to the shared memory: :meth:`bytes_of`), and the
-        slot they use (None when all are taken: the bytes come through the pipe). Give the
-        slot back with :meth:`release` once nothing reads its bytes any more.
+        slot they use (None when all are taken, or not ``shared``: the bytes come through
+        the pipe). Give the slot back with :meth:`release` once nothing reads its bytes.
 
         Raises:
             BrokenExecutor: a worker died, or the workers were closed.
@@ -133,7 +133,7 @@ class FeedWorkers:
         if self.closed:
             raise BrokenExecutor("the feed's worker processes were closed")
         with self._lock:
-            slot = self._free.popleft() if self._free else None
+            slot = self._free.popleft() if self._free and shared else None
         try:
             return self._pool.submit(_prepare_batch, epoch, indices, slot), slot
         except BaseException:
