@@ -4,12 +4,13 @@
 # (polars: the table tests import it; narwhals >= 2.27; google-crc32c: TFRecord), in parts of
 # 48 MiB: with the working tree (~14 MB) a 56 MiB part went past a call's 64 MiB.
 #
-#   bash bench/stage_gpu.sh            (from the project root; then, as ../shared/design/GPU.md says,
+#   bash bench/stage_gpu.sh [dali|cudf|all]   (default dali; from the project root; then, as ../shared/design/GPU.md says,
 #                                       one `run` per part, back to back, the last one running
 #                                       .stage/pNN/install.sh then e.g. bash bench/gpu_check.sh ...)
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
-bash ../shared/tools/device-wheels dali
+what=${1:-dali}
+bash ../shared/tools/device-wheels "$what"
 extra=(polars==2.1.0 polars-runtime-32==2.1.0 narwhals==2.29.0 google-crc32c==1.9.0)
 plat=()
 for p in manylinux_2_28_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 any; do plat+=(--platform "$p"); done
