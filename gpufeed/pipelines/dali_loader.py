@@ -175,9 +175,13 @@ class DaliLoader(ClassificationLoader):
         self.device_id = None if self.device.type == "cpu" else self.device.index
         self._on_cpu = self.device_id is None
         self._finish = Normalizer(self.options, ReusedBuffers().empty)
-        self._feed = FileFeed(self.samples, self.plan, self.log, self.options)
         self._processes = feed_processes(self.samples, self.options, on_gpu=not self._on_cpu)
-        self._workers: FeedWorkers | None = None  # forked just before the first pipeline
+        self._workers: FeedWorkers | None = None
+        # Forked now, while the loader is made: a training script makes its loaders before
+        # training starts, before any DALI pipeline runs (forking while pipelines run has
+        # crashed DataLoader workers here). Not at the first pass: a validation loader made
+        # first and iterated after the first epoch forked beside the running train pipeline.
+        self._feed = FileFeed(self.samples, self.plan, self.log, self.options, self._feed_workers())
         self._pipe = None
         self._follows: int | None = None  # the epoch the current pipeline can go on with
         self._probe = None
@@ -185,8 +189,8 @@ class DaliLoader(ClassificationLoader):
 
     def _feed_workers(self) -> FeedWorkers | None:
         """This loader's feed worker processes (shared by its ``dali_iterator()`` feeds),
-        forked at the first call, just before a pipeline is built, and again after
-        :meth:`close`; None where the feed prepares its batches itself."""
+        forked when the loader is made, and again at the first pass after :meth:`close` (or
+        after they stopped); None where the feed prepares its batches itself."""
         if self._processes and (self._workers is None or self._workers.closed):
             self._workers = FeedWorkers(self.samples, self.options, self._processes)
         return self._workers
@@ -196,7 +200,7 @@ class DaliLoader(ClassificationLoader):
         when the loader is collected (DALI's pipeline holds the loader in a reference
         cycle: that waits for a full garbage collection). Iterating again starts afresh."""
         self._feed.close()
-        self._workers = None
+        self._feed.workers = self._workers = None  # the shared memory goes with the last reference
         self._pipe = self._probe = None
         self._follows = None
 
@@ -208,7 +212,7 @@ class DaliLoader(ClassificationLoader):
     @property
     def batches_ahead(self) -> int:
         """DALI's queue, plus the batches the feed's worker processes prepare ahead of it."""
-        return self._prefetch + self._feed.batches_ahead
+        return self._prefetch + (self._processes if self._feed.workers is not None or self._workers is None else 0)
 
     def _new_pipeline(self, stream: tuple[int, ...]) -> Any:
         return build_pipeline(self._feed, self.options, self.device_id, decode_only=self._on_cpu,

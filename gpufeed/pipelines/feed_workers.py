@@ -25,10 +25,13 @@ the H200 run (9,383 images/s). Only the verdicts, crops and offsets are pickled.
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import multiprocessing
+import os
 import signal
 import threading
+import time
 import weakref
 from collections import deque
 from concurrent.futures import BrokenExecutor, Future, ProcessPoolExecutor
@@ -59,8 +62,21 @@ class InShared(NamedTuple):
     size: int
 
 
-def _hold(samples: SampleSource, options: LoaderOptions, shared: mmap.mmap) -> None:
-    die_with_parent()  # not orphaned, waiting for work, when the training process is killed
+def _watch_parent(parent: int) -> None:
+    """Exit once the training process is gone (reparented: another parent id)."""
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os._exit(1)
+
+
+def _hold(samples: SampleSource, options: LoaderOptions, shared: mmap.mmap, from_main_thread: bool) -> None:
+    # Not orphaned, waiting for work, when the training process is killed. PR_SET_PDEATHSIG
+    # fires when the forking *thread* ends: forked from another thread (a loader first used
+    # there), the workers died with it; a watch on the parent's id serves there.
+    if from_main_thread:
+        die_with_parent()
+    else:
+        threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
     # A terminal's Ctrl-C reaches every process of the group: a worker that died of it broke
     # the pool under a loop that had caught the KeyboardInterrupt and went on.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -107,9 +123,11 @@ class FeedWorkers:
         # in a default Docker container); pages are only taken as batches are written.
         self._shared = mmap.mmap(-1, slots * SLOT_BYTES)
         self._free = deque(range(slots))
+        self._lent: set[int] = set()  # a slot given back twice, or by another pool's user, is ignored
         self._lock = threading.Lock()  # slots come back from the pool's thread too
+        main = threading.current_thread() is threading.main_thread()
         self._pool = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("fork"),
-                                         initializer=_hold, initargs=(samples, options, self._shared))
+                                         initializer=_hold, initargs=(samples, options, self._shared, main))
         # Fork every worker now (a fork-context pool starts them all at its first task),
         # before the caller builds its DALI pipeline.
         self._pool.submit(_ready).result()
@@ -134,6 +152,8 @@ class FeedWorkers:
             raise BrokenExecutor("the feed's worker processes were closed")
         with self._lock:
             slot = self._free.popleft() if self._free and shared else None
+            if slot is not None:
+                self._lent.add(slot)
         try:
             return self._pool.submit(_prepare_batch, epoch, indices, slot), slot
         except BaseException:
@@ -144,6 +164,8 @@ class FeedWorkers:
         """What DALI is given of a prepared sample's ``fed``: a view of the shared memory
         for :class:`InShared`, else ``fed`` itself."""
         if isinstance(fed, InShared):
+            if self.closed:  # results that arrived before close(): their memory is gone
+                raise BrokenExecutor("the feed's worker processes were closed")
             return np.frombuffer(self._shared, dtype=np.uint8, count=fed.size, offset=fed.offset)
         return fed
 
@@ -151,11 +173,16 @@ class FeedWorkers:
         """Give ``slot`` back (None: nothing to give)."""
         if slot is not None:
             with self._lock:
-                self._free.append(slot)
+                if slot in self._lent:
+                    self._lent.discard(slot)
+                    self._free.append(slot)
 
     def close(self) -> None:
-        """Stop the workers (idempotent); batches still queued are cancelled."""
+        """Stop the workers (idempotent); batches still queued are cancelled. The shared
+        memory is unmapped once no batch view is left (its pages stay resident till then)."""
         self._closer()
+        with contextlib.suppress(BufferError):  # a batch handed out still views it: unmapped when that is gone
+            self._shared.close()
 
 
 def feed_processes(samples: SampleSource, options: LoaderOptions, on_gpu: bool) -> int:

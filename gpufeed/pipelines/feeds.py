@@ -140,6 +140,19 @@ def prepare_read(samples: SampleSource, options: LoaderOptions, epoch: int, inde
     return prepare(samples, options, epoch, index, samples.read_or_reason(index))
 
 
+def _give_back(ahead: dict, lent: deque) -> None:
+    """Cancel the batches ``ahead`` and give every slot back to the workers that lent it:
+    a batch's once its worker is done with it (at once if it never started), the handed
+    over ones at once (DALI copied them when it took them)."""
+    for _, future, workers, slot in ahead.values():
+        future.cancel()
+        future.add_done_callback(lambda _done, workers=workers, slot=slot: workers.release(slot))
+    ahead.clear()
+    while lent:
+        workers, slot = lent.popleft()
+        workers.release(slot)
+
+
 class FileFeed:
     """The pipeline's ``external_source``: each ``next()`` is one planned batch of
     encoded files and their labels, and for training each sample's crop window and flip.
@@ -182,12 +195,14 @@ class FileFeed:
         #: taken out, in order.
         self.in_flight: deque[tuple[int, int, list[int]]] = deque()
         self._readers: ThreadPoolExecutor | None = None
-        #: The worker processes that prepare batches ahead (None: this thread prepares them).
-        self.workers = workers
+        self._workers = workers
         #: ``(epoch, batch number) -> (sample indices, future of their Prepared, their slot
         #: in the workers' shared memory)``.
-        self._ahead: dict[tuple[int, int], tuple[list[int], Future, int | None]] = {}
-        self._lent: deque[int | None] = deque()  # slots of batches handed over, oldest first
+        self._ahead: dict[tuple[int, int], tuple[list[int], Future, FeedWorkers, int | None]] = {}
+        #: ``(workers, slot)`` of the batches handed over, oldest first.
+        self._lent: deque[tuple[FeedWorkers, int | None]] = deque()
+        # A feed dropped half-way (an iterator left with `break`) gives its slots back.
+        weakref.finalize(self, _give_back, self._ahead, self._lent)
 
     def stamp(self, index: int, data: np.ndarray | str) -> FileStamp | None:
         """:func:`sample_stamp` of this feed's sample ``index``."""
@@ -218,19 +233,21 @@ class FileFeed:
         """Batches the worker processes prepare ahead of the one taken (0: no workers)."""
         return 0 if self.workers is None else self.workers.processes
 
+    @property
+    def workers(self) -> FeedWorkers | None:
+        """The worker processes that prepare batches ahead (None: this thread prepares them)."""
+        return self._workers
+
+    @workers.setter
+    def workers(self, workers: FeedWorkers | None) -> None:
+        if workers is not self._workers:
+            self._drop_ahead()  # the batches ahead belong to the old workers
+        self._workers = workers
+
     def _drop_ahead(self) -> None:
         """Forget the batches prepared ahead (a new epoch, a jump): their results are not
-        waited for."""
-        workers = self.workers
-        for _, future, slot in self._ahead.values():
-            future.cancel()
-            if workers is not None:  # its slot once its worker is done with it (at once if cancelled)
-                future.add_done_callback(lambda _done, slot=slot: workers.release(slot))
-        self._ahead.clear()
-        while self._lent:  # handed over and copied by DALI
-            slot = self._lent.popleft()
-            if workers is not None:
-                workers.release(slot)
+        waited for, and their slots go back to the workers that lent them."""
+        _give_back(self._ahead, self._lent)
 
     def close(self) -> None:
         """Stop the worker processes, if any (idempotent; the loader owns them when it
@@ -332,8 +349,8 @@ class FileFeed:
                 warnings.warn(f"gpufeed: the DALI feed's worker processes stopped ({exc or 'closed'}); the feed goes on "
                               "in its own thread, slower", RuntimeWarning, stacklevel=2)
                 self._drop_ahead()
-                self.workers.close()
-                self.workers = None
+                self._workers.close()
+                self._workers = None
         todo = [i for i in batch if known[names(i)] is None]
         read = self._read_all(todo)
         return {i: prepare(self.samples, self.options, self.epoch, i, data) for i, data in zip(todo, read, strict=True)}
@@ -343,8 +360,11 @@ class FileFeed:
         # Batches handed over before the last two: DALI copied their bytes when it took
         # them (an external source copies what it is given), so their slots are free.
         while len(self._lent) > 2:
-            workers.release(self._lent.popleft())
+            owner, slot = self._lent.popleft()
+            owner.release(slot)
         ahead = self._ahead.pop((self.epoch, number), None)
+        if ahead is not None:  # its slot is lent from now on (Ctrl-C below must not lose it)
+            self._lent.append((ahead[2], ahead[3]))
         parts: list[Future] = []
         if ahead is None:
             # Not prepared ahead (an epoch's first batch, a resume) and waited for now: sent
@@ -358,11 +378,11 @@ class FileFeed:
                 # Files known bad now are left out; one found bad meanwhile is skipped when
                 # its batch is taken (and one that changed since is prepared then).
                 indices = [int(i) for i in self._batches[later] if self.log.known(names(int(i))) is None]
-                self._ahead[(self.epoch, later)] = (indices, *workers.submit(self.epoch, indices))
+                future, slot = workers.submit(self.epoch, indices)
+                self._ahead[(self.epoch, later)] = (indices, future, workers, slot)
         if ahead is None:
             return dict(zip(todo, (r for part in parts for r in part.result()), strict=True))
-        todo, future, slot = ahead
-        self._lent.append(slot)
+        todo, future, _, _ = ahead
         return {i: (reason, crop, workers.bytes_of(fed), stamp)
                 for i, (reason, crop, fed, stamp) in zip(todo, future.result(), strict=True)}
 

@@ -238,7 +238,7 @@ from gpufeed.pipelines import classification_loader
 dl.feed_processes = lambda samples, options, on_gpu: 2  # as on a GPU (DALI's CPU-only mode here)
 loader = classification_loader(sys.argv[1], backend="dali", device="cpu", train=True, batch_size=8, size=32,
                                num_workers=2)
-before = loader._workers  # nothing forked until a pipeline is built
+before = loader._workers  # forked when the loader is made, before any pipeline
 n = sum(len(y) for _, y in loader)
 first = loader._workers
 iterator = loader.dali_iterator()
@@ -257,7 +257,7 @@ alone = classification_loader(sys.argv[1], backend="dali", device="cpu", train=T
                               num_workers=2)
 alone.set_epoch(loader.epoch)
 same = all(torch.equal(a, b) for a, (b, _) in zip(pooled, alone, strict=True))
-print(json.dumps({"same": same, "before": before is None, "n": n, "m": m, "again": again, "shared": shared, "closed": closed,
+print(json.dumps({"same": same, "before": before is first and before is not None, "n": n, "m": m, "again": again, "shared": shared, "closed": closed,
                   "fresh": loader._workers is not None and loader._workers is not first, "pids": len(pids)}))
 """
 
@@ -281,3 +281,40 @@ def test_the_torch_loader_closes_its_workers_too(image_folder: Path) -> None:
     assert loader._loader._iterator is None and not any(w.is_alive() for w in workers)
     assert sum(len(y) for _, y in loader) == 40  # iterating again starts them afresh
     loader.close()
+
+
+_SLOTS = r"""
+import gc, json, sys, threading, time
+from gpufeed.pipelines import classification_loader
+from gpufeed.pipelines.feed_workers import SPARE_SLOTS, FeedWorkers
+from gpufeed.pipelines.feeds import FileFeed
+from gpufeed.pipelines.skips import SkipLog
+
+loader = classification_loader(sys.argv[1], backend="torch", device="cpu", train=True, batch_size=4, size=32,
+                               num_workers=2)
+made = {}
+maker = threading.Thread(target=lambda: made.setdefault("w", FeedWorkers(loader.samples, loader.options, 2)))
+maker.start(); maker.join()
+workers = made["w"]  # forked from a thread that has ended since: the workers must live on
+total = 2 + SPARE_SLOTS
+
+def taken_then_dropped():
+    feed = FileFeed(loader.samples, loader.plan, SkipLog("skip"), loader.options, workers)
+    it = iter(feed)
+    next(it); next(it); next(it)  # then left, as an iterator abandoned with `break`
+    return len(workers._free)
+
+held = taken_then_dropped()
+gc.collect(); time.sleep(0.5)  # cancelled batches give their slots back from the pool's thread
+back = len(workers._free)
+workers.release(0); workers.release(0)  # a slot not lent (or given back twice) is ignored
+print(json.dumps({"held": held, "back": back, "total": total, "after_bogus": len(workers._free)}))
+"""
+
+
+def test_slots_come_back_from_a_dropped_feed_and_workers_outlive_their_forking_thread(image_folder: Path) -> None:
+    out = subprocess.run([sys.executable, "-c", _SLOTS, str(image_folder)], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["held"] < got["total"] and got["back"] == got["total"] and got["after_bogus"] == got["total"]
