@@ -9,9 +9,10 @@ the work holds the GIL. The torch backend does this work in DataLoader worker pr
 these are the DALI backend's.
 
 They are forked, as DataLoader's workers are on Linux (no re-import of the user's main
-script, which ``spawn`` would need guarded), once per loader, just before its first DALI
-pipeline is built, and shared by its ``dali_iterator()``: forking a process while DALI
-pipelines run has crashed DataLoader workers here. They run no DALI and no CUDA, ignore
+script, which ``spawn`` would need guarded), once per loader, when it is made (before
+training starts, in a script that makes its loaders first), and shared by its
+``dali_iterator()``: forking a process while DALI pipelines run has crashed DataLoader
+workers here. They run no DALI and no CUDA, ignore
 Ctrl-C (the terminal sends it to the whole process group: the loop decides), and die
 with the training process. If one dies, the feed goes on in its own thread, with a
 warning. Pure Python, no DALI import.
