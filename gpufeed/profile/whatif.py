@@ -323,7 +323,7 @@ class WhatIf:
                    f"({self.serial_rate:,.1f} {unit}/s), as a loader without background workers does")
         elif self.actual.device == "cpu":
             why = ("likely: loading and the step share this machine's CPU cores, or prefetching runs dry at "
-                   "epoch ends (persistent_workers=False restarts the workers each epoch)")
+                   "epoch ends (a DataLoader with persistent_workers=False restarts its workers each epoch)")
         else:
             why = ("likely: prefetching does not hide the loader's latency, loader and step compete for the "
                    "CPU, or prefetching runs dry at epoch ends")
