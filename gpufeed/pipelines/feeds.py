@@ -196,8 +196,8 @@ class FileFeed:
         self.in_flight: deque[tuple[int, int, list[int]]] = deque()
         self._readers: ThreadPoolExecutor | None = None
         self._workers = workers
-        #: ``(epoch, batch number) -> (sample indices, future of their Prepared, their slot
-        #: in the workers' shared memory)``.
+        #: ``(epoch, batch number) -> (sample indices, future of their Prepared, the workers
+        #: it was sent to, its slot in their shared memory)``.
         self._ahead: dict[tuple[int, int], tuple[list[int], Future, FeedWorkers, int | None]] = {}
         #: ``(workers, slot)`` of the batches handed over, oldest first.
         self._lent: deque[tuple[FeedWorkers, int | None]] = deque()
@@ -227,11 +227,6 @@ class FileFeed:
         self._batches = self.plan.batches(self.epoch)
         self._drop_ahead()
         return self
-
-    @property
-    def batches_ahead(self) -> int:
-        """Batches the worker processes prepare ahead of the one taken (0: no workers)."""
-        return 0 if self.workers is None else self.workers.processes
 
     @property
     def workers(self) -> FeedWorkers | None:
