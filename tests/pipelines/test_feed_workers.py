@@ -318,3 +318,37 @@ def test_slots_come_back_from_a_dropped_feed_and_workers_outlive_their_forking_t
     assert out.returncode == 0, out.stderr[-3000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["held"] < got["total"] and got["back"] == got["total"] and got["after_bogus"] == got["total"]
+
+
+_ON_GPU = r"""
+import json, sys, torch
+import gpufeed.pipelines.dali_loader as dl
+from gpufeed.pipelines import classification_loader
+
+out = {}
+for mode in ("train", "val"):
+    pooled = classification_loader(sys.argv[1], backend="dali", device="cuda", train=mode == "train", batch_size=8,
+                                   size=32, num_workers=2)
+    forked = pooled._workers is not None  # on a GPU the feed's workers are the default
+    a = [x.cpu() for x, _ in pooled]
+    epoch = pooled.epoch
+    pooled.close()
+    dl.feed_processes = lambda samples, options, on_gpu: 0
+    alone = classification_loader(sys.argv[1], backend="dali", device="cuda", train=mode == "train", batch_size=8,
+                                  size=32, num_workers=2)
+    alone.set_epoch(epoch)
+    b = [x.cpu() for x, _ in alone]
+    out[mode] = {"forked": forked, "same": len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b))}
+    dl.feed_processes = __import__("gpufeed.pipelines.feed_workers", fromlist=["x"]).feed_processes
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_feed_workers_give_the_images_the_feeds_thread_gives(image_folder: Path) -> None:
+    pytest.importorskip("nvidia.dali")
+    out = subprocess.run([sys.executable, "-c", _ON_GPU, str(image_folder)], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got == {"train": {"forked": True, "same": True}, "val": {"forked": True, "same": True}}
