@@ -138,13 +138,14 @@ def default_workers() -> int:
     at least 1.
 
     Each rank took every core: 8 ranks on 64 cores started 512 DataLoader workers (or 512
-    DALI threads and 512 feed processes). A process whose affinity is narrower than the
-    machine already has its share (a launcher or a container bound it), so its cores are
-    not divided again.
+    DALI threads and 512 feed processes). The cores a rank may use are divided among the
+    ranks unless they already look like one rank's share (their count times the ranks fits
+    the machine: a launcher bound each rank); a job-wide set (a Slurm job's cgroup, a
+    container's cpuset) that every rank inherits is divided.
     """
     cores = usable_cpus()
     ranks = ranks_on_this_machine()
-    if ranks > 1 and cores >= (os.cpu_count() or cores):
+    if ranks > 1 and cores * ranks > (os.cpu_count() or cores):
         return max(1, cores // ranks)
     return cores
 

@@ -284,7 +284,7 @@ def _measure(kind: str, cfg: LoaderConfig, args: argparse.Namespace, root: Path,
              label: str) -> dict[str, Any]:
     stage(f"[tune] {label} ...")
     r = run_isolated(_worker, kind, str(root), args.mode, args.size, asdict(cfg), device, args.time_per_config,
-                     args.max_images, timeout=max(600.0, 60 * args.time_per_config))
+                     args.max_images, timeout=max(600.0, 60 * args.time_per_config) * (MIN_EPOCHS + 1) / 2)
     if "error" in r:
         r["check"] = "error: " + r["error"].splitlines()[0][:100]
     stage(f"[tune] {label}: " + (f"{r['rate']:,.0f} images/s over {counted(r['epochs'], 'epoch')}" if "rate" in r

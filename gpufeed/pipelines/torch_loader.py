@@ -127,6 +127,10 @@ def decode_failure(exc: Exception) -> str:
     return f"could not decode: {without_addresses(words)}"
 
 
+#: Batches of a pixel source (a raw cache) made ahead on this process's threads.
+PIXEL_BATCHES_AHEAD = 4
+
+
 class _Files(Dataset):
     """Key ``(epoch, batch number, i)`` -> ``(number, i, uint8 (1, 3, size, size) image or
     None, reason or None)``.
@@ -312,10 +316,12 @@ class TorchLoader(ClassificationLoader):
 
     @property
     def batches_ahead(self) -> int:
-        """Worker processes times their prefetch (none with threads: a batch is made when
-        taken)."""
+        """Worker processes times their prefetch; a pixel source's thread-made batches:
+        :data:`PIXEL_BATCHES_AHEAD`."""
         loader = self._loader
-        return 0 if loader is None or loader.num_workers == 0 else loader.num_workers * loader.prefetch_factor
+        if loader is None:
+            return PIXEL_BATCHES_AHEAD
+        return 0 if loader.num_workers == 0 else loader.num_workers * loader.prefetch_factor
 
     def __getattr__(self, name: str) -> NoReturn:  # only called for attributes the loader lacks
         if name == "dali_iterator":
@@ -342,7 +348,7 @@ class TorchLoader(ClassificationLoader):
 
     def _batches(self) -> Iterator:
         if self._loader is None:  # a pixel source, made on this process's threads
-            yield from prefetched(self._sampler, self._pixel_batch, depth=4)
+            yield from prefetched(self._sampler, self._pixel_batch, depth=PIXEL_BATCHES_AHEAD)
             return
         try:
             yield from self._loader

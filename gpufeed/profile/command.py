@@ -23,7 +23,8 @@ def _loader_alone(name: str, root: str, batch_size: int, size: int, device: str,
 
     built = build_loader(name, root, batch_size=batch_size, size=size, device=torch.device(device),
                          workers=workers)
-    report = loader_rate(built.loader, steps=steps, warmup=warmup, device=device)
+    # In its own process, which ends after: nothing to settle for.
+    report = loader_rate(built.loader, steps=steps, warmup=warmup, device=device, settle=False)
     return {"name": built.name, "samples_per_s": report.samples_per_s}
 
 

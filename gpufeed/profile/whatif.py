@@ -78,11 +78,13 @@ def drain_for(loader: Any, drain: int | None) -> int:
 
 
 def skip_first(batches: Iterable[Any], drain: int) -> Iterator[Any]:
-    """``batches`` without their first ``drain`` (drawn, and dropped, when the first is asked for)."""
+    """An iterator over ``batches`` whose first ``drain`` are drawn and dropped now, before
+    any meter wraps it: drawn lazily, inside the meter, they had been timed as the first
+    step's wait (with ``warmup=0``, inside the figures)."""
     it = iter(batches)
     for _ in itertools.islice(it, drain):
         pass
-    yield from it
+    return it
 
 
 def _metered(batches: Iterable[Any], body: Callable[[Any], Any], *, warmup: int, device: torch.device,
@@ -131,7 +133,8 @@ def loader_rate(loader: Iterable[Any], *, steps: int = 30, warmup: int = MIN_WAR
     """
     _check_counts(steps, warmup)
     drain = drain_for(loader, drain)
-    steps = -(-steps // drain) * drain if drain > 1 else steps
+    bank = batches_ahead(loader) or 0  # whole banks of what the loader holds ahead (not of a drain asked for)
+    steps = -(-steps // bank) * bank if bank > 1 else steps
     dev = resolve_device(device)
     last: list[Any] = []
 
@@ -437,8 +440,9 @@ def what_if(step: Callable[[Any], Any], loader: Iterable[Any], *, steps: int = 3
     for name, other in (alternatives or {}).items():
         if isinstance(other, (int, float)):
             rates[name] = float(other)
-        else:
-            rates[name] = loader_rate(other, steps=steps, **common).samples_per_s
+        else:  # the last one measured needs no settling: nothing is timed after it
+            last = name == list(alternatives)[-1]
+            rates[name] = loader_rate(other, steps=steps, settle=not last, **common).samples_per_s
     return WhatIf(model_rate=model.samples_per_s, loader_rate=alone.samples_per_s, actual=actual,
                   loader=loader_name, loaders_alone=rates, steps=steps, warmup=warmup, drained=drained,
                   loader_steps=len(alone.wait) - alone.warmup, model_step_s=_median(model.step[model.measured]),

@@ -132,6 +132,8 @@ def test_default_workers_share_the_machine_among_its_ranks(monkeypatch, image_fo
     assert loader.options.workers == 8
     monkeypatch.setattr(machine, "usable_cpus", lambda: 6)  # bound to its own cores: its share already
     assert loader.options.workers == 6
+    monkeypatch.setattr(machine, "usable_cpus", lambda: 32)  # a job-wide cpuset every rank inherits: divided
+    assert loader.options.workers == 4
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
     monkeypatch.setattr(machine, "usable_cpus", lambda: 64)
     assert loader.options.workers == 64

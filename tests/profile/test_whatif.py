@@ -143,21 +143,22 @@ def test_whether_a_loader_loads_in_the_background_is_read_from_it(image_folder):
 
 class _Banking(SleepyLoader):
     """Workers that banked ``batches_ahead`` batches while the loader started: the first
-    takes 50 ms, the other four come with it, then each batch takes 20 ms to make."""
+    takes 200 ms, the other four come with it, then each batch takes 20 ms to make."""
 
     batches_ahead = 5
 
     def __init__(self) -> None:
-        super().__init__(delays=[0.05] + [0.0] * 4 + [0.02] * 40)
+        super().__init__(delays=[0.2] + [0.0] * 4 + [0.02] * 40)
 
 
 def test_the_loader_alone_is_timed_past_the_batches_it_banked():
     from gpufeed.profile.whatif import loader_rate
 
+    # warmup=0: the bank, drawn before the meter starts, must not land in the first step.
     auto = loader_rate(_Banking(), steps=8, warmup=0, device="cpu", settle=False)
     assert len(auto.wait) == 10  # the bank drawn first, unmeasured; 8 steps rounded up to 2 banks of 5
-    assert 100 < auto.samples_per_s < 300  # 4 samples per 20 ms: 200/s
-    early = loader_rate(_Banking(), steps=5, warmup=2, drain=0, device="cpu", settle=False)  # 3 of 5 from the bank
+    assert 150 < auto.samples_per_s < 300  # 4 samples per 20 ms: 200/s (the start inside: 100/s)
+    early = loader_rate(_Banking(), steps=3, warmup=2, drain=0, device="cpu", settle=False)  # 2 of 3 from the bank
     assert early.samples_per_s > 2 * auto.samples_per_s
 
 

@@ -219,13 +219,20 @@ def _name_unhashable(frame: NwFrame, columns: Sequence[str], exc: TypeError) -> 
     raise exc
 
 
+def _missing(values: np.ndarray) -> np.ndarray:
+    """Which of ``values`` (a column's numpy values: objects, floats, datetimes) are missing."""
+    import pandas as pd
+
+    return np.asarray(pd.isna(values), dtype=bool)
+
+
 def _examples(frame: NwFrame, where: nw.Expr, expr: nw.Expr, column: str) -> list[Any]:
     """Up to three values of ``column`` (as compared: ``expr``) on the rows ``where`` holds."""
     picked = frame.filter(where).select(expr.alias(column))
     return [_unmarked(v) for v in series_values(collect_small(picked).get_column(column).head(3))]
 
 
-#: Rows at the head of a transformed table that :class:`Categorify` looks at for a column
+#: Rows, spread over a transformed table, that :class:`Categorify` looks at for a column
 #: whose values all miss the vocabulary, and how many known (not missing) values it needs.
 DRIFT_ROWS, DRIFT_MIN_VALUES = 4096, 20
 
@@ -240,11 +247,11 @@ class Categorify(TableOp):
     needs ``len(vocabulary) + 2`` rows. ``on_unseen="raise"`` raises
     :class:`UnseenCategoryError` instead of mapping to 0.
 
-    With ``on_unseen="index"`` and ``min_count=1``, a transform warns (``UserWarning``) when
-    every value of a column in the first :data:`DRIFT_ROWS` rows (at least
-    :data:`DRIFT_MIN_VALUES` of them not missing) is unseen: the column no longer matches its
-    vocabulary (IDs read as numbers at fit time and as text now, a recoded column), and
-    mapping all of it to 0 would pass silently. Lazy frames (Dask) are not looked at.
+    With ``on_unseen="index"`` and ``min_count=1``, a transform warns (``UserWarning``, once
+    per column) when every value of a column in :data:`DRIFT_ROWS` rows spread over the
+    table (at least :data:`DRIFT_MIN_VALUES` of them not missing) is unseen: the column no
+    longer matches its vocabulary (IDs recoded since the fit), and mapping all of it to 0
+    would pass silently. Lazy frames (Dask, polars inside a lazy recipe) are not looked at.
     """
 
     min_count: int = 1
@@ -256,6 +263,7 @@ class Categorify(TableOp):
         self.on_unseen = OnUnseen.parse(self.on_unseen, "on_unseen")
         if self.min_count < 1:
             raise ValueError(f"Categorify: min_count must be >= 1, got {self.min_count}")
+        self._warned: set[str] = set()  # columns whose drift was named (not a field: not saved)
 
     def fit(self, frame: NwFrame, backend: str) -> None:
         frame, converted = _dask_category_values(frame, backend, self.columns)
@@ -370,20 +378,32 @@ class Categorify(TableOp):
         return coded.with_columns(*[nw.col(names[c]).alias(c) for c in self.columns]).drop(*names.values())
 
     def _warn_all_unseen(self, frame: NwFrame, coded: NwFrame) -> None:
-        """Warn for each column whose head's values are all unseen (see the class)."""
-        head = coded.head(DRIFT_ROWS)
-        counts = aggregate(head, [nw.col(c).__ne__(MISSING_INDEX).sum().alias(f"k:{c}") for c in self.columns]
-                           + [nw.col(c).__eq__(UNSEEN_INDEX).sum().alias(f"u:{c}") for c in self.columns])
-        for c in self.columns:
-            known = int(counts[f"k:{c}"])
-            if known >= DRIFT_MIN_VALUES and int(counts[f"u:{c}"]) == known and self.state[c]:
-                now = _examples(frame.head(DRIFT_ROWS), nw.col(c).is_null().__invert__(), nw.col(c), c)
-                fitted = self.state[c][:3]
-                warnings.warn(
-                    f"Categorify: all {known} values of column {c!r} in the first {DRIFT_ROWS} rows are unseen "
-                    f"at fit time (index {UNSEEN_INDEX}): fitted on e.g. {fitted!r} "
-                    f"({type(fitted[0]).__name__}), given e.g. {now!r} ({type(now[0]).__name__ if now else '?'}); "
-                    "does the column still hold what it was fitted on?", UserWarning, stacklevel=5)
+        """Warn, once per column, for a column whose values are all unseen in rows spread
+        over the table (see the class)."""
+        todo = [c for c in self.columns if c not in self._warned and self.state.get(c)]
+        if not todo:
+            return
+        # Rows spread over the table, not its head: a table sorted with new IDs first had
+        # all-unseen first rows while half its rows were known.
+        step = max(1, len(coded) // DRIFT_ROWS)
+
+        def spread_out(series: nw.Series) -> np.ndarray:  # only those rows leave the device (cuDF)
+            return np.asarray((series.gather_every(step) if step > 1 else series).head(DRIFT_ROWS).to_numpy())
+
+        for c in todo:
+            codes = spread_out(coded[c])
+            known = int(np.count_nonzero(codes != MISSING_INDEX))
+            if known < DRIFT_MIN_VALUES or np.count_nonzero(codes == UNSEEN_INDEX) != known:
+                continue
+            self._warned.add(c)
+            given = spread_out(frame[c])
+            now = [_unmarked(v) for v in given[~_missing(given)][:3].tolist()]
+            fitted = self.state[c][:3]
+            warnings.warn(
+                f"Categorify: all {known} values of column {c!r} looked at ({len(codes)} rows spread over the "
+                f"table) are unseen at fit time (index {UNSEEN_INDEX}): fitted on e.g. {fitted!r} "
+                f"({type(fitted[0]).__name__}), given e.g. {now!r}; does the column still hold what it was "
+                "fitted on? (warned once per column)", UserWarning, stacklevel=5)
 
     def params(self) -> dict[str, Any]:
         return {"min_count": self.min_count, "on_unseen": self.on_unseen.value}

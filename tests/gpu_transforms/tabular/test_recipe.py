@@ -269,20 +269,26 @@ def test_categorify_warns_when_a_columns_values_all_miss_its_vocabulary(backend)
     # silently, until the model trained on nothing.
     fit = pd.DataFrame({"id": [f"u{i % 50}" for i in range(1000)], "k": ["a", "b"] * 500})
     drifted = fit.assign(id=[f"user-{i % 50}" for i in range(1000)])
-    recipe = Recipe([Categorify(["id", "k"])]).fit(fit)
 
     def frame(df):
         return df if backend == "pandas" else pl.from_pandas(df)
 
+    def fitted():
+        return Recipe([Categorify(["id", "k"])]).fit(fit)
+
+    recipe = fitted()
     with pytest.warns(UserWarning, match=r"all 1000 values of column 'id' .* unseen .* e\.g\. \['user-0'") as caught:
         out = recipe.transform(frame(drifted))
     assert len(caught) == 1  # 'k' still matches: not named
     assert (np.asarray(out["id"]) == UNSEEN_INDEX).all()  # still coded as asked (on_unseen="index")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        recipe.transform(frame(fit))  # the fitted values
-        recipe.transform(frame(drifted.head(19)))  # a small serving batch of new IDs: too few to judge
-        recipe.transform(frame(pd.concat([drifted.head(500), fit.head(1)])))  # one value still known
+        recipe.transform(frame(drifted))  # named once per column, not at every batch
+        fitted().transform(frame(fit))  # the fitted values
+        fitted().transform(frame(drifted.head(19)))  # a small serving batch of new IDs: too few to judge
+        fitted().transform(frame(pd.concat([drifted.head(500), fit.head(1)])))  # one value still known
+        # Sorted with the new IDs first, half the rows known: rows spread over the table are looked at.
+        fitted().transform(frame(pd.concat([drifted] * 20 + [fit] * 20)))
         rare = Recipe([Categorify(["id"], min_count=2)]).fit(fit)
         rare.transform(frame(drifted))  # min_count: unseen and rare share index 0, not judged
 
