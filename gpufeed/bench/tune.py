@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import warnings
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -264,12 +265,16 @@ def _worker(kind: str, root: str, mode: str, size: int, config: dict[str, Any], 
 MIN_EPOCHS = 3
 
 
+def _with_workers(rates: dict[Any, float], workers: Callable[[Any], int]) -> list[Any]:
+    """The candidates a recommendation may take: those with workers (loading beside the
+    training step) that ran, unless none did."""
+    return [k for k, r in rates.items() if workers(k) > 0 and r] or list(rates)
+
+
 def _in_background(knob: str, by_value: dict[Any, float]) -> list[Any]:
-    """The values of ``knob`` a recommendation may take: for ``num_workers``, those with
-    workers (loading beside the step) that ran, unless none did."""
-    if knob != "num_workers":
-        return list(by_value)
-    return [v for v, r in by_value.items() if v > 0 and r] or list(by_value)
+    """The values of ``knob`` a recommendation may take (:func:`_with_workers` for
+    ``num_workers``; any value of the others)."""
+    return _with_workers(by_value, int) if knob == "num_workers" else list(by_value)
 
 
 def _kit_only(root: str | Path) -> bool:
@@ -435,7 +440,7 @@ def run(args: argparse.Namespace) -> int:
         first = next((r["check"] for r in sweep if r.get("check") != "ok"), "no configuration ran")
         raise RuntimeError(f"gpufeed tune: no configuration ran on {root} ({first})")
     start_rate = rate[start.normalised()]
-    fastest = max([c for c in rate if c.num_workers > 0 and rate[c]] or rate, key=rate.get)
+    fastest = max(_with_workers(rate, lambda c: c.num_workers), key=rate.get)
     # The fastest configuration, unless it beat the start by no more than the noise.
     best = start.normalised() if _beyond(_ratio(rate[fastest], start_rate), noise) is False else fastest
     best_rate = rate[best]

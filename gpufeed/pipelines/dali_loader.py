@@ -211,8 +211,9 @@ class DaliLoader(ClassificationLoader):
 
     @property
     def batches_ahead(self) -> int:
-        """DALI's queue, plus the batches the feed's worker processes prepare ahead of it."""
-        return self._prefetch + (self._processes if self._feed.workers is not None or self._workers is None else 0)
+        """DALI's queue, plus the batches the feed's worker processes (running, or forked at
+        the next pass) prepare ahead of it."""
+        return self._prefetch + self._processes
 
     def _new_pipeline(self, stream: tuple[int, ...]) -> Any:
         return build_pipeline(self._feed, self.options, self.device_id, decode_only=self._on_cpu,

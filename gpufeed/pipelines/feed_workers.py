@@ -124,7 +124,6 @@ class FeedWorkers:
         # in a default Docker container); pages are only taken as batches are written.
         self._shared = mmap.mmap(-1, slots * SLOT_BYTES)
         self._free = deque(range(slots))
-        self._lent: set[int] = set()  # a slot given back twice, or by another pool's user, is ignored
         self._lock = threading.Lock()  # slots come back from the pool's thread too
         main = threading.current_thread() is threading.main_thread()
         self._pool = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("fork"),
@@ -153,8 +152,6 @@ class FeedWorkers:
             raise BrokenExecutor("the feed's worker processes were closed")
         with self._lock:
             slot = self._free.popleft() if self._free and shared else None
-            if slot is not None:
-                self._lent.add(slot)
         try:
             return self._pool.submit(_prepare_batch, epoch, indices, slot), slot
         except BaseException:
@@ -171,11 +168,11 @@ class FeedWorkers:
         return fed
 
     def release(self, slot: int | None) -> None:
-        """Give ``slot`` back (None: nothing to give)."""
+        """Give ``slot`` back (None: nothing to give; one already free, given back twice, is
+        not freed again)."""
         if slot is not None:
             with self._lock:
-                if slot in self._lent:
-                    self._lent.discard(slot)
+                if slot not in self._free:
                     self._free.append(slot)
 
     def close(self) -> None:

@@ -337,20 +337,21 @@ class FileFeed:
         from the worker processes (prepared ahead; the next batches are sent to them
         now), or read here by ``num_workers`` threads and prepared in this thread."""
         names = self.samples.name
+        todo = [i for i in batch if known[names(i)] is None]
         if self.workers is not None:
             try:
-                return self._from_workers(number, batch, known)
+                return self._from_workers(number, todo)
             except (BrokenExecutor, CancelledError) as exc:  # a worker died (killed, out of memory), or closed
                 warnings.warn(f"gpufeed: the DALI feed's worker processes stopped ({exc or 'closed'}); the feed goes on "
                               "in its own thread, slower", RuntimeWarning, stacklevel=2)
-                self._drop_ahead()
-                self._workers.close()
+                self.close()
                 self._workers = None
-        todo = [i for i in batch if known[names(i)] is None]
         read = self._read_all(todo)
         return {i: prepare(self.samples, self.options, self.epoch, i, data) for i, data in zip(todo, read, strict=True)}
 
-    def _from_workers(self, number: int, batch: list[int], known: dict[str, str | None]) -> dict[int, Prepared]:
+    def _from_workers(self, number: int, todo: list[int]) -> dict[int, Prepared]:
+        """:meth:`_prepared` from the worker processes, for the samples ``todo`` of batch
+        ``number``."""
         names, workers = self.samples.name, self.workers
         # Batches handed over before the last two: DALI copied their bytes when it took
         # them (an external source copies what it is given), so their slots are free.
@@ -358,16 +359,14 @@ class FileFeed:
             owner, slot = self._lent.popleft()
             owner.release(slot)
         ahead = self._ahead.pop((self.epoch, number), None)
-        if ahead is not None:  # its slot is lent from now on (Ctrl-C below must not lose it)
-            self._lent.append((ahead[2], ahead[3]))
-        parts: list[Future] = []
         if ahead is None:
             # Not prepared ahead (an epoch's first batch, a resume) and waited for now: sent
             # first, cut across the workers (one worker's whole batch was ~20 ms at every
             # epoch's start on the H200), its bytes through the pipe (slots are for batches ahead).
-            todo = [i for i in batch if known[names(i)] is None]
             size = max(1, -(-len(todo) // workers.processes))
             parts = [workers.submit(self.epoch, todo[k: k + size], shared=False)[0] for k in range(0, len(todo), size)]
+        else:  # its slot is lent from now on (Ctrl-C below must not lose it)
+            self._lent.append((ahead[2], ahead[3]))
         for later in range(number + 1, min(number + 1 + workers.processes, len(self._batches))):
             if (self.epoch, later) not in self._ahead:
                 # Files known bad now are left out; one found bad meanwhile is skipped when

@@ -13,8 +13,9 @@ together shows how far the real loop is from that ideal (shared CPU cores, shall
 from __future__ import annotations
 
 import itertools
+import statistics
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -312,8 +313,8 @@ class WhatIf:
         step (the loader's workers, torch's own threads on a CPU) slowed it."""
         if not self.model_step_s:
             return None
-        steps = sorted(self.actual.step[self.actual.measured])
-        return steps[len(steps) // 2] / self.model_step_s if steps else None
+        steps = self.actual.step[self.actual.measured]
+        return statistics.median(steps) / self.model_step_s if steps else None
 
     @property
     def notes(self) -> list[str]:
@@ -445,18 +446,13 @@ def what_if(step: Callable[[Any], Any], loader: Iterable[Any], *, steps: int = 3
             rates[name] = loader_rate(other, steps=steps, settle=not last, **common).samples_per_s
     return WhatIf(model_rate=model.samples_per_s, loader_rate=alone.samples_per_s, actual=actual,
                   loader=loader_name, loaders_alone=rates, steps=steps, warmup=warmup, drained=drained,
-                  loader_steps=len(alone.wait) - alone.warmup, model_step_s=_median(model.step[model.measured]),
+                  loader_steps=len(alone.wait) - alone.warmup, model_step_s=statistics.median(model.step[model.measured]),
                   background=prepares_in_background(loader) if background is None else background)
 
 
 def _pct(value: float) -> str:
     """A percentage for the text: never "0%" for a shortfall that is not nil."""
     return "<1%" if 0 < value < 0.5 else f"{value:.0f}%"
-
-
-def _median(values: Sequence[float]) -> float:
-    ordered = sorted(values)
-    return ordered[len(ordered) // 2] if ordered else 0.0
 
 
 def prepares_in_background(loader: Any) -> bool | None:
