@@ -2,7 +2,7 @@
 # Stage what a lent GPU machine needs to run gpufeed's GPU checks: the shared tool's DALI and
 # kornia wheels, plus what the kit imports that the machine's image lacks or has too old
 # (polars: the table tests import it; narwhals >= 2.27; google-crc32c: TFRecord), in parts of
-# 48 MiB: with the working tree (~14 MB) a 56 MiB part went past a call's 64 MiB.
+# 44 MiB: with the working tree (~16 MB) a 56 MiB part went past a call's 64 MiB.
 #
 #   bash bench/stage_gpu.sh [dali|cudf|all]   (default dali; from the project root; then, as ../shared/design/GPU.md says,
 #                                       one `run` per part, back to back, the last one running
@@ -11,7 +11,13 @@ set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 what=${1:-dali}
 bash ../shared/tools/device-wheels "$what"
+# cuDF 26.10 (cudf-cu13) also needs, pinned here because the image's newer copies "satisfy" a
+# bare name (seen on the H200 on 2026-11-27): nvjitlink >= 13.3 (the image has 13.0), numba < 0.65
+# (the image has 0.68), so llvmlite 0.46, and numpy <= 2.4 for that numba (the image has 2.5).
 extra=(polars==2.1.0 polars-runtime-32==2.1.0 narwhals==2.29.0 google-crc32c==1.9.0)
+if [ "$what" != dali ]; then
+  extra+=(nvidia-nvjitlink==13.5.37 numba==0.64.0 llvmlite==0.46.0 numpy==2.4.6)
+fi
 plat=()
 for p in manylinux_2_28_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 any; do plat+=(--platform "$p"); done
 for pkg in "${extra[@]}"; do
@@ -19,7 +25,7 @@ for pkg in "${extra[@]}"; do
     "${plat[@]}" -d .stage/wheels "$pkg" 2>&1 | grep -v 'is ignored' || true
 done
 rm -rf .stage/p[0-9]* .stage/chunk*
-tar -C .stage/wheels -cf - . | split -b 48m -d -a 2 - .stage/chunk
+tar -C .stage/wheels -cf - . | split -b 44m -d -a 2 - .stage/chunk
 for c in .stage/chunk*; do d=.stage/p${c#.stage/chunk}; mkdir -p "$d"; mv "$c" "$d/part"; done
 # The shared tool's install line, with the extra names pinned (a bare name is "already
 # satisfied" by the image's older copy).

@@ -116,8 +116,18 @@ def test_cudf_columns_of_one_dtype_are_cast_not_reinterpreted(dtype):
                           "label": pd.Categorical([0, 1, 0, 1, 0, 1])})
     x, _ = to_tensors(cudf.from_pandas(table), ["a", "b"], device="cuda")
     np.testing.assert_array_equal(x.cpu().numpy(), table[["a", "b"]].to_numpy(np.float32))
-    with pytest.raises(ColumnTypeError, match="label column 'label'"):  # categorical: named, not numpy's TypeError
+    # A categorical label: named, with its fix, as on pandas (not numpy's TypeError).
+    with pytest.raises(ColumnTypeError, match=_CATEGORICAL_LABEL):
         to_tensors(cudf.from_pandas(table), ["a"], "label", device="cuda")
+
+
+_CATEGORICAL_LABEL = r"\{'label': 'Categorical'\} are not: encode them first .*LabelEncode\(\['label'\]\)"
+
+
+def test_a_categorical_label_is_named_with_its_fix():
+    table = pd.DataFrame({"a": np.arange(6.0), "label": pd.Categorical([0, 1, 0, 1, 0, 1])})
+    with pytest.raises(ColumnTypeError, match=_CATEGORICAL_LABEL):
+        to_tensors(table, ["a"], "label")
 
 
 def test_pandas_nullable_dtypes_have_their_numpy_kind():

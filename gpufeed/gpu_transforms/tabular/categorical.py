@@ -35,6 +35,7 @@ from gpufeed.gpu_transforms.tabular.frames import (
 from gpufeed.gpu_transforms.tabular.kernels import (
     category_values,
     cudf_category_values,
+    cudf_string_dtype,
     pandas_category_values,
     pandas_codes,
     pandas_factorize,
@@ -78,15 +79,16 @@ def _category_exprs(columns: Sequence[str], frame: NwFrame) -> dict[str, nw.Expr
 
 def _category_values(frame: NwFrame, backend: str, columns: Sequence[str]) -> NwFrame:
     """``frame`` with its pandas categoricals of numbers, booleans or dates among ``columns``
-    as their values (:func:`.kernels.pandas_category_values`), and cuDF's likewise
-    (:func:`.kernels.cudf_category_values`); as it is on other backends.
+    as their values (:func:`.kernels.pandas_category_values`), and cuDF's likewise, text
+    included (:func:`.kernels.cudf_category_values`: cuDF's own cast of a categorical, which
+    narwhals' ``cast(String)`` is, loses rows of a sliced frame); as it is on other backends.
     Cast to text, an integer category was ``"10.0"`` in a batch with a missing value and
     ``"10"`` in one without."""
     if backend not in ("pandas", "cudf"):
         return frame
     native = nw.to_native(frame)
     if backend == "cudf":
-        values = {c: v for c in columns if (v := cudf_category_values(native[c])) is not None}
+        values = {c: v for c in columns if (v := cudf_category_values(native[c], text=True)) is not None}
     else:
         values = {c: v for c in columns if (v := pandas_category_values(native[c])) is not None}
     return wrap(assign(native, values)) if values else frame
@@ -347,7 +349,10 @@ class Categorify(TableOp):
         texts = [c for c in self.columns if vocabularies[c] and all(isinstance(v, str) for v in vocabularies[c])]
         frame, converted = _dask_category_values(frame, backend, self.columns, plain=texts)
         if backend == "cudf":
-            frame = _category_values(frame, backend, [c for c in self.columns if c not in texts])
+            schema = frame.collect_schema()
+            frame = _category_values(frame, backend, self.columns)
+            # a categorical of numbers with a vocabulary of text: its values compared as text
+            converted = {c: "values" for c in texts if schema[c] == nw.Categorical}
         exprs = _category_exprs(self.columns, frame)
         for c, how in converted.items():
             if c in texts:
@@ -753,34 +758,20 @@ def _bucket_column(frame: NwFrame, backend: str, column: str, expr: nw.Expr, op:
     return as_column(nw.to_native(frame), values)
 
 
-def _cudf_string_dtype(dtype: Any) -> bool:
-    """Whether a cuDF dtype is one of its string dtypes (object, pandas' ``StringDtype``,
-    an ``ArrowDtype`` of ``string``/``large_string``: cuDF's ``is_dtype_obj_string``)."""
-    import pandas as pd
-    import pyarrow as pa
-
-    if isinstance(dtype, pd.ArrowDtype):
-        return pa.types.is_string(dtype.pyarrow_dtype) or pa.types.is_large_string(dtype.pyarrow_dtype)
-    return isinstance(dtype, pd.StringDtype) or (isinstance(dtype, np.dtype) and dtype == np.dtype(object))
-
-
 def _cudf_text(series: Any) -> Any:
     """The canonical text of a cuDF Series as a cuDF Series of strings on the GPU, missing
     values null, where that text is provably what :data:`HASH_TEXTS` give its values one by
     one (the cuDF twin of :func:`_arrow_text`); None for any other column.
 
-    Strings as they are; categoricals of text by their values (categoricals of numbers are
-    their values by now, :func:`_category_values`); integers, 8 to 64 bits, signed or not,
+    Strings as they are (categoricals are their values by now, text included:
+    :func:`_category_values`); integers, 8 to 64 bits, signed or not,
     by cuDF's cast to text (``astype("str")``: libcudf's ``strings::from_integers``, whose
     ``integer_to_string`` writes the decimal digits and a ``-`` for negatives, the minimum and
     uint64 past 2**63 included: ``cpp/include/cudf/strings/detail/convert/int_to_string.cuh``),
     which is ``str(int(value))``. Not booleans (dtype kind ``b``; their text is ``"True"``).
     """
     dtype = series.dtype
-    if str(dtype) == "category":  # cuDF's CategoricalDtype is not pandas' class
-        categories = dtype.categories.dtype
-        return series.astype(categories) if _cudf_string_dtype(categories) else None
-    if _cudf_string_dtype(dtype):
+    if cudf_string_dtype(dtype):
         return series
     if getattr(dtype, "kind", None) in ("i", "u"):
         return series.astype("str")

@@ -23,8 +23,10 @@ from typing import Any
 
 from gpufeed.machine import cuda_available, installed
 
-# Runs in the child interpreter: install the accelerator first, then the user's script
-# under the profiler, then dump per-function GPU/CPU timings as JSON.
+# Runs in the child interpreter, from a file (cuDF's profiler reads the source line of each
+# line it traces in the file that enters it: from `python -c` there is none and it raised
+# "TypeError: can only join an iterable" on the H200): install the accelerator first, then
+# the user's script under the profiler, then dump per-function GPU/CPU timings as JSON.
 _BOOTSTRAP = """
 import json, os, runpy, sys, traceback
 import cudf.pandas
@@ -32,8 +34,8 @@ cudf.pandas.install()
 from cudf.pandas import Profiler
 out, script, *args = sys.argv[1:]
 sys.argv = [script, *args]
-# As `python script.py`: the script's folder first on the path (python -c put the working
-# directory there), so the script imports the modules beside it.
+# As `python script.py`: the script's folder first on the path (not this file's temporary
+# folder), so the script imports the modules beside it.
 sys.path[0] = os.path.dirname(os.path.abspath(script))
 status = 0
 profiler = Profiler()
@@ -141,8 +143,9 @@ def run_script(script: str | os.PathLike[str], args: Sequence[str] = (), *, pyth
             "CUDA 13) or 'gpufeed[cuda12]' with a CUDA 12 torch. On CPU, run the script as it is."
         )
     with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "stats.json"
-        proc = subprocess.run([python, "-c", _BOOTSTRAP, str(out), str(path), *args], timeout=timeout, check=False)
+        out, bootstrap = Path(tmp) / "stats.json", Path(tmp) / "gpufeed_cudf_pandas_run.py"
+        bootstrap.write_text(_BOOTSTRAP)
+        proc = subprocess.run([python, str(bootstrap), str(out), str(path), *args], timeout=timeout, check=False)
         if not out.exists():  # an empty report would read "nothing fell back, 100% on the GPU"
             raise RuntimeError(f"cudf.pandas wrote no profile for {path} (exit status {proc.returncode}): it failed "
                                "before or outside the script, see its error output above")

@@ -446,24 +446,49 @@ def pandas_category_values(series: Any, *, nullable: bool = False) -> Any | None
     return series.astype(kind)
 
 
-def cudf_category_values(series: Any) -> Any | None:
-    """A cuDF categorical of numbers, booleans or dates as its values (a cast on the GPU;
-    cuDF's integer and boolean columns hold missing values themselves); None for any other
-    column (text categories included), which is compared as it is. The cuDF twin of
-    :func:`pandas_category_values`.
+def cudf_string_dtype(dtype: Any) -> bool:
+    """Whether a cuDF dtype is one of its string dtypes (object, pandas' ``StringDtype``,
+    an ``ArrowDtype`` of ``string``/``large_string``: cuDF's ``is_dtype_obj_string``)."""
+    import pandas as pd
+    import pyarrow as pa
+
+    if isinstance(dtype, pd.ArrowDtype):
+        return pa.types.is_string(dtype.pyarrow_dtype) or pa.types.is_large_string(dtype.pyarrow_dtype)
+    return isinstance(dtype, pd.StringDtype) or (isinstance(dtype, np.dtype) and dtype == np.dtype(object))
+
+
+def cudf_category_values(series: Any, text: bool = False) -> Any | None:
+    """A cuDF categorical of numbers, booleans or dates as its values (cuDF's integer and
+    boolean columns hold missing values themselves), and with ``text`` one of text as its
+    strings, computed on the GPU; None for any other column (text categories without
+    ``text``: compared as they are). The cuDF twin of :func:`pandas_category_values`.
 
     Why: ``cudf.from_pandas`` (``to_backend``) keeps a pandas categorical of integers as a
     cuDF categorical, where polars gets Int64 and pandas' ops read its values: on cuDF
     ``Categorify`` compared it by its text (a vocabulary sorted ``"10" < "100" < "9"``, other
     codes than pandas and polars), ``HashBucket`` hashed ``"10"`` instead of 10, and the
     numeric ops refused the column as "not numbers".
+
+    Where values are missing, cuDF's own cast is not used (both seen on an H200, cuDF
+    26.10.2): it refuses integers ("Cannot convert float NaN to integer", as pandas does),
+    and on a slice of a frame (``iloc[17:2500]``) it marked every row past the first ~350
+    missing (its ``_get_decategorized_column`` copies the null mask from the slice's offset
+    up to the mask's size in *bytes*, read as bits). Instead: fill the gaps with a category
+    (no mask left to misread), cast, and null those rows again from the column's own
+    ``notna()``.
     """
     if str(series.dtype) != "category":  # cuDF's CategoricalDtype is not pandas' class
         return None
-    kind = series.dtype.categories.dtype
-    if isinstance(kind, np.dtype) and kind.kind in "biufmM":
+    categories = series.dtype.categories
+    kind = categories.dtype
+    if not ((isinstance(kind, np.dtype) and kind.kind in "biufmM") or (text and cudf_string_dtype(kind))):
+        return None
+    if not series.hasnans:  # cuDF: any null
         return series.astype(kind)
-    return None
+    present = series.notna()
+    if len(categories) == 0:  # every value missing: no category to fill with
+        return series.cat.codes.astype(kind).where(present)
+    return series.fillna(categories[0]).astype(kind).where(present)
 
 
 def pandas_codes(found: np.ndarray, uniques: np.ndarray, vocabulary: list[Any], unseen: int,

@@ -31,6 +31,9 @@ def test_category_values_reads_numbers_not_text():
     assert cudf_category_values(ints).dtype == np.int64 and cudf_category_values(ints).tolist() == [9, 10, 100, 9]
     assert cudf_category_values(pd.Series(pd.Categorical([True, False]))).dtype == np.bool_
     assert cudf_category_values(pd.Series(pd.Categorical(["a", "b"]))) is None
+    # text on request, gaps filled, cast and put back (cuDF's cast of a gappy slice lost rows)
+    text = cudf_category_values(pd.Series(pd.Categorical(["b", None, "a", None]))[1:], text=True)
+    assert text.isna().tolist() == [True, False, True] and text.tolist()[1] == "a" and text.index.tolist() == [1, 2, 3]
     assert cudf_category_values(pd.Series([1, 2])) is None
 
 
@@ -118,6 +121,14 @@ def test_cudf_categoricals_of_numbers_are_their_values(categories):
         np.testing.assert_array_equal(got["c"].to_numpy(dtype=float, na_value=np.nan),
                                       expected["c"].to_numpy(dtype=float, na_value=np.nan))
     assert Recipe([Categorify(["c"])]).fit(gdf).ops[0].state["c"] == [9, 10, 100]  # not "10" < "100" < "9"
+    # Integers with gaps (cuDF 26.10 refused that cast: "Cannot convert float NaN to integer"),
+    # and every value missing, with no category to fill the gaps with.
+    from gpufeed.gpu_transforms.tabular.kernels import cudf_category_values
+
+    for values in ([9, None, 10], [None, None]):
+        series = pd.Series(pd.Categorical(values, categories=pd.Index(sorted({v for v in values if v}), dtype="int64")))
+        got = cudf_category_values(to_backend(pd.DataFrame({"c": series}), "cudf")["c"])
+        assert str(got.dtype) == "int64" and got.to_arrow().to_pylist() == values
 
 
 @pytest.mark.gpu
@@ -236,10 +247,9 @@ def test_cudf_clip_quantiles_come_from_one_sort_and_match_pandas():
 
 def test_cudf_hash_text_takes_what_the_arrow_text_takes():
     # The same dispatch as on a cuDF Series (dtypes named as cuDF names them), on pandas twins:
-    # strings as they are, categoricals of text by their values, integers as decimal text.
+    # strings as they are, integers as decimal text.
     from gpufeed.gpu_transforms.tabular.categorical import _cudf_text
 
-    assert _cudf_text(pd.Series(["a", "b", None], dtype="category")).tolist()[:2] == ["a", "b"]
     assert _cudf_text(pd.Series(["a", None], dtype=object)).tolist()[0] == "a"
     assert _cudf_text(pd.Series(["a", None], dtype="string")).tolist()[0] == "a"
     assert _cudf_text(pd.Series([2**64 - 1, 2**63, 0], dtype="uint64")).tolist() == [
@@ -248,7 +258,8 @@ def test_cudf_hash_text_takes_what_the_arrow_text_takes():
         "-9223372036854775808", "-128", "-1"]
     assert _cudf_text(pd.Series([-128, 127], dtype="int8")).tolist() == ["-128", "127"]
     for other in (pd.Series([True, False]), pd.Series([1.0, 2.5]), pd.Series(pd.to_datetime(["2024-01-01"])),
-                  pd.Series([1, 2], dtype="category")):  # numbers' categoricals are their values by then
+                  pd.Series([1, 2], dtype="category"), pd.Series(["a", None], dtype="category")):
+        # categoricals are their values by then (_category_values)
         assert _cudf_text(other) is None, other.dtype
 
 
