@@ -15,8 +15,12 @@ bash ../shared/tools/device-wheels "$what"
 # bare name (seen on the H200 on 2026-11-27): nvjitlink >= 13.3 (the image has 13.0), numba < 0.65
 # (the image has 0.68), so llvmlite 0.46, and numpy <= 2.4 for that numba (the image has 2.5).
 extra=(polars==2.1.0 polars-runtime-32==2.1.0 narwhals==2.29.0 google-crc32c==1.9.0)
+# Dask-cuDF (read_dask, the partitioned recipe on the GPU): dask-cudf and what the image lacks of
+# its closure (the dashboard's bokeh left out).
 if [ "$what" != dali ]; then
-  extra+=(nvidia-nvjitlink==13.5.37 numba==0.64.0 llvmlite==0.46.0 numpy==2.4.6)
+  extra+=(nvidia-nvjitlink==13.5.37 numba==0.64.0 llvmlite==0.46.0 numpy==2.4.6
+          dask-cudf-cu13==26.10.2 rapids-dask-dependency==26.10.0 dask==2026.7.1 distributed==2026.7.1
+          partd==1.4.2 locket==1.0.0 tornado==6.6.1 zict==3.0.0 tblib==3.2.2)
 fi
 plat=()
 for p in manylinux_2_28_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 any; do plat+=(--platform "$p"); done
@@ -28,8 +32,10 @@ rm -rf .stage/p[0-9]* .stage/chunk*
 tar -C .stage/wheels -cf - . | split -b 44m -d -a 2 - .stage/chunk
 for c in .stage/chunk*; do d=.stage/p${c#.stage/chunk}; mkdir -p "$d"; mv "$c" "$d/part"; done
 # The shared tool's install line, with the extra names pinned (a bare name is "already
-# satisfied" by the image's older copy).
-sed -i "s/^\(python3 -m pip install .*\)$/\1 ${extra[*]}/" .stage/install.sh
+# satisfied" by the image's older copy), and --no-deps: pip's resolver refused the whole install
+# for one dependency the image has in another version (cuDF's nvjitlink, then numba's llvmlite);
+# the `pip check` after it names what is off instead.
+sed -i "s/^python3 -m pip install -q \(.*\)$/python3 -m pip install -q --no-deps \1 ${extra[*]}/" .stage/install.sh
 last=$(ls -d .stage/p[0-9]* | tail -1)
 cp .stage/install.sh "$last/install.sh"
 echo "staged in $(ls -d .stage/p[0-9]* | wc -l) parts (.stage/p00 .. $last); install: $last/install.sh"

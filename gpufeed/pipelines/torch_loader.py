@@ -14,7 +14,7 @@ import re
 import warnings
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import numpy as np
 import torch
@@ -129,6 +129,17 @@ def decode_failure(exc: Exception) -> str:
 
 #: Batches of a pixel source (a raw cache) made ahead on this process's threads.
 PIXEL_BATCHES_AHEAD = 4
+
+
+def dataloader_batches_ahead(loader: Any) -> int | None:
+    """Batches a ``torch.utils.data.DataLoader`` (or anything with its ``num_workers`` and
+    ``prefetch_factor``) prepares ahead of the one taken: each worker process holds its
+    prefetch factor (DataLoader's default 2), none without workers; None where ``loader``
+    has no ``num_workers``."""
+    workers = getattr(loader, "num_workers", None)
+    if not isinstance(workers, int) or isinstance(workers, bool):
+        return None
+    return workers * (getattr(loader, "prefetch_factor", None) or 2) if workers > 0 else 0
 
 
 class _Files(Dataset):
@@ -318,10 +329,9 @@ class TorchLoader(ClassificationLoader):
     def batches_ahead(self) -> int:
         """Worker processes times their prefetch; a pixel source's thread-made batches:
         :data:`PIXEL_BATCHES_AHEAD`."""
-        loader = self._loader
-        if loader is None:
+        if self._loader is None:
             return PIXEL_BATCHES_AHEAD
-        return 0 if loader.num_workers == 0 else loader.num_workers * loader.prefetch_factor
+        return dataloader_batches_ahead(self._loader) or 0
 
     def __getattr__(self, name: str) -> NoReturn:  # only called for attributes the loader lacks
         if name == "dali_iterator":

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from gpufeed.backends import resolve_device
+from gpufeed.pipelines.torch_loader import dataloader_batches_ahead
 from gpufeed.profile.batches import take, to_device
 from gpufeed.profile.report import StallReport
 from gpufeed.profile.stall import StallMeter
@@ -54,10 +55,7 @@ def batches_ahead(loader: Any) -> int | None:
     ahead = getattr(loader, "batches_ahead", None)
     if isinstance(ahead, int) and not isinstance(ahead, bool):
         return ahead
-    workers = getattr(loader, "num_workers", None)
-    if isinstance(workers, int) and not isinstance(workers, bool):
-        return workers * (getattr(loader, "prefetch_factor", None) or 2) if workers > 0 else 0
-    return None
+    return dataloader_batches_ahead(loader)
 
 
 def drain_for(loader: Any, drain: int | None) -> int:
