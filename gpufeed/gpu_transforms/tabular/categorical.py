@@ -89,6 +89,10 @@ def _category_values(frame: NwFrame, backend: str, columns: Sequence[str]) -> Nw
     native = nw.to_native(frame)
     if backend == "cudf":
         values = {c: v for c in columns if (v := cudf_category_values(native[c], text=True)) is not None}
+        # Categories of other types (decimals, pandas' nullable Int64): still categoricals, but
+        # copied to offset 0, so that cuDF's cast to text (narwhals') reads their mask right.
+        values.update({c: native[c].copy(deep=True) for c in columns
+                       if c not in values and str(native[c].dtype) == "category"})
     else:
         values = {c: v for c in columns if (v := pandas_category_values(native[c])) is not None}
     return wrap(assign(native, values)) if values else frame

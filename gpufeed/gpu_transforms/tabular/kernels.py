@@ -469,13 +469,16 @@ def cudf_category_values(series: Any, text: bool = False) -> Any | None:
     codes than pandas and polars), ``HashBucket`` hashed ``"10"`` instead of 10, and the
     numeric ops refused the column as "not numbers".
 
-    Where values are missing, cuDF's own cast is not used (both seen on an H200, cuDF
-    26.10.2): it refuses integers ("Cannot convert float NaN to integer", as pandas does),
-    and on a slice of a frame (``iloc[17:2500]``) it marked every row past the first ~350
-    missing (its ``_get_decategorized_column`` copies the null mask from the slice's offset
-    up to the mask's size in *bytes*, read as bits). Instead: fill the gaps with a category
-    (no mask left to misread), cast, and null those rows again from the column's own
-    ``notna()``.
+    Two faults of cuDF's cast met here (on an H200, cuDF 26.10.2), worked round:
+
+    - On a slice of a frame (``iloc[17:2500]``) the cast marked every row past the first ~350
+      missing: ``_get_decategorized_column`` copies the slice's null mask from its offset up
+      to the mask's size in *bytes*, read as bits. A slice with no gap of its own still
+      carries its parent's mask at an offset, so every categorical is first copied (a
+      fresh column at offset 0, the mask rebased by libcudf: one pass over the codes).
+    - It refuses integers where values are missing ("Cannot convert float NaN to integer",
+      as pandas does): the gaps are filled with a category, the column cast, and those
+      rows nulled again from its own ``notna()``.
     """
     if str(series.dtype) != "category":  # cuDF's CategoricalDtype is not pandas' class
         return None
@@ -483,7 +486,8 @@ def cudf_category_values(series: Any, text: bool = False) -> Any | None:
     kind = categories.dtype
     if not ((isinstance(kind, np.dtype) and kind.kind in "biufmM") or (text and cudf_string_dtype(kind))):
         return None
-    if not series.hasnans:  # cuDF: any null
+    series = series.copy(deep=True)
+    if not (kind.kind in "iu" and series.hasnans):  # hasnans: any null, on cuDF
         return series.astype(kind)
     present = series.notna()
     if len(categories) == 0:  # every value missing: no category to fill with

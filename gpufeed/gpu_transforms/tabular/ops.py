@@ -95,7 +95,9 @@ class TableOp:
     """
 
     columns: list[str]
-    state: dict[str, Any] = field(default_factory=dict, repr=False)
+    # Keyword-only: each op's own parameters follow its columns, so that `HashBucket(cols, 64)`
+    # is 64 buckets (it had been a fitted state of 64 and the default 1,024 buckets).
+    state: dict[str, Any] = field(default_factory=dict, repr=False, kw_only=True)
     kind: ClassVar[str] = ""
     stateless: ClassVar[bool] = False
     #: True for an op with a fast path on eager polars frames: the recipe then hands an

@@ -132,6 +132,25 @@ def test_cudf_categoricals_of_numbers_are_their_values(categories):
 
 
 @pytest.mark.gpu
+def test_cudf_categoricals_of_a_slice_keep_their_rows():
+    # cuDF 26.10's cast of a sliced categorical misread its null mask past ~350 rows, also in
+    # a slice with no gap of its own ("j": its parent's only gap is row 0).
+    cudf = pytest.importorskip("cudf", reason="cuDF is not installed")
+    n = 3000
+    ints = [None if i % 10 == 0 else i % 7 for i in range(n)]
+    table = pd.DataFrame({"i": pd.Categorical(ints), "t": pd.Categorical([None if v is None else f"t{v}" for v in ints]),
+                          "j": pd.Categorical([None] + [i % 5 for i in range(1, n)])})
+    part, expected = cudf.from_pandas(table).iloc[17:2500], table.iloc[17:2500]
+    for c in table.columns:
+        got = cudf_category_values(part[c], text=True).to_arrow().to_pylist()
+        assert got == [None if pd.isna(v) else v for v in expected[c].tolist()], c
+    for ops in ([Categorify(["i", "t", "j"])], [HashBucket(["i", "t", "j"], 64)]):
+        got, want = _pandas(Recipe(ops).fit_transform(part)), Recipe(ops).fit_transform(expected)
+        for c in table.columns:
+            assert got[c].tolist() == want[c].tolist(), (ops, c)
+
+
+@pytest.mark.gpu
 def test_dask_cudf_partitions_read_nan_as_missing():
     cudf = pytest.importorskip("cudf", reason="cuDF is not installed")
     pytest.importorskip("dask_cudf", reason="dask-cudf is not installed")

@@ -1369,3 +1369,14 @@ def test_standardize_by_group_over_mixed_nullable_columns_fits_on_pandas_as_on_p
     on_polars = Recipe([Standardize(["a", "b"], by="g")]).fit(to_backend(df, "polars")).ops[0].state
     assert on_pandas["groups"] == on_polars["groups"] == {"a": [["x", 1.5, 0.5], ["y", 4.0, 1.0]],
                                                           "b": [["x", 1.75, 0.75], ["y", 3.0, 1.0]]}
+
+
+def test_an_ops_own_parameters_follow_its_columns():
+    # `state` is keyword-only: HashBucket(cols, 64) had been a "fitted state" of 64 with the
+    # default 1,024 buckets, silently.
+    from gpufeed.gpu_transforms.tabular import HashBucket, Log
+
+    assert HashBucket(["c"], 64).buckets == 64 and HashBucket(["c"], 64).state == {}
+    assert Log(["x"], 2.0).offset == 2.0
+    with pytest.raises(TypeError):
+        HashBucket(["c"], 64, "canonical", {})

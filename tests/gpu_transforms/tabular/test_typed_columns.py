@@ -86,8 +86,8 @@ def test_hash_bucket_of_nanosecond_times_on_polars_hashes_each_value_as_pandas_d
               .dt.convert_time_zone("America/New_York"),
               "duration": ticks.cast(pl.Duration("ns"))}[kind]
     frame = pl.DataFrame({"t": column})
-    on_polars = Recipe([HashBucket(["t"], 1000)]).fit_transform(frame)["t"].to_list()
-    on_pandas = Recipe([HashBucket(["t"], 1000)]).fit_transform(frame.to_pandas())["t"].tolist()
+    on_polars = Recipe([HashBucket(["t"], 2**20)]).fit_transform(frame)["t"].to_list()
+    on_pandas = Recipe([HashBucket(["t"], 2**20)]).fit_transform(frame.to_pandas())["t"].tolist()
     assert on_polars == on_pandas
     assert on_polars[3] == 0 and len(set(on_polars)) == 5
 
