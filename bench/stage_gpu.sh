@@ -31,12 +31,13 @@ done
 rm -rf .stage/p[0-9]* .stage/chunk*
 tar -C .stage/wheels -cf - . | split -b 44m -d -a 2 - .stage/chunk
 for c in .stage/chunk*; do d=.stage/p${c#.stage/chunk}; mkdir -p "$d"; mv "$c" "$d/part"; done
-# The shared tool's install line, with the extra names pinned (a bare name is "already
-# satisfied" by the image's older copy), and --no-deps: pip's resolver refused the whole install
-# for one dependency the image has in another version (cuDF's nvjitlink, then numba's llvmlite);
-# the `pip check` after it names what is off instead.
-sed -i "s/^python3 -m pip install -q \(.*\)$/python3 -m pip install -q --no-deps \1 ${extra[*]}/" .stage/install.sh
+# The shared tool's install line replaced by every staged wheel file, --no-deps: by name, one the
+# image already has in another version counts as "already satisfied" (the tool lists bare names),
+# and pip's resolver refused the whole install for one dependency the image has in another version
+# (cuDF's nvjitlink, then numba's llvmlite). A file is installed in its version, whatever the
+# image holds; the `pip check` after it names what is off.
+sed -i 's|^python3 -m pip install -q .*$|python3 -m pip install -q --no-deps --no-index "$HOME"/wheels/*.whl|' .stage/install.sh
 last=$(ls -d .stage/p[0-9]* | tail -1)
 cp .stage/install.sh "$last/install.sh"
 echo "staged in $(ls -d .stage/p[0-9]* | wc -l) parts (.stage/p00 .. $last); install: $last/install.sh"
-grep '^python3 -m pip install' "$last/install.sh"
+grep '^python3 -m pip install' "$last/install.sh"; echo "wheels: $(ls .stage/wheels | wc -l)"

@@ -22,7 +22,6 @@ from typing import Any
 import torch
 
 from gpufeed.backends import resolve_device
-from gpufeed.pipelines.torch_loader import dataloader_batches_ahead
 from gpufeed.profile.batches import take, to_device
 from gpufeed.profile.report import StallReport
 from gpufeed.profile.stall import StallMeter
@@ -55,6 +54,10 @@ def batches_ahead(loader: Any) -> int | None:
     ahead = getattr(loader, "batches_ahead", None)
     if isinstance(ahead, int) and not isinstance(ahead, bool):
         return ahead
+    # Here, not at the top: gpufeed.pipelines loads the image loaders (torchvision, PIL), which
+    # `import gpufeed.profile` need not pay for (a user's own DataLoader comes this way).
+    from gpufeed.pipelines.torch_loader import dataloader_batches_ahead
+
     return dataloader_batches_ahead(loader)
 
 
