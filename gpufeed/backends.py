@@ -77,6 +77,9 @@ def choose_image_backend(backend: str, device: torch.device) -> BackendChoice:
     if has_dali:
         where = "on the GPU with the hardware JPEG decoder" if device.type == "cuda" else "in CPU-only mode"
         return BackendChoice("dali", f"DALI is installed; it decodes and augments {where}, faster than the DataLoader")
+    if device.type == "cuda":  # the GPU's own decoder is what is missing, not the CPU-only mode
+        return BackendChoice("torch", "DALI is not installed (pip install 'gpufeed[cuda13]', or 'gpufeed[cuda12]' with "
+                                      "a CUDA 12 torch, for DALI's hardware JPEG decode on the GPU)")
     return BackendChoice("torch", "DALI is not installed (pip install 'gpufeed[dali-cpu]' for the faster CPU path)")
 
 
@@ -92,9 +95,12 @@ def choose_dataframe_backend(backend: str = "auto") -> BackendChoice:
         return BackendChoice(backend, "asked for")
     if installed("cudf") and cuda_available():
         return BackendChoice("cudf", "cuDF is installed and a CUDA GPU is present")
+    # Why not cuDF: on a GPU machine it is the install that is missing, not the GPU.
+    no_cudf = ("cuDF is not installed (pip install 'gpufeed[cuda13]')" if cuda_available()
+               else "no usable cuDF (needs a GPU)")
     if installed("polars"):
-        return BackendChoice("polars", "no usable cuDF (needs a GPU); polars is the fastest CPU backend")
-    return BackendChoice("pandas", "neither cuDF on a GPU nor polars is available")
+        return BackendChoice("polars", f"{no_cudf}; polars is the fastest CPU backend")
+    return BackendChoice("pandas", f"{no_cudf}, and polars is not installed")
 
 
 def choose_array_module(device: torch.device) -> BackendChoice:
