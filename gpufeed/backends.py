@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gpufeed.machine import cuda_available, installed, library_version
+from gpufeed.machine import cuda_available, installed, library_version, nvidia_gpu_listed
 
 if TYPE_CHECKING:  # torch is imported where a device is resolved: table code never needs it
     import torch
@@ -95,8 +95,9 @@ def choose_dataframe_backend(backend: str = "auto") -> BackendChoice:
         return BackendChoice(backend, "asked for")
     if installed("cudf") and cuda_available():
         return BackendChoice("cudf", "cuDF is installed and a CUDA GPU is present")
-    # Why not cuDF: on a GPU machine it is the install that is missing, not the GPU.
-    no_cudf = ("cuDF is not installed (pip install 'gpufeed[cuda13]')" if cuda_available()
+    # Why not cuDF: on a GPU machine it is the install that is missing, not the GPU (asked of
+    # the driver: the table path does not import torch).
+    no_cudf = ("cuDF is not installed (pip install 'gpufeed[cuda13]')" if not installed("cudf") and nvidia_gpu_listed()
                else "no usable cuDF (needs a GPU)")
     if installed("polars"):
         return BackendChoice("polars", f"{no_cudf}; polars is the fastest CPU backend")

@@ -66,6 +66,16 @@ def cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
+def nvidia_gpu_listed() -> bool:
+    """Whether the NVIDIA driver lists a GPU here (``/proc/driver/nvidia/gpus``), read
+    without importing torch: for wording advice on a table-only path, never for choosing a
+    device (:func:`cuda_available` decides that)."""
+    try:
+        return any(Path("/proc/driver/nvidia/gpus").iterdir())
+    except OSError:
+        return False
+
+
 def available_memory() -> int:
     """Bytes this process can still take: ``MemAvailable`` of ``/proc/meminfo``, or less
     when a cgroup limit (``/sys/fs/cgroup/memory.max`` less ``memory.current``) is lower.

@@ -19,10 +19,10 @@ def test_a_gpu_without_dali_is_told_the_gpu_extra(monkeypatch):
 def test_a_gpu_without_cudf_is_told_to_install_it(monkeypatch):
     # "no usable cuDF (needs a GPU)" was printed on a machine with a GPU and no cuDF.
     monkeypatch.setattr(backends, "installed", lambda name: name == "polars")
-    monkeypatch.setattr(backends, "cuda_available", lambda: True)
+    monkeypatch.setattr(backends, "nvidia_gpu_listed", lambda: True)
     choice = backends.choose_dataframe_backend("auto")
     assert choice.name == "polars" and "cuDF is not installed" in choice.reason and "needs a GPU" not in choice.reason
-    monkeypatch.setattr(backends, "cuda_available", lambda: False)
+    monkeypatch.setattr(backends, "nvidia_gpu_listed", lambda: False)
     assert "needs a GPU" in backends.choose_dataframe_backend("auto").reason
     monkeypatch.setattr(backends, "installed", lambda name: False)
     assert backends.choose_dataframe_backend("auto").name == "pandas"
