@@ -183,18 +183,23 @@ class FeedWorkers:
             self._shared.close()
 
 
-def feed_processes(samples: SampleSource, options: LoaderOptions, on_gpu: bool) -> int:
-    """How many worker processes prepare the DALI feed: ``options.workers`` on a GPU for
-    encoded images (a folder, a file list, shards, a RAM cache of them), else none (the
-    feed's own thread).
+#: In DALI's CPU-only mode the feed moves to worker processes from this many workers up.
+CPU_FEED_MIN_WORKERS = 8
 
-    DALI's CPU-only mode keeps the feed in its thread, although workers measured faster
-    there too (``bench/feed_ab.py --device cpu``, 2026-11-27: train 1.48x on 16 cores, 1.05x
-    on 2; val 1.28x on 2): the CPU mode is what the test suite and CI run, where a process
-    already holding DALI pipelines would fork them, and a fork of such a process has
-    crashed here (DataLoader workers). A raw cache's decoded pixels need no check, and
+
+def feed_processes(samples: SampleSource, options: LoaderOptions, on_gpu: bool) -> int:
+    """How many worker processes prepare the DALI feed for encoded images (a folder, a file
+    list, shards, a RAM cache of them): ``options.workers`` on a GPU, and in DALI's
+    CPU-only mode from :data:`CPU_FEED_MIN_WORKERS` workers up; else none (the feed's own
+    thread).
+
+    Measured with ``bench/feed_ab.py``, 2026-11-27: on the GPU workers 3.70x the thread
+    (train), 1.97x (val); in CPU-only mode 1.48x (train) on 16 cores, but 1.05x (train) and
+    1.28x (val) on 2, where the fork buys little. So a small machine, CI's included (whose
+    test processes hold many DALI pipelines, and a fork of such a process has crashed here:
+    DataLoader workers), keeps the thread. A raw cache's decoded pixels need no check, and
     sending them from a worker would copy every pixel once more.
     """
-    if not on_gpu or options.workers <= 1 or samples.kind == "pixels":
+    if options.workers <= 1 or samples.kind == "pixels":
         return 0
-    return options.workers
+    return options.workers if on_gpu or options.workers >= CPU_FEED_MIN_WORKERS else 0

@@ -101,7 +101,10 @@ def test_worker_processes_for_encoded_images_on_a_gpu(image_folder: Path, tmp_pa
     loader = classification_loader(str(image_folder), backend="torch", device="cpu", train=True, batch_size=4,
                                    num_workers=4)
     assert feed_processes(loader.samples, loader.options, on_gpu=True) == 4
-    assert feed_processes(loader.samples, loader.options, on_gpu=False) == 0  # CPU-only mode: in its thread (no fork after DALI)
+    assert feed_processes(loader.samples, loader.options, on_gpu=False) == 0  # CPU-only mode, few workers: the thread
+    many = classification_loader(str(image_folder), backend="torch", device="cpu", train=True, batch_size=4,
+                                 num_workers=8)
+    assert feed_processes(many.samples, many.options, on_gpu=False) == 8  # 1.48x the thread on 16 cores
     one = classification_loader(str(image_folder), backend="torch", device="cpu", train=True, batch_size=4, num_workers=1)
     assert feed_processes(one.samples, one.options, on_gpu=True) == 0
     from gpufeed.datasets.shards.convert import convert
