@@ -1,5 +1,6 @@
 """The DALI feed's worker processes: the same batches, skips and resumes as the feed's own
-thread, and used only where they pay (a folder's files on a GPU).
+thread, and used only where they pay (encoded images on a GPU, or in DALI's CPU-only mode
+from 8 workers up).
 
 The feeds run in a child process that imports no DALI: the workers are forked, and a
 process that ran DALI pipelines must not fork (that crashed on this machine).
@@ -17,6 +18,14 @@ import pytest
 
 from gpufeed.pipelines import classification_loader
 from gpufeed.pipelines.feed_workers import feed_processes
+
+
+def _in_child(script: str, *args: str) -> object:
+    """Run ``script`` in a fresh interpreter (no DALI imported by this one before a fork)
+    and return the JSON of its last output line."""
+    out = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 _FEEDS = r"""
 import json, sys
@@ -81,10 +90,7 @@ def bad_folder(image_folder: Path, tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize("mode", ["train", "val"])
 def test_worker_processes_feed_what_the_feeds_thread_feeds(bad_folder: Path, mode: str) -> None:
-    out = subprocess.run([sys.executable, "-c", _FEEDS, str(bad_folder), mode], capture_output=True, text=True,
-                         timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    got = json.loads(out.stdout.strip().splitlines()[-1])
+    got = _in_child(_FEEDS, str(bad_folder), mode)
     serial, workers, small = got["serial"], got["workers"], got["small_slots"]
     assert serial["alive"] == 0 and workers["alive"] == 3  # forked when the feed was made
     assert workers["epochs"] == serial["epochs"] == small["epochs"]  # every byte, through shared memory or not
@@ -146,10 +152,7 @@ def test_worker_processes_read_shards_as_the_feeds_thread_does(image_folder: Pat
     from gpufeed.datasets.shards.convert import convert
 
     shards = convert(image_folder, tmp_path / "wds", format="webdataset", shard_size="200KB", progress=False).dst
-    out = subprocess.run([sys.executable, "-c", _SHARD_FEEDS, str(shards)], capture_output=True, text=True,
-                         timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.strip().splitlines()[-1] == "true"
+    assert _in_child(_SHARD_FEEDS, str(shards)) is True
 
 
 _KILLED = r"""
@@ -189,10 +192,7 @@ print(json.dumps({"same": got == serial, "ignored": ignored, "in_thread": feed.w
 
 
 def test_a_killed_worker_leaves_the_feed_to_its_own_thread(image_folder: Path) -> None:
-    out = subprocess.run([sys.executable, "-c", _KILLED, str(image_folder)], capture_output=True, text=True,
-                         timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    got = json.loads(out.stdout.strip().splitlines()[-1])
+    got = _in_child(_KILLED, str(image_folder))
     assert got["same"] and got["in_thread"] and len(got["warned"]) == 1  # every batch, in order, one warning
     assert got["ignored"]  # Ctrl-C reaches the whole process group: the workers leave it to the loop
 
@@ -267,10 +267,7 @@ print(json.dumps({"same": same, "before": before is first and before is not None
 
 def test_the_loader_forks_its_workers_once_shares_them_and_closes_them(image_folder: Path) -> None:
     pytest.importorskip("nvidia.dali")
-    out = subprocess.run([sys.executable, "-c", _CLOSE, str(image_folder)], capture_output=True, text=True,
-                         timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    got = json.loads(out.stdout.strip().splitlines()[-1])
+    got = _in_child(_CLOSE, str(image_folder))
     assert got["before"] and got["shared"] and got["closed"] and got["fresh"] and got["pids"] == 2 and got["same"]
     assert got["n"] == got["m"] == got["again"] == 40
 
@@ -316,10 +313,7 @@ print(json.dumps({"held": held, "back": back, "total": total, "after_bogus": len
 
 
 def test_slots_come_back_from_a_dropped_feed_and_workers_outlive_their_forking_thread(image_folder: Path) -> None:
-    out = subprocess.run([sys.executable, "-c", _SLOTS, str(image_folder)], capture_output=True, text=True,
-                         timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    got = json.loads(out.stdout.strip().splitlines()[-1])
+    got = _in_child(_SLOTS, str(image_folder))
     assert got["held"] < got["total"] and got["back"] == got["total"] and got["after_bogus"] == got["total"]
 
 
@@ -350,8 +344,5 @@ print(json.dumps(out))
 @pytest.mark.gpu
 def test_on_a_gpu_the_feed_workers_give_the_images_the_feeds_thread_gives(image_folder: Path) -> None:
     pytest.importorskip("nvidia.dali")
-    out = subprocess.run([sys.executable, "-c", _ON_GPU, str(image_folder)], capture_output=True, text=True,
-                         timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    got = json.loads(out.stdout.strip().splitlines()[-1])
+    got = _in_child(_ON_GPU, str(image_folder))
     assert got == {"train": {"forked": True, "same": True}, "val": {"forked": True, "same": True}}
