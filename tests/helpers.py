@@ -1,14 +1,32 @@
-"""Test helpers: small image trees with known contents."""
+"""Test helpers: small image trees with known contents, and waiting for processes to end."""
 
 from __future__ import annotations
 
 import struct
+import time
 import zlib
 from pathlib import Path
 
 import numpy as np
 
 from gpufeed.datasets.images import generate_image_folder
+
+
+def running(pid: int) -> bool:
+    """Whether process ``pid`` still runs (a zombie waiting to be reaped has ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def still_running(pids: set[int] | list[int], timeout: float) -> list[int]:
+    """The ``pids`` still running after waiting up to ``timeout`` seconds for them to end."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and any(map(running, pids)):
+        time.sleep(0.2)
+    return [p for p in pids if running(p)]
 
 
 def indexed_file_list(root: Path, n: int = 23) -> list[tuple[str, int]]:

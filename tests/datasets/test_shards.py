@@ -27,6 +27,7 @@ from gpufeed.datasets.shards import MANIFEST, expand_shards, open_converted, ope
 from gpufeed.datasets.shards.convert import PROGRESS_FILE, convert, parse_size
 from gpufeed.datasets.shards.tfrecord import TFRecordShards, TFRecordWriter, masked_crc32c
 from gpufeed.datasets.shards.webdataset import TarShardWriter, WebDatasetShards
+from tests.helpers import running, still_running
 
 SHARD_SIZE = 30_000  # a few small JPEGs per shard, so every test sees several shards
 FORMATS = ("webdataset", "tfrecord")
@@ -1057,23 +1058,11 @@ def test_decoding_processes_end_when_the_converting_process_is_killed(tmp_path):
         proc.kill()
         proc.wait()
 
-    def alive(pid: int) -> bool:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-        except FileNotFoundError:
-            return False
-
-    import time
-
-    deadline = time.monotonic() + 15
     try:
-        while any(alive(p) for p in workers) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert not any(alive(p) for p in workers), "the decoding processes outlived the killed conversion"
+        assert not still_running(workers, timeout=15), "the decoding processes outlived the killed conversion"
     finally:
         for pid in workers:
-            if alive(pid):
+            if running(pid):
                 os.kill(pid, signal.SIGKILL)
 
 

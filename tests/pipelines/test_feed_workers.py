@@ -18,6 +18,7 @@ import pytest
 
 from gpufeed.pipelines import classification_loader
 from gpufeed.pipelines.feed_workers import feed_processes
+from tests.helpers import still_running
 
 
 def _in_child(script: str, *args: str) -> object:
@@ -211,7 +212,6 @@ time.sleep(120)
 
 def test_workers_die_with_the_training_process(image_folder: Path) -> None:
     import signal
-    import time
 
     child = subprocess.Popen([sys.executable, "-c", _ORPHAN, str(image_folder)], stdout=subprocess.PIPE, text=True)
     try:
@@ -220,17 +220,7 @@ def test_workers_die_with_the_training_process(image_folder: Path) -> None:
     finally:
         child.send_signal(signal.SIGKILL)  # the parent alone, as the OOM killer does
         child.wait(timeout=30)
-    def running(pid: int) -> bool:  # a zombie waiting to be reaped has ended
-        try:
-            with open(f"/proc/{pid}/stat") as stat:
-                return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-        except OSError:
-            return False
-
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and any(map(running, pids)):
-        time.sleep(0.2)
-    assert not [p for p in pids if running(p)]
+    assert not still_running(pids, timeout=20)
 
 
 _CLOSE = r"""
