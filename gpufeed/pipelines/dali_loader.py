@@ -43,7 +43,7 @@ from gpufeed.pipelines.dali_pipeline import build_pipeline
 from gpufeed.pipelines.dali_readers import STATE_FORMAT as READER_STATE_FORMAT
 from gpufeed.pipelines.dali_readers import load_into, reader_iterator, shard_format
 from gpufeed.pipelines.feed_workers import FeedWorkers, feed_processes
-from gpufeed.pipelines.feeds import FileFeed, IteratorSkips, crop_inputs, dali_input
+from gpufeed.pipelines.feeds import FileFeed, IteratorSkips, crop_inputs, dali_input, sample_stamp
 from gpufeed.pipelines.options import LastBatch, LoaderOptions
 from gpufeed.pipelines.plan import EpochPlan
 from gpufeed.pipelines.threads import SamplePool
@@ -304,7 +304,7 @@ class DaliLoader(ClassificationLoader):
                 found = True
                 # Remembered with the version probed: not fed again while the file is unchanged
                 # (each time would cost a pipeline rebuild). Raises under on_error="raise".
-                self.log.add(names(i), reason, self._feed.stamp(i, data))
+                self.log.add(names(i), reason, sample_stamp(self.samples, i, data))
         if not found:
             shown = ", ".join(map(names, suspects[:4])) + (" ..." if len(suspects) > 4 else "")
             raise RuntimeError(f"DALI failed on a batch of {len(suspects)} files ({shown}), "

@@ -204,10 +204,6 @@ class FileFeed:
         # A feed dropped half-way (an iterator left with `break`) gives its slots back.
         weakref.finalize(self, _give_back, self._ahead, self._lent)
 
-    def stamp(self, index: int, data: np.ndarray | str) -> FileStamp | None:
-        """:func:`sample_stamp` of this feed's sample ``index``."""
-        return sample_stamp(self.samples, index, data)
-
     def _read_all(self, indices: list[int]) -> list[np.ndarray | str]:
         threads = self.options.workers
         if threads <= 1 or len(indices) <= 1:
