@@ -52,6 +52,7 @@ from gpufeed.gpu_transforms.tabular.kernels import (
 from gpufeed.gpu_transforms.tabular.pandas_kernels import (
     clip_columns,
     column_lows,
+    column_moments,
     fill_columns,
     finite_means,
     float64_columns,
@@ -71,9 +72,11 @@ from gpufeed.gpu_transforms.tabular.stats import (
     decimals_as_numbers,
     exact_number,
     f64,
+    finite_stats,
     integer_range,
     is_finite,
     json_key,
+    moment_exprs,
     narrow_float,
     no_values,
     number,
@@ -698,21 +701,20 @@ class Standardize(TableOp):
                     raise no_values("Standardize", empty[0])
             state: dict[str, Any] = {"global": {c: [m, scale(sd, m, n)] for c, (m, sd, n) in pooled.items()}}
         else:
-            def moments(columns: list[str], factor: float = 1.0) -> list[nw.Expr]:
-                values = {c: f64(c, schema, backend) * factor if factor != 1.0 else f64(c, schema, backend)
-                          for c in columns}
-                return [*[values[c].mean().alias(f"m:{c}") for c in columns],
-                        *[values[c].std(ddof=0).alias(f"s:{c}") for c in columns]]
-
-            counts = [nw.col(c).count().alias(f"n:{c}") for c in self.columns]
-            stats = aggregate_finite(frame, [*moments(self.columns), *counts], self.columns, "Standardize")
+            native = numpy_columns(frame, self.columns, nullable=True) if backend == "pandas" else None
+            if native is not None:
+                stats = finite_stats(column_moments(native, self.columns), frame, self.columns, "Standardize")
+            else:
+                stats = aggregate_finite(frame, [*moment_exprs(self.columns, schema, backend),
+                                                 nw.col(*self.columns).count().name.prefix("n:")],
+                                         self.columns, "Standardize")
             huge = [c for c in self.columns if not is_missing(stats[f"m:{c}"]) and not (
                 is_finite(stats[f"m:{c}"]) and (is_missing(stats[f"s:{c}"]) or is_finite(stats[f"s:{c}"])))]
             if huge:
                 # No inf in them (aggregate_finite checked): values whose sum or squares
                 # overflow float64 (beyond ~1.3e154). Their statistics times TINY (a power
                 # of two: exact), scaled back.
-                stats.update({k: v / TINY for k, v in aggregate(frame, moments(huge, TINY)).items()})
+                stats.update({k: v / TINY for k, v in aggregate(frame, moment_exprs(huge, schema, backend, TINY)).items()})
             means = {c: number(stats[f"m:{c}"], c, "Standardize") for c in self.columns}
             state = {"global": {c: [means[c], scale(stats[f"s:{c}"], means[c], stats[f"n:{c}"])]
                                 for c in self.columns}}

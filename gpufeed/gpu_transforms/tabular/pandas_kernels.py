@@ -67,11 +67,22 @@ def as_column(native: Any, values: np.ndarray) -> Any:
 def assign(native: Any, columns: Mapping[Any, Any]) -> Any:
     """``native.assign(**columns)`` for any column label: ``assign`` takes the labels as
     keyword arguments, so a real table's column named ``self`` (or a label that is not
-    text) failed on pandas alone. The same shallow copy with the columns set on it."""
-    out = native.copy(deep=False)
-    for name, values in columns.items():
-        out[name] = values
-    return out
+    text) failed on pandas alone. The columns are not copied.
+
+    Many columns make a new frame of the kept and the new columns at once: set one by one,
+    each split pandas' block of the others again (2,000 columns of 500 rows: 0.5 s against
+    0.04 s). Duplicate labels, which a dict cannot hold, are set one by one."""
+    import pandas as pd
+
+    if len(columns) < 16 or not native.columns.is_unique:
+        out = native.copy(deep=False)
+        for name, values in columns.items():
+            out[name] = values
+        return out
+    out = pd.DataFrame({name: columns.get(name, kept) for name, kept in native.items()},
+                       index=native.index, copy=False)
+    out.columns = native.columns  # its name and type: labels 0..n came back as a plain Index
+    return out.__finalize__(native)  # attrs and flags, as copy() keeps them
 
 
 def min_max(native: Any, columns: Sequence[str]) -> dict[str, list[float]] | None:
@@ -89,6 +100,22 @@ def min_max(native: Any, columns: Sequence[str]) -> dict[str, list[float]] | Non
         if not (math.isfinite(low) and math.isfinite(high)):
             return None
         out[c] = [low, high]
+    return out
+
+
+def column_moments(native: Any, columns: Sequence[str]) -> dict[str, Any]:
+    """Each column's mean, standard deviation (``ddof=0``) and count of values, missing ones
+    skipped, as ``m:COLUMN``, ``s:COLUMN`` and ``n:COLUMN``: pandas' own reductions of each
+    column (narrow floats in float64, as :func:`.stats.f64` reads them), the ones
+    narwhals' form calls, so the same values, without its cost of ~1 ms an expression
+    (2,000 columns of 500 rows took 4 s to fit, pandas' own ``mean`` and ``std`` 0.03 s)."""
+    out: dict[str, Any] = {}
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf, a variance beyond float64: the caller names or rescales
+        for c in columns:
+            series = native[c]
+            if series.dtype.kind == "f" and series.dtype.itemsize < 8:
+                series = series.astype("Float64" if _masked(series) else np.float64)
+            out[f"m:{c}"], out[f"s:{c}"], out[f"n:{c}"] = series.mean(), series.std(ddof=0), series.count()
     return out
 
 

@@ -52,9 +52,33 @@ def aggregate_finite(frame: NwFrame, exprs: list[nw.Expr], columns: Sequence[str
     with np.errstate(invalid="ignore", over="ignore"):  # pandas warns on inf - inf (and a variance beyond
         # float64) before we can name the column or rescale it
         stats = aggregate(frame, exprs)
+    return finite_stats(stats, frame, columns, op)
+
+
+def finite_stats(stats: dict[str, Any], frame: NwFrame, columns: Sequence[str], op: str) -> dict[str, Any]:
+    """``stats`` of ``columns`` as they are; when one is missing or not finite, the columns
+    are counted for inf first (:func:`check_finite` raises naming them)."""
     if not all(is_finite(v) for v in stats.values()):
         check_finite(frame, columns, op)
     return stats
+
+
+def moment_exprs(columns: Sequence[str], schema: Any, backend: str, factor: float = 1.0) -> list[nw.Expr]:
+    """Each column's mean and standard deviation (``ddof=0``) of its values read as
+    :func:`f64` reads them (times ``factor``), named ``m:COLUMN`` and ``s:COLUMN``.
+
+    One expression per statistic and kind of read, for all the columns at once: narwhals
+    parses each expression in ~0.3 ms, so one per column took 1.3 s to fit 2,000 columns
+    of 500 rows on polars (a real table's width), 0.13 s so.
+    """
+    cast = [c for c in columns if reads_as_f64(c, schema, backend)]
+    exprs: list[nw.Expr] = []
+    for group, values in ((cast, nw.col(*cast).cast(nw.Float64)),
+                          (plain := [c for c in columns if c not in set(cast)], nw.col(*plain))):
+        if group:
+            values = values * factor if factor != 1.0 else values
+            exprs += [values.mean().name.prefix("m:"), values.std(ddof=0).name.prefix("s:")]
+    return exprs
 
 
 def is_finite(value: Any) -> bool:
@@ -164,9 +188,12 @@ def f64(column: str, schema: Any, backend: str = "") -> nw.Expr:
     pandas and polars average integers in float64 already (a cast there would copy the
     column for nothing).
     """
-    if narrow_float(column, schema) or (wrapping_sums(backend) and schema[column].is_integer()):
-        return nw.col(column).cast(nw.Float64)
-    return nw.col(column)
+    return nw.col(column).cast(nw.Float64) if reads_as_f64(column, schema, backend) else nw.col(column)
+
+
+def reads_as_f64(column: str, schema: Any, backend: str = "") -> bool:
+    """Whether :func:`f64` casts ``column`` to float64 (narrow floats; integers where sums wrap)."""
+    return narrow_float(column, schema) or (wrapping_sums(backend) and schema[column].is_integer())
 
 
 def narrow_float(column: str, schema: Any) -> bool:

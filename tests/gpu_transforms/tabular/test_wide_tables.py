@@ -1,0 +1,106 @@
+"""Wide tables (many columns, few rows): the ops' statistics and write-back done for all the
+columns at once, with the same values as one column at a time."""
+
+from __future__ import annotations
+
+import narwhals as nw
+import numpy as np
+import pandas as pd
+import pytest
+
+from gpufeed.gpu_transforms.tabular import (
+    Clip,
+    FillMissing,
+    Log,
+    MinMax,
+    Recipe,
+    Standardize,
+    to_backend,
+)
+from gpufeed.gpu_transforms.tabular.pandas_kernels import assign, column_moments
+from gpufeed.gpu_transforms.tabular.stats import aggregate, moment_exprs
+
+
+def _wide(rows: int = 300, per_kind: int = 12, seed: int = 0) -> pd.DataFrame:
+    """float64 with gaps, int64, float32 and nullable Int64 columns, ``per_kind`` of each."""
+    rng = np.random.default_rng(seed)
+    columns: dict[str, object] = {}
+    for i in range(per_kind):
+        x = rng.normal(i * 10.0, 1 + i, rows)
+        x[rng.random(rows) < 0.1] = np.nan
+        columns[f"f{i}"] = x
+        columns[f"i{i}"] = rng.integers(-50, 50 + i, rows)
+        columns[f"s{i}"] = rng.normal(-i, 2.0, rows).astype(np.float32)
+        columns[f"n{i}"] = pd.array(np.where(rng.random(rows) < 0.1, None, rng.integers(0, 9, rows)), dtype="Int64")
+    frame = pd.DataFrame(columns)
+    frame.columns.name = "features"
+    return frame
+
+
+def test_column_moments_on_pandas_equal_the_expression_form_bit_for_bit():
+    frame = _wide()
+    cols = list(frame.columns)
+    nw_frame = nw.from_native(frame, eager_only=True)
+    counts = [nw.col(c).count().alias(f"n:{c}") for c in cols]
+    want = aggregate(nw_frame, [*moment_exprs(cols, nw_frame.schema, "pandas"), *counts])
+    got = column_moments(frame, cols)
+    assert set(got) == set(want) == {f"{k}:{c}" for k in "msn" for c in cols}
+    for key, value in want.items():
+        assert float(got[key]) == float(value), key
+
+
+@pytest.mark.parametrize("backend", ["polars", "pandas"])
+def test_moment_exprs_name_every_column_once_on_each_backend(backend):
+    frame = to_backend(_wide(rows=50, per_kind=3), backend)
+    nw_frame = nw.from_native(frame, eager_only=True)
+    cols = list(nw_frame.columns)
+    stats = aggregate(nw_frame, moment_exprs(cols, nw_frame.schema, backend))
+    assert sorted(stats) == sorted(f"{k}:{c}" for k in "ms" for c in cols)
+    # The float32 columns read in float64, as a single column's f64 read does.
+    x = np.asarray(_wide(rows=50, per_kind=3)["s1"], dtype=np.float64)
+    assert stats["m:s1"] == pytest.approx(x.mean(), rel=1e-13)
+    assert stats["s:s1"] == pytest.approx(x.std(), rel=1e-12)
+
+
+def test_a_recipe_on_a_wide_table_gives_the_same_values_on_pandas_and_polars():
+    frame = _wide(rows=200, per_kind=16)  # 64 columns
+    before = frame.copy()
+    floats = [c for c in frame.columns if c[0] in "fs"]
+    ints = [c for c in frame.columns if c[0] in "in"]
+
+    def recipe() -> Recipe:
+        return Recipe([FillMissing(floats, strategy="mean"), Clip(floats, quantiles=(0.01, 0.99)),
+                       Log([c for c in ints if c[0] == "n"], offset=1), Standardize(floats), MinMax(ints)])
+
+    on_pandas = recipe().fit_transform(frame)
+    on_polars = recipe().fit_transform(to_backend(frame, "polars")).to_pandas()
+    pd.testing.assert_frame_equal(frame, before)  # the input is left as it was
+    assert list(on_pandas.columns) == list(frame.columns) and on_pandas.columns.name == "features"
+    for c in frame.columns:
+        np.testing.assert_allclose(np.asarray(on_pandas[c], dtype=float), np.asarray(on_polars[c], dtype=float),
+                                   rtol=1e-12, atol=1e-12, err_msg=c)
+
+
+def test_assign_of_many_columns_keeps_the_others_uncopied_and_the_frame_s_labels_and_attrs():
+    frame = _wide(rows=20, per_kind=8)
+    frame.attrs["source"] = "wide.csv"
+    new = {c: pd.Series(np.arange(20.0) + i, index=frame.index) for i, c in enumerate(frame.columns[::2])}
+    out = assign(frame, new)
+    assert list(out.columns) == list(frame.columns) and out.columns.name == "features"
+    assert out.attrs == {"source": "wide.csv"}
+    for c in frame.columns:
+        if c in new:
+            np.testing.assert_array_equal(out[c].to_numpy(), new[c].to_numpy())
+            assert not np.array_equal(frame[c].to_numpy(dtype=float, na_value=np.nan), out[c].to_numpy(), equal_nan=True)
+        else:
+            assert out[c].dtype == frame[c].dtype
+            pd.testing.assert_series_equal(out[c], frame[c])
+    kept = frame.columns[1]
+    assert np.shares_memory(out[kept].to_numpy(), frame[kept].to_numpy())
+
+
+def test_assign_of_many_columns_with_a_duplicated_label_sets_them_one_by_one():
+    frame = pd.DataFrame(np.zeros((3, 20)), columns=[f"c{i}" for i in range(19)] + ["c0"])
+    out = assign(frame, {f"c{i}": pd.Series([1.0, 2.0, 3.0]) for i in range(1, 18)})
+    assert list(out.columns) == list(frame.columns)
+    assert out["c5"].tolist() == [1.0, 2.0, 3.0] and out["c18"].tolist() == [0.0] * 3
