@@ -233,8 +233,9 @@ def _missing(values: np.ndarray) -> np.ndarray:
 
 
 def _examples(frame: NwFrame, where: nw.Expr, expr: nw.Expr, column: str) -> list[Any]:
-    """Up to three values of ``column`` (as compared: ``expr``) on the rows ``where`` holds."""
-    picked = frame.filter(where).select(expr.alias(column))
+    """Up to three distinct values of ``column`` (as compared: ``expr``) on the rows ``where``
+    holds, the smallest first (the first three rows named one new class three times)."""
+    picked = frame.filter(where).select(expr.alias(column)).unique().sort(column)
     return [_unmarked(v) for v in series_values(collect_small(picked).get_column(column).head(3))]
 
 

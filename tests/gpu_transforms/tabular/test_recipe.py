@@ -255,6 +255,14 @@ def test_categorify_reserves_indices_for_unseen_and_missing(table):
     assert Recipe.from_json(strict.to_json()).ops[0].on_unseen == "raise"
 
 
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_the_unseen_category_error_names_distinct_examples(table, backend):
+    strict = Recipe([Categorify(["region"], on_unseen="raise")]).fit(table)
+    new = to_backend(pd.DataFrame({"region": ["mars"] * 5 + ["east", "venus", "mars", "io"]}), backend)
+    with pytest.raises(UnseenCategoryError, match=r"has 8 value\(s\) not seen.*e\.g\. \['io', 'mars', 'venus'\]"):
+        strict.transform(new)
+
+
 def test_recipes_saved_with_the_old_on_unseen_spelling_still_load(table):
     saved = Recipe([Categorify(["region"], on_unseen="raise")]).fit(table).to_json()
     old = Recipe.from_json(saved.replace('"on_unseen": "raise"', '"on_unseen": "error"'))
