@@ -6,6 +6,7 @@ import bz2
 import gzip
 import json
 import math
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -359,6 +360,22 @@ def test_missing_text_survives_a_csv_round_trip(tmp_path, backend):
     back = read_table(path, backend=backend)
     region = back["region"].to_list() if backend == "polars" else back["region"].tolist()
     assert region[0] == "north" and region[2] == "east" and pd.isna(region[1])
+
+
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_writing_text_that_reads_back_as_missing_to_csv_is_warned_with_its_columns_and_counts(tmp_path, backend):
+    frame = pd.DataFrame({"country": ["NA", "DE", "None", "", None, "NA"], "n": range(6),
+                          "team": pd.Categorical(["Null", "nan", "a", "b", "c", "d"])})
+    with pytest.warns(UserWarning) as caught:
+        path = write_table(to_backend(frame, backend), tmp_path / "t.csv")
+    message = str(caught[0].message)
+    assert str(path) in message and caught[0].filename == __file__
+    assert "'country' ('' x1, 'NA' x2, 'None' x1); 'team' ('nan' x1)" in message  # 'Null' is no gap
+    back = read_table(path, backend="pandas")
+    assert back["country"].isna().sum() == 5  # the four it warned of, and the missing value itself
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # plain text and gaps: nothing to warn of
+        write_table(to_backend(pd.DataFrame({"country": ["DE", None, "Null"]}), backend), tmp_path / "ok.csv")
 
 
 def test_empty_and_quoted_empty_csv_text_is_missing_as_in_pandas(tmp_path):

@@ -1089,6 +1089,34 @@ def _numbers_in_text_polars(df: Any) -> bool:
     return any(found.row(0))
 
 
+def _warn_missing_spellings(df: Frame, path: Path) -> None:
+    """Warn, naming the columns, values and counts, where a text column holds a value that
+    CSV readers read as missing (``"NA"``: Namibia, ``"None"``, ``"null"``, ``""``:
+    :data:`PANDAS_NA_VALUES`, which pandas, the kit and R read so): written as it is, it
+    reads back as a gap, and a round trip through CSV lost it without a word. One pass per
+    text column."""
+    import narwhals as nw
+
+    frame = nw.from_native(df, eager_only=True)
+    spellings = list(PANDAS_NA_VALUES)
+    found = []
+    for name, dtype in frame.schema.items():
+        if dtype == nw.Object:  # pandas' object column: text, or anything
+            column = nw.col(name)
+        elif dtype in (nw.String, nw.Categorical, nw.Enum):
+            column = nw.col(name).cast(nw.String)
+        else:
+            continue
+        hits = frame.filter(column.is_in(spellings)).select(column.alias("v"))
+        if len(hits):
+            counts = hits.group_by("v").agg(nw.len()).sort("v").rows()
+            found.append(f"{name!r} ({', '.join(f'{v!r} x{n}' for v, n in counts)})")
+    if found:
+        warnings.warn(f"gpufeed: {path}: text values that CSV readers read as missing were written as they are, "
+                      f"so they read back as missing values: column(s) {'; '.join(found)}. Parquet or Feather keep "
+                      "them as text", stacklevel=5)
+
+
 def _write_csv(df: Frame, path: Path, options: WriteOptions) -> None:
     """No index column (write_table made an index that holds data a column); compressed
     as the suffix says (:func:`open_compressed`), as every backend writes it.
@@ -1099,6 +1127,7 @@ def _write_csv(df: Frame, path: Path, options: WriteOptions) -> None:
     word in it. Other tables are quoted only where a value needs it, as pandas writes
     them: quoting every text value made a 1M-row table 10 % larger and pandas' reading
     of it 20 % slower."""
+    _warn_missing_spellings(df, options.shown(path))
     quoting = csv.QUOTE_NONNUMERIC if _numbers_in_text_pandas(df) else csv.QUOTE_MINIMAL
     with open_compressed(path) as fh, io.TextIOWrapper(fh, encoding="utf-8", newline="") as text:
         text.write(_header_line(df.columns, options.sep))
@@ -1112,6 +1141,7 @@ def _write_csv_polars(df: Frame, path: Path, options: WriteOptions) -> None:
     and :func:`_durations_as_text_polars` write them. A one-column frame writes a missing
     value as ``""``, as pandas' writer does: as an empty field it made a blank line, which
     every CSV reader skips, so the row was lost."""
+    _warn_missing_spellings(df, options.shown(path))
     quote = "non_numeric" if _numbers_in_text_polars(df) else "necessary"
     with open_compressed(path) as fh:
         fh.write(_header_line(df.columns, options.sep).encode("utf-8"))
