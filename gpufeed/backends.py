@@ -11,7 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gpufeed.machine import cuda_available, installed, library_version, nvidia_gpu_listed
+from gpufeed.machine import (
+    cuda_available,
+    install_hint,
+    installed,
+    library_version,
+    nvidia_gpu_listed,
+)
 
 if TYPE_CHECKING:  # torch is imported where a device is resolved: table code never needs it
     import torch
@@ -67,8 +73,8 @@ def choose_image_backend(backend: str, device: torch.device) -> BackendChoice:
     if backend == "dali":
         if not has_dali:
             raise RuntimeError(
-                "backend='dali' needs NVIDIA DALI: pip install 'gpufeed[dali-cpu]' (CPU only) "
-                "or 'gpufeed[cuda13]' / 'gpufeed[cuda12]' (see README)"
+                f"backend='dali' needs NVIDIA DALI: {install_hint('dali-cpu')} (CPU only), or the "
+                "'cuda13' or 'cuda12' extra for the GPU (see README's Install)"
             )
         where = "GPU (mixed hardware JPEG decode)" if device.type == "cuda" else "CPU-only mode"
         return BackendChoice("dali", f"asked for; DALI {library_version('DALI')} in {where}")
@@ -78,9 +84,9 @@ def choose_image_backend(backend: str, device: torch.device) -> BackendChoice:
         where = "on the GPU with the hardware JPEG decoder" if device.type == "cuda" else "in CPU-only mode"
         return BackendChoice("dali", f"DALI is installed; it decodes and augments {where}, faster than the DataLoader")
     if device.type == "cuda":  # the GPU's own decoder is what is missing, not the CPU-only mode
-        return BackendChoice("torch", "DALI is not installed (pip install 'gpufeed[cuda13]', or 'gpufeed[cuda12]' with "
-                                      "a CUDA 12 torch, for DALI's hardware JPEG decode on the GPU)")
-    return BackendChoice("torch", "DALI is not installed (pip install 'gpufeed[dali-cpu]' for the faster CPU path)")
+        return BackendChoice("torch", f"DALI is not installed ({install_hint('cuda13')}, or the 'cuda12' extra "
+                                      "with a CUDA 12 torch, for DALI's hardware JPEG decode on the GPU)")
+    return BackendChoice("torch", f"DALI is not installed ({install_hint('dali-cpu')} for the faster CPU path)")
 
 
 def choose_dataframe_backend(backend: str = "auto") -> BackendChoice:
@@ -89,7 +95,7 @@ def choose_dataframe_backend(backend: str = "auto") -> BackendChoice:
         raise ValueError(f"backend must be 'auto', 'cudf', 'polars' or 'pandas', got {backend!r}")
     if backend != "auto":
         if backend == "cudf" and not (installed("cudf") and cuda_available()):
-            raise RuntimeError("backend='cudf' needs cuDF and a CUDA GPU (pip install 'gpufeed[cuda13]')")
+            raise RuntimeError(f"backend='cudf' needs cuDF and a CUDA GPU ({install_hint('cuda13')})")
         if backend == "polars" and not installed("polars"):
             raise RuntimeError("backend='polars' needs polars: pip install polars")
         return BackendChoice(backend, "asked for")
@@ -97,7 +103,7 @@ def choose_dataframe_backend(backend: str = "auto") -> BackendChoice:
         return BackendChoice("cudf", "cuDF is installed and a CUDA GPU is present")
     # Why not cuDF: on a GPU machine it is the install that is missing, not the GPU (asked of
     # the driver: the table path does not import torch).
-    no_cudf = ("cuDF is not installed (pip install 'gpufeed[cuda13]')" if not installed("cudf") and nvidia_gpu_listed()
+    no_cudf = (f"cuDF is not installed ({install_hint('cuda13')})" if not installed("cudf") and nvidia_gpu_listed()
                else "no usable cuDF (needs a GPU)")
     if installed("polars"):
         return BackendChoice("polars", f"{no_cudf}; polars is the fastest CPU backend")
@@ -108,6 +114,6 @@ def choose_array_module(device: torch.device) -> BackendChoice:
     """Pick the array namespace: cupy for CUDA data, numpy otherwise."""
     if device.type == "cuda":
         if not installed("cupy"):
-            raise RuntimeError("CUDA arrays need cupy: pip install 'gpufeed[cuda13]'")
+            raise RuntimeError(f"CUDA arrays need cupy: {install_hint('cuda13')}")
         return BackendChoice("cupy", "data lives on a CUDA device")
     return BackendChoice("numpy", "data lives on the CPU")

@@ -25,6 +25,13 @@ DISTRIBUTIONS: dict[str, tuple[str, ...]] = {
     "cuDF": ("cudf-cu13", "cudf-cu12", "cudf"),
 }
 
+def install_hint(extra: str) -> str:
+    """The command that adds gpufeed's optional ``extra`` (``"cuda13"``, ``"hdf5"``...), for
+    messages: gpufeed is installed from its clone (not on PyPI), so ``pip install
+    'gpufeed[cuda13]'`` would look for it on PyPI and fail, or find another package."""
+    return f"pip install -e '.[{extra}]' in gpufeed's clone"
+
+
 #: Distributions whose versions go into every benchmark result's metadata.
 PACKAGES: tuple[str, ...] = (
     "gpufeed", "torch", "torchvision", "kornia", "numpy", "pandas", "polars", "pyarrow",

@@ -11,9 +11,9 @@ def test_a_gpu_without_dali_is_told_the_gpu_extra(monkeypatch):
     # On an H200 without DALI, doctor advised "gpufeed[dali-cpu] for the faster CPU path".
     monkeypatch.setattr(backends, "dali_installed", lambda: False)
     on_gpu = backends.choose_image_backend("auto", torch.device("cuda", 0))
-    assert on_gpu.name == "torch" and "gpufeed[cuda13]" in on_gpu.reason and "dali-cpu" not in on_gpu.reason
+    assert on_gpu.name == "torch" and ".[cuda13]" in on_gpu.reason and "dali-cpu" not in on_gpu.reason
     on_cpu = backends.choose_image_backend("auto", torch.device("cpu"))
-    assert on_cpu.name == "torch" and "gpufeed[dali-cpu]" in on_cpu.reason
+    assert on_cpu.name == "torch" and ".[dali-cpu]" in on_cpu.reason
 
 
 def test_a_gpu_without_cudf_is_told_to_install_it(monkeypatch):

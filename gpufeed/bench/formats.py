@@ -53,11 +53,14 @@ def unavailable_formats(installed: Callable[[str], bool] | None = None) -> dict[
 
     Example:
         >>> unavailable_formats(lambda module: False)
-        {'hdf5': 'PyTables is not installed: pip install "gpufeed[hdf5]"'}
+        {'hdf5': "PyTables is not installed: pip install -e '.[hdf5]' in gpufeed's clone"}
     """
+    from gpufeed.machine import install_hint
+
     if installed is None:
         from gpufeed.machine import installed
-    return {fmt: f'{name} is not installed: pip install "gpufeed[{extra}]"'
+
+    return {fmt: f"{name} is not installed: {install_hint(extra)}"
             for fmt, (module, extra, name) in _OPTIONAL.items() if not installed(module)}
 
 

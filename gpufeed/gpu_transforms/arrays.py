@@ -86,7 +86,9 @@ def _cupy() -> ModuleType:
     try:
         import cupy  # noqa: PLC0415 - imported only for CUDA data
     except ImportError:
-        raise RuntimeError("CUDA arrays need cupy: pip install 'gpufeed[cuda13]'") from None
+        from gpufeed.machine import install_hint
+
+        raise RuntimeError(f"CUDA arrays need cupy: {install_hint('cuda13')}") from None
     return cupy
 
 

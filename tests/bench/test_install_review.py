@@ -193,16 +193,15 @@ def test_formats_without_the_hdf5_extra_say_so_and_pass(tmp_path, monkeypatch, c
     assert main(["bench", "formats", *common, "--out", str(tmp_path / "r")]) == 0
     (result,) = (tmp_path / "r").glob("formats-*.json")
     doc = json.loads(result.read_text())
-    assert doc["skipped"] == {"hdf5": 'PyTables is not installed: pip install "gpufeed[hdf5]"'}
+    hint = "PyTables is not installed: pip install -e '.[hdf5]' in gpufeed's clone"
+    assert doc["skipped"] == {"hdf5": hint}
     assert "hdf5" not in {r["format"] for r in doc["ratios"]}
-    assert 'Not run on this machine: `hdf5` (PyTables is not installed: pip install "gpufeed[hdf5]")' \
-        in result.with_suffix(".md").read_text()
+    assert f"Not run on this machine: `hdf5` ({hint})" in result.with_suffix(".md").read_text()
     capsys.readouterr()
     # Named, it is refused before anything runs, as cuDF is without a GPU.
     assert main(["bench", "formats", "--formats", "csv,hdf5", *common, "--out", str(tmp_path / "r2")]) == 2
     err = capsys.readouterr().err
-    assert err.strip() == ('gpufeed: error: --formats hdf5: cannot run on this machine (PyTables is not installed: '
-                           'pip install "gpufeed[hdf5]")')
+    assert err.strip() == f"gpufeed: error: --formats hdf5: cannot run on this machine ({hint})"
     assert not (tmp_path / "r2").exists()
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpufeed.machine import cuda_available, installed
+from gpufeed.machine import cuda_available, install_hint, installed
 
 # Runs in the child interpreter, from a file (cuDF's profiler reads the source line of each
 # line it traces in the file that enters it: from `python -c` there is none and it raised
@@ -139,8 +139,8 @@ def run_script(script: str | os.PathLike[str], args: Sequence[str] = (), *, pyth
         raise FileNotFoundError(f"{path}: no such script")
     if not cudf_pandas_available():
         raise RuntimeError(
-            "cudf.pandas needs cuDF and a CUDA GPU; install 'gpufeed[cuda13]' (PyPI's default torch is "
-            "CUDA 13) or 'gpufeed[cuda12]' with a CUDA 12 torch. On CPU, run the script as it is."
+            f"cudf.pandas needs cuDF and a CUDA GPU: {install_hint('cuda13')} (PyPI's default torch is "
+            "CUDA 13), or the 'cuda12' extra with a CUDA 12 torch. On CPU, run the script as it is."
         )
     with tempfile.TemporaryDirectory() as tmp:
         out, bootstrap = Path(tmp) / "stats.json", Path(tmp) / "gpufeed_cudf_pandas_run.py"
