@@ -72,6 +72,7 @@ from gpufeed.gpu_transforms.tabular.stats import (
     decimals_as_numbers,
     exact_number,
     f64,
+    f64_columns,
     finite_stats,
     integer_range,
     is_finite,
@@ -338,18 +339,13 @@ class FillMissing(TableOp):
             self.state = found
             return
         schema = schema_of(frame)
-        exprs = [getattr(self._fitted_values(c, schema, backend), self.strategy)().alias(c) for c in self.columns]
+        exprs = [getattr(values, self.strategy)() for values in f64_columns(self.columns, schema, backend)]
         if self.strategy == "mean":
             stats = aggregate_finite(frame, exprs, self.columns, "FillMissing")
         else:  # a median stays finite beside a few inf values: count them
             check_finite(frame, self.columns, "FillMissing")
             stats = aggregate(frame, exprs)
         self.state = {c: number(stats[c], c, "FillMissing") for c in self.columns}
-
-    def _fitted_values(self, column: str, schema: Any, backend: str) -> nw.Expr:
-        """The values a mean or median is taken of: in float64 where the backend needs it
-        (:func:`.stats.f64`)."""
-        return f64(column, schema, backend)
 
     def _check_constant(self, frame: NwFrame, dtype: Any, column: str) -> None:
         """A constant of the column's kind, or an error: pandas made a text column of
@@ -397,6 +393,12 @@ class FillMissing(TableOp):
                 _check_category(c, schema[c], self.state[c])
             elif schema[c] == nw.Categorical and isinstance(self.state[c], str):
                 frame = with_category(frame, backend, c, self.state[c])
+        if backend == "polars" and all(schema[c] == nw.Float64 and type(self.state[c]) is float for c in self.columns):
+            # polars' own expressions, as affine_columns builds them: narwhals parsed each
+            # in ~0.3 ms (2,000 columns: 0.75 s against 0.1 s)
+            import polars as pl
+
+            return wrap(nw.to_native(frame).with_columns(pl.col(c).fill_null(self.state[c]) for c in self.columns))
         exprs = []
         for c in self.columns:
             value = time_value(self.state[c], schema[c], c, "FillMissing: value")

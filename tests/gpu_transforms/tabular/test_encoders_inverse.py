@@ -83,7 +83,7 @@ def test_label_encode_names_unseen_and_missing_target_values(table, backend):
     recipe = Recipe([LabelEncode(["t"])]).fit(to_backend(table, backend))
     bad = to_backend(pd.DataFrame({"t": ["low", "extreme", None, "extreme"]}), backend)
     with pytest.raises(UnseenCategoryError, match=r"LabelEncode: target column 't' has 2 value\(s\) not seen at fit "
-                       r"time, e.g. \['extreme', 'extreme'\] and 1 missing value\(s\); a class index is one of "
+                       r"time, e.g. \['extreme'\] and 1 missing value\(s\); a class index is one of "
                        r"the 3 classes fitted \(\['high', 'low', 'mid'\]\)"):
         recipe.transform(bad)
     with pytest.raises(UnseenCategoryError, match=r"has 1 missing value\(s\)"):
