@@ -329,9 +329,12 @@ def group_stats_f64(frame: NwFrame, backend: str, by: str, columns: Sequence[str
 
                 rows = group_moments(nw.to_native(part), by, chunk)
             else:
-                rows = small_rows(part.group_by(by).agg(*[nw.col(c).mean().alias(f"m:{c}") for c in chunk],
-                                                        *[nw.col(c).std(ddof=0).alias(f"s:{c}") for c in chunk],
-                                                        *[nw.col(c).count().alias(f"n:{c}") for c in chunk]))
+                # One expression per statistic for all the columns (narwhals parses each
+                # expression in ~0.3 ms: one per column took seconds on 2,000 columns).
+                values = nw.col(*chunk)
+                rows = small_rows(part.group_by(by).agg(values.mean().name.prefix("m:"),
+                                                        values.std(ddof=0).name.prefix("s:"),
+                                                        values.count().name.prefix("n:")))
         for row in rows:
             key = None if is_missing(row[by]) else row[by]
             merged.setdefault(key, {by: row[by]}).update(row)

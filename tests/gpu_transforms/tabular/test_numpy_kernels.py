@@ -52,6 +52,20 @@ def test_spread_keeps_order_runs_nested_calls_inline_and_works_in_a_forked_child
     os.waitpid(pid, 0)
 
 
+def test_spread_of_many_items_in_runs_calls_each_once_in_order():
+    seen: list[int] = []
+    lock = threading.Lock()
+
+    def square(i: int) -> int:
+        with lock:
+            seen.append(i)
+        return i * i
+
+    n = 2 * nk.BATCHES_PER_THREAD * 125 + 3  # past the runs' size, not a multiple of it
+    assert nk.spread(square, range(n), threads=2) == [i * i for i in range(n)]
+    assert sorted(seen) == list(range(n))
+
+
 def test_log_offset_lows_reports_nan_and_minus_inf_from_any_piece(monkeypatch):
     monkeypatch.setattr(nk, "PIECE", 4)  # several pieces per array
     a = np.arange(1.0, 11.0)
