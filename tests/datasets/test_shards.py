@@ -9,6 +9,7 @@ import importlib.util
 import io
 import json
 import os
+import shutil
 import signal
 import struct
 import subprocess
@@ -73,6 +74,28 @@ def contents(source) -> Counter:
 
 
 # -- round trip through our own sources -------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["photos [v1]", "glob*star", "set{1..2}", "imagenet.tar"])
+def test_folders_named_like_patterns_or_shards_are_what_they_hold(tmp_path, src, expected, name):
+    # Such a folder was taken for a shard pattern ("matches no file") or refused as a
+    # shard name, where torchvision's ImageFolder reads it; and the shards convert wrote
+    # into "NAME out" could not be read back, by folder or by file.
+    from gpufeed.datasets.shards import is_shard_spec
+    from gpufeed.pipelines import classification_loader
+
+    tree = tmp_path / name
+    shutil.copytree(src, tree)
+    assert not is_shard_spec(tree) and not is_shard_spec(str(tree))
+    loader = classification_loader(tree, train=False, batch_size=16, size=32, backend="torch", device="cpu",
+                                   num_workers=0)
+    assert sum(len(y) for _, y in loader) == 48 and not loader.skipped
+    out = tmp_path / f"{name} out"
+    convert(tree, out, format="webdataset", shard_size=SHARD_SIZE, workers=0, progress=False)
+    assert contents(open_converted(out)) == expected
+    files = sorted(str(f) for f in out.glob("*.tar"))
+    assert len(files) > 1 and expand_shards(files[0]) == [files[0]] and is_shard_spec(files[0])
+    assert sum(contents(open_shards(f)).total() for f in files) == 48
 
 def test_round_trip_gives_every_sample_once_with_its_label(converted, expected, src):
     fmt, dst = converted

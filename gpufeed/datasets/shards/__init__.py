@@ -67,7 +67,9 @@ def expand_shards(spec: str | os.PathLike[str] | Sequence[str | os.PathLike[str]
         return [p for item in spec for p in expand_shards(item)]
     text = os.fspath(spec)
     names = [text]
-    while any(_BRACES.search(n) for n in names):
+    # A file or folder that exists is itself, not a pattern: "out [v1]/shard-000000.tar"
+    # (a folder gpufeed convert wrote) read as a glob matched nothing.
+    while not os.path.exists(text) and any(_BRACES.search(n) for n in names):
         out = []
         for name in names:
             m = _BRACES.search(name)
@@ -80,7 +82,7 @@ def expand_shards(spec: str | os.PathLike[str] | Sequence[str | os.PathLike[str]
         names = out
     files: list[str] = []
     for name in names:
-        if glob.has_magic(name):
+        if glob.has_magic(name) and not os.path.exists(name):
             # DALI index files beside the shards are never shards (a glob such as
             # "train-*" for suffixless TensorFlow shards would also match them)
             found = sorted(f for f in glob.glob(name) if not f.endswith(".idx"))
@@ -281,8 +283,12 @@ def is_shard_spec(spec: object) -> bool:
     """
     if isinstance(spec, (str, os.PathLike)):
         text = os.fspath(spec)
-        return (bool(_BRACES.search(text)) or glob.has_magic(text) or format_of_name(text) is not None
-                or is_compressed_name(text) or os.path.isfile(text) or is_shard_folder(text))
+        # What exists is what it is, whatever its name: a folder "photos [v1]" or
+        # "imagenet.tar" with class subfolders is an image folder, as torchvision reads it.
+        if os.path.isdir(text):
+            return is_shard_folder(text)
+        return (os.path.isfile(text) or bool(_BRACES.search(text)) or glob.has_magic(text)
+                or format_of_name(text) is not None or is_compressed_name(text))
     return isinstance(spec, Sequence) and len(spec) > 0 and all(is_shard_spec(s) for s in spec)
 
 
