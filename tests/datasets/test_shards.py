@@ -530,6 +530,29 @@ def test_an_interrupted_conversion_resumes_without_losing_or_repeating(src, expe
         convert(root, dst, format=fmt, shard_size=SHARD_SIZE, seed=3, workers=0, progress=False)
 
 
+def test_a_finished_conversion_whose_source_changed_is_refused_and_one_that_wrote_nothing_starts_afresh(src,
+                                                                                                      tmp_path):
+    root = tmp_path / "src"
+    shutil.copytree(src, root)
+    dst = tmp_path / "out"
+    convert(root, dst, format="webdataset", shard_size=SHARD_SIZE, workers=0, progress=False)
+    replaced = sorted(root.rglob("*.jpg"))[3]
+    replaced.write_bytes(sorted(root.rglob("*.jpg"))[4].read_bytes())  # another photo, same name
+    # Said "nothing to do" and kept the old bytes.
+    with pytest.raises(ValueError, match=r"the source's files changed since this conversion"):
+        convert(root, dst, format="webdataset", shard_size=SHARD_SIZE, workers=0, progress=False)
+    # No image decodes: refused, and once the images are repaired (another source, by
+    # settings) the same output folder takes the conversion, since nothing was written.
+    bad = tmp_path / "bad"
+    (bad / "a").mkdir(parents=True)
+    (bad / "a" / "x.jpg").write_bytes(b"not a jpeg at all")
+    with pytest.raises(ValueError, match="no image in 1 samples decodes"):
+        convert(bad, tmp_path / "bad-out", format="webdataset", workers=0, progress=False)
+    shutil.copy(replaced, bad / "a" / "y.jpg")
+    report = convert(bad, tmp_path / "bad-out", format="webdataset", workers=0, progress=False)
+    assert report.written == 1 and report.skipped == [(str(bad / "a" / "x.jpg"), report.skipped[0][1])]
+
+
 def test_a_killed_conversion_resumes(src, expected, tmp_path):
     """A real kill (SIGKILL after the first shard), then a re-run."""
     dst = tmp_path / "out"

@@ -15,6 +15,7 @@ complete, and a progress record (``.gpufeed-convert.json``) lists the complete o
 
 from __future__ import annotations
 
+import hashlib
 import json
 import multiprocessing
 import os
@@ -142,6 +143,17 @@ def open_input(src: str | os.PathLike[str]) -> SampleList:
     return read_file_list(src) if src.is_file() else scan_image_folder(src)
 
 
+def _contents_digest(paths: list[str]) -> str:
+    """A digest of the source files' sizes and modification times: the source's own
+    fingerprint names the files and labels only, so a re-run after an image was replaced
+    (or a bad one repaired) said "nothing to do" and kept the old bytes."""
+    digest = hashlib.sha1()
+    for path in paths:
+        stat = os.stat(path)
+        digest.update(f"{stat.st_size}:{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()
+
+
 def convert(
     src: str | os.PathLike[str],
     dst: str | os.PathLike[str],
@@ -211,7 +223,7 @@ def convert(
     order = np.random.default_rng(seed).permutation(n) if shuffle else np.arange(n)
     dst = Path(dst)
     settings = {"format": format, "seed": int(seed), "shuffle": bool(shuffle),
-                "source": source.fingerprint()["digest"], "samples": n}
+                "source": source.fingerprint()["digest"], "samples": n, "contents": _contents_digest(source.paths)}
     if format == "raw":
         settings["raw_size"] = int(raw_size)
         if raw_mode != "crop":  # a crop cache's settings stay as they were recorded before the option
@@ -480,8 +492,22 @@ class _Progress:
             except json.JSONDecodeError:
                 data = None
             saved = data.get("settings") if data is not None else None
-            if data is not None and saved != settings:
+            if isinstance(saved, dict) and ("contents" not in saved or not data.get("complete")):
+                # The files' contents matter to a finished conversion, which would keep old
+                # bytes; an unfinished one resumes and checks each file as it comes (one
+                # broken since is skipped), and records the contents it finishes with. Records
+                # made before contents were kept have none.
+                saved = data["settings"] = {**saved, "contents": settings.get("contents")}
+            if saved != settings and {p.name for p in dst.iterdir()} == {PROGRESS_FILE}:
+                # Nothing written under the other settings (a run whose images all failed to
+                # decode, since repaired): nothing to resume or lose, so start afresh.
+                data = None
+            elif data is not None and saved != settings:
                 saved = saved if isinstance(saved, dict) else {}
+                if {k for k in saved.keys() | settings.keys() if saved.get(k) != settings.get(k)} == {"contents"}:
+                    raise ValueError(f"{dst}: the source's files changed since this conversion (their sizes or "
+                                     "modification times; in " f"{path}): convert into an emptied folder to take "
+                                     "the changes in")
                 differ = "; ".join(f"{k}: saved {saved.get(k)!r}, now {settings.get(k)!r}"
                                    for k in sorted(saved.keys() | settings.keys()) if saved.get(k) != settings.get(k))
                 raise ValueError(f"{dst} holds a conversion with other settings ({differ}; in {path}); re-run with "
