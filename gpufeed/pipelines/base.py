@@ -162,9 +162,10 @@ class ClassificationLoader:
         self._resumed_set: int | None = None
 
     @property
-    def classes(self) -> tuple[str, ...]:
-        """Class names, in label order (index ``i`` is label ``i``)."""
-        return self.samples.classes
+    def classes(self) -> list[str]:
+        """Class names, in label order (index ``i`` is label ``i``): a list, as torchvision
+        ``ImageFolder``'s ``classes`` (a tuple compared unequal to it)."""
+        return list(self.samples.classes)
 
     @property
     def class_to_idx(self) -> dict[str, int]:

@@ -82,7 +82,7 @@ def test_bad_files_are_skipped_reported_and_counted_exactly(messy_folder, backen
                and ".jpg .jpeg .png" in m for m in messages)
     assert loader.samples.ignored == len(NOT_IMAGES)
     assert len(loader.samples) == 12 + len(bad_images) + len(DECODABLE)
-    assert loader.classes == ("class_000", "class_001", "class_002")
+    assert loader.classes == ["class_000", "class_001", "class_002"]  # a list, as ImageFolder's
     for epoch in range(2):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
