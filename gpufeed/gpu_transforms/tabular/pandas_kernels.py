@@ -15,6 +15,7 @@ casts); nullable and Arrow columns keep the narwhals form.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -76,8 +77,13 @@ def assign(native: Any, columns: Mapping[Any, Any]) -> Any:
 
     if len(columns) < 16 or not native.columns.is_unique:
         out = native.copy(deep=False)
-        for name, values in columns.items():
-            out[name] = values
+        with warnings.catch_warnings():
+            # "DataFrame is highly fragmented" on a wide table (a block per column, past
+            # 100): the columns are kept apart on purpose, since pandas' cure, a copy of the
+            # frame, would copy every column the op did not touch.
+            warnings.simplefilter("ignore", pd.errors.PerformanceWarning)
+            for name, values in columns.items():
+                out[name] = values
         return out
     out = pd.DataFrame({name: columns.get(name, kept) for name, kept in native.items()},
                        index=native.index, copy=False)

@@ -3,6 +3,8 @@ columns at once, with the same values as one column at a time."""
 
 from __future__ import annotations
 
+import warnings
+
 import narwhals as nw
 import numpy as np
 import pandas as pd
@@ -104,3 +106,15 @@ def test_assign_of_many_columns_with_a_duplicated_label_sets_them_one_by_one():
     out = assign(frame, {f"c{i}": pd.Series([1.0, 2.0, 3.0]) for i in range(1, 18)})
     assert list(out.columns) == list(frame.columns)
     assert out["c5"].tolist() == [1.0, 2.0, 3.0] and out["c18"].tolist() == [0.0] * 3
+
+
+def test_a_recipe_on_pandas_columns_kept_apart_raises_no_fragmentation_warning():
+    # pandas warns once a frame holds over 100 blocks; the kit keeps the columns it writes
+    # apart on purpose (no copy of the others), so the warning was noise on every wide table.
+    frame = pd.DataFrame(np.random.default_rng(0).normal(size=(30, 150)), columns=[f"c{i}" for i in range(150)])
+    cols = list(frame.columns)
+    frame[frame > 1.5] = np.nan  # gaps to fill in every column: each is written anew
+    frame["site"] = ["a", "b", "c"] * 10
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the group codes' column is inserted beside 151 blocks
+        Recipe([FillMissing(cols), Log(["c0"], offset=10), Standardize(cols[:5], by="site")]).fit_transform(frame)
