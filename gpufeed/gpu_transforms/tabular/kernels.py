@@ -347,18 +347,41 @@ def _scalar(value: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else value
 
 
-def pooled_stats(groups: list[dict[str, Any]], column: str) -> tuple[float, float, float] | None:
-    """The whole column's mean, population std and count of values from its per-group ones
-    (no second pass over the table), or None when no group has a value or a statistic is
-    not finite."""
-    parts = [(float(g[f"n:{column}"]), float(g[f"m:{column}"]), float(g[f"s:{column}"]))
-             for g in groups if g[f"n:{column}"] and not is_missing(g[f"m:{column}"])]
-    total = sum(n for n, _, _ in parts)
-    if not total or not all(math.isfinite(m) and math.isfinite(sd) for _, m, sd in parts):
-        return None
-    mean = sum(n * m for n, m, _ in parts) / total
-    var = sum(n * (sd * sd + (m - mean) ** 2) for n, m, sd in parts) / total
-    return mean, math.sqrt(var), total
+def group_arrays(groups: list[dict[str, Any]], columns: Sequence[str]) -> dict[str, np.ndarray]:
+    """``{"m": means, "s": stds, "n": counts}`` of :func:`group_stats_f64`'s rows as float64
+    arrays of (groups, columns), a missing statistic as NaN."""
+    def values(kind: str) -> np.ndarray:
+        keys = [f"{kind}:{c}" for c in columns]
+        return np.array([[math.nan if is_missing(v := g[k]) else float(v) for k in keys] for g in groups],
+                        dtype=np.float64).reshape(len(groups), len(columns))
+
+    return {kind: values(kind) for kind in "msn"}
+
+
+def pooled_stats(groups: list[dict[str, Any]], columns: Sequence[str]) -> dict[str, tuple[float, float, float] | None]:
+    """Each column's mean, population std and count of values over the whole table from its
+    per-group ones (no second pass over the table); None for a column where no group has a
+    value or a statistic is not finite.
+
+    All the columns at once, group by group: the same sums in the same order as one column
+    at a time (the same bits), without Python's cost per group and column (2,000 columns of
+    40 groups took 0.55 s so)."""
+    a = group_arrays(groups, columns)
+    n, m, s = a["n"], a["m"], a["s"]
+    used = (n > 0) & ~np.isnan(m)
+    width = len(columns)
+    total, weighted = np.zeros(width), np.zeros(width)
+    with np.errstate(invalid="ignore", over="ignore"):
+        for i in range(len(groups)):
+            total += np.where(used[i], n[i], 0.0)
+            weighted += np.where(used[i], n[i] * m[i], 0.0)
+        bad = (used & ~(np.isfinite(m) & np.isfinite(s))).any(axis=0) | (total == 0)
+        mean = weighted / np.where(bad, 1.0, total)
+        spread = np.zeros(width)
+        for i in range(len(groups)):
+            spread += np.where(used[i], n[i] * (s[i] * s[i] + (m[i] - mean) ** 2), 0.0)
+    std = np.sqrt(spread / np.where(bad, 1.0, total))
+    return {c: None if bad[j] else (float(mean[j]), float(std[j]), float(total[j])) for j, c in enumerate(columns)}
 
 
 def standardize_by_code(frame: NwFrame, backend: str,

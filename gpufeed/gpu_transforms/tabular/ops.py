@@ -39,6 +39,7 @@ from gpufeed.gpu_transforms.tabular.frames import (
 from gpufeed.gpu_transforms.tabular.kernels import (
     GROUP_CODE,
     cudf_log,
+    group_arrays,
     group_stats_f64,
     polars_clip,
     polars_log,
@@ -82,6 +83,7 @@ from gpufeed.gpu_transforms.tabular.stats import (
     no_values,
     number,
     scale,
+    scales,
     widened_integer,
 )
 
@@ -694,7 +696,7 @@ class Standardize(TableOp):
             # store a Decimal key); the frame's own column is left as it is.
             keyed = decimals_as_numbers(frame, [self.by], schema)
             groups = group_stats_f64(keyed, backend, self.by, self.columns, schema)
-            pooled = {c: pooled_stats(groups, c) for c in self.columns}
+            pooled = pooled_stats(groups, self.columns)
             bad = [c for c, p in pooled.items() if p is None or not all(math.isfinite(v) for v in p)]
             if bad:
                 check_finite(frame, bad, "Standardize")  # names inf columns, or:
@@ -724,8 +726,17 @@ class Standardize(TableOp):
             # Rows with a missing group use the global statistics (as unseen groups do).
             groups = sorted(({**g, self.by: json_key(g[self.by], self.by, "Standardize")}
                              for g in groups if not is_missing(g[self.by])), key=lambda g: g[self.by])
-            state["groups"] = {c: [[g[self.by], *_group_stats(g, c, state["global"][c])] for g in groups]
-                               for c in self.columns}
+            # Each group's [key, mean, std to divide by], a group with no value of a column
+            # taking the global ones; all the columns at once (per group and column in
+            # Python, 2,000 columns of 40 groups took 0.8 s).
+            fitted = group_arrays(groups, self.columns)
+            divisors = scales(fitted["s"], fitted["m"], fitted["n"])
+            keys = [g[self.by] for g in groups]
+            state["groups"] = {
+                c: [[key, *state["global"][c]] if mean != mean else [key, mean, divisor]  # NaN: no value
+                    for key, mean, divisor in zip(keys, fitted["m"][:, j].tolist(), divisors[:, j].tolist(),
+                                                  strict=True)]
+                for j, c in enumerate(self.columns)}
         self.state = state
 
     def _huge_group_stats(self, keyed: NwFrame, backend: str, columns: list[str],
@@ -741,7 +752,7 @@ class Standardize(TableOp):
             t = by_key[None if is_missing(g[self.by]) else g[self.by]]
             for c in columns:
                 g[f"m:{c}"], g[f"s:{c}"] = (v if is_missing(v) else v / TINY for v in (t[f"m:{c}"], t[f"s:{c}"]))
-        pooled = {c: pooled_stats(tiny, c) for c in columns}
+        pooled = pooled_stats(tiny, columns)
         return {c: None if p is None else (p[0] / TINY, p[1] / TINY, p[2]) for c, p in pooled.items()}
 
     def transform(self, frame: NwFrame, backend: str) -> NwFrame:
@@ -862,13 +873,6 @@ def _group_keys(groups: Any, rows: int, where: str) -> tuple[np.ndarray, list[An
         raise ValueError(f"{where}: groups has {len(keys)} values for {rows} rows; pass one group per row")
     codes, uniques = pd.factorize(pd.Series(keys, dtype=object))
     return codes, [u.item() if isinstance(u, np.generic) else u for u in uniques]
-
-
-def _group_stats(row: dict[str, Any], column: str, fallback: list[float]) -> list[float]:
-    mean = row[f"m:{column}"]
-    if is_missing(mean):
-        return list(fallback)  # a group with no value for this column
-    return [float(mean), scale(row[f"s:{column}"], mean, row[f"n:{column}"])]
 
 
 def _fitted(op: TableOp, column: str, key: str | None = None) -> Any:

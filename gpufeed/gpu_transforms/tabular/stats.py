@@ -153,6 +153,14 @@ def scale(std: Any, mean: float = 0.0, count: float = 1.0) -> float:
     return std
 
 
+def scales(std: np.ndarray, mean: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """:func:`scale` of arrays of statistics (NaN: missing), element by element, the same
+    operations in the same order (the same bits)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        noise = std * np.sqrt(np.maximum(1.0 - count * _EPS, 0.0)) <= np.abs(count * mean * _EPS)
+    return np.where(np.isnan(std) | (std == 0) | noise, 1.0, std)
+
+
 def rounding_noise(std: Any, mean: Any, count: Any) -> Any:
     """Whether a std (numbers, or numpy arrays of them) is no larger than the rounding of
     ``count`` float64 values of about ``mean`` can make it: scikit-learn's bound
