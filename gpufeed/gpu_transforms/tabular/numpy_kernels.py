@@ -69,8 +69,9 @@ def spread(function: Callable[[_Item], _Result], items: Iterable[_Item],
 
 
 #: Runs of items per thread in :func:`spread`: enough that a thread done early takes
-#: another run while the others finish theirs.
-BATCHES_PER_THREAD = 4
+#: another run while the others finish theirs (at 4, a 1M-row ``MinMax`` of 37 columns,
+#: 148 pieces, ran ~10 % slower than a task per piece; at 16 no slower).
+BATCHES_PER_THREAD = 16
 
 
 def pooled_empty(length: int, dtype: np.typing.DTypeLike = np.float64) -> np.ndarray:
