@@ -16,7 +16,7 @@ import os
 from typing import Any
 
 from gpufeed.arguments import number_at_least
-from gpufeed.bench.harness import markdown_table
+from gpufeed.bench.harness import markdown_table, some_of
 from gpufeed.bench.results import (
     RunResults,
     failed_checks,
@@ -318,11 +318,6 @@ def _why_missing(doc: dict[str, Any], pipeline: str) -> str:
     return ""
 
 
-def _names(names: list[str], most: int = 6) -> str:
-    shown = ", ".join(names[:most])
-    return shown + (f" and {len(names) - most} more" if len(names) > most else "")
-
-
 def nothing_in_common(old: dict[str, dict[str, Any]], new: dict[str, dict[str, Any]]) -> list[str]:
     """Why two runs have no ratio in common, one line per reason: the suites on one side
     only, and for each shared suite the pipelines or rows each run alone has (a run where
@@ -354,7 +349,7 @@ the new run did not run dali-gpu (no CUDA GPU)'
         what = ("neither run has a pipeline with a ratio" if len(empty) == 2
                 else f"the {empty[0]} run has no pipeline with a ratio" if empty
                 else "no pipeline or row in common")
-        only = [f"only in the {side} run: {_names(names)}" for side, names in (("old", only_old), ("new", only_new))
+        only = [f"only in the {side} run: {some_of(names, 6)}" for side, names in (("old", only_old), ("new", only_new))
                 if names]
         line = f"{suite}: {what}" + (f" ({'; '.join(only)})" if only else "")
         for side, doc in (("old", old[suite]), ("new", new[suite])):

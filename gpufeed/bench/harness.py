@@ -324,6 +324,13 @@ def machine_metadata() -> dict[str, Any]:
     }
 
 
+def some_of(names: Sequence[str], most: int) -> str:
+    """``names`` joined by commas, the first ``most`` of them and "and N more" past that: a
+    report line for a table of 2,000 columns listed every one."""
+    shown = ", ".join(names[:most])
+    return shown + (f" and {len(names) - most} more" if len(names) > most else "")
+
+
 def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]]) -> str:
     """Render ``rows`` as a Markdown table; ``columns`` are ``(key, header)`` pairs."""
 

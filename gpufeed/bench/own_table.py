@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpufeed.bench.harness import some_of
 from gpufeed.datasets.cache import cache_dir
 
 #: A group key for ``Standardize(by=)`` has at most this many distinct values, and its
@@ -63,11 +64,15 @@ class OwnTable:
         return 200 + per_row * (2.6 if backend == "polars" else 3.5)
 
     def describe(self) -> str:
-        """One Markdown line per op: which columns the planned recipe gives it, and the
-        columns left untouched with why."""
-        lines = [f"- `{kind}`{' by ' + _names([dict(kw)['by']]) if dict(kw).get('by') else ''}: {_names(columns)}"
-                 for kind, columns, kw in self.ops]
-        lines += [f"- untouched: {_names([c])} ({why})" for c, why in self.untouched]
+        """One Markdown line per op: which columns the planned recipe gives it (the first
+        :data:`SHOWN` of them, and how many more), and the columns left untouched, a line
+        per reason."""
+        lines = [f"- `{kind}`{' by ' + _names([dict(kw)['by']]) if dict(kw).get('by') else ''}: "
+                 f"{_names(columns, SHOWN)}" for kind, columns, kw in self.ops]
+        reasons: dict[str, list[str]] = {}
+        for column, why in self.untouched:
+            reasons.setdefault(why, []).append(column)
+        lines += [f"- untouched: {_names(columns, SHOWN)} ({why})" for why, columns in reasons.items()]
         return "\n".join(lines)
 
     def sized(self, rows: int) -> str:
@@ -79,9 +84,15 @@ class OwnTable:
         return f"the file's {self.rows:,} rows repeated to {rows:,}"
 
 
-def _names(columns: Any) -> str:
-    """Column names as Markdown code, so names with commas or spaces, or ``""``, read as one."""
-    return ", ".join(f"`{c}`" if c else '`""`' for c in columns)
+#: Column names an op's line of the report shows before "and N more".
+SHOWN = 12
+
+
+def _names(columns: Any, most: int | None = None) -> str:
+    """Column names as Markdown code, so names with commas or spaces, or ``""``, read as one
+    (the first ``most``, and how many more)."""
+    names = [f"`{c}`" if c else '`""`' for c in columns]
+    return some_of(names, len(names) if most is None else most)
 
 
 def _arrow_table(path: str) -> Any:

@@ -259,3 +259,21 @@ def test_hand_written_categorify_numbers_category_columns_as_the_kit_does(backen
     kit = Recipe([Categorify(["u"])]).fit_transform(to_backend(frame, backend))
     kit = kit.to_pandas() if backend == "polars" else kit
     assert HAND["Categorify"](frame, Categorify(["u"]))["u"].tolist() == kit["u"].tolist() == [3, 2, 1, 2, 4]
+
+
+def test_the_plan_of_a_wide_table_names_a_few_columns_per_op_and_counts_the_rest(tmp_path):
+    from gpufeed.bench.own_table import SHOWN, own_table
+
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame(rng.normal(size=(40, 300)), columns=[f"f{i:03d}" for i in range(300)])
+    frame["site"] = ["a", "b"] * 20
+    for i in range(20):
+        frame[f"flag{i}"] = [True, False] * 20
+    path = tmp_path / "wide.parquet"
+    frame.to_parquet(path)
+    text = own_table(str(path)).describe()
+    # A report line listed all 300 columns, and one line per untouched column.
+    assert "`f000`, `f001`" in text and f"and {300 - SHOWN} more" in text and "`f299`" not in text
+    untouched = [line for line in text.splitlines() if line.startswith("- untouched")]
+    assert untouched == [f"- untouched: {', '.join(f'`flag{i}`' for i in range(SHOWN))} and {20 - SHOWN} more "
+                         "(booleans: no op of the recipe takes it)"]
