@@ -73,7 +73,8 @@ def f64_columns(columns: Sequence[str], schema: Any, backend: str) -> list[nw.Ex
     table's width), 0.13 s so.
     """
     cast = [c for c in columns if reads_as_f64(c, schema, backend)]
-    plain = [c for c in columns if c not in set(cast)]
+    casting = set(cast)
+    plain = [c for c in columns if c not in casting]
     return [*([nw.col(*cast).cast(nw.Float64)] if cast else []), *([nw.col(*plain)] if plain else [])]
 
 
