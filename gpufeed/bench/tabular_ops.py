@@ -238,8 +238,12 @@ def column_checksums(df: Any) -> dict[str, list[float]]:
     import narwhals as nw
     import numpy as np
 
-    from gpufeed.gpu_transforms.tabular.frames import wrap
+    from gpufeed.gpu_transforms.tabular.frames import backend_of, wrap
 
+    if backend_of(df) == "cudf":
+        # On the host, as pandas reads it: a cuDF column with nulls has no NumPy view
+        # (to_numpy refuses), and this check is taken after the timing.
+        df = df.to_pandas()
     frame = wrap(df)
     names = [c for c, t in frame.collect_schema().items() if t.is_numeric()]
     out = {}

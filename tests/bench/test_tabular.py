@@ -277,3 +277,20 @@ def test_the_plan_of_a_wide_table_names_a_few_columns_per_op_and_counts_the_rest
     untouched = [line for line in text.splitlines() if line.startswith("- untouched")]
     assert untouched == [f"- untouched: {', '.join(f'`flag{i}`' for i in range(SHOWN))} and {20 - SHOWN} more "
                          "(booleans: no op of the recipe takes it)"]
+
+
+def test_the_downcast_check_says_not_checked_where_no_check_ran():
+    # A cuDF result once came without the check, and the report read "values differ".
+    assert tabular._downcast_check({"checksum_equal": True}) == "values equal"
+    assert tabular._downcast_check({"checksum_equal": False}) == "VALUES DIFFER"
+    assert tabular._downcast_check({}) == "not checked"
+    assert tabular._downcast_check({"error": "Traceback ...\nMemoryError: out of memory\n"}) == "MemoryError: out of memory"
+
+
+@pytest.mark.gpu
+def test_column_checksums_of_a_cudf_frame_with_nulls_equal_pandas_ones():
+    cudf = pytest.importorskip("cudf", reason="cuDF is not installed")
+    from gpufeed.bench.tabular_ops import column_checksums
+
+    pdf = pd.DataFrame({"n": pd.array([1, None, 3], dtype="Int16"), "x": [0.5, np.nan, 2.0], "s": ["a", "b", None]})
+    assert column_checksums(cudf.from_pandas(pdf)) == column_checksums(pdf)

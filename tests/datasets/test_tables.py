@@ -475,7 +475,7 @@ def test_a_csv_gz_is_written_compressed_by_every_backend(tmp_path, backend):
 def test_cudf_writes_and_reads_csv_and_json_as_the_other_backends_do(tmp_path):
     cudf = pytest.importorskip("cudf", reason="cuDF is not installed")
 
-    df = pd.DataFrame({"x": [0.1, 1 / 3, np.nan], "when": pd.to_datetime(["2024-01-01 10:00:00.5", None, "2024-03-01"]),
+    df = pd.DataFrame({"x": [0.1, 1 / 3, np.nan], "when": pd.to_datetime(["2024-01-01 10:00:00.5", None, "2024-03-01"], format="ISO8601"),
                        "n": pd.array([1, None, 2**40], dtype="Int64")})
     for name in ("t.csv.gz", "t.jsonl"):
         path = write_table(cudf.from_pandas(df), tmp_path / name)

@@ -566,7 +566,8 @@ _COUNT = "__gpufeed_count"
 def category_values(frame: NwFrame, backend: str, exprs: dict[str, nw.Expr], min_count: int) -> dict[str, list[Any]]:
     """The distinct non-missing values of each column of ``exprs`` seen ``min_count`` times
     or more (unsorted): one factorisation per column on pandas; on polars a group-by count
-    per column, all run in one ``collect_all``; a narwhals group-by count elsewhere."""
+    per column, all run in one ``collect_all``; on Dask a value count per column, all in one
+    compute; a narwhals group-by count elsewhere (cuDF)."""
     if backend == "pandas":
         native = nw.to_native(frame)
         out = {}
@@ -587,14 +588,20 @@ def category_values(frame: NwFrame, backend: str, exprs: dict[str, nw.Expr], min
     if backend == "dask":
         import dask
 
-        # Every column's group-by count in one graph run (one pass over the partitions
-        # where a compute per column read the table once per column).
-        graphs = [nw.to_native(frame.select(e.alias(c)).group_by(c).agg(nw.len().alias(_COUNT)))
-                  for c, e in exprs.items()]
-        tables = [wrap(t) for t in dask.compute(*graphs)]
-    else:
-        tables = [collect_small(frame.select(e.alias(c)).group_by(c).agg(nw.len().alias(_COUNT)))
-                  for c, e in exprs.items()]
+        # Every column's value count in one graph run (one pass over the partitions where a
+        # compute per column read the table once per column). Not narwhals' group-by count:
+        # it asks for a named aggregation, agg(count=(c, "size")), which dask-cudf's group-by
+        # refuses (TypeError, seen on dask-cudf 26.10).
+        found = dask.compute(*[nw.to_native(frame.select(e.alias(c)))[c].value_counts() for c, e in exprs.items()])
+        out = {}
+        for c, counts in zip(exprs, found, strict=True):
+            counts = counts.to_pandas() if hasattr(counts, "to_pandas") else counts  # dask-cudf: a cuDF series
+            # a categorical's unused categories come with a count of 0
+            out[c] = [v for v, n in zip(counts.index.tolist(), counts.tolist(), strict=True)
+                      if n > 0 and n >= min_count and not is_missing(v)]
+        return out
+    tables = [collect_small(frame.select(e.alias(c)).group_by(c).agg(nw.len().alias(_COUNT)))
+              for c, e in exprs.items()]
     return {c: [r[c] for r in small_rows(counts) if not is_missing(r[c]) and r[_COUNT] >= min_count]
             for c, counts in zip(exprs, tables, strict=True)}
 
