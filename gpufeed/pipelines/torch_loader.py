@@ -130,6 +130,29 @@ def decode_failure(exc: Exception) -> str:
 #: Batches of a pixel source (a raw cache) made ahead on this process's threads.
 PIXEL_BATCHES_AHEAD = 4
 
+#: From this many workers up, a pixel source's samples are made in worker processes, as
+#: encoded images are (:func:`pixel_threads`).
+PIXEL_PROCESSES_FROM = 8
+
+
+def pixel_threads(samples: SampleSource, options: LoaderOptions) -> int:
+    """Threads of this process that make a pixel source's (a raw cache's) batches:
+    ``options.workers`` below :data:`PIXEL_PROCESSES_FROM` workers, else none (worker
+    processes then, as for encoded images, and for any other source).
+
+    Why threads on a few cores: decoded pixels need only a crop and a resize, and a worker
+    process's hand-over (pickling, fresh shared memory, its page faults) cost more than
+    that work on 2 cores. Why not on many: the threads share one GIL, and each sample's
+    Python (its crop's seeded generator, the slicing, a dozen torch calls that each give
+    the GIL up and take it back) serialises them. 16 threads on 16 cores made 2,029
+    images/s on the H200 machine, where 16 worker processes decoding the same images'
+    JPEGs made 3,955 (``storage-gpu16-20261127T100658Z``); on 2 cores 16 threads made half
+    of what 2 did.
+    """
+    if samples.kind != "pixels" or options.workers >= PIXEL_PROCESSES_FROM:
+        return 0
+    return options.workers
+
 
 def dataloader_batches_ahead(loader: Any) -> int | None:
     """Batches a ``torch.utils.data.DataLoader`` (or anything with its ``num_workers`` and
@@ -277,10 +300,9 @@ class TorchLoader(ClassificationLoader):
         o = self.options
         on_gpu = self.device.type == "cuda"
         raw = dataclasses.replace(o, dtype=torch.uint8, layout="NCHW")
-        # Decoded pixels (a raw cache) need no decode, only a crop and a resize: there the
-        # worker processes' hand-over (pickling, fresh shared memory, its page faults) cost
-        # more than the work, so num_workers threads of this process do it instead.
-        self._threads = o.workers if samples.kind == "pixels" else 0
+        # Decoded pixels (a raw cache) on a few workers: threads of this process, not
+        # worker processes (pixel_threads says why).
+        self._threads = pixel_threads(samples, o)
         processes = 0 if self._threads else o.workers
         if on_gpu:
             # Batches cross PCIe as uint8 NCHW, a quarter of float32's bytes, and are
