@@ -3,10 +3,11 @@
 # test modules, `gpufeed doctor` and the benchmark suites with --device cuda, and bundle
 # the logs and results into one folder ($OUT, default ./gpu-check-out).
 #
-#   bash bench/gpu_check.sh [smoke] [tests|marked] [feed] [images] [augment] [tabular] [storage] [formats] [tune] [stall]
-#                                                  (default: all of them but marked)
+#   bash bench/gpu_check.sh [smoke] [tests|marked] [feed] [images] [augment] [tabular] [cudfprofile] [storage]
+#                           [formats] [tune] [stall]   (default: all of them but marked)
 #
 # marked: the gpu-marked tests alone (tests also reruns the CPU suites with device="auto").
+# cudfprofile: each recipe op on cuDF timed and profiled under three RMM allocators (bench/cudf_profile.py).
 # feed: the DALI loader with its feed in worker processes and in its own thread, on the GPU
 #   and in DALI's CPU-only mode (bench/feed_ab.py).
 # IMAGES_ARGS, AUGMENT_ARGS, STALL_ARGS: extra arguments for those suites (a short lease:
@@ -21,7 +22,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-check-out}
 PY=${PYTHON:-python3}
-known="smoke tests marked feed images augment tabular storage formats tune stall"
+known="smoke tests marked feed images augment tabular cudfprofile storage formats tune stall"
 parts=${*:-${known/ marked/}}
 for part in $parts; do
   case " $known " in
@@ -69,7 +70,7 @@ log "GPU: $gpu"
 # with new results, and the bundle packed the previous bundle and the converted smoke data.
 # Only what this script writes is removed (smoke-data: where earlier versions converted).
 rm -rf "$OUT/results" "$OUT/smoke-data" "$OUT/bundle.tar.gz" "$OUT/doctor.log" "$OUT/smoke.log" \
-  "$OUT/pytest-gpu.log" "$OUT/pytest-gpu-auto.log" "$OUT/feed-ab.log"
+  "$OUT/pytest-gpu.log" "$OUT/pytest-gpu-auto.log" "$OUT/feed-ab.log" "$OUT/cudf-profile.log"
 mkdir -p "$OUT/results"
 SMOKE=""  # the converted smoke data: a temporary folder, never in $OUT or the bundle
 trap '[ -z "$SMOKE" ] || rm -rf "$SMOKE"' EXIT
@@ -157,6 +158,8 @@ PY
       # rules and the recipe op by op on both tables (hand-written pandas is always the baseline)
       $PY -m gpufeed bench tabular --backends "${TABULAR_BACKENDS:-pandas-baseline,polars,cudf}" \
         --tables sensor,transactions --rows "${TABULAR_ROWS:-1000000,10000000}" --out "$OUT/results" || status=1 ;;
+    cudfprofile)
+      $PY bench/cudf_profile.py 2>&1 | tee "$OUT/cudf-profile.log"; [ "${PIPESTATUS[0]}" -eq 0 ] || status=1 ;;
     storage)
       $PY -m gpufeed bench storage --device cuda --out "$OUT/results" || status=1 ;;
     formats)

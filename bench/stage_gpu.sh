@@ -14,7 +14,9 @@ bash ../shared/tools/device-wheels "$what"
 # cuDF 26.10 (cudf-cu13) also needs, pinned here because the image's newer copies "satisfy" a
 # bare name (seen on the H200 on 2026-11-27): nvjitlink >= 13.3 (the image has 13.0), numba < 0.65
 # (the image has 0.68), so llvmlite 0.46, and numpy <= 2.4 for that numba (the image has 2.5).
-extra=(polars==2.1.0 polars-runtime-32==2.1.0 narwhals==2.29.0 google-crc32c==1.9.0)
+# webdataset: its own reader reads the kit's shards in two gpu-marked tests (skipped there in the
+# fourth run); the image has pyyaml and numpy.
+extra=(polars==2.1.0 polars-runtime-32==2.1.0 narwhals==2.29.0 google-crc32c==1.9.0 webdataset==1.0.2 braceexpand==0.1.7)
 # Dask-cuDF (read_dask, the partitioned recipe on the GPU): dask-cudf and what the image lacks of
 # its closure (the dashboard's bokeh left out).
 if [ "$what" != dali ]; then
