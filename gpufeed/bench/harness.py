@@ -144,13 +144,19 @@ def spread(values: Sequence[float]) -> str:
 def synchronize() -> None:
     """Wait for queued GPU work, so a timed region never ends at an asynchronous launch.
 
-    Work that never imported torch queued none: asking CUDA would import torch (seconds)
-    inside the first timed call of a table benchmark run with ``--warmup 0``.
+    Work that never imported torch queued none through it: asking CUDA would import torch
+    (seconds) inside the first timed call of a table benchmark run with ``--warmup 0``. cuDF
+    queues through cupy's runtime without torch (a table benchmark's cuDF process never
+    imports it), so a process holding cupy waits for the device there too.
     """
     if "torch" in sys.modules and cuda_available():
         import torch
 
         torch.cuda.synchronize()
+    if "cudf" in sys.modules:  # imported only where a GPU is (the kit never imports it on a CPU path)
+        import cupy
+
+        cupy.cuda.runtime.deviceSynchronize()
 
 
 def measure(run: Callable[[], float], *, warmup: int = 1, repeats: int = 5, min_seconds: float = 0.0,

@@ -23,6 +23,7 @@ from typing import Any
 import narwhals as nw
 
 from gpufeed.backends import choose_dataframe_backend
+from gpufeed.gpu_transforms.tabular import cudf_kernels
 from gpufeed.gpu_transforms.tabular.errors import (
     BackendError,
     ColumnTypeError,
@@ -133,8 +134,8 @@ def nan_as_null(frame: NwFrame, columns: Iterable[str], *, backend: str | None =
     (not read with :func:`gpufeed.datasets.tables.read_table`) would be fitted and
     compared differently from the same data on pandas. Only the named columns change, and
     only those that hold a NaN (one read-only pass finds them), so other columns keep their
-    NaN and a frame without NaN is returned as it is. ``backend``: the frame's, when the
-    caller already knows it.
+    NaN and a frame without NaN is returned as it is (on cuDF: a shallow copy, no column
+    copied). ``backend``: the frame's, when the caller already knows it.
     """
     backend = backend or backend_of(frame)
     if backend == "dask":
@@ -145,25 +146,20 @@ def nan_as_null(frame: NwFrame, columns: Iterable[str], *, backend: str | None =
     floats = [c for c in dict.fromkeys(columns) if c in schema and schema[c].is_float()]
     if not floats:
         return frame
+    if backend == "cudf":
+        # cuDF's nans_to_nulls counts the NaN itself (one pass, where narwhals' is_nan().any()
+        # check took two and brought a one-row frame back) and keeps a column without any;
+        # narwhals' fill_nan is not implemented for cuDF.
+        return nw.from_native(cudf_kernels.nans_as_nulls(nw.to_native(frame), floats))
     if not is_lazy(frame):
-        if backend == "polars":
-            import polars as pl
+        import polars as pl
 
-            # polars' own expressions: through narwhals this check cost ~0.1 ms a call, 15 us
-            # here, and a recipe makes it for every op (a 1M-row column's whole op takes ~1 ms).
-            row = nw.to_native(frame).select(pl.col(c).is_nan().any() for c in floats).row(0)
-            floats = [c for c, nan in zip(floats, row, strict=True) if nan]
-        else:
-            found = first_row(frame.select(*[nw.col(c).is_nan().any().alias(c) for c in floats]))
-            floats = [c for c in floats if found[c]]
+        # polars' own expressions: through narwhals this check cost ~0.1 ms a call, 15 us
+        # here, and a recipe makes it for every op (a 1M-row column's whole op takes ~1 ms).
+        row = nw.to_native(frame).select(pl.col(c).is_nan().any() for c in floats).row(0)
+        floats = [c for c, nan in zip(floats, row, strict=True) if nan]
     if not floats:
         return frame
-    if backend == "cudf":
-        # narwhals' fill_nan is not implemented for cuDF; cuDF's own nans_to_nulls is.
-        native = nw.to_native(frame).copy(deep=False)
-        for c in floats:
-            native[c] = native[c].nans_to_nulls()
-        return nw.from_native(native)
     return frame.with_columns(*[nw.col(c).fill_nan(None) for c in floats])
 
 
@@ -184,13 +180,7 @@ def _dask_cudf_nan_as_null(frame: NwFrame, columns: Iterable[str]) -> NwFrame:
     if not floats:
         return frame
 
-    def part(df: Any) -> Any:
-        out = df.copy(deep=False)
-        for c in floats:
-            out[c] = out[c].nans_to_nulls()
-        return out
-
-    return wrap(native.map_partitions(part, meta=native._meta))
+    return wrap(native.map_partitions(cudf_kernels.nans_as_nulls, floats, meta=native._meta))
 
 
 def write_back(frame: nw.DataFrame, out: nw.DataFrame) -> nw.DataFrame:

@@ -59,6 +59,7 @@ from typing import Any
 import narwhals as nw
 import numpy as np
 
+from gpufeed.gpu_transforms.tabular import cudf_kernels
 from gpufeed.gpu_transforms.tabular.frames import (
     NwFrame,
     collect_small,
@@ -431,6 +432,11 @@ def standardize_by_code(frame: NwFrame, backend: str,
             return as_column(native, out)
 
         return wrap(assign(native, dict(zip(tables, spread(standardized, tables.items()), strict=True))))
+    if backend == "cudf":
+        # The tables gathered on the GPU by cupy (cudf_kernels says why not narwhals)
+        import cupy
+
+        return wrap(cudf_kernels.standardize_by_code(nw.to_native(frame), GROUP_CODE, tables, cupy))
     code = nw.col(GROUP_CODE)
     ids = list(range(len(next(iter(tables.values()))[0])))
     return frame.with_columns(*[

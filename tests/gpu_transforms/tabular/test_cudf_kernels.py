@@ -1,0 +1,50 @@
+"""cuDF's fast paths, run on pandas (whose API they are written on) against the narwhals
+expressions they replace on cuDF: the same numbers, bit for bit, and the input untouched.
+On cuDF itself the gpu-marked recipe tests compare them with pandas and polars."""
+
+from __future__ import annotations
+
+import narwhals as nw
+import numpy as np
+import pandas as pd
+import pytest
+
+from gpufeed.gpu_transforms.tabular import cudf_kernels
+from gpufeed.gpu_transforms.tabular.kernels import GROUP_CODE, standardize_by_code
+
+
+@pytest.fixture
+def frame() -> pd.DataFrame:
+    rng = np.random.default_rng(5)
+    x = rng.normal(3.0, 2.0, 500)
+    x[::7] = np.nan
+    return pd.DataFrame({"x": x, "y": rng.uniform(-1e6, 1e6, 500), "k": rng.integers(0, 4, 500).astype("int32")})
+
+
+def _by_narwhals(df: pd.DataFrame, *exprs: nw.Expr) -> pd.DataFrame:
+    return nw.from_native(df).with_columns(*exprs).to_native()
+
+
+def test_fill_clip_and_affine_equal_the_narwhals_expressions_bit_for_bit(frame):
+    before = frame.copy()
+    pd.testing.assert_frame_equal(cudf_kernels.fill(frame, {"x": 0.25}), _by_narwhals(frame, nw.col("x").fill_null(0.25)))
+    pd.testing.assert_frame_equal(cudf_kernels.clip(frame, {"x": (0.5, None), "y": (-1e5, 1e5)}),
+                                  _by_narwhals(frame, nw.col("x").clip(0.5, None), nw.col("y").clip(-1e5, 1e5)))
+    params = {"x": (3.0, 2.0), "y": (-7.5, 1e6 / 3)}
+    pd.testing.assert_frame_equal(cudf_kernels.affine(frame, params),
+                                  _by_narwhals(frame, *[((nw.col(c) - s) * (1.0 / d)).alias(c)
+                                                        for c, (s, d) in params.items()]))
+    pd.testing.assert_frame_equal(frame, before)  # written into a shallow copy only
+
+
+def test_standardize_by_code_equals_the_pandas_kernel_bit_for_bit(frame):
+    # The codes gather each column's per-group tables (code 4: unseen and missing groups).
+    coded = frame.rename(columns={"k": GROUP_CODE})
+    tables = {"x": ([1.0, 2.0, 3.0, 4.0, 2.5], [0.5, 1.5, 2.0, 3.0, 1.0]),
+              "y": ([-1.0, 0.0, 1e3, 7.0, 0.1], [1e5, 2e5, 3e5, 4e5, 5e5])}
+    want = standardize_by_code(nw.from_native(coded), "pandas", tables).to_native()
+    got = cudf_kernels.standardize_by_code(coded, GROUP_CODE, tables, np)
+    for c in tables:
+        np.testing.assert_array_equal(got[c].to_numpy(dtype=np.float64, na_value=np.nan), want[c].to_numpy())
+        assert got[c].dtype == np.float64
+    assert np.isnan(got["x"].to_numpy()[::7]).all()  # missing stays missing
