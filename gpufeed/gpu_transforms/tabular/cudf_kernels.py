@@ -64,3 +64,11 @@ def nans_as_nulls(native: Any, columns: Sequence[str]) -> Any:
     """cuDF: NaN in the float ``columns`` made null (``nans_to_nulls``, which counts the
     NaN itself and gives a column without any back as it is)."""
     return with_columns(native, {c: native[c].nans_to_nulls() for c in columns})
+
+
+def reductions(native: Any, wanted: Mapping[str, tuple[str, str]]) -> dict[str, Any]:
+    """``{name: native[column].<how>()}`` for ``wanted[name] = (column, how)`` ("min",
+    "max", "mean", "median"): the call narwhals makes for each statistic, without its
+    one-row device Series per value and the reading back of each (one value from the
+    device per statistic)."""
+    return {name: getattr(native[column], how)() for name, (column, how) in wanted.items()}

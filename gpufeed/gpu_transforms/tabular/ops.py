@@ -342,6 +342,15 @@ class FillMissing(TableOp):
             self.state = found
             return
         schema = schema_of(frame)
+        if backend == "cudf" and all(schema[c] == nw.Float64 for c in self.columns):
+            # cuDF's own reductions (cudf_kernels says why); f64_columns reads float64 as it is
+            if self.strategy != "mean":  # a median stays finite beside a few inf values: count them
+                check_finite(frame, self.columns, "FillMissing")
+            stats = cudf_kernels.reductions(nw.to_native(frame), {c: (c, self.strategy) for c in self.columns})
+            if self.strategy == "mean":
+                stats = finite_stats(stats, frame, self.columns, "FillMissing")
+            self.state = {c: number(stats[c], c, "FillMissing") for c in self.columns}
+            return
         exprs = [getattr(values, self.strategy)() for values in f64_columns(self.columns, schema, backend)]
         if self.strategy == "mean":
             stats = aggregate_finite(frame, exprs, self.columns, "FillMissing")
@@ -604,8 +613,12 @@ class Log(TableOp):
         # Each column's minimum decides (adding the offset is monotonic, rounding included):
         # a reduction with no temporary column; the values are counted only to name them.
         native = numpy_columns(frame, self.columns) if backend == "pandas" else None  # pandas' min: 12x numpy's
-        lows = (column_lows(native, self.columns) if native is not None
-                else aggregate(frame, [nw.col(c).min().alias(c) for c in self.columns]))
+        if native is not None:
+            lows = column_lows(native, self.columns)
+        elif backend == "cudf":  # cuDF's own reductions (cudf_kernels says why)
+            lows = cudf_kernels.reductions(nw.to_native(frame), {c: (c, "min") for c in self.columns})
+        else:
+            lows = aggregate(frame, [nw.col(c).min().alias(c) for c in self.columns])
         if not any(not is_missing(low) and low + self.offset <= 0 for low in lows.values()):
             return
         # In float64, as the log itself: on a narrow or unsigned integer column `x + offset`
@@ -912,9 +925,16 @@ class MinMax(TableOp):
         if found is not None:
             self.state = found
             return
-        stats = aggregate_finite(frame, [*[nw.col(c).min().alias(f"lo:{c}") for c in self.columns],
-                                          *[nw.col(c).max().alias(f"hi:{c}") for c in self.columns]],
-                                  self.columns, "MinMax")
+        schema = schema_of(frame)
+        if backend == "cudf" and all(schema[c].is_integer() or schema[c].is_float() for c in self.columns):
+            # cuDF's own reductions (cudf_kernels says why)
+            stats = finite_stats(cudf_kernels.reductions(nw.to_native(frame), {
+                **{f"lo:{c}": (c, "min") for c in self.columns}, **{f"hi:{c}": (c, "max") for c in self.columns}}),
+                frame, self.columns, "MinMax")
+        else:
+            stats = aggregate_finite(frame, [*[nw.col(c).min().alias(f"lo:{c}") for c in self.columns],
+                                              *[nw.col(c).max().alias(f"hi:{c}") for c in self.columns]],
+                                      self.columns, "MinMax")
         self.state = {c: [exact_number(stats[f"lo:{c}"], c, "MinMax"), exact_number(stats[f"hi:{c}"], c, "MinMax")]
                       for c in self.columns}
 

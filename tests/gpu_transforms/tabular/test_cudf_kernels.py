@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpufeed.gpu_transforms.tabular import cudf_kernels
+from gpufeed.gpu_transforms.tabular import Clip, FillMissing, Log, MinMax, Standardize, cudf_kernels
 from gpufeed.gpu_transforms.tabular.kernels import GROUP_CODE, standardize_by_code
 
 
@@ -48,3 +48,28 @@ def test_standardize_by_code_equals_the_pandas_kernel_bit_for_bit(frame):
         np.testing.assert_array_equal(got[c].to_numpy(dtype=np.float64, na_value=np.nan), want[c].to_numpy())
         assert got[c].dtype == np.float64
     assert np.isnan(got["x"].to_numpy()[::7]).all()  # missing stays missing
+
+
+@pytest.mark.parametrize("make", [lambda: MinMax(["x", "y", "n"]), lambda: FillMissing(["x", "y"]),
+                                  lambda: FillMissing(["x", "y"], strategy="median"),
+                                  lambda: Clip(["x", "y"], lower=-1.0, upper=4.0), lambda: Log(["y2"]),
+                                  lambda: Standardize(["x", "y"])])
+def test_the_ops_cudf_branches_on_a_pandas_frame_fit_and_give_what_the_pandas_path_does(frame, make):
+    # The ops' cuDF branches (their fits' reductions, their transforms' column methods) run
+    # on the pandas API, so a pandas frame told it is cuDF takes them here, on CPU.
+    df = frame.assign(n=np.arange(500) - 250, y2=frame["y"].abs())
+    cudf_like, reference = make(), make()
+    cudf_like.fit(nw.from_native(df), "cudf")
+    reference.fit(nw.from_native(df), "pandas")
+    assert cudf_like.state == reference.state
+    got = nw.to_native(cudf_like.transform(nw.from_native(df), "cudf"))
+    want = nw.to_native(reference.transform(nw.from_native(df), "pandas"))
+    for c in cudf_like.columns:
+        np.testing.assert_array_equal(got[c].to_numpy(dtype=np.float64, na_value=np.nan),
+                                      want[c].to_numpy(dtype=np.float64, na_value=np.nan), err_msg=c)
+
+
+def test_reductions_are_the_columns_own():
+    df = pd.DataFrame({"x": [1.5, np.nan, -2.0], "n": [3, 1, 2]})
+    got = cudf_kernels.reductions(df, {"lo": ("x", "min"), "hi": ("n", "max"), "m": ("x", "mean")})
+    assert got == {"lo": -2.0, "hi": 3, "m": -0.25}
