@@ -66,6 +66,9 @@ def _cudf_labelled_as_pandas(data: dict) -> pd.DataFrame:
     class Frame(pd.DataFrame):
         _constructor_sliced = Series
 
+        def to_arrow(self, preserve_index=None):  # cuDF's: a whole frame to the host
+            return pa.Table.from_pandas(pd.DataFrame(self), preserve_index=preserve_index)
+
         @property
         def _constructor(self):
             return Frame
