@@ -72,3 +72,19 @@ def reductions(native: Any, wanted: Mapping[str, tuple[str, str]]) -> dict[str, 
     one-row device Series per value and the reading back of each (one value from the
     device per statistic)."""
     return {name: getattr(native[column], how)() for name, (column, how) in wanted.items()}
+
+
+def vocabulary_codes(native: Any, vocabularies: Mapping[str, Sequence[Any]], unseen: int, missing: int,
+                     start: int, names: Mapping[str, str], xp: Any, index: Any) -> Any:
+    """Int32 codes of each column of ``vocabularies`` written into ``names[column]``:
+    ``start + i`` for the vocabulary's ``i``-th value, ``missing`` for a missing value,
+    ``unseen`` for any other, from one hash lookup per column (``index(vocabulary)
+    .get_indexer``; ``index``: cuDF's ``Index`` with ``xp`` cupy, where narwhals'
+    ``replace_strict`` added a literal, a default and a ``where`` round trip each)."""
+    out = {}
+    for c, vocabulary in vocabularies.items():
+        values = native[c]
+        found = xp.asarray(index(list(vocabulary)).get_indexer(values))
+        codes = xp.where(found < 0, unseen, found + start)
+        out[names[c]] = xp.where(xp.asarray(values.isna().values), missing, codes).astype(xp.int32)
+    return with_columns(native, out)

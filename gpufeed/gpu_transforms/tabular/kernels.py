@@ -644,6 +644,15 @@ def vocabulary_codes(frame: NwFrame, backend: str, exprs: dict[str, nw.Expr],
                 .otherwise((pl.col(c).cast(pl.String).cast(pl.Enum(vocab), strict=False)
                             .to_physical().cast(pl.Int32) + start).fill_null(unseen))
                 .alias(names[c]) for c, vocab in vocabularies.items()]))
+    if backend == "cudf" and not is_lazy(frame):
+        schema = frame.collect_schema()
+        if all(schema[c] == nw.String and all(isinstance(v, str) for v in vocab) for c, vocab in vocabularies.items()):
+            # text looked up by cuDF's own hash index (cudf_kernels says why)
+            import cudf
+            import cupy
+
+            return wrap(cudf_kernels.vocabulary_codes(nw.to_native(frame), vocabularies, unseen, missing, start,
+                                                      names, cupy, cudf.Index))
     return frame.with_columns(*[
         nw.when(exprs[c].is_null()).then(nw.lit(missing, nw.Int32))
         .otherwise(lookup(exprs[c], vocab, list(range(start, len(vocab) + start)), unseen, nw.Int32))

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from gpufeed.gpu_transforms.tabular import Clip, FillMissing, Log, MinMax, Standardize, cudf_kernels
-from gpufeed.gpu_transforms.tabular.kernels import GROUP_CODE, standardize_by_code
+from gpufeed.gpu_transforms.tabular.kernels import GROUP_CODE, standardize_by_code, vocabulary_codes
 
 
 @pytest.fixture
@@ -73,3 +73,16 @@ def test_reductions_are_the_columns_own():
     df = pd.DataFrame({"x": [1.5, np.nan, -2.0], "n": [3, 1, 2]})
     got = cudf_kernels.reductions(df, {"lo": ("x", "min"), "hi": ("n", "max"), "m": ("x", "mean")})
     assert got == {"lo": -2.0, "hi": 3, "m": -0.25}
+
+
+def test_vocabulary_codes_by_index_lookup_equal_the_narwhals_lookup():
+    # Known text gets start + its place, unseen text `unseen`, missing `missing` (as int32).
+    text = pd.Series(["b", None, "zz", "a", "b", ""], dtype="str")
+    df = pd.DataFrame({"t": text, "u": text.iloc[::-1].reset_index(drop=True)})
+    vocabularies = {"t": ["a", "b", ""], "u": []}
+    got = cudf_kernels.vocabulary_codes(df, vocabularies, 1, 0, 2, {"t": "t", "u": "code_u"}, np, pd.Index)
+    want = vocabulary_codes(nw.from_native(df), "dask-like", {c: nw.col(c) for c in vocabularies}, vocabularies,
+                            1, 0, start=2, names={"t": "t", "u": "code_u"}).to_native()
+    assert got["t"].tolist() == want["t"].tolist() == [3, 0, 1, 2, 3, 4]
+    assert got["code_u"].tolist() == want["code_u"].tolist() == [1, 1, 1, 1, 0, 1]
+    assert got["t"].dtype == np.int32 and got["u"].tolist() == df["u"].tolist()
