@@ -68,10 +68,11 @@ def nans_as_nulls(native: Any, columns: Sequence[str]) -> Any:
 
 def reductions(native: Any, wanted: Mapping[str, tuple[str, str]]) -> dict[str, Any]:
     """``{name: native[column].<how>()}`` for ``wanted[name] = (column, how)`` ("min",
-    "max", "mean", "median"): the call narwhals makes for each statistic, without its
-    one-row device Series per value and the reading back of each (one value from the
-    device per statistic)."""
-    return {name: getattr(native[column], how)() for name, (column, how) in wanted.items()}
+    "max", "mean", "median", "count", or "std": the population's, ``ddof=0``): the call
+    narwhals makes for each statistic, without its one-row device Series per value and
+    the reading back of each (one value from the device per statistic)."""
+    return {name: native[column].std(ddof=0) if how == "std" else getattr(native[column], how)()
+            for name, (column, how) in wanted.items()}
 
 
 def vocabulary_codes(native: Any, vocabularies: Mapping[str, Sequence[Any]], unseen: int, missing: int,

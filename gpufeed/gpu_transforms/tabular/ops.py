@@ -727,6 +727,11 @@ class Standardize(TableOp):
             native = numpy_columns(frame, self.columns, nullable=True) if backend == "pandas" else None
             if native is not None:
                 stats = finite_stats(column_moments(native, self.columns), frame, self.columns, "Standardize")
+            elif backend == "cudf" and all(schema[c] == nw.Float64 for c in self.columns):
+                # cuDF's own reductions (cudf_kernels says why); moment_exprs reads float64 as it is
+                stats = finite_stats(cudf_kernels.reductions(nw.to_native(frame), {
+                    f"{key}:{c}": (c, how) for key, how in (("m", "mean"), ("s", "std"), ("n", "count"))
+                    for c in self.columns}), frame, self.columns, "Standardize")
             else:
                 stats = aggregate_finite(frame, [*moment_exprs(self.columns, schema, backend),
                                                  nw.col(*self.columns).count().name.prefix("n:")],
