@@ -270,3 +270,27 @@ def test_gpu_check_without_a_gpu_stops_at_once_with_one_line(tmp_path):
     nothing = tmp_path / "no-python"
     run = _gpu_check(out, str(nothing))
     assert run.returncode == 2 and "gpu_check: no Python at" in run.stderr
+
+
+@pytest.mark.skipif(shutil.which("bash") is None or shutil.which("tar") is None, reason="needs bash and tar")
+def test_gpu_lease_installs_then_packs_each_check_and_names_what_the_time_cannot_hold(tmp_path):
+    """The lease's working call: a check that runs past the time left would take the other
+    checks' results with it, so each is packed as it ends and the rest are named, not run."""
+    stage = tmp_path / "stage" / "p07"
+    stage.mkdir(parents=True)
+    (stage / "part").write_text("wheels")
+    (stage / "install.sh").write_text("echo installed from $HOME/stage/p07\n")
+    out = tmp_path / "out"
+    env = {**os.environ, "OUT": str(out), "HOME": str(tmp_path / "home"), "PATH": os.environ["PATH"]}
+    run = subprocess.run(["bash", str(ROOT / "bench" / "gpu_lease.sh"), str(stage), "50", "marked", "stall"],
+                         capture_output=True, text=True, env=env, cwd=ROOT, stdin=subprocess.DEVNULL, timeout=120)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    assert (tmp_path / "home" / "stage" / "p07").read_text() == "wheels"
+    assert "installed from" in (out / "install.log").read_text()
+    assert (out / "g1-marked.tgz").exists() and "== marked rc=" in run.stdout
+    assert (out / "g2-stall.tgz").exists()  # no GPU here: marked stopped at once, time was left
+    # 40 s in all: 25 left after the 15 kept back, under the 30 a check needs
+    short = subprocess.run(["bash", str(ROOT / "bench" / "gpu_lease.sh"), str(stage), "40", "marked"],
+                           capture_output=True, text=True, env={**env, "OUT": str(tmp_path / "short")}, cwd=ROOT,
+                           stdin=subprocess.DEVNULL, timeout=120)
+    assert "== marked: not run" in short.stdout and not (tmp_path / "short" / "g1-marked.tgz").exists()
