@@ -35,8 +35,13 @@ def fill(native: Any, values: Mapping[str, Any]) -> Any:
 
 
 def clip(native: Any, bounds: Mapping[str, Sequence[Any]]) -> Any:
-    """Each column clipped to ``bounds[column] = (lower, upper)`` (None: no bound)."""
-    return with_columns(native, {c: native[c].clip(lo, hi) for c, (lo, hi) in bounds.items()})
+    """Each float column clipped to ``bounds[column] = (lower, upper)`` (None: no bound),
+    the bounds as floats: cuDF makes each an Arrow float64 scalar, which refuses a Python
+    int beyond 2**53 (a bound from JSON or the user)."""
+    def bound(value: Any) -> float | None:
+        return None if value is None else float(value)
+
+    return with_columns(native, {c: native[c].clip(bound(lo), bound(hi)) for c, (lo, hi) in bounds.items()})
 
 
 def affine(native: Any, params: Mapping[str, Sequence[float]]) -> Any:
@@ -56,14 +61,31 @@ def standardize_by_code(native: Any, code: str, tables: Mapping[str, tuple[Seque
     for c, (means, stds) in tables.items():
         gathered_mean = xp.asarray(means, dtype=xp.float64)[codes]
         gathered_std = xp.asarray(stds, dtype=xp.float64)[codes]
-        out[c] = ((native[c].astype("float64") - gathered_mean) / gathered_std).astype("float64")
+        out[c] = (float64(native[c]) - gathered_mean) / gathered_std
     return with_columns(native, out)
 
 
+def log(native: Any, columns: Sequence[str], offset: float) -> Any:
+    """``log(x + offset)`` of ``columns`` in float64, missing values kept missing: ``np.log``
+    dispatches to cuDF's ``__array_ufunc__``, which runs cupy on the values and puts the
+    null mask back (cuDF's Series has had no ``.log()`` since 22.04)."""
+    import numpy as np
+
+    return with_columns(native, {c: np.log(float64(native[c]) + offset) for c in columns})
+
+
+def float64(series: Any) -> Any:
+    """``series`` as float64: itself when it is float64 already (``astype`` copies the whole
+    column even then)."""
+    return series if str(series.dtype) == "float64" else series.astype("float64")
+
+
 def nans_as_nulls(native: Any, columns: Sequence[str]) -> Any:
-    """cuDF: NaN in the float ``columns`` made null (``nans_to_nulls``, which counts the
-    NaN itself and gives a column without any back as it is)."""
-    return with_columns(native, {c: native[c].nans_to_nulls() for c in columns})
+    """cuDF: NaN in the float ``columns`` made null, writing only the columns that hold a
+    NaN (``nans_to_nulls`` copies a column without any too). cuDF's ``isna`` counts NaN
+    and null, its ``null_count`` the nulls alone: they differ where a NaN is."""
+    holding = [c for c in columns if int(native[c].isna().sum()) != native[c].null_count]
+    return with_columns(native, {c: native[c].nans_to_nulls() for c in holding}) if holding else native
 
 
 def reductions(native: Any, wanted: Mapping[str, tuple[str, str]]) -> dict[str, Any]:

@@ -139,8 +139,8 @@ def nan_as_null(frame: NwFrame, columns: Iterable[str], *, backend: str | None =
     (not read with :func:`gpufeed.datasets.tables.read_table`) would be fitted and
     compared differently from the same data on pandas. Only the named columns change, and
     only those that hold a NaN (one read-only pass finds them), so other columns keep their
-    NaN and a frame without NaN is returned as it is (on cuDF: a shallow copy, no column
-    copied). ``backend``: the frame's, when the caller already knows it.
+    NaN and a frame without NaN is returned as it is. ``backend``: the frame's, when the
+    caller already knows it.
     """
     backend = backend or backend_of(frame)
     if backend == "dask":
@@ -152,9 +152,8 @@ def nan_as_null(frame: NwFrame, columns: Iterable[str], *, backend: str | None =
     if not floats:
         return frame
     if backend == "cudf":
-        # cuDF's nans_to_nulls counts the NaN itself (one pass, where narwhals' is_nan().any()
-        # check took two and brought a one-row frame back) and keeps a column without any;
-        # narwhals' fill_nan is not implemented for cuDF.
+        # One count per column (narwhals' is_nan().any() check built and read back a one-row
+        # frame too); narwhals' fill_nan is not implemented for cuDF.
         return nw.from_native(cudf_kernels.nans_as_nulls(nw.to_native(frame), floats))
     if not is_lazy(frame):
         import polars as pl

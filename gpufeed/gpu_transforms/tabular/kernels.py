@@ -208,12 +208,7 @@ def _numpy_series(series: Sequence[Any], kernel: Callable[[list[np.ndarray]], li
 
 def cudf_log(frame: NwFrame, columns: Sequence[str], offset: float) -> NwFrame:
     """``log(x + offset)`` of ``columns`` in float64 on a cuDF frame, missing values kept missing."""
-    native = nw.to_native(frame).copy(deep=False)
-    for c in columns:
-        # np.log dispatches to cuDF's __array_ufunc__, which runs cupy on the values and puts
-        # the null mask back (cuDF Series has had no .log() since 22.04).
-        native[c] = np.log(native[c].astype("float64") + offset)
-    return wrap(native)
+    return wrap(cudf_kernels.log(nw.to_native(frame), columns, offset))
 
 
 #: Temporary column holding each row's group code in ``Standardize(by=)``.
