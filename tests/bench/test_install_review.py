@@ -280,15 +280,21 @@ def test_gpu_lease_installs_then_packs_each_check_and_names_what_the_time_cannot
     stage.mkdir(parents=True)
     (stage / "part").write_text("wheels")
     (stage / "install.sh").write_text("echo installed from $HOME/stage/p07\n")
+    no_torch = tmp_path / "python"  # gpu_check stops at once: a Python without torch (exit 3)
+    no_torch.write_text("#!/bin/sh\ncat > /dev/null\necho no torch here\nexit 3\n")
+    no_torch.chmod(0o755)
     out = tmp_path / "out"
-    env = {**os.environ, "OUT": str(out), "HOME": str(tmp_path / "home"), "PATH": os.environ["PATH"]}
-    run = subprocess.run(["bash", str(ROOT / "bench" / "gpu_lease.sh"), str(stage), "50", "marked", "stall"],
+    env = {**os.environ, "OUT": str(out), "HOME": str(tmp_path / "home"), "WORK": str(tmp_path / "work"),
+           "PYTHON": str(no_torch)}
+    (tmp_path / "work").mkdir()
+    run = subprocess.run(["bash", str(ROOT / "bench" / "gpu_lease.sh"), f"{stage}/", "50", "marked", "stall"],
                          capture_output=True, text=True, env=env, cwd=ROOT, stdin=subprocess.DEVNULL, timeout=120)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     assert (tmp_path / "home" / "stage" / "p07").read_text() == "wheels"
     assert "installed from" in (out / "install.log").read_text()
     assert (out / "g1-marked.tgz").exists() and "== marked rc=" in run.stdout
-    assert (out / "g2-stall.tgz").exists()  # no GPU here: marked stopped at once, time was left
+    assert (out / "g2-stall.tgz").exists()  # marked stopped at once: time was left
+    assert "no torch here" in (tmp_path / "work" / "g1" / "run.log").read_text()
     # 40 s in all: 25 left after the 15 kept back, under the 30 a check needs
     short = subprocess.run(["bash", str(ROOT / "bench" / "gpu_lease.sh"), str(stage), "40", "marked"],
                            capture_output=True, text=True, env={**env, "OUT": str(tmp_path / "short")}, cwd=ROOT,

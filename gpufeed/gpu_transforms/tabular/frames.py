@@ -154,7 +154,9 @@ def nan_as_null(frame: NwFrame, columns: Iterable[str], *, backend: str | None =
     if backend == "cudf":
         # One count per column (narwhals' is_nan().any() check built and read back a one-row
         # frame too); narwhals' fill_nan is not implemented for cuDF.
-        return nw.from_native(cudf_kernels.nans_as_nulls(nw.to_native(frame), floats))
+        native = nw.to_native(frame)
+        out = cudf_kernels.nans_as_nulls(native, floats)
+        return frame if out is native else nw.from_native(out)  # the same frame: apply_rules checks
     if not is_lazy(frame):
         import polars as pl
 

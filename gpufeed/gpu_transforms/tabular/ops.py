@@ -619,7 +619,9 @@ class Log(TableOp):
             lows = cudf_kernels.reductions(nw.to_native(frame), {c: (c, "min") for c in self.columns})
         else:
             lows = aggregate(frame, [nw.col(c).min().alias(c) for c in self.columns])
-        if not any(not is_missing(low) and low + self.offset <= 0 for low in lows.values()):
+        # In float64: cuDF's minimum of a uint8 column is a numpy uint8, in which `low - 1`
+        # overflowed (NumPy 2 keeps the column's type against a Python int).
+        if not any(not is_missing(low) and float(low) + float(self.offset) <= 0 for low in lows.values()):
             return
         # In float64, as the log itself: on a narrow or unsigned integer column `x + offset`
         # stayed in the column's type, wrapping round (uint8 255 + 1 gave 0, counted as bad).

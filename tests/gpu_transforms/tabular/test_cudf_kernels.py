@@ -86,3 +86,42 @@ def test_vocabulary_codes_by_index_lookup_equal_the_narwhals_lookup():
     assert got["t"].tolist() == want["t"].tolist() == [3, 0, 1, 2, 3, 4]
     assert got["code_u"].tolist() == want["code_u"].tolist() == [1, 1, 1, 1, 0, 1]
     assert got["t"].dtype == np.int32 and got["u"].tolist() == df["u"].tolist()
+
+
+@pytest.mark.parametrize(("values", "offset"), [([2, 5, 9], -1), ([255, 255, 255], 1)])
+def test_logs_domain_check_on_cudf_reductions_of_narrow_integers_counts_in_float(values, offset):
+    # cuDF's minimum of a uint8 column is a numpy uint8: `low + offset` overflowed in it
+    # (NumPy 2) where pandas' path reads the minimum as a float.
+    df = pd.DataFrame({"u": np.array(values, dtype=np.uint8)})
+    op, reference = Log(["u"], offset=offset), Log(["u"], offset=offset)
+    got = nw.to_native(op.fit_transform(nw.from_native(df), "cudf"))
+    want = nw.to_native(reference.fit_transform(nw.from_native(df), "pandas"))
+    np.testing.assert_array_equal(got["u"].to_numpy(dtype=np.float64), want["u"].to_numpy(dtype=np.float64))
+
+
+class _Column:
+    """A float column as cuDF holds it: NaN apart from null (``null_count``; ``isna``
+    counting both), for nans_as_nulls on CPU."""
+
+    def __init__(self, values: list, nulls: list[bool]) -> None:
+        self.values, self.nulls = np.array(values, dtype=float), np.array(nulls)
+        self.null_count = int(self.nulls.sum())
+
+    def isna(self) -> pd.Series:
+        return pd.Series(self.nulls | np.isnan(self.values))
+
+    def nans_to_nulls(self) -> _Column:
+        return _Column(list(self.values), list(self.nulls | np.isnan(self.values)))
+
+
+class _Frame(dict):
+    def copy(self, deep: bool = True) -> _Frame:
+        return _Frame(self)
+
+
+def test_nans_as_nulls_writes_only_the_columns_holding_nan_and_keeps_a_frame_without_any():
+    frame = _Frame(a=_Column([1.0, np.nan, 3.0], [False, False, True]), b=_Column([1.0, 2.0, 0.0], [False, False, True]))
+    out = cudf_kernels.nans_as_nulls(frame, ["a", "b"])
+    assert out is not frame and out["b"] is frame["b"] and frame["a"].null_count == 1  # the input untouched
+    assert out["a"].null_count == 2 and out["a"].nulls.tolist() == [False, True, True]
+    assert cudf_kernels.nans_as_nulls(frame, ["b"]) is frame  # nothing to change: the frame itself
