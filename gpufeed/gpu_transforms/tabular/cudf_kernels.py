@@ -45,9 +45,9 @@ def clip(native: Any, bounds: Mapping[str, Sequence[Any]]) -> Any:
 
 
 def affine(native: Any, params: Mapping[str, Sequence[float]]) -> Any:
-    """Each float64 column as ``(x - sub) * (1 / div)`` for ``params[column] = (sub, div)``,
+    """Each column as float64 ``(x - sub) * (1 / div)`` for ``params[column] = (sub, div)``,
     times the reciprocal as on every other backend (:func:`.ops.affine_columns`)."""
-    return with_columns(native, {c: (native[c] - sub) * (1.0 / div) for c, (sub, div) in params.items()})
+    return with_columns(native, {c: (float64(native[c]) - sub) * (1.0 / div) for c, (sub, div) in params.items()})
 
 
 def standardize_by_code(native: Any, code: str, tables: Mapping[str, tuple[Sequence[float], Sequence[float]]],

@@ -1003,8 +1003,10 @@ def affine_columns(frame: NwFrame, backend: str, params: Mapping[str, Sequence[f
         return wrap(nw.to_native(frame).with_columns(
             ((column(c) - sub) * (1.0 / div)).alias(c) for c, (sub, div) in params.items()))
     if backend == "cudf" and not is_lazy(frame):
-        # float64 columns through cuDF's own arithmetic (cudf_kernels says why); others cast below
-        floats = {c: p for c, p in params.items() if schema[c] == nw.Float64}
+        # float64 and integer columns (read as float64, as f64 reads them: MinMax took the
+        # integers beyond 2**53 off before) through cuDF's own arithmetic (cudf_kernels says
+        # why); float32, booleans and decimals cast below
+        floats = {c: p for c, p in params.items() if schema[c] == nw.Float64 or schema[c].is_integer()}
         frame = wrap(cudf_kernels.affine(nw.to_native(frame), floats)) if floats else frame
         params = {c: p for c, p in params.items() if c not in floats}
         if not params:
