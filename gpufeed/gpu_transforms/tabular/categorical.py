@@ -299,12 +299,11 @@ class Categorify(TableOp):
                 self.state = vocabularies  # text or integers only: JSON keys already
                 return out
         if backend != "pandas":
+            # transform's codes without its check for a column whose values are all unseen
+            # (a sample of each column to the host on cuDF): it runs with min_count 1 only,
+            # and then, fitted on these rows, every value is known; pandas and polars skip it
+            # here too.
             self.fit(frame, backend)
-            if self.min_count > 1:
-                return self.transform(frame, backend)
-            # Fitted on these rows, every value is known: transform's check for a column
-            # whose values are all unseen (a sample of each column to the host on cuDF)
-            # cannot fire, as on pandas and polars, which skip it here too.
             return self._codes(frame, backend, UNSEEN_INDEX, MISSING_INDEX, 2)[0]
         native = nw.to_native(frame)
 
