@@ -91,6 +91,35 @@ def assign(native: Any, columns: Mapping[Any, Any]) -> Any:
     return out.__finalize__(native)  # attrs and flags, as copy() keeps them
 
 
+def block_readable(native: Any, columns: Sequence[str]) -> bool:
+    """Whether ``native[columns].to_numpy(dtype=float64, na_value=nan)`` reads ``columns`` as
+    each one's own ``to_numpy`` would: numbers or booleans, numpy's or pandas' nullable
+    ones, under unique labels."""
+    if not native.columns.is_unique:
+        return False
+    dtypes = dict(zip(native.columns, native.dtypes, strict=True))
+    return all(getattr(dtypes[c], "kind", "O") in "iufb" and (isinstance(dtypes[c], np.dtype) or _masked(native[c]))
+               for c in columns)
+
+
+def with_block(native: Any, columns: Sequence[str], block: np.ndarray, drop: Sequence[str] = ()) -> Any:
+    """``native`` with ``columns`` replaced by the rows of ``block`` (one row per column, in
+    order) and the ``drop`` columns left out, in ``native``'s column order, neither
+    ``block`` nor the other columns copied (labels unique).
+
+    Why a block: handed over as 2,000 Series of 500 rows, the columns of a wide table cost
+    ~75 us each to build and place (0.15 s); as one 2-D block, 6 ms."""
+    import pandas as pd
+
+    new = pd.DataFrame(block.T, index=native.index, columns=pd.Index(columns, dtype=object), copy=False)
+    gone = {*columns, *drop}
+    order = native.columns[[c not in drop for c in native.columns]]
+    kept = native[[c for c in order if c not in gone]]
+    out = pd.concat([kept, new], axis=1).reindex(columns=list(order))  # pandas 3: views (copy-on-write)
+    out.columns = order  # its name and type, as the frame had them
+    return out.__finalize__(native)
+
+
 def min_max(native: Any, columns: Sequence[str]) -> dict[str, list[float]] | None:
     """``{column: [min, max]}`` skipping missing values (ints for an integer column); None
     when one is not finite (inf, or no value at all), for the caller's narwhals path to
