@@ -22,6 +22,7 @@ Example:
 from __future__ import annotations
 
 import json
+import numbers
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -59,6 +60,11 @@ from gpufeed.gpu_transforms.tabular.pandas_kernels import assign
 from gpufeed.gpu_transforms.tabular.stats import decimals_as_numbers
 
 _FORMAT_VERSION = 1
+
+
+def _kinds(values: set[Any]) -> set[str]:
+    """Whether ``values`` hold text, numbers (booleans among them) or other things."""
+    return {"text" if isinstance(v, str) else "number" if isinstance(v, numbers.Number) else "other" for v in values}
 
 
 def _step(frame: NwFrame, backend: str, op: TableOp, run: Callable[[NwFrame, str], Any]) -> Any:
@@ -334,18 +340,29 @@ class Recipe:
         return values
 
     def _check_groups(self, op: Standardize, groups: Any) -> None:
-        """Refuse ``groups`` none of which the op fitted when an op before it changed its ``by``
-        column (``Categorify`` first: the op grouped by codes, and the raw groups would all
-        fall back to the global statistics, silently)."""
-        before = [o for o in self.ops[:self.ops.index(op)] if op.by in o.columns]
-        if not before:
+        """Refuse ``groups`` none of which the op fitted where another op of the recipe
+        changes its ``by`` column, since every row would silently fall back to the global
+        statistics: an op before it (``Categorify`` first: the op grouped by codes, and raw
+        groups were given), or an op after it whose output was given instead of the raw
+        groups (numbers given, the op grouped by text or the other way round; raw groups
+        that are merely unseen, as after ``split_by_group``, pass)."""
+        at = self.ops.index(op)
+        before = [o for o in self.ops[:at] if op.by in o.columns]
+        after = [o for o in self.ops[at + 1:] if op.by in o.columns]
+        if not before and not after:
             return
         fitted = {g[0] for rows in op.state.get("groups", {}).values() for g in rows}
         given = {g for g in group_values(groups) if not is_missing(g)}
-        if fitted and given and not given & fitted:
+        if not fitted or not given or given & fitted:
+            return
+        seen = f"(e.g. {sorted(fitted, key=str)[:3]}), and none of groups= is one of them (e.g. {sorted(given, key=str)[:3]})"
+        if before:
             raise ValueError(f"Recipe.inverse: Standardize(by={op.by!r}) grouped by {op.by!r} as {before[-1].kind} "
-                             f"left it (e.g. {sorted(fitted, key=str)[:3]}), and none of groups= is one of them "
-                             f"(e.g. {sorted(given, key=str)[:3]}): pass the {op.by!r} column after the recipe")
+                             f"left it {seen}: pass the {op.by!r} column after the recipe")
+        if _kinds(given).isdisjoint(_kinds(fitted)):
+            raise ValueError(f"Recipe.inverse: Standardize(by={op.by!r}) grouped by the {op.by!r} values the recipe "
+                             f"was given {seen}, which look like {after[0].kind}'s output: pass the {op.by!r} column "
+                             "as it was before the recipe (e.g. val[" f"{op.by!r}] before transform)")
 
     def to_json(self) -> str:
         """The recipe and its fitted statistics as JSON (serving loads it with :meth:`from_json`)."""

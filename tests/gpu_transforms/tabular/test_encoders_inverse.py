@@ -153,6 +153,22 @@ def test_inverse_refuses_raw_groups_of_a_by_column_encoded_before(table, backend
     np.testing.assert_allclose(recipe.inverse("x", out["x"].to_numpy(), groups=out["g"]), table["x"], rtol=1e-13)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_inverse_refuses_the_codes_of_a_by_column_encoded_after(table, backend):
+    # Standardize(by="g") then Categorify(["g"]): the output's "g" holds codes, none of them
+    # a fitted group, and every row had silently taken the global statistics.
+    frame = to_backend(table, backend)
+    recipe = Recipe([Standardize(["x"], by="g"), Categorify(["g"])])
+    out = _pandas(recipe.fit_transform(frame))
+    with pytest.raises(ValueError, match=r"none of groups= is one of them.*look like categorify's output.*"
+                                         r"as it was before the recipe"):
+        recipe.inverse("x", out["x"].to_numpy(), groups=out["g"])
+    np.testing.assert_allclose(recipe.inverse("x", out["x"].to_numpy(), groups=frame["g"]), table["x"], rtol=1e-13)
+    # Raw groups that are only unseen (a split by group) still take the global statistics.
+    mean, sd = recipe.ops[0].state["global"]["x"]
+    assert recipe.inverse("x", [1.0], groups=["nowhere"]).tolist() == [mean + sd]
+
+
 def test_inverse_refuses_codes_and_columns_it_did_not_touch(table):
     recipe = Recipe([Standardize(["x"]), Categorify(["k"])]).fit(table)
     with pytest.raises(ValueError, match=r"categorify codes of column 'k' are no numbers to invert"):
