@@ -6,6 +6,7 @@ accumulated in float64, and the one error for a column with nothing to fit on.
 
 from __future__ import annotations
 
+import datetime
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -131,8 +132,18 @@ def json_key(value: Any, column: str, op: str) -> Any:
         value = value.item()
     if isinstance(value, bool | int | float | str):
         return value
-    raise ColumnTypeError(f"{op}: column {column!r} holds {type(value).__name__} values, which JSON "
-                          "cannot store; cast the column to text or integers first")
+    if isinstance(value, datetime.date | datetime.time | datetime.timedelta | np.datetime64 | np.timedelta64):
+        # One name on every backend (pandas gives Timestamp, polars datetime or date).
+        kind = ("durations" if isinstance(value, datetime.timedelta | np.timedelta64) else
+                "times of day" if isinstance(value, datetime.time) else "dates")
+        raise ColumnTypeError(
+            f"{op}: column {column!r} holds {kind}, which a recipe does not keep as {op} keys (its state is "
+            "JSON: numbers, booleans and text); cast the column first, e.g. to its year (pandas "
+            "`s.dt.year`, polars `pl.col(c).dt.year()`) or to ISO text (`s.dt.strftime('%Y-%m-%d')`, "
+            "`pl.col(c).dt.to_string()`)" + (", or hash it with HashBucket" if op == "Categorify" else ""))
+    raise ColumnTypeError(f"{op}: column {column!r} holds {type(value).__name__} values, which a recipe does not "
+                          "keep (its state is JSON: numbers, booleans and text); cast the column to text or "
+                          "integers first")
 
 
 def scale(std: Any, mean: float = 0.0, count: float = 1.0) -> float:

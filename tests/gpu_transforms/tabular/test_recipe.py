@@ -195,8 +195,24 @@ def test_standardize_by_a_boolean_group_saves_and_reloads(tmp_path, backend, gro
 @pytest.mark.parametrize("backend", ["pandas", "polars"])
 def test_standardize_by_a_date_group_is_refused_at_fit_naming_the_column(backend):
     df = pd.DataFrame({"x": [1.0, 2.0, 3.0], "day": pd.to_datetime(["2020-01-01", "2020-01-02", None])})
-    with pytest.raises(ColumnTypeError, match=r"Standardize: column 'day' holds .*JSON cannot store"):
+    with pytest.raises(ColumnTypeError, match=r"Standardize: column 'day' holds dates, which a recipe does not keep as Standardize keys .*dt.year"):
         Recipe([Standardize(["x"], by="day")]).fit(to_backend(df, backend))
+
+
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+@pytest.mark.parametrize("kind", ["datetime", "date", "category"])
+def test_categorify_of_dates_is_refused_in_one_message_naming_the_fix(backend, kind):
+    # pandas named the values "Timestamp", polars "datetime" or "date", and both blamed JSON
+    # with no way out; a categorical of dates (astype("category") of years) was refused too.
+    day = pd.Series(pd.to_datetime(["2020-01-01", "2020-01-02", None, "2020-01-01"]))
+    df = pd.DataFrame({"day": day.astype("category") if kind == "category" else day})
+    frame = to_backend(df, backend)
+    if kind == "date" and backend == "polars":
+        frame = frame.with_columns(frame["day"].dt.date())
+    with pytest.raises(ColumnTypeError, match=r"Categorify: column 'day' holds dates, .*dt.year.*HashBucket"):
+        Recipe([Categorify(["day"])]).fit(frame)
+    hashed = Recipe([HashBucket(["day"], 16)]).fit_transform(frame)  # the way the message offers
+    assert len(hashed) == 4
 
 
 @pytest.mark.parametrize("backend", ["pandas", "polars"])
