@@ -35,6 +35,7 @@ from gpufeed.gpu_transforms.tabular.frames import (
     require_columns,
     wrap,
 )
+from gpufeed.gpu_transforms.tabular.kernels import categories_as_numbers
 from gpufeed.pipelines.base import EpochHook, missing_attribute, pinned_empty
 from gpufeed.pipelines.options import LastBatch
 from gpufeed.pipelines.plan import EpochPlan
@@ -469,6 +470,9 @@ def to_tensors(
     df = _collected(df, "to_tensors")
     codes = list(categorical or [])
     require_columns(wrap(df), [*features, *codes, *([label] if label else [])], "to_tensors")
+    # Categoricals of numbers (pickled astype("category") sizes or years) as their values,
+    # as polars holds them: pandas refused them as "Categorical".
+    df = nw.to_native(categories_as_numbers(wrap(df), [*features, *codes, *([label] if label else [])])[0])
     _check_numeric(df, [*features, *([label] if label else [])], label)
     _check_codes(df, codes)
     dev = resolve_device(device)

@@ -113,7 +113,7 @@ def test_cudf_columns_of_one_dtype_are_cast_not_reinterpreted(dtype):
     cudf = pytest.importorskip("cudf", reason="cuDF is not installed")
 
     table = pd.DataFrame({"a": np.arange(6).astype(dtype), "b": (np.arange(6) * 3).astype(dtype),
-                          "label": pd.Categorical([0, 1, 0, 1, 0, 1])})
+                          "label": pd.Categorical(["no", "yes", "no", "yes", "no", "yes"])})
     x, _ = to_tensors(cudf.from_pandas(table), ["a", "b"], device="cuda")
     np.testing.assert_array_equal(x.cpu().numpy(), table[["a", "b"]].to_numpy(np.float32))
     # A categorical label: named, with its fix, as on pandas (not numpy's TypeError).
@@ -125,9 +125,21 @@ _CATEGORICAL_LABEL = r"\{'label': 'Categorical'\} are not: encode them first .*L
 
 
 def test_a_categorical_label_is_named_with_its_fix():
-    table = pd.DataFrame({"a": np.arange(6.0), "label": pd.Categorical([0, 1, 0, 1, 0, 1])})
+    table = pd.DataFrame({"a": np.arange(6.0), "label": pd.Categorical(["no", "yes", "no", "yes", "no", "yes"])})
     with pytest.raises(ColumnTypeError, match=_CATEGORICAL_LABEL):
         to_tensors(table, ["a"], "label")
+
+
+@pytest.mark.parametrize("backend", ["pandas", "polars"])
+def test_categoricals_of_numbers_are_read_by_their_values_as_polars_holds_them(backend):
+    # A pickled table's astype("category") sizes and classes: polars holds them as Int64 and
+    # gave tensors; pandas refused them as "Categorical".
+    table = pd.DataFrame({"bill": [16.99, 10.34, 21.01, 23.68], "size": pd.Categorical([2, 3, 3, 10]),
+                          "label": pd.Categorical([0, 1, 1, 0])})
+    frame = table if backend == "pandas" else pl.from_pandas(table)
+    x, y = to_tensors(frame, ["bill", "size"], "label")
+    assert x[:, 1].tolist() == [2.0, 3.0, 3.0, 10.0] and y.tolist() == [0, 1, 1, 0]
+    assert table["size"].dtype == "category"  # the caller's frame is left as it was
 
 
 def test_pandas_nullable_dtypes_have_their_numpy_kind():

@@ -53,7 +53,7 @@ in :mod:`.pandas_kernels`. Measurements behind these choices: ``docs/tabular.md`
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,7 +63,9 @@ import numpy as np
 from gpufeed.gpu_transforms.tabular import cudf_kernels
 from gpufeed.gpu_transforms.tabular.frames import (
     NwFrame,
+    backend_of,
     collect_small,
+    dtypes_of,
     is_lazy,
     is_missing,
     small_rows,
@@ -593,6 +595,43 @@ def cudf_category_values(series: Any, text: bool = False) -> Any | None:
     if len(categories) == 0:  # every value missing: no category to fill with
         return series.cat.codes.astype(kind).where(present)
     return series.fillna(categories[0]).astype(kind).where(present)
+
+
+def categories_as_numbers(frame: NwFrame, columns: Sequence[str],
+                          schema: Mapping[str, Any] | None = None) -> tuple[NwFrame, dict[str, Any]]:
+    """``(frame, dtypes of columns)`` with the pandas, cuDF or Dask (categories known)
+    categoricals of numbers or booleans among ``columns`` as their values
+    (:func:`pandas_category_values`: the categories' type, nullable where a value is
+    missing), as polars holds such a column (``to_backend`` makes it Int64); ``frame``
+    itself when there is none (a schema check, no pass over the data). Categoricals of text
+    are left as they are.
+
+    Used wherever a column is read as numbers (the numeric ops, rules, ``to_tensors``), so a
+    pickled table with ``astype("category")`` ids or sizes reads the same on every backend.
+    """
+    columns = list(dict.fromkeys(columns))
+    schema = dict(schema) if schema is not None else dtypes_of(frame, columns)
+    categoricals = [c for c in columns if schema[c] == nw.Categorical]
+    if not categoricals:
+        return frame, schema
+    backend = backend_of(frame)
+    native = nw.to_native(frame)
+    if backend in ("pandas", "cudf"):
+        read = pandas_category_values if backend == "pandas" else cudf_category_values
+        values = {c: v for c in categoricals if (v := read(native[c])) is not None and v.dtype.kind in "iufb"}
+        if not values:
+            return frame, schema
+        frame = wrap(assign(native, values))
+    elif backend == "dask":
+        casts = {c: pandas_category_values(native._meta[c], nullable=True) for c in categoricals
+                 if native[c].cat.known}
+        casts = {c: v.dtype for c, v in casts.items() if v is not None and v.dtype.kind in "iufb"}
+        if not casts:
+            return frame, schema
+        frame = wrap(native.astype(casts))
+    else:
+        return frame, schema
+    return frame, {**schema, **dtypes_of(frame, categoricals)}
 
 
 def pandas_codes(found: np.ndarray, uniques: np.ndarray, vocabulary: list[Any], unseen: int,

@@ -46,7 +46,7 @@ from gpufeed.gpu_transforms.tabular.frames import (
     wrap,
     write_back,
 )
-from gpufeed.gpu_transforms.tabular.kernels import cudf_category_values, pandas_category_values
+from gpufeed.gpu_transforms.tabular.kernels import categories_as_numbers
 from gpufeed.gpu_transforms.tabular.numpy_kernels import release_pooled
 from gpufeed.gpu_transforms.tabular.ops import (
     OPS,
@@ -123,39 +123,16 @@ def _checked(frame: NwFrame, op: TableOp, where: str, *, fitting: bool = False) 
 
 
 def _category_numbers(frame: NwFrame, op: TableOp, schema: dict[str, Any]) -> tuple[NwFrame, dict[str, Any]]:
-    """``(frame, schema)`` with the pandas (or Dask, categories known) categoricals of numbers
-    or booleans that a numeric op (``FillMissing``, ``Clip``, ``Log``, ``Standardize``,
-    ``MinMax``) writes as their values (:func:`.kernels.pandas_category_values`: the
-    categories' type, nullable where a value is missing), as polars holds such a column
-    (``to_backend`` makes it Int64) and as the ops read Decimal objects; ``frame`` itself
-    when there is none (a schema check, no pass over the data).
+    """``(frame, schema)`` with the categoricals of numbers or booleans that a numeric op
+    (``FillMissing``, ``Clip``, ``Log``, ``Standardize``, ``MinMax``) writes as their values
+    (:func:`.kernels.categories_as_numbers`), as the ops read Decimal objects.
 
     Why: the same table ran on polars and was refused on pandas ("column(s) {'c':
     'Categorical'} are not numbers"). Categoricals of text stay refused on every backend.
     """
     if op.takes == "any":
         return frame, schema
-    categoricals = [c for c in dict.fromkeys(op.columns) if schema[c] == nw.Categorical]
-    if not categoricals:
-        return frame, schema
-    backend = backend_of(frame)
-    native = nw.to_native(frame)
-    if backend in ("pandas", "cudf"):
-        read = pandas_category_values if backend == "pandas" else cudf_category_values
-        values = {c: v for c in categoricals if (v := read(native[c])) is not None and v.dtype.kind in "iufb"}
-        if not values:
-            return frame, schema
-        frame = wrap(assign(native, values))
-    elif backend == "dask":
-        casts = {c: pandas_category_values(native._meta[c], nullable=True) for c in categoricals
-                 if native[c].cat.known}
-        casts = {c: v.dtype for c, v in casts.items() if v is not None and v.dtype.kind in "iufb"}
-        if not casts:
-            return frame, schema
-        frame = wrap(native.astype(casts))
-    else:
-        return frame, schema
-    return frame, {**schema, **dtypes_of(frame, categoricals)}
+    return categories_as_numbers(frame, op.columns, schema)
 
 
 def _numpy_floats(frame: NwFrame, columns: Sequence[str]) -> NwFrame:

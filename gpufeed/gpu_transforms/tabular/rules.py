@@ -47,6 +47,7 @@ from gpufeed.gpu_transforms.tabular.frames import (
     wrap,
     write_back,
 )
+from gpufeed.gpu_transforms.tabular.kernels import categories_as_numbers
 from gpufeed.gpu_transforms.tabular.stats import integer_range
 
 _OPS: dict[str, Callable[[Any, Any], bool]] = {
@@ -465,7 +466,11 @@ def apply_rules(df: Frame, rules: Sequence[Rule]) -> Frame:
     frame = wrap(df)
     for rule in rules:
         require_columns(frame, sorted(rule.columns()), f"rule {rule.output!r}")
-    rules = _typed_rules(rules, frame.collect_schema())
+    read = sorted(set().union(*(r.columns() for r in rules)))
+    # Categoricals of numbers compared by their values, as polars holds them (Int64): an
+    # order comparison on a pickled astype("category") column was refused on pandas alone.
+    numbers, _ = categories_as_numbers(frame, read)
+    rules = _typed_rules(rules, numbers.collect_schema())
     if backend_of(df) == "dask":
         # Partition by partition, on the partitions' own backend (pandas or cuDF): the same
         # outputs and dtypes as there. Dask's own case-when declared int64 and computed an
@@ -476,13 +481,12 @@ def apply_rules(df: Frame, rules: Sequence[Rule]) -> Frame:
         # through narwhals' case-when, where pandas made an integer rule without a
         # default an object column instead of Int64 (and a datetime rule one of
         # Timestamps and NaN: typed there, :func:`_datetimes_typed`).
-        return _apply_rules_numpy(frame, rules)
+        return _apply_rules_numpy(numbers, rules, nw.to_native(frame))
     if backend_of(df) == "polars" and not is_lazy(frame):
         return _apply_rules_polars(frame, rules)
     exprs = [r.to_expr() for r in rules]
     # NaN counts as missing: rules read a NaN-as-null copy of their columns; an eager
     # frame keeps its own columns as they were and only gains the outputs.
-    read = sorted(set().union(*(r.columns() for r in rules)))
     if is_lazy(frame) and backend_of(frame) == "polars":
         # No pass to look for NaN in a lazy query: keep each read column aside, read it
         # NaN-as-null, and put the original back after the rules.
@@ -491,7 +495,7 @@ def apply_rules(df: Frame, rules: Sequence[Rule]) -> Frame:
             frame.with_columns(*[nw.col(c).alias(k) for c, k in keep.items()])
             .pipe(lambda f: nan_as_null(f, read)).with_columns(*exprs)
             .with_columns(*[nw.col(k).alias(c) for c, k in keep.items()]).drop(*keep.values()))
-    norm = nan_as_null(frame, read)
+    norm = nan_as_null(numbers, read)
     if norm is frame:
         return nw.to_native(frame.with_columns(*exprs))
     outputs = norm.select(*exprs)
@@ -508,8 +512,10 @@ def _numpy_friendly(rule: Rule) -> bool:
         bools and isinstance(rule.default, bool)) or all(isinstance(v, str) for v in [*values, rule.default])
 
 
-def _apply_rules_numpy(frame: nw.DataFrame, rules: Sequence[Rule]) -> Frame:
-    """pandas: conditions as numpy masks, then one ``np.select`` per rule.
+def _apply_rules_numpy(frame: nw.DataFrame, rules: Sequence[Rule], base: Any) -> Frame:
+    """pandas: conditions as numpy masks on ``frame``'s columns, then one ``np.select`` per
+    rule, the outputs added to ``base`` (the caller's frame: ``frame`` may read some of its
+    columns otherwise, e.g. categoricals of numbers as their values).
 
     narwhals' case-when on pandas chains a ``Series.where`` per case; ``np.select`` picks
     all cases in one pass, about twice as fast, with the same first-match semantics. The
@@ -523,7 +529,7 @@ def _apply_rules_numpy(frame: nw.DataFrame, rules: Sequence[Rule]) -> Frame:
     from gpufeed.gpu_transforms.tabular.pandas_kernels import as_column, assign
 
     df = nw.to_native(frame)
-    out = {}
+    out: dict[str, Any] = {}
     others = [r for r in rules if not _numpy_friendly(r)]
     if others:  # narwhals' case-when, over the columns they read NaN as null
         read = sorted(set().union(*(r.columns() for r in others)))
@@ -539,8 +545,8 @@ def _apply_rules_numpy(frame: nw.DataFrame, rules: Sequence[Rule]) -> Frame:
             out[rule.output] = np.select(masks, values, default=rule.default)
         else:
             out[rule.output] = _with_missing(np.select(masks, values, default=values[0]), ~np.logical_or.reduce(masks))
-    return assign(df, {name: values if isinstance(values, pd.Series) else as_column(df, values)
-                       for name, values in out.items()})
+    return assign(base, {name: values if isinstance(values, pd.Series) else as_column(base, values)
+                         for name, values in out.items()})
 
 
 def _datetimes_typed(rule: Rule, column: Any) -> Any:
@@ -668,6 +674,7 @@ def apply_rules_rowwise(df: Frame, rules: Sequence[Rule]) -> dict[str, list[Any]
     frame = wrap(df)
     needed = sorted(set().union(*(r.columns() for r in rules)))
     require_columns(frame, needed, "rules")
+    frame, _ = categories_as_numbers(frame, needed)  # as apply_rules reads them
     rules = _typed_rules(rules, frame.collect_schema())
     out: dict[str, list[Any]] = {r.output: [] for r in rules}
     for row in frame.select(needed).iter_rows(named=True):

@@ -322,6 +322,21 @@ def test_order_comparisons_on_unordered_categoricals_are_refused_by_rule_and_col
     assert _computed(apply_rules(_on("pandas" if backend == "rowwise" else backend, df), [equal])) == [0, 1, 2, 0]
 
 
+@pytest.mark.parametrize("backend", ["pandas", "polars", "dask", "rowwise"])
+def test_categoricals_of_numbers_compare_by_their_values_as_polars_holds_them(backend):
+    # A pickled table's astype("category") party sizes: polars holds them as Int64 and
+    # compared them; pandas and Dask refused the order comparison ("unordered categorical").
+    df = pd.DataFrame({"size": pd.Categorical([2, 10, 4, None, 6]), "tip": [1.0, 2.0, 3.0, 4.0, 5.0]})
+    rule = Rule("r", [(col("size").between(4, 9), 1), (col("size") >= 10, 2)], default=0)
+    if backend == "rowwise":
+        assert apply_rules_rowwise(df, [rule])["r"] == [0, 2, 1, 0, 1]
+        return
+    out = apply_rules(_on(backend, df), [rule])
+    assert _computed(out) == [0, 2, 1, 0, 1]
+    out = out.compute() if hasattr(out, "compute") else out
+    assert str(out["size"].dtype) == ("category" if backend != "polars" else "Int64")  # the columns are left
+
+
 @pytest.mark.parametrize("backend", ["pandas", "polars"])
 def test_isin_over_uint64_drops_numbers_outside_the_columns_range(backend):
     # polars built the list as Int128 and failed; a negative number never matches a uint64.
