@@ -36,6 +36,11 @@ _NAMES = {
 _WIDTH = {nw.Int8: 1, nw.UInt8: 1, nw.Int16: 2, nw.UInt16: 2, nw.Int32: 4, nw.UInt32: 4}
 
 
+
+#: Changed columns a downcast report lists one by one (:meth:`DowncastReport.to_markdown`).
+MARKDOWN_ROWS = 20
+
+
 @dataclass
 class ColumnChange:
     """One column of a :class:`DowncastReport`."""
@@ -73,9 +78,24 @@ class DowncastReport:
                 "saved_fraction": self.saved_fraction, "columns": [asdict(c) for c in self.columns]}
 
     def to_markdown(self) -> str:
-        """A table of the changed columns and the total, for logs and benchmark summaries."""
-        rows = [f"| {c.column} | {c.before} | {c.after} | {c.bytes_before:,} | {c.bytes_after:,} | {c.note} |"
-                for c in self.columns if c.before != c.after]
+        """A table of the changed columns and the total, for logs and benchmark summaries; past
+        :data:`MARKDOWN_ROWS` changed columns, one row per change (the same types and note),
+        naming a few of its columns and counting the rest (a 2,000-column table gave 2,000
+        rows)."""
+        changed = [c for c in self.columns if c.before != c.after]
+        if len(changed) <= MARKDOWN_ROWS:
+            rows = [f"| {c.column} | {c.before} | {c.after} | {c.bytes_before:,} | {c.bytes_after:,} | {c.note} |"
+                    for c in changed]
+        else:
+            kinds: dict[tuple[str, str, str], list[Any]] = {}
+            for c in changed:
+                kinds.setdefault((str(c.before), str(c.after), c.note), []).append(c)
+            rows = []
+            for (before, after, note), group in kinds.items():
+                names = ", ".join(str(c.column) for c in group[:3]) + (
+                    f" and {len(group) - 3} more" if len(group) > 3 else "")
+                rows.append(f"| {names} | {before} | {after} | {sum(c.bytes_before for c in group):,} "
+                            f"| {sum(c.bytes_after for c in group):,} | {note} |")
         return "\n".join([
             "| column | before | after | bytes before | bytes after | note |", "|---|---|---|---|---|---|",
             *rows,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import narwhals as nw
@@ -100,6 +100,23 @@ def block_readable(native: Any, columns: Sequence[str]) -> bool:
     dtypes = dict(zip(native.columns, native.dtypes, strict=True))
     return all(getattr(dtypes[c], "kind", "O") in "iufb" and (isinstance(dtypes[c], np.dtype) or _masked(native[c]))
                for c in columns)
+
+
+#: Values per 2-D read of a wide frame's columns (:func:`float64_blocks`): 128 MB of float64.
+BLOCK_VALUES = 1 << 24
+
+
+def float64_blocks(native: Any, columns: Sequence[str]) -> Iterator[tuple[int, np.ndarray]]:
+    """``(start, values)`` for runs of ``columns`` (:func:`block_readable` ones): ``values``
+    the run ``columns[start:start + values.shape[1]]`` as one float64 array (rows x run,
+    missing values NaN), at most :data:`BLOCK_VALUES` values unless one column is longer.
+
+    Why: each read of a column set costs a pass over the frame's blocks, ~25 us per column
+    on a frame of one block per column (what ops leave behind), whatever the rows: 2,000
+    columns read in 4 runs cost 0.2 s, in one run 0.05 s."""
+    per = max(1, BLOCK_VALUES // max(len(native), 1))
+    for start in range(0, len(columns), per):
+        yield start, native[list(columns[start:start + per])].to_numpy(dtype=np.float64, na_value=np.nan)
 
 
 def with_block(native: Any, columns: Sequence[str], block: np.ndarray, drop: Sequence[str] = ()) -> Any:

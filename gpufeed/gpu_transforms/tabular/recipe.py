@@ -136,30 +136,36 @@ def _category_numbers(frame: NwFrame, op: TableOp, schema: dict[str, Any]) -> tu
 
 
 def _numpy_floats(frame: NwFrame, columns: Sequence[str]) -> NwFrame:
-    """``frame`` with the op's output columns of pandas' nullable ``Float64`` as numpy
-    float64 (missing as NaN), the float dtype every other pandas path gives.
+    """``frame`` with the op's output columns of pandas' nullable ``Float64`` (or Arrow
+    float64) as numpy float64 (missing as NaN), the float dtype every other pandas path gives.
 
     Ops on pandas' nullable integers (ids beyond 2**53 read from Parquet, CSV or JSON)
     came out as ``Float64`` through narwhals, so ``Standardize`` gave ``Float64`` on one
-    column and ``float64`` on the next.
+    column and ``float64`` on the next; ``Log`` of a table read with
+    ``dtype_backend="pyarrow"`` gave ``double[pyarrow]``.
     """
-    import pandas as pd
-
     native = nw.to_native(frame)
     # The dtypes read once: a column read per name cost ~50 us on a wide frame (0.1 s for 2,000).
     dtypes = dict(zip(native.columns, native.dtypes, strict=True)) if native.columns.is_unique else None
-    nullable = [c for c in columns if isinstance(dtypes[c] if dtypes else native[c].dtype, pd.Float64Dtype)]
+    nullable = [c for c in columns if _nullable_float(dtypes[c] if dtypes else native[c].dtype)]
     if not nullable:
         return frame
     return wrap(assign(native, {c: native[c].to_numpy(dtype="float64", na_value=np.nan) for c in nullable}))
 
 
-def _nullable_floats(frame: NwFrame, columns: Sequence[str]) -> bool:
-    """Whether a Dask frame's ``columns`` include pandas' nullable ``Float64`` (its metadata)."""
+def _nullable_float(dtype: Any) -> bool:
+    """pandas' nullable ``Float64`` or an Arrow float64 (``double[pyarrow]``, what ``Log``
+    gave on a table read with ``dtype_backend="pyarrow"``)."""
     import pandas as pd
 
+    return isinstance(dtype, pd.Float64Dtype) or (isinstance(dtype, pd.ArrowDtype) and dtype == "double[pyarrow]")
+
+
+def _nullable_floats(frame: NwFrame, columns: Sequence[str]) -> bool:
+    """Whether a Dask frame's ``columns`` include pandas' nullable ``Float64`` or an Arrow
+    float64 (its metadata)."""
     meta = nw.to_native(frame)._meta
-    return any(isinstance(meta[c].dtype, pd.Float64Dtype) for c in columns)
+    return any(_nullable_float(meta[c].dtype) for c in columns)
 
 
 def _json_safe(doc: dict[str, Any]) -> bool:

@@ -152,3 +152,15 @@ def test_float_tolerance_keeps_inf_which_float32_holds_exactly(backend):
         assert (str(x.dtype).lower() == "float32") == (tolerance > 0)  # 0.1 needs the tolerance
         assert list(x.to_numpy(np.float64)[:3]) == [0.5, np.inf, -np.inf]
         assert str(_values(small)["big"].dtype).lower() == "float64"  # 1e300 would become inf
+
+
+def test_the_markdown_report_of_a_wide_table_has_a_row_per_kind_of_change():
+    # 65 Int64 -> Int8 columns were 65 rows of the same line (a 2,000-column table: 2,000).
+    frame = pd.DataFrame({f"px{i}": np.arange(100) % 17 for i in range(65)} | {"y": np.linspace(0, 1, 100)})
+    _, report = downcast(frame)
+    table = report.to_markdown().splitlines()
+    assert len(table) == 2 + 1 + 1  # header, the one change, the total (y stays float64)
+    ints = next(line for line in table if line.startswith("| px0, px1, px2 and 62 more |"))
+    assert f"| {65 * 800:,} | {65 * 100:,} |" in ints  # the bytes of all 65
+    few = downcast(frame[["px0", "px1", "y"]])[1].to_markdown().splitlines()
+    assert [line.split(" |")[0] for line in few[2:4]] == ["| px0", "| px1"]  # few: one row each

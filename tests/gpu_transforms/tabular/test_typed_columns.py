@@ -7,6 +7,7 @@ import json
 import re
 import zlib
 
+import numpy as np
 import pandas as pd
 import polars as pl
 import pytest
@@ -340,3 +341,13 @@ def test_a_numeric_op_on_a_dask_categorical_of_unknown_categories_says_how_to_re
     want = Recipe([Standardize(["c"])]).fit_transform(df)["c"]
     assert got.isna().tolist() == want.isna().tolist()
     assert got.dropna().tolist() == pytest.approx(want.dropna().tolist(), rel=1e-12)
+
+
+def test_numeric_ops_give_numpy_float64_on_a_pandas_table_of_arrow_types():
+    # Read with dtype_backend="pyarrow": Log gave double[pyarrow] where every other op, and
+    # the same table with numpy types, gave float64.
+    df = pd.DataFrame({"year": [2007, 2008, None, 2009], "x": [1.5, None, 2.5, 4.0]}).convert_dtypes(
+        dtype_backend="pyarrow")
+    out = Recipe([Log(["year"]), Standardize(["x"]), MinMax(["year"])]).fit_transform(df)
+    assert {str(out[c].dtype) for c in ("year", "x")} == {"float64"}
+    assert np.isnan(out["year"].to_numpy()[2]) and np.isnan(out["x"].to_numpy()[1])

@@ -118,3 +118,33 @@ def test_a_recipe_on_pandas_columns_kept_apart_raises_no_fragmentation_warning()
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the group codes' column is inserted beside 151 blocks
         Recipe([FillMissing(cols), Log(["c0"], offset=10), Standardize(cols[:5], by="site")]).fit_transform(frame)
+
+
+def test_standardize_by_group_in_2d_blocks_equals_column_by_column_bit_for_bit(monkeypatch):
+    # Short columns are grouped and standardised as 2-D blocks of columns (read in runs of
+    # BLOCK_VALUES values, computed in pieces of PIECE): the same values as the column-by-
+    # column path long columns take, whatever the runs and pieces cut, on a frame of one
+    # block per column (what ops leave) and a missing group key.
+    from gpufeed.gpu_transforms.tabular import kernels, pandas_kernels
+
+    frame = _wide(rows=300, per_kind=9)
+    frame["ok"] = frame["f0"] > 3
+    frame["g"] = np.random.default_rng(3).choice(["a", "b", "c", None], len(frame))
+    frame = pd.DataFrame({c: frame[c].copy() for c in frame.columns})  # a block per column
+    frame.columns.name = "features"
+    columns = [c for c in frame.columns if c != "g"]
+
+    def run(piece: int, block: int) -> pd.DataFrame:
+        monkeypatch.setattr(kernels, "PIECE", piece)
+        monkeypatch.setattr(pandas_kernels, "BLOCK_VALUES", block)
+        return Recipe([Standardize(columns, by="g")]).fit_transform(frame)
+
+    by_column = run(0, 1 << 24)  # PIECE 0: every column is "long"
+    for piece, block in [(300 * 4, 300 * 7), (1 << 18, 1 << 24), (1, 1)]:
+        blocks = run(piece, block)
+        assert list(blocks.columns) == list(frame.columns) and blocks.columns.name == "features"
+        pd.testing.assert_frame_equal(blocks, by_column, check_exact=True)
+    assert frame["f0"].dtype == np.float64 and len(frame.columns) == 38  # the input is left as it was
+    polars = Recipe([Standardize(columns, by="g")]).fit_transform(to_backend(frame, "polars")).to_pandas()
+    for c in columns:
+        np.testing.assert_allclose(polars[c].to_numpy(float), by_column[c].to_numpy(float), rtol=1e-12, atol=1e-12)
