@@ -198,7 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-categories", type=int, default=1000,
                    help="text columns with more distinct values are hashed (HashBucket) instead of Categorify")
     p.add_argument("--buckets", type=int, default=1024, help="HashBucket buckets")
-    p.add_argument("--recipe-out", default="tabular_recipe.json", help="where the fitted recipe is saved")
+    p.add_argument("--recipe-out", default="gpufeed-results/tabular_recipe.json",
+                   help="where the fitted recipe is saved (its folder is made if missing; default: beside the "
+                        "benchmarks' results, a folder git ignores)")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     for option, value, low in (("--rows", args.rows, 10), ("--epochs", args.epochs, 1),
@@ -208,8 +210,10 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"{option} must be >= {low}, got {value}")
     if not args.lr > 0:
         p.error(f"--lr must be > 0, got {args.lr}")
-    if not Path(args.recipe_out).parent.is_dir():
-        p.error(f"--recipe-out {args.recipe_out}: no folder {Path(args.recipe_out).parent}")
+    try:
+        Path(args.recipe_out).parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file where the folder should be, no permission
+        p.error(f"--recipe-out {args.recipe_out}: cannot make its folder {Path(args.recipe_out).parent}: {exc}")
     if args.above is not None and args.task == "regression":
         p.error("--above makes a classification target: leave out --task regression")
     try:
@@ -282,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     if left_out:
         print("left out: " + ", ".join(f"{c} ({why})" for c, why in left_out.items()))
     sizes = [recipe.num_embeddings(c) for c in encoded]  # Categorify: vocabulary + 2; HashBucket: buckets
-    print(f"recipe: {len(recipe.ops)} ops ({', '.join(op.kind for op in recipe.ops)}) saved to {args.recipe_out}; "
+    print(f"recipe: {len(recipe.ops)} ops ({', '.join(op.kind for op in recipe.ops)}) saved to {Path(args.recipe_out).resolve()}; "
           f"{len(numeric)} numeric, {len(encoded)} embedded ({', '.join(f'{c}:{n}' for c, n in zip(encoded, sizes, strict=True))})")
 
     # 3. Train.

@@ -51,6 +51,10 @@ def test_bench_images_writes_results_with_metadata(image_folder, tmp_path):
     )
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     assert "× torch-pil" in out.stdout
+    # The result in one line above the table, and what each ratio column divides by.
+    assert re.search(r"\*\*Fastest: `(dali-cpu|torch-cpu)` at \d+\.\d\d× `torch-pil`\*\* \(\d+ against \d+ images/s",
+                     out.stdout), out.stdout[-3000:]
+    assert "Ratios are images/s over another pipeline's (above 1: faster)" in out.stdout
     (result,) = tmp_path.glob("images-train-*.json")
     doc = json.loads(result.read_text())
     assert doc["metadata"]["packages"]["torch"] and doc["metadata"]["cpu_count"]

@@ -110,10 +110,14 @@ def test_tabular_example_regression_on_a_csv_without_time(tmp_path):
     write_table(table, tmp_path / "t.csv")
     out = subprocess.run([sys.executable, str(TABULAR_SCRIPT), "--data", str(tmp_path / "t.csv"), "--target",
                           "amount", "--task", "regression", "--drop", "label", "--epochs", "1", "--device", "cpu",
-                          "--backend", "pandas", "--recipe-out", str(tmp_path / "r.json")],
-                         capture_output=True, text=True, timeout=300)
+                          "--backend", "pandas"],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "random split of" in out.stdout and "val_rmse=" in out.stdout.strip().splitlines()[-1]
+    # By default the recipe goes into the results folder git ignores, named in full (it
+    # had landed in the working directory, a checkout's root).
+    saved = tmp_path / "gpufeed-results" / "tabular_recipe.json"
+    assert saved.is_file() and f"saved to {saved.resolve()};" in out.stdout
     # the label reaches the model as a float32 target (no longer as the last feature), and the
     # RMSE is in dollars through recipe.inverse (amounts spread by tens of dollars, not ~1 as z-scores)
     assert "training on cpu: " in out.stdout and ", 1 outputs" in out.stdout

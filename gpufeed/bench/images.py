@@ -228,6 +228,17 @@ def _contender(name: str, root: str, mode: str, batch_size: int, size: int, work
     return {"name": name, **timing.as_dict(), "check": check}
 
 
+def _headline(rows: list[dict[str, Any]]) -> str:
+    """The run's result in one line: the fastest of the kit's pipelines (a passed output
+    check) over the baseline, or "" when either is missing."""
+    kit = [r for r in rows if r["name"] not in (BASELINE, "decode-only") and r.get("ratio") and r["verdict"] == "ok"]
+    if not kit:
+        return ""
+    best = max(kit, key=lambda r: r["ratio"])
+    return (f"**Fastest: `{best['name']}` at {best['ratio']:.2f}× `{BASELINE}`** "
+            f"({best['rate']:.0f} against {best['rate'] / best['ratio']:.0f} images/s, the same cores).")
+
+
 def _verify(row: dict[str, Any], files: int, classes: int, size: int) -> str:
     """'ok' or what is wrong with a contender's output."""
     c = row.get("check", {})
@@ -301,7 +312,12 @@ def run(args: argparse.Namespace) -> int:
         ("verdict", "output check"),
     ])
     legend = "\n".join(f"- `{r['name']}`: {PIPELINES[r['name']]}" for r in rows)
-    table = f"{table}\n\n{legend}"
+    key = (f"Ratios are images/s over another pipeline's (above 1: faster): `× {BASELINE}` over the baseline's, "
+           "`× per round` the same ratio's range over the rounds, `× decode-only` over the ceiling's "
+           "(decode-only is the ceiling, not a contender).")
+    table = f"{table}\n\n{key}\n\n{legend}"
+    if headline := _headline(rows):
+        table = f"{headline}\n\n{table}"
     if skipped:
         table += "\n\nNot run on this machine: " + "; ".join(f"`{n}` ({why})" for n, why in skipped.items())
     print(table)
