@@ -53,7 +53,7 @@ in :mod:`.pandas_kernels`. Measurements behind these choices: ``docs/tabular.md`
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,6 +83,7 @@ from gpufeed.gpu_transforms.tabular.pandas_kernels import (
     as_column,
     assign,
     block_readable,
+    column_runs,
     float64_blocks,
     with_block,
 )
@@ -354,20 +355,20 @@ def group_stats_f64(frame: NwFrame, backend: str, by: str, columns: Sequence[str
         wide = [c for c in columns if c not in narrow]
         chunks = [wide] * bool(wide) + [narrow[i:i + _CAST_CHUNK] for i in range(0, len(narrow), _CAST_CHUNK)]
     parts = []
-    if backend == "pandas" and len(frame) < PIECE and block_readable(nw.to_native(frame), columns):
+    native = nw.to_native(frame)
+    if backend == "pandas" and len(frame) < PIECE and block_readable(native, columns):
         # Short columns: grouped as 2-D float64 blocks, a group-by per block (pandas runs
         # its kernel per block: one per column on a frame that ops left one block per
         # column, 6,000 kernel calls for 2,000 columns), the same values bit for bit.
-        import pandas as pd
-
-        native = nw.to_native(frame)
-        for _, block in float64_blocks(native, columns):
-            grouped = pd.DataFrame(block, index=native.index, copy=False).groupby(
-                native[by], dropna=False, observed=True, sort=False)
-            stats = [grouped.mean(), grouped.std(ddof=0), grouped.count()]
-            parts.append(GroupStats(_group_keys(stats[0].index.tolist()), *(
-                v.to_numpy(dtype=np.float64) for v in stats)))
-        chunks = []
+        parts, chunks = _grouped_blocks(float64_blocks(native, columns), native[by].array), []
+    elif backend == "polars" and not is_lazy(frame):
+        if native.height < PIECE:
+            # The same on polars, whose group-by costs ~60 us per aggregation whatever the
+            # rows (2,000 columns: 6,000 of them), with pandas' group-by: pandas' values.
+            parts = _grouped_blocks(_polars_float64_blocks(native, columns), native.get_column(by).to_pandas().array)
+            chunks = []
+        else:
+            frame = frame.lazy()  # polars' lazy group-by: ~2x faster than an eager call
     for chunk in chunks:
         if backend == "pandas":
             native = nw.to_native(frame)
@@ -414,6 +415,21 @@ def group_stats_f64(frame: NwFrame, backend: str, by: str, columns: Sequence[str
     return out
 
 
+def _grouped_blocks(blocks: Iterable[tuple[int, np.ndarray]], key: Any) -> list[GroupStats]:
+    """Per-group mean, population std and count of each run of columns read as 2-D float64
+    ``blocks`` (:func:`.pandas_kernels.float64_blocks`), grouped by ``key`` (the rows'
+    group keys, an array: missing ones one group) with pandas' group-by, one call per
+    statistic and block: the values pandas gives column by column, bit for bit."""
+    import pandas as pd
+
+    parts = []
+    for _, block in blocks:
+        grouped = pd.DataFrame(block, copy=False).groupby(key, dropna=False, observed=True, sort=False)
+        stats = [grouped.mean(), grouped.std(ddof=0), grouped.count()]
+        parts.append(GroupStats(_group_keys(stats[0].index.tolist()), *(v.to_numpy(dtype=np.float64) for v in stats)))
+    return parts
+
+
 def pooled_stats(groups: GroupStats, columns: Sequence[str]) -> dict[str, tuple[float, float, float] | None]:
     """Each column's mean, population std and count of values over the whole table from its
     per-group ones (no second pass over the table); None for a column where no group has a
@@ -447,8 +463,16 @@ def standardize_by_code(frame: NwFrame, backend: str,
     if backend == "polars":
         import polars as pl
 
+        native = nw.to_native(frame)
+        if not is_lazy(frame) and native.height < PIECE:
+            # Short columns as 2-D blocks, as on pandas (the same bits): polars' cost is per
+            # expression (2,000 columns: 4,000 gathers), whatever the rows.
+            columns = list(tables)
+            out = _standardized_blocks(_polars_float64_blocks(native, columns),
+                                       native.get_column(GROUP_CODE).to_numpy(), tables)
+            return wrap(native.with_columns([pl.Series(c, out[j]) for j, c in enumerate(columns)]).drop(GROUP_CODE))
         # Gather takes polars' index type (UInt32); Int32 codes would be cast for every gather.
-        native = nw.to_native(frame).with_columns(pl.col(GROUP_CODE).cast(pl.get_index_type()))
+        native = native.with_columns(pl.col(GROUP_CODE).cast(pl.get_index_type()))
         code = pl.col(GROUP_CODE)
         return wrap(native.with_columns(*[
             ((pl.col(c) - pl.lit(pl.Series(m)).gather(code)) / pl.lit(pl.Series(sd)).gather(code))
@@ -457,7 +481,8 @@ def standardize_by_code(frame: NwFrame, backend: str,
         native = nw.to_native(frame)
         codes = native[GROUP_CODE].to_numpy()
         if len(codes) < PIECE and block_readable(native, list(tables)):
-            return wrap(_standardize_block(native, codes, tables))
+            out = _standardized_blocks(float64_blocks(native, list(tables)), codes, tables)
+            return wrap(with_block(native, list(tables), out, drop=[GROUP_CODE]))
 
         def standardized(item: tuple[str, tuple[list[float], list[float]]]) -> Any:
             # The same arithmetic as polars' (a gathered mean subtracted, a gathered std
@@ -489,21 +514,24 @@ def standardize_by_code(frame: NwFrame, backend: str,
         for c, (m, sd) in tables.items()]).drop(GROUP_CODE)
 
 
-def _standardize_block(native: Any, codes: np.ndarray, tables: dict[str, tuple[list[float], list[float]]]) -> Any:
-    """:func:`standardize_by_code` on pandas for short columns: the same arithmetic on 2-D
-    blocks of columns (one column per row, at most :data:`PIECE` values a block), the
-    blocks spread over the usable cores, the output one block of the new frame.
+def _standardized_blocks(blocks: Iterable[tuple[int, np.ndarray]], codes: np.ndarray,
+                         tables: dict[str, tuple[list[float], list[float]]]) -> np.ndarray:
+    """:func:`standardize_by_code`'s arithmetic on short columns read as 2-D float64
+    ``blocks`` (``(first column, rows x run)``, as :func:`.pandas_kernels.float64_blocks`
+    gives them): one output row per column, computed in pieces of at most :data:`PIECE`
+    values spread over the usable cores, the same operations in the same order as the
+    column-by-column path (the same bits).
 
     Why: column by column, a wide table's columns cost ~0.2 ms each in fixed costs (a
     Series read, two outputs, a Series built and placed) whatever their length: 2,000
-    columns of 500 rows took 0.5 s, against 0.04 s as blocks."""
+    columns of 500 rows took 0.5 s on pandas, against 0.04 s as blocks."""
     columns = list(tables)
     means = np.array([m for m, _ in tables.values()], dtype=np.float64).reshape(len(columns), -1)
     stds = np.array([sd for _, sd in tables.values()], dtype=np.float64).reshape(len(columns), -1)
     rows = len(codes)
     out = pooled_empty(len(columns) * rows).reshape(len(columns), rows)
     per = max(1, PIECE // max(rows, 1))
-    for first, block in float64_blocks(native, columns):
+    for first, block in blocks:
         values = block.T
 
         def run(start: int, values: np.ndarray = values, first: int = first) -> None:
@@ -515,7 +543,16 @@ def _standardize_block(native: Any, codes: np.ndarray, tables: dict[str, tuple[l
             np.divide(piece, np.take(stds[at], codes, axis=1, mode="clip"), out=piece)
 
         spread(run, range(0, values.shape[0], per))
-    return with_block(native, columns, out, drop=[GROUP_CODE])
+    return out
+
+
+def _polars_float64_blocks(native: Any, columns: Sequence[str]) -> Iterator[tuple[int, np.ndarray]]:
+    """:func:`.pandas_kernels.float64_blocks` of an eager polars frame: runs of ``columns``
+    cast to float64 (missing as NaN), as :func:`.stats.f64` reads them."""
+    import polars as pl
+
+    for start, run in column_runs(native.height, columns):
+        yield start, native.select([pl.col(c).cast(pl.Float64) for c in run]).to_numpy()
 
 
 def pandas_factorize(series: Any, *, counts: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:

@@ -708,6 +708,13 @@ class Standardize(TableOp):
     def needs(self) -> list[str]:
         return [*self.columns, *([self.by] if self.by else [])]
 
+    @property
+    def polars_eager(self) -> bool:  # type: ignore[override]
+        """With ``by=``, eager on polars: a short frame is standardised by the group as 2-D
+        numpy blocks (a lazy query would be collected once per block); a long one's group-by
+        goes lazy again. Without, lazy (its statistics are one query)."""
+        return self.by is not None
+
     def fit(self, frame: NwFrame, backend: str) -> None:
         schema = schema_of(frame)
         if self.by:
