@@ -20,10 +20,13 @@ still takes the narwhals form in the same function, so results stay identical:
 - :func:`group_stats_f64` (``Standardize(by=)``): one narwhals group-by, except that on
   eager pandas and cuDF float32 columns are cast to float64 a chunk at a time, so the
   float64 copy never holds every column at once (it would double a downcast table's
-  memory, or overflow a GPU).
+  memory, or overflow a GPU); and that short columns of an eager pandas or polars frame
+  are read as 2-D float64 blocks and grouped by pandas' group-by (the same bits on both):
+  a wide table's cost there is per column or per expression, not per row.
 - :func:`standardize_by_code` (``Standardize(by=)``): on polars and pandas each row's
   group statistics are gathered by an integer code, much faster than the hash lookup
-  per column of narwhals' ``replace_strict``, which the other backends use.
+  per column of narwhals' ``replace_strict``, which the other backends use; short
+  columns as 2-D blocks, as their statistics.
 - :func:`vocabulary_codes`, :func:`category_values` (``Categorify``): on pandas the column
   is factorised once (a hash pass, as ``pd.factorize``; ``fit_transform`` uses the one pass
   for both) and only its distinct values are looked up in the vocabulary;
