@@ -469,10 +469,11 @@ def to_tensors(
     _check_num_classes(num_classes, label, "to_tensors", label_dtype)
     df = _collected(df, "to_tensors")
     codes = list(categorical or [])
-    require_columns(wrap(df), [*features, *codes, *([label] if label else [])], "to_tensors")
+    used = [*features, *codes, *([label] if label else [])]
+    require_columns(wrap(df), used, "to_tensors")
     # Categoricals of numbers (pickled astype("category") sizes or years) as their values,
     # as polars holds them: pandas refused them as "Categorical".
-    df = nw.to_native(categories_as_numbers(wrap(df), [*features, *codes, *([label] if label else [])])[0])
+    df = nw.to_native(categories_as_numbers(wrap(df), used)[0])
     _check_numeric(df, [*features, *([label] if label else [])], label)
     _check_codes(df, codes)
     dev = resolve_device(device)

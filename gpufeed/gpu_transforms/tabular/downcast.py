@@ -36,7 +36,6 @@ _NAMES = {
 _WIDTH = {nw.Int8: 1, nw.UInt8: 1, nw.Int16: 2, nw.UInt16: 2, nw.Int32: 4, nw.UInt32: 4}
 
 
-
 #: Changed columns a downcast report lists one by one (:meth:`DowncastReport.to_markdown`).
 MARKDOWN_ROWS = 20
 

@@ -358,20 +358,15 @@ def group_stats_f64(frame: NwFrame, backend: str, by: str, columns: Sequence[str
         wide = [c for c in columns if c not in narrow]
         chunks = [wide] * bool(wide) + [narrow[i:i + _CAST_CHUNK] for i in range(0, len(narrow), _CAST_CHUNK)]
     parts = []
-    native = nw.to_native(frame)
-    if backend == "pandas" and len(frame) < PIECE and block_readable(native, columns):
-        # Short columns: grouped as 2-D float64 blocks, a group-by per block (pandas runs
-        # its kernel per block: one per column on a frame that ops left one block per
-        # column, 6,000 kernel calls for 2,000 columns), the same values bit for bit.
-        parts, chunks = _grouped_blocks(float64_blocks(native, columns), native[by].array), []
+    if (blocks := _short_float64_blocks(frame, backend, columns)) is not None:
+        # Short columns: grouped as 2-D float64 blocks by pandas' group-by, one call per
+        # statistic and block (pandas runs its kernel per block of the frame, one per column
+        # on a frame that ops left one block per column, 6,000 calls for 2,000 columns;
+        # polars' group-by costs ~60 us per aggregation whatever the rows), the same values
+        # on both bit for bit.
+        parts, chunks = _grouped_blocks(blocks, frame.get_column(by).to_pandas().array), []
     elif backend == "polars" and not is_lazy(frame):
-        if native.height < PIECE:
-            # The same on polars, whose group-by costs ~60 us per aggregation whatever the
-            # rows (2,000 columns: 6,000 of them), with pandas' group-by: pandas' values.
-            parts = _grouped_blocks(_polars_float64_blocks(native, columns), native.get_column(by).to_pandas().array)
-            chunks = []
-        else:
-            frame = frame.lazy()  # polars' lazy group-by: ~2x faster than an eager call
+        frame = frame.lazy()  # polars' lazy group-by: ~2x faster than an eager call
     for chunk in chunks:
         if backend == "pandas":
             native = nw.to_native(frame)
@@ -463,19 +458,23 @@ def standardize_by_code(frame: NwFrame, backend: str,
     """``(x - mean[code]) / std[code]`` per column, ``code`` being the :data:`GROUP_CODE`
     column (left out of the frame returned); ``tables`` maps each column to its per-code
     means and stds."""
+    columns = list(tables)
+    if (blocks := _short_float64_blocks(frame, backend, columns)) is not None:
+        # Short columns as 2-D blocks, the same bits on pandas and polars: column by column
+        # the cost is per column (pandas) or per expression (polars: 2,000 columns, 4,000
+        # gathers), whatever the rows.
+        out = _standardized_blocks(blocks, frame.get_column(GROUP_CODE).to_numpy(), tables)
+        native = nw.to_native(frame)
+        if backend == "pandas":
+            return wrap(with_block(native, columns, out, drop=[GROUP_CODE]))
+        import polars as pl
+
+        return wrap(native.with_columns([pl.Series(c, out[j]) for j, c in enumerate(columns)]).drop(GROUP_CODE))
     if backend == "polars":
         import polars as pl
 
-        native = nw.to_native(frame)
-        if not is_lazy(frame) and native.height < PIECE:
-            # Short columns as 2-D blocks, as on pandas (the same bits): polars' cost is per
-            # expression (2,000 columns: 4,000 gathers), whatever the rows.
-            columns = list(tables)
-            out = _standardized_blocks(_polars_float64_blocks(native, columns),
-                                       native.get_column(GROUP_CODE).to_numpy(), tables)
-            return wrap(native.with_columns([pl.Series(c, out[j]) for j, c in enumerate(columns)]).drop(GROUP_CODE))
         # Gather takes polars' index type (UInt32); Int32 codes would be cast for every gather.
-        native = native.with_columns(pl.col(GROUP_CODE).cast(pl.get_index_type()))
+        native = nw.to_native(frame).with_columns(pl.col(GROUP_CODE).cast(pl.get_index_type()))
         code = pl.col(GROUP_CODE)
         return wrap(native.with_columns(*[
             ((pl.col(c) - pl.lit(pl.Series(m)).gather(code)) / pl.lit(pl.Series(sd)).gather(code))
@@ -483,9 +482,6 @@ def standardize_by_code(frame: NwFrame, backend: str,
     if backend == "pandas":
         native = nw.to_native(frame)
         codes = native[GROUP_CODE].to_numpy()
-        if len(codes) < PIECE and block_readable(native, list(tables)):
-            out = _standardized_blocks(float64_blocks(native, list(tables)), codes, tables)
-            return wrap(with_block(native, list(tables), out, drop=[GROUP_CODE]))
 
         def standardized(item: tuple[str, tuple[list[float], list[float]]]) -> Any:
             # The same arithmetic as polars' (a gathered mean subtracted, a gathered std
@@ -515,6 +511,19 @@ def standardize_by_code(frame: NwFrame, backend: str,
         ((nw.col(c) - code.replace_strict(ids, m, default=m[-1], return_dtype=nw.Float64))
          / code.replace_strict(ids, sd, default=sd[-1], return_dtype=nw.Float64)).cast(nw.Float64).alias(c)
         for c, (m, sd) in tables.items()]).drop(GROUP_CODE)
+
+
+def _short_float64_blocks(frame: NwFrame, backend: str,
+                          columns: Sequence[str]) -> Iterator[tuple[int, np.ndarray]] | None:
+    """``columns`` as 2-D float64 blocks (:func:`.pandas_kernels.float64_blocks`) when they
+    are short (under :data:`PIECE` rows) in an eager pandas or polars frame, else None: a
+    wide table's cost there is per column or per expression, not per row."""
+    native = nw.to_native(frame)
+    if backend == "pandas" and len(native) < PIECE and block_readable(native, columns):
+        return float64_blocks(native, columns)
+    if backend == "polars" and not is_lazy(frame) and native.height < PIECE:
+        return _polars_float64_blocks(native, columns)
+    return None
 
 
 def _standardized_blocks(blocks: Iterable[tuple[int, np.ndarray]], codes: np.ndarray,
