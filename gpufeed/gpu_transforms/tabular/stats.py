@@ -134,13 +134,17 @@ def json_key(value: Any, column: str, op: str) -> Any:
         return value
     if isinstance(value, datetime.date | datetime.time | datetime.timedelta | np.datetime64 | np.timedelta64):
         # One name on every backend (pandas gives Timestamp, polars datetime or date).
-        kind = ("durations" if isinstance(value, datetime.timedelta | np.timedelta64) else
-                "times of day" if isinstance(value, datetime.time) else "dates")
+        if isinstance(value, datetime.timedelta | np.timedelta64):
+            kind, cast = "durations", "to seconds (pandas `s.dt.total_seconds()`, polars `pl.col(c).dt.total_seconds()`)"
+        elif isinstance(value, datetime.time):
+            kind, cast = "times of day", "to ISO text (pandas `s.astype(str)`, polars `pl.col(c).dt.to_string()`)"
+        else:
+            kind, cast = "dates", ("to its year (pandas `s.dt.year`, polars `pl.col(c).dt.year()`) or to ISO text "
+                                   "(`s.dt.strftime('%Y-%m-%d')`, `pl.col(c).dt.to_string()`)")
         raise ColumnTypeError(
             f"{op}: column {column!r} holds {kind}, which a recipe does not keep as {op} keys (its state is "
-            "JSON: numbers, booleans and text); cast the column first, e.g. to its year (pandas "
-            "`s.dt.year`, polars `pl.col(c).dt.year()`) or to ISO text (`s.dt.strftime('%Y-%m-%d')`, "
-            "`pl.col(c).dt.to_string()`)" + (", or hash it with HashBucket" if op == "Categorify" else ""))
+            f"JSON: numbers, booleans and text); cast the column first, e.g. {cast}"
+            + (", or hash it with HashBucket" if op == "Categorify" else ""))
     raise ColumnTypeError(f"{op}: column {column!r} holds {type(value).__name__} values, which a recipe does not "
                           "keep (its state is JSON: numbers, booleans and text); cast the column to text or "
                           "integers first")
