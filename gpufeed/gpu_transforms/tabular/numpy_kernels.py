@@ -118,23 +118,29 @@ def release_pooled() -> None:
 PIECE = 1 << 18
 
 
-def float64_pieces(arrays: Sequence[np.ndarray],
-                   compute: Callable[[int, np.ndarray, np.ndarray], object]) -> list[np.ndarray]:
+def float64_pieces(arrays: Sequence[np.ndarray], compute: Callable[[int, np.ndarray, np.ndarray], object],
+                   block: bool = False) -> Sequence[np.ndarray]:
     """A new float64 array per input, ``compute(i, values, out)`` filling each piece of
     ``arrays[i]`` (at most :data:`PIECE` values) into the same piece of its output, the
-    pieces of every array spread over the usable cores.
+    pieces of every array spread over the usable cores. With ``block`` (arrays of one
+    length), the outputs are the rows of one 2-D array, returned as it is, for a caller that
+    hands a wide table's columns over as one block (:func:`.pandas_kernels.placed`).
 
     Floating-point warnings are off (an Arrow buffer's masked-out slots may hold anything;
     the callers check the values they keep). One output per input and no temporary: each
     step after the first works in place in ``out``.
     """
-    return _pieces(arrays, compute)[0]
+    return _pieces(arrays, compute, block)[0]
 
 
-def _pieces(arrays: Sequence[np.ndarray], compute: Callable[[int, np.ndarray, np.ndarray], _Result]
-            ) -> tuple[list[np.ndarray], list[list[_Result]]]:
+def _pieces(arrays: Sequence[np.ndarray], compute: Callable[[int, np.ndarray, np.ndarray], _Result],
+            block: bool = False) -> tuple[Sequence[np.ndarray], list[list[_Result]]]:
     """:func:`float64_pieces`, with what ``compute`` returned for each piece, per array."""
-    outs = [pooled_empty(len(a)) for a in arrays]
+    if block:
+        rows = len(arrays[0]) if len(arrays) else 0
+        outs: Sequence[np.ndarray] = pooled_empty(len(arrays) * rows).reshape(len(arrays), rows)
+    else:
+        outs = [pooled_empty(len(a)) for a in arrays]
     pieces = [(i, lo, min(lo + PIECE, len(a))) for i, a in enumerate(arrays) for lo in range(0, len(a), PIECE)]
 
     def run(piece: tuple[int, int, int]) -> _Result:
@@ -156,15 +162,15 @@ def _log_into(values: np.ndarray, out: np.ndarray, offset: float) -> None:
     np.log(out, out=out)
 
 
-def log_offset(arrays: Sequence[np.ndarray], offset: float) -> list[np.ndarray]:
+def log_offset(arrays: Sequence[np.ndarray], offset: float, block: bool = False) -> Sequence[np.ndarray]:
     """``log(a + offset)`` of each array as a new float64 array.
 
     The sum is taken in float64 (integers converted exactly, narrow floats widened), then
     its log in place. Values whose log is undefined give NaN or -inf without a warning (the
     caller has checked the domain of the values it keeps, or checks the outputs:
-    :func:`log_offset_lows`).
+    :func:`log_offset_lows`). ``block``: as :func:`float64_pieces`.
     """
-    return float64_pieces(arrays, lambda _, values, out: _log_into(values, out, offset))
+    return float64_pieces(arrays, lambda _, values, out: _log_into(values, out, offset), block)
 
 
 def log_offset_lows(arrays: Sequence[np.ndarray], offset: float) -> tuple[list[np.ndarray], list[float]]:
@@ -184,47 +190,62 @@ def log_offset_lows(arrays: Sequence[np.ndarray], offset: float) -> tuple[list[n
                   for piece_lows in lows]
 
 
-def affine(arrays: Sequence[np.ndarray], params: Sequence[tuple[float, float]]) -> list[np.ndarray]:
+def affine(arrays: Sequence[np.ndarray], params: Sequence[tuple[float, float]],
+           block: bool = False) -> Sequence[np.ndarray]:
     """``(a - sub) * (1 / div)`` of each array with its ``params[i] = (sub, div)``, as new
     float64 arrays (``MinMax``, ``Standardize``).
 
     Times the reciprocal, as polars computes a division by a constant: ``x / div`` differed
     from it in the last bit for a few rows in ten. The difference is taken in float64
-    (integers converted exactly, narrow floats widened), as a cast first would.
+    (integers converted exactly, narrow floats widened), as a cast first would. ``block``:
+    as :func:`float64_pieces`.
     """
     def compute(i: int, values: np.ndarray, out: np.ndarray) -> None:
         sub, div = params[i]
         np.subtract(values, sub, out=out, dtype=np.float64)
         np.multiply(out, 1.0 / div, out=out)
 
-    return float64_pieces(arrays, compute)
+    return float64_pieces(arrays, compute, block)
 
 
-def clip_to(arrays: Sequence[np.ndarray], bounds: Sequence[Sequence[float | None]]) -> list[np.ndarray]:
+def clip_to(arrays: Sequence[np.ndarray], bounds: Sequence[Sequence[float | None]],
+            block: bool = False) -> Sequence[np.ndarray]:
     """Each float array clipped to its ``bounds[i] = [low, high]`` (None: no bound; a
     ``Clip`` always has one) as new float64 arrays; NaN stays NaN (``np.clip`` is
-    ``minimum(maximum(...))``, which carries it)."""
+    ``minimum(maximum(...))``, which carries it). ``block``: as :func:`float64_pieces`."""
     def compute(i: int, values: np.ndarray, out: np.ndarray) -> None:
         np.clip(values, *bounds[i], out=out)
 
-    return float64_pieces(arrays, compute)
+    return float64_pieces(arrays, compute, block)
 
 
-def fill_nan(arrays: Sequence[np.ndarray], values: Sequence[float]) -> list[np.ndarray]:
+def fill_nan(arrays: Sequence[np.ndarray], values: Sequence[float], block: bool = False) -> Sequence[np.ndarray]:
     """Each float array with its NaN replaced by ``values[i]``, as new float64 arrays
     (``FillMissing`` on pandas): a copy, then the fill where the input is NaN, piece by
-    piece on the usable cores."""
+    piece on the usable cores. ``block``: as :func:`float64_pieces`."""
     def compute(i: int, piece: np.ndarray, out: np.ndarray) -> None:
         np.copyto(out, piece)
         np.copyto(out, values[i], where=np.isnan(piece))
 
-    return float64_pieces(arrays, compute)
+    return float64_pieces(arrays, compute, block)
 
 
 def has_nan(values: np.ndarray) -> bool:
     """Whether a float array holds a NaN: ``min`` carries a NaN through, in one read with no
     temporary (``isnan(x).any()`` writes a mask of the whole column first)."""
     return len(values) > 0 and bool(np.isnan(values.min()))
+
+
+def nan_mean(values: np.ndarray) -> float:
+    """The mean of a float array, NaN skipped (NaN when it has no value, inf - inf NaN,
+    without a warning): the same bits as pandas' ``Series.mean``, which sums the array with
+    its NaN set to 0 (numpy's pairwise sum) and divides by the count of the others."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        if not has_nan(values):
+            return float(values.sum() / len(values)) if len(values) else math.nan
+        missing = np.isnan(values)
+        count = len(values) - np.count_nonzero(missing)
+        return float(np.where(missing, 0.0, values).sum() / count) if count else math.nan
 
 
 def lowest(values: np.ndarray) -> float:

@@ -218,3 +218,19 @@ def test_exact_quantiles_equal_numpys_to_the_bit_from_the_tails_or_the_full_sele
         monkeypatch.setattr(quantiles, "_tail", lying)
         assert quantiles.exact_quantiles(values, (0.001, 0.999)) == want
         assert tried == [True, False]
+
+
+@pytest.mark.parametrize("length", [0, 1, 9, 129, 5_000, 300_001])
+@pytest.mark.parametrize("missing", [0.0, 0.03, 1.0])
+def test_nan_mean_gives_pandas_mean_to_the_bit(length, missing):
+    # FillMissing's fill value on pandas: the bits pandas' own mean gives (its NaN set to 0,
+    # a pairwise sum, divided by the count), also for a column of a 2-D block.
+    rng = np.random.default_rng(length)
+    x = rng.normal(1e6, 3.0, length)
+    x[rng.random(length) < missing] = np.nan
+    want = pd.Series(x).mean()
+    got = nk.nan_mean(x)
+    assert (np.isnan(want) and np.isnan(got)) or got == want
+    block = np.column_stack([x, x * 3])
+    assert nk.nan_mean(block[:, 1]) == pd.Series(block[:, 1]).mean() or np.isnan(want)
+    assert np.isnan(nk.nan_mean(np.array([np.inf, -np.inf, np.nan])))

@@ -155,3 +155,43 @@ def test_standardize_by_group_in_2d_blocks_equals_column_by_column_bit_for_bit(m
         for c in columns:
             np.testing.assert_allclose(polars[c].to_numpy(float), by_column[c].to_numpy(float),
                                        rtol=0 if exact else 1e-12, atol=0 if exact else 1e-12, err_msg=c)
+
+
+def test_elementwise_ops_hand_many_short_columns_over_as_one_block_with_the_same_values(monkeypatch):
+    # Many short output columns are made as the rows of one 2-D array and placed as one
+    # block (70 us a column saved on a wide table): the same frame, bit for bit, as the
+    # Series one column at a time, and the input untouched by a write into the output.
+    from gpufeed.gpu_transforms.tabular import pandas_kernels
+
+    frame = _wide(rows=300, per_kind=20)
+    frame.attrs["source"] = "wide.csv"
+    floats = [c for c in frame.columns if c[0] == "f"]
+    ints = [c for c in frame.columns if c[0] == "i"]
+    before = frame.copy()
+
+    def run(wide: int) -> pd.DataFrame:
+        monkeypatch.setattr(pandas_kernels, "WIDE", wide)
+        return Recipe([FillMissing(floats), Clip(floats, quantiles=(0.01, 0.99)), Log([c for c in ints if c != "i0"],
+                       offset=60), Standardize(floats), MinMax([c for c in frame.columns if c[0] == "s"])]).fit_transform(frame)
+
+    as_series, as_block = run(1 << 30), run(16)
+    pd.testing.assert_frame_equal(as_block, as_series, check_exact=True)
+    assert list(as_block.columns) == list(frame.columns) and as_block.columns.name == "features"
+    assert as_block.attrs == {"source": "wide.csv"}
+    assert np.shares_memory(as_block["i0"].to_numpy(), frame["i0"].to_numpy())  # an untouched column: not copied
+    as_block.loc[0, "i0"] = 10**9
+    as_block.loc[0, "f3"] = 1e9
+    pd.testing.assert_frame_equal(frame, before)
+
+
+def test_with_block_keeps_the_other_columns_of_a_long_frame_uncopied():
+    from gpufeed.gpu_transforms.tabular.pandas_kernels import with_block
+
+    frame = pd.DataFrame(np.arange(40_000.0).reshape(2_000, 20), columns=[f"c{i}" for i in range(20)])
+    block = np.ones((3, 2_000))
+    out = with_block(frame, ["c4", "c2", "c9"], block, drop=["c0"])
+    assert list(out.columns) == [f"c{i}" for i in range(1, 20)]
+    assert (out[["c4", "c2", "c9"]].to_numpy() == 1.0).all()
+    assert np.shares_memory(out["c5"].to_numpy(), frame["c5"].to_numpy())
+    out.loc[0, "c5"] = -1.0
+    assert frame.loc[0, "c5"] == 5.0
