@@ -798,11 +798,16 @@ def vocabulary_codes(frame: NwFrame, backend: str, exprs: dict[str, nw.Expr],
         native = nw.to_native(frame)
         schema = native.collect_schema()
         if all(schema[c] in (pl.String, pl.Categorical) or isinstance(schema[c], pl.Enum) for c in vocabularies):
-            return wrap(native.with_columns(*[
-                pl.when(pl.col(c).is_null()).then(pl.lit(missing, pl.Int32))
-                .otherwise((pl.col(c).cast(pl.String).cast(pl.Enum(vocab), strict=False)
-                            .to_physical().cast(pl.Int32) + start).fill_null(unseen))
-                .alias(names[c]) for c, vocab in vocabularies.items()]))
+            by_ids = {} if is_lazy(frame) else {
+                c: codes for c, vocab in vocabularies.items() if (schema[c] == pl.Categorical or isinstance(
+                    schema[c], pl.Enum)) and (codes := polars_category_codes(native.get_column(c), vocab, unseen,
+                                                                               missing, start)) is not None}
+            return wrap(native.with_columns(
+                *[pl.Series(names[c], codes) for c, codes in by_ids.items()],
+                *[pl.when(pl.col(c).is_null()).then(pl.lit(missing, pl.Int32))
+                  .otherwise((pl.col(c).cast(pl.String).cast(pl.Enum(vocab), strict=False)
+                              .to_physical().cast(pl.Int32) + start).fill_null(unseen))
+                  .alias(names[c]) for c, vocab in vocabularies.items() if c not in by_ids]))
     if backend == "cudf" and not is_lazy(frame):
         schema = frame.collect_schema()
         if all(schema[c] == nw.String and all(isinstance(v, str) for v in vocab) for c, vocab in vocabularies.items()):
@@ -817,6 +822,40 @@ def vocabulary_codes(frame: NwFrame, backend: str, exprs: dict[str, nw.Expr],
         .otherwise(lookup(exprs[c], vocab, list(range(start, len(vocab) + start)), unseen, nw.Int32))
         .cast(nw.Int32).alias(names[c])
         for c, vocab in vocabularies.items()])
+
+
+def polars_category_codes(series: Any, vocabulary: Sequence[str], unseen: int, missing: int,
+                          start: int) -> np.ndarray | None:
+    """Int32 codes of a polars ``Categorical`` or ``Enum`` column (eager) against a
+    vocabulary of text, as :func:`vocabulary_codes` gives them, from its physical ids: the
+    text of each id present looked up once, each row's code gathered from a table by id.
+    None when the ids reach far past the rows (a category set that other columns filled
+    with many values), where a table by id would be mostly empty.
+
+    Why: the cast to text and then to an ``Enum`` of the vocabulary hashed every row's text
+    (1M rows, a 3-value key: ~50 ms, 39 of ``Standardize(by=)``'s 82 ms); by id, ~6 ms.
+    """
+    import polars as pl
+
+    ids = series.to_physical().cast(pl.UInt32)
+    top = ids.max()
+    if top is None:  # no value at all
+        return np.full(len(series), missing, dtype=np.int32)
+    top = int(top)  # type: ignore[arg-type]
+    if top >= 8 * len(series) + (1 << 16):
+        return None
+    rows = ids.fill_null(top + 1).to_numpy()
+    present = np.flatnonzero(np.bincount(rows, minlength=top + 2)[:top + 1])
+    categories = series.dtype.categories
+    # An Enum's categories are a Series in id order; a Categorical's a category set read by
+    # id (an id reserved by a concurrent query may have no text yet: None, unseen).
+    texts = (categories.gather(present).to_list() if isinstance(categories, pl.Series)
+             else [categories[int(i)] for i in present])
+    where = {v: start + i for i, v in enumerate(vocabulary)}
+    table = np.full(top + 2, unseen, dtype=np.int32)
+    table[present] = [where.get(text, unseen) for text in texts]
+    table[top + 1] = missing
+    return table[rows]
 
 
 def with_category(frame: NwFrame, backend: str, column: str, value: str) -> NwFrame:

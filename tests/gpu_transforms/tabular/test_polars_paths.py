@@ -3,6 +3,7 @@ an op's columns) against pandas and the row-by-row reference, edge cases include
 
 from __future__ import annotations
 
+import narwhals as nw
 import numpy as np
 import pandas as pd
 import polars as pl
@@ -503,3 +504,58 @@ def test_clip_on_polars_and_pandas_gives_the_same_bits_in_chunks_and_slices(monk
         np.testing.assert_array_equal(on_polars[c].to_numpy().astype(np.float64),
                                       on_pandas[c].to_numpy().astype(np.float64), err_msg=c)
     assert on_polars["small"].dtype == pl.Float32
+
+
+@pytest.mark.parametrize("dtype", ["categorical", "enum"])
+def test_codes_of_a_polars_categorical_by_its_ids_equal_the_cast_by_text(dtype, monkeypatch):
+    # An eager frame's Categorical or Enum key is coded from its physical ids (the text of
+    # each id present, once); a lazy frame casts every row to text and to an Enum. Both give
+    # the same codes: seen values, an unseen one, missing ones, a column with no value.
+    from gpufeed.gpu_transforms.tabular import kernels
+
+    # ids taken by another column (held: polars frees a category set's unused ids)
+    taken = pl.Series([f"noise-{i}" for i in range(3000)]).cast(pl.Categorical)
+    values = ["north", None, "south", "west", "north", "east", None] * 50
+    kind = pl.Categorical if dtype == "categorical" else pl.Enum(["west", "south", "north", "east"])
+    frame = pl.DataFrame({"k": pl.Series(values, dtype=pl.String).cast(kind),
+                          "none": pl.Series([None] * len(values), dtype=pl.String).cast(kind)})
+    vocab = {"k": ["east", "north", "south"], "none": ["east"]}
+    exprs = {c: nw.col(c) for c in vocab}
+
+    def codes(native: pl.DataFrame | pl.LazyFrame) -> dict[str, list[int]]:
+        out = nw.to_native(kernels.vocabulary_codes(nw.from_native(native), "polars", exprs, vocab, unseen=0,
+                                                    missing=1))
+        out = out.collect() if isinstance(out, pl.LazyFrame) else out
+        return {c: out[c].to_list() for c in vocab}
+
+    by_ids, by_text = codes(frame), codes(frame.lazy())
+    want = [{"east": 2, "north": 3, "south": 4, None: 1}.get(v, 0) for v in values]
+    assert by_ids == by_text == {"k": want, "none": [1] * len(values)}
+    assert kernels.polars_category_codes(frame["k"], vocab["k"], 0, 1, 2).tolist() == want
+    assert len(taken) == 3000
+
+
+def test_codes_of_a_short_categorical_with_far_ids_fall_back_to_the_cast():
+    # Ids far past the rows (a category set that other columns filled): no table by id.
+    from gpufeed.gpu_transforms.tabular import kernels
+
+    taken = pl.Series([f"far-{i}" for i in range(70_000)]).cast(pl.Categorical)  # held: polars frees unused ids
+    late = pl.Series(["far-69999", "brand-new", None], dtype=pl.String).cast(pl.Categorical)
+    assert kernels.polars_category_codes(late, ["brand-new"], 0, 1, 2) is None
+    out = nw.to_native(kernels.vocabulary_codes(nw.from_native(late.to_frame("k")), "polars", {"k": nw.col("k")},
+                                                {"k": ["brand-new"]}, unseen=0, missing=1))
+    assert out["k"].to_list() == [0, 2, 1] and len(taken) == 70_000
+
+
+def test_standardize_by_a_polars_categorical_key_equals_pandas():
+    df = _gappy(3000, 4)
+    df["country"] = df["country"].astype("category")
+    on = {b: Recipe([Standardize(["amount", "days"], by="country")]) for b in ("pandas", "polars")}
+    out = {b: r.fit_transform(to_backend(df, b)) for b, r in on.items()}
+    assert to_backend(df, "polars").schema["country"] == pl.Categorical
+    for c in ("amount", "days"):
+        np.testing.assert_allclose(out["polars"][c].to_numpy(), out["pandas"][c].to_numpy(), rtol=1e-12, atol=1e-12)
+    later = pl.DataFrame({"amount": [10.0, 10.0], "days": [5, 5],
+                          "country": pl.Series(["es", None], dtype=pl.Categorical)})
+    mean, std = on["polars"].ops[0].state["global"]["amount"]
+    assert on["polars"].transform(later)["amount"].to_list() == pytest.approx([(10.0 - mean) / std] * 2)
