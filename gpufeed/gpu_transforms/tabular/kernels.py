@@ -364,7 +364,7 @@ def group_stats_f64(frame: NwFrame, backend: str, by: str, columns: Sequence[str
         # on a frame that ops left one block per column, 6,000 calls for 2,000 columns;
         # polars' group-by costs ~60 us per aggregation whatever the rows), the same values
         # on both bit for bit.
-        parts, chunks = _grouped_blocks(blocks, frame.get_column(by).to_pandas().array), []
+        parts, chunks = _grouped_blocks(blocks, _positional_key(frame.get_column(by).to_pandas())), []
     elif backend == "polars" and not is_lazy(frame):
         frame = frame.lazy()  # polars' lazy group-by: ~2x faster than an eager call
     for chunk in chunks:
@@ -375,7 +375,7 @@ def group_stats_f64(frame: NwFrame, backend: str, by: str, columns: Sequence[str
                 # Only when there is a cast: astype copies every column it is given, each
                 # into a block of its own (2,000 columns: 0.2 s, and a group-by 10x slower).
                 part = part.astype(casts)
-            grouped = part.groupby(by, dropna=False, observed=True, sort=_sorted_free(part[by]))[chunk]
+            grouped = part.groupby(by, dropna=False, observed=True, sort=False)[chunk]
             stats = [grouped.mean(), grouped.std(ddof=0), grouped.count()]
             parts.append(GroupStats(_group_keys(stats[0].index.tolist()), *(
                 v[chunk].to_numpy(dtype=np.float64, na_value=np.nan) for v in stats)))
@@ -413,6 +413,13 @@ def group_stats_f64(frame: NwFrame, backend: str, by: str, columns: Sequence[str
     return out
 
 
+def _positional_key(series: Any) -> Any:
+    """A pandas Series' values as a group-by key taken by position (not aligned on an
+    index): its numpy array, or its extension array (categorical, Arrow text). pandas 2.2
+    warned that factorising a numpy-backed ``.array`` is deprecated."""
+    return series.to_numpy() if isinstance(series.dtype, np.dtype) else series.array
+
+
 def _grouped_blocks(blocks: Iterable[tuple[int, np.ndarray]], key: Any) -> list[GroupStats]:
     """Per-group mean, population std and count of each run of columns read as 2-D float64
     ``blocks`` (:func:`.pandas_kernels.float64_blocks`), grouped by ``key`` (the rows'
@@ -422,20 +429,10 @@ def _grouped_blocks(blocks: Iterable[tuple[int, np.ndarray]], key: Any) -> list[
 
     parts = []
     for _, block in blocks:
-        grouped = pd.DataFrame(block, copy=False).groupby(key, dropna=False, observed=True, sort=_sorted_free(key))
+        grouped = pd.DataFrame(block, copy=False).groupby(key, dropna=False, observed=True, sort=False)
         stats = [grouped.mean(), grouped.std(ddof=0), grouped.count()]
         parts.append(GroupStats(_group_keys(stats[0].index.tolist()), *(v.to_numpy(dtype=np.float64) for v in stats)))
     return parts
-
-
-def _sorted_free(key: Any) -> bool:
-    """``sort=`` for pandas' group-by of ``key`` (the groups' order does not matter here):
-    True for a categorical, whose groups come in the order of its categories at no cost,
-    where ``sort=False`` recoded them in order of appearance (a pass over the rows: 1M rows,
-    ~7 ms of a 25 ms group-by); False for others, whose sort would be the cost."""
-    import pandas as pd
-
-    return isinstance(key.dtype, pd.CategoricalDtype)
 
 
 def pooled_stats(groups: GroupStats, columns: Sequence[str]) -> dict[str, tuple[float, float, float] | None]:
@@ -820,10 +817,8 @@ def vocabulary_codes(frame: NwFrame, backend: str, exprs: dict[str, nw.Expr],
                                                                                missing, start)) is not None}
             return wrap(native.with_columns(
                 *[pl.Series(names[c], codes) for c, codes in by_ids.items()],
-                *[pl.when(pl.col(c).is_null()).then(pl.lit(missing, pl.Int32))
-                  .otherwise((pl.col(c).cast(pl.String).cast(pl.Enum(vocab), strict=False)
-                              .to_physical().cast(pl.Int32) + start).fill_null(unseen))
-                  .alias(names[c]) for c, vocab in vocabularies.items() if c not in by_ids]))
+                *[_vocabulary_code(pl.col(c), vocab, unseen, missing, start).alias(names[c])
+                  for c, vocab in vocabularies.items() if c not in by_ids]))
     if backend == "cudf" and not is_lazy(frame):
         schema = frame.collect_schema()
         if all(schema[c] == nw.String and all(isinstance(v, str) for v in vocab) for c, vocab in vocabularies.items()):
@@ -843,13 +838,15 @@ def vocabulary_codes(frame: NwFrame, backend: str, exprs: dict[str, nw.Expr],
 def polars_category_codes(series: Any, vocabulary: Sequence[str], unseen: int, missing: int,
                           start: int) -> np.ndarray | None:
     """Int32 codes of a polars ``Categorical`` or ``Enum`` column (eager) against a
-    vocabulary of text, as :func:`vocabulary_codes` gives them, from its physical ids: the
-    text of each id present looked up once, each row's code gathered from a table by id.
-    None when the ids reach far past the rows (a category set that other columns filled
-    with many values), where a table by id would be mostly empty.
+    vocabulary of text, as :func:`vocabulary_codes` gives them, from its physical ids: one
+    row of each id present coded by :func:`_vocabulary_code` (polars' cast to text and to an
+    ``Enum``), each row's code then gathered from a table by id. None when the ids reach
+    far past the rows (a category set that other columns filled with many values), where a
+    table by id would be mostly empty.
 
-    Why: the cast to text and then to an ``Enum`` of the vocabulary hashed every row's text
-    (1M rows, a 3-value key: ~50 ms, 39 of ``Standardize(by=)``'s 82 ms); by id, ~6 ms.
+    Why: the cast hashed every row's text (1M rows, a 3-value key: 49 ms, 39 of
+    ``Standardize(by=)``'s 82 ms); by id, 12-29 ms. With as many values as rows it is the cast
+    of the same number of values.
     """
     import polars as pl
 
@@ -861,17 +858,25 @@ def polars_category_codes(series: Any, vocabulary: Sequence[str], unseen: int, m
     if top >= 8 * len(series) + (1 << 16):
         return None
     rows = ids.fill_null(top + 1).to_numpy()
-    present = np.flatnonzero(np.bincount(rows, minlength=top + 2)[:top + 1])
-    categories = series.dtype.categories
-    # An Enum's categories are a Series in id order; a Categorical's a category set read by
-    # id (an id reserved by a concurrent query may have no text yet: None, unseen).
-    texts = (categories.gather(present).to_list() if isinstance(categories, pl.Series)
-             else [categories[int(i)] for i in present])
-    where = {v: start + i for i, v in enumerate(vocabulary)}
+    where = np.full(top + 2, -1, dtype=np.int64)
+    where[rows] = np.arange(len(rows))  # a row holding each id (the last one)
+    present = np.flatnonzero(where[:top + 1] >= 0)
     table = np.full(top + 2, unseen, dtype=np.int32)
-    table[present] = [where.get(text, unseen) for text in texts]
+    table[present] = series.gather(where[present]).to_frame("v").select(
+        _vocabulary_code(pl.col("v"), vocabulary, unseen, missing, start)).to_series().to_numpy()
     table[top + 1] = missing
     return table[rows]
+
+
+def _vocabulary_code(column: Any, vocabulary: Sequence[str], unseen: int, missing: int, start: int) -> Any:
+    """A polars expression: the int32 code of a text, ``Categorical`` or ``Enum`` column's
+    values in ``vocabulary`` (``start + i``; ``missing``, ``unseen``), by a cast to text
+    and to an ``Enum`` of the vocabulary."""
+    import polars as pl
+
+    return (pl.when(column.is_null()).then(pl.lit(missing, pl.Int32))
+            .otherwise((column.cast(pl.String).cast(pl.Enum(vocabulary), strict=False)
+                        .to_physical().cast(pl.Int32) + start).fill_null(unseen)))
 
 
 def with_category(frame: NwFrame, backend: str, column: str, value: str) -> NwFrame:

@@ -78,15 +78,19 @@ def as_column(native: Any, values: np.ndarray) -> Any:
 def assign(native: Any, columns: Mapping[Any, Any]) -> Any:
     """``native.assign(**columns)`` for any column label: ``assign`` takes the labels as
     keyword arguments, so a real table's column named ``self`` (or a label that is not
-    text) failed on pandas alone. The columns are not copied.
+    text) failed on pandas alone. The new columns are not copied, nor the kept ones under
+    copy-on-write (pandas 3, or its option on pandas 2).
 
     Many columns make a new frame of the kept and the new columns at once: set one by one,
     each split pandas' block of the others again (2,000 columns of 500 rows: 0.5 s against
     0.04 s). Duplicate labels, which a dict cannot hold, are set one by one."""
     import pandas as pd
 
+    # pandas 2 without copy-on-write: the kept columns copied, as pandas' own assign does
+    # there (a write into the output's shared columns would change the caller's frame).
+    views = copy_on_write()
     if len(columns) < 16 or not native.columns.is_unique:
-        out = native.copy(deep=False)
+        out = native.copy(deep=not views)
         with warnings.catch_warnings():
             # "DataFrame is highly fragmented" on a wide table (a block per column, past
             # 100): the columns are kept apart on purpose, since pandas' cure, a copy of the
@@ -95,7 +99,7 @@ def assign(native: Any, columns: Mapping[Any, Any]) -> Any:
             for name, values in columns.items():
                 out[name] = values
         return out
-    out = pd.DataFrame({name: columns.get(name, kept) for name, kept in native.items()},
+    out = pd.DataFrame({name: columns.get(name, kept if views else kept.copy()) for name, kept in native.items()},
                        index=native.index, copy=False)
     out.columns = native.columns  # its name and type: labels 0..n came back as a plain Index
     return out.__finalize__(native)  # attrs and flags, as copy() keeps them
@@ -171,7 +175,7 @@ def with_block(native: Any, columns: Sequence[str], block: np.ndarray, drop: Seq
     new = pd.DataFrame(block.T, index=native.index, columns=pd.Index(columns, dtype=object), copy=False)
     gone = {*columns, *drop}
     order = native.columns[[c not in drop for c in native.columns]]
-    if _copy_on_write():
+    if copy_on_write():
         # drop keeps the other columns as views (copy-on-write guards the input); a
         # selection of them copied them all: 1M rows x 81 columns, 0.17 s against 2 ms
         kept = native.drop(columns=list(gone))
@@ -272,16 +276,10 @@ def fill_columns(native: Any, values: dict[str, float]) -> NwFrame:
     arrays = {c: native[c].to_numpy() for c in values}  # read once: ~20 us a column on a wide frame
     gaps = [c for c, x in arrays.items() if has_nan(x)]
     filled = fill_nan([arrays[c] for c in gaps], [float(values[c]) for c in gaps], _as_block(native, len(gaps)))
-    if _copy_on_write() or isinstance(filled, np.ndarray):  # (a block: with_block copies the kept columns there)
-        return placed(native, gaps, filled)
-    # pandas 2 without copy-on-write: a kept column would be the input's own array, and
-    # a write into the output would change the caller's frame.
-    out = {c: as_column(native, x) for c, x in zip(gaps, filled, strict=True)}
-    out.update({c: native[c].copy() for c in values if c not in out})
-    return wrap(assign(native, out))
+    return placed(native, gaps, filled)
 
 
-def _copy_on_write() -> bool:
+def copy_on_write() -> bool:
     """Whether pandas copies a shared column before a write (always from pandas 3)."""
     import pandas as pd
 

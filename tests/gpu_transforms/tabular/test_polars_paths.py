@@ -98,7 +98,7 @@ def test_fill_missing_on_pandas_fills_in_pieces_and_keeps_a_gapless_column_uncop
     pd.testing.assert_frame_equal(out, want)  # what pandas' fillna gives, to the bit
     # Nothing to fill: not copied, where pandas copies on write (pandas 3, or the option on).
     # pandas 2 without it: copied on purpose, or a write into `out` would change `df`.
-    cow = pandas_kernels._copy_on_write()
+    cow = pandas_kernels.copy_on_write()
     assert np.shares_memory(out["whole"].to_numpy(), df["whole"].to_numpy()) == cow
     out.loc[0, "whole"] = 1e9
     assert df["whole"].iloc[0] != 1e9
