@@ -811,10 +811,12 @@ def vocabulary_codes(frame: NwFrame, backend: str, exprs: dict[str, nw.Expr],
         native = nw.to_native(frame)
         schema = native.collect_schema()
         if all(schema[c] in (pl.String, pl.Categorical) or isinstance(schema[c], pl.Enum) for c in vocabularies):
-            by_ids = {} if is_lazy(frame) else {
-                c: codes for c, vocab in vocabularies.items() if (schema[c] == pl.Categorical or isinstance(
-                    schema[c], pl.Enum)) and (codes := polars_category_codes(native.get_column(c), vocab, unseen,
-                                                                               missing, start)) is not None}
+            by_ids = {}  # an eager frame's categoricals, coded by their physical ids
+            for c, vocab in vocabularies.items():
+                if not is_lazy(frame) and (schema[c] == pl.Categorical or isinstance(schema[c], pl.Enum)):
+                    codes = polars_category_codes(native.get_column(c), vocab, unseen, missing, start)
+                    if codes is not None:
+                        by_ids[c] = codes
             return wrap(native.with_columns(
                 *[pl.Series(names[c], codes) for c, codes in by_ids.items()],
                 *[_vocabulary_code(pl.col(c), vocab, unseen, missing, start).alias(names[c])

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import narwhals as nw
@@ -110,21 +110,18 @@ def assign(native: Any, columns: Mapping[Any, Any]) -> Any:
 WIDE = 16
 
 
-def _as_block(native: Any, count: int) -> bool:
-    """Whether ``count`` new columns of ``native`` are made as one 2-D block: many short ones."""
-    return count >= WIDE and len(native) < PIECE
-
-
-def placed(native: Any, columns: Sequence[str], outs: Sequence[np.ndarray]) -> NwFrame:
-    """``native`` with ``columns`` replaced by ``outs``: a 2-D array (one row per column,
-    from a kernel asked for a block) by :func:`with_block`, separate arrays as Series by
-    :func:`assign`; neither copied.
+def placed(native: Any, columns: Sequence[str], make: Callable[[bool], Sequence[np.ndarray]]) -> NwFrame:
+    """``native`` with ``columns`` replaced by the arrays ``make(block)`` returns (a
+    :mod:`.numpy_kernels` kernel, one per column): asked for one 2-D ``block`` when the
+    columns are many (:data:`WIDE`) and short (under :data:`.numpy_kernels.PIECE` rows) and
+    placed by :func:`with_block`, else placed as Series by :func:`assign`; neither copied.
 
     Why a block: as 2,000 Series of 500 rows, a wide table's new columns cost ~70 us each
     to build and place (0.14 s), as one block 17 ms; for few or long columns the Series
     cost nothing next to the values."""
-    if isinstance(outs, np.ndarray):
-        return wrap(with_block(native, columns, outs))
+    if len(columns) >= WIDE and len(native) < PIECE:
+        return wrap(with_block(native, columns, np.asarray(make(True))))
+    outs = make(False)
     return wrap(assign(native, {c: as_column(native, x) for c, x in zip(columns, outs, strict=True)}))
 
 
@@ -223,16 +220,16 @@ def column_moments(native: Any, columns: Sequence[str]) -> dict[str, Any]:
 def scale_columns(native: Any, params: dict[str, tuple[float, float]]) -> NwFrame:
     """Each column ``c`` as float64 ``(x - sub) * (1 / div)`` for ``params[c] = (sub, div)``
     (:func:`.numpy_kernels.affine`, as on polars)."""
-    scaled = affine([native[c].to_numpy() for c in params], list(params.values()), _as_block(native, len(params)))
-    return placed(native, list(params), scaled)
+    return placed(native, list(params),
+                  lambda block: affine([native[c].to_numpy() for c in params], list(params.values()), block))
 
 
 def log_columns(native: Any, columns: Sequence[str], offset: float) -> NwFrame:
     """Each column as float64 ``log(x + offset)`` (:func:`.numpy_kernels.log_offset`, as on
     polars); a nullable column (a categorical of numbers with gaps reads as one) gives NaN
     where a value is missing, the float64 the recipe makes of narwhals' ``Float64`` output."""
-    logged = log_offset([float64_values(native[c]) for c in columns], float(offset), _as_block(native, len(columns)))
-    return placed(native, columns, logged)
+    return placed(native, columns,
+                  lambda block: log_offset([float64_values(native[c]) for c in columns], float(offset), block))
 
 
 def column_lows(native: Any, columns: Sequence[str]) -> dict[str, float]:
@@ -244,8 +241,8 @@ def clip_columns(native: Any, bounds: dict[str, list[float | None]]) -> NwFrame:
     """Each float64 column clipped to its ``[low, high]`` (None: no bound), NaN kept, as
     pandas' ``clip`` gives it, by :func:`.numpy_kernels.clip_to` (one pass per column on
     the usable cores: 1M values with gaps, 0.18 ms against 9.7 ms for pandas' ``clip``)."""
-    clipped = clip_to([native[c].to_numpy() for c in bounds], list(bounds.values()), _as_block(native, len(bounds)))
-    return placed(native, list(bounds), clipped)
+    return placed(native, list(bounds),
+                  lambda block: clip_to([native[c].to_numpy() for c in bounds], list(bounds.values()), block))
 
 
 def float64_columns(frame: NwFrame, columns: Sequence[str]) -> Any:
@@ -275,8 +272,8 @@ def fill_columns(native: Any, values: dict[str, float]) -> NwFrame:
     was most of the op's time)."""
     arrays = {c: native[c].to_numpy() for c in values}  # read once: ~20 us a column on a wide frame
     gaps = [c for c, x in arrays.items() if has_nan(x)]
-    filled = fill_nan([arrays[c] for c in gaps], [float(values[c]) for c in gaps], _as_block(native, len(gaps)))
-    return placed(native, gaps, filled)
+    return placed(native, gaps, lambda block: fill_nan([arrays[c] for c in gaps], [float(values[c]) for c in gaps],
+                                                       block))
 
 
 def copy_on_write() -> bool:
