@@ -213,3 +213,31 @@ def test_a_write_into_any_column_of_a_recipe_output_leaves_the_input_as_it_was()
         for c in ("x", "n", "y", "other"):
             out.loc[0, c] = 1e6
         pd.testing.assert_frame_equal(frame, before)
+
+
+def test_wrap_of_a_pandas_frame_skips_narwhals_name_loop_and_still_refuses_duplicates(monkeypatch):
+    # narwhals checks names unique by iterating them in Python (4.5 ms for 2,000 Arrow-string
+    # labels, twice or more per op); the kit's wrap checks with Index.is_unique instead.
+    from narwhals import _utils
+
+    from gpufeed.gpu_transforms.tabular.frames import wrap
+
+    frame = pd.DataFrame(np.zeros((3, 50)), columns=[f"c{i}" for i in range(50)])
+    calls = []
+    monkeypatch.setattr(_utils, "check_column_names_are_unique", lambda columns: calls.append(columns))
+    monkeypatch.setattr("narwhals._pandas_like.dataframe.check_column_names_are_unique",
+                        lambda columns: calls.append(columns))
+    wrapped = wrap(frame)
+    assert calls == []
+    assert nw.to_native(wrapped) is frame
+    plain = nw.from_native(frame)
+    assert type(wrapped) is type(plain) and wrapped.implementation == plain.implementation
+    assert wrapped.schema == plain.schema
+    out = wrapped.with_columns((nw.col("c1") + 1).alias("c1"))
+    assert nw.to_native(out)["c1"].tolist() == [1.0, 1.0, 1.0]
+    monkeypatch.undo()
+    doubled = pd.DataFrame(np.zeros((2, 3)), columns=["a", "b", "a"])
+    with pytest.raises(Exception, match="'a' 2 times"):
+        wrap(doubled)
+    with pytest.raises(Exception, match="'a' 2 times"):
+        Recipe([Log(["b"])]).fit_transform(doubled)
