@@ -364,21 +364,21 @@ def group_stats_f64(frame: NwFrame, backend: str, by: str, columns: Sequence[str
         # on a frame that ops left one block per column, 6,000 calls for 2,000 columns;
         # polars' group-by costs ~60 us per aggregation whatever the rows), the same values
         # on both bit for bit.
-        parts, chunks = _grouped_blocks(blocks, _positional_key(frame.get_column(by).to_pandas())), []
+        parts, chunks = _grouped_blocks(blocks, PandasKey(frame.get_column(by).to_pandas())), []
     elif backend == "polars" and not is_lazy(frame):
         frame = frame.lazy()  # polars' lazy group-by: ~2x faster than an eager call
+    key = PandasKey(nw.to_native(frame)[by]) if backend == "pandas" and chunks else None
     for chunk in chunks:
-        if backend == "pandas":
-            native = nw.to_native(frame)
-            part = native[[by, *chunk]]
+        if key is not None:
+            part = nw.to_native(frame)[chunk]
             if casts := {c: "float64" for c in chunk if c in narrow}:
                 # Only when there is a cast: astype copies every column it is given, each
                 # into a block of its own (2,000 columns: 0.2 s, and a group-by 10x slower).
                 part = part.astype(casts)
-            grouped = part.groupby(by, dropna=False, observed=True, sort=False)[chunk]
+            grouped = part.groupby(key.values, dropna=False, sort=False)
             stats = [grouped.mean(), grouped.std(ddof=0), grouped.count()]
-            parts.append(GroupStats(_group_keys(stats[0].index.tolist()), *(
-                v[chunk].to_numpy(dtype=np.float64, na_value=np.nan) for v in stats)))
+            parts.append(GroupStats(key.labels(stats[0].index), *(
+                v.to_numpy(dtype=np.float64, na_value=np.nan) for v in stats)))
             continue
         # Cast before grouping: Dask's group-by takes plain column aggregations only
         # (integers too there, and on cuDF: their group sums wrap round, .stats.f64).
@@ -413,25 +413,49 @@ def group_stats_f64(frame: NwFrame, backend: str, by: str, columns: Sequence[str
     return out
 
 
-def _positional_key(series: Any) -> Any:
-    """A pandas Series' values as a group-by key taken by position (not aligned on an
-    index): its numpy array, or its extension array (categorical, Arrow text). pandas 2.2
-    warned that factorising a numpy-backed ``.array`` is deprecated."""
-    return series.to_numpy() if isinstance(series.dtype, np.dtype) else series.array
+class PandasKey:
+    """A pandas column as a group-by key taken by position (not aligned on an index), and
+    its groups' labels read back from the group-by's index as Python values (a missing key
+    as None).
+
+    A categorical groups by its codes (missing: -1), its categories labelling them: pandas
+    recodes a categorical key for ``sort=False`` (16 ms a group-by at 1M rows) and groups
+    numpy codes ~1.5x faster, with the groups in the same order of first appearance and the
+    same sums (the same bits as the categorical or the same key as text). Another column
+    groups by its numpy array or its extension array (Arrow text): pandas 2.2 warned that
+    factorising a numpy-backed ``.array`` is deprecated.
+    """
+
+    def __init__(self, series: Any) -> None:
+        import pandas as pd
+
+        self.categories: list[Any] | None = None
+        if isinstance(series.dtype, pd.CategoricalDtype):
+            self.values = series.cat.codes.to_numpy()
+            self.categories = series.cat.categories.tolist()
+        else:
+            self.values = series.to_numpy() if isinstance(series.dtype, np.dtype) else series.array
+
+    def labels(self, index: Any) -> list[Any]:
+        """The keys of a group-by's result ``index`` (its groups, in its order)."""
+        found = index.tolist()
+        if self.categories is not None:
+            found = [self.categories[k] if k >= 0 else None for k in found]
+        return _group_keys(found)
 
 
-def _grouped_blocks(blocks: Iterable[tuple[int, np.ndarray]], key: Any) -> list[GroupStats]:
+def _grouped_blocks(blocks: Iterable[tuple[int, np.ndarray]], key: PandasKey) -> list[GroupStats]:
     """Per-group mean, population std and count of each run of columns read as 2-D float64
-    ``blocks`` (:func:`.pandas_kernels.float64_blocks`), grouped by ``key`` (the rows'
-    group keys, an array: missing ones one group) with pandas' group-by, one call per
-    statistic and block: the values pandas gives column by column, bit for bit."""
+    ``blocks`` (:func:`.pandas_kernels.float64_blocks`), grouped by ``key`` (missing keys
+    one group) with pandas' group-by, one call per statistic and block: the values pandas
+    gives column by column, bit for bit."""
     import pandas as pd
 
     parts = []
     for _, block in blocks:
-        grouped = pd.DataFrame(block, copy=False).groupby(key, dropna=False, observed=True, sort=False)
+        grouped = pd.DataFrame(block, copy=False).groupby(key.values, dropna=False, sort=False)
         stats = [grouped.mean(), grouped.std(ddof=0), grouped.count()]
-        parts.append(GroupStats(_group_keys(stats[0].index.tolist()), *(v.to_numpy(dtype=np.float64) for v in stats)))
+        parts.append(GroupStats(key.labels(stats[0].index), *(v.to_numpy(dtype=np.float64) for v in stats)))
     return parts
 
 
@@ -589,10 +613,26 @@ def pandas_factorize(series: Any, *, counts: bool = True) -> tuple[np.ndarray, n
     import pandas as pd
 
     found, uniques = pd.factorize(series)
-    if isinstance(series.dtype, pd.CategoricalDtype) and text_categories(series.dtype):
-        uniques = uniques.astype(str)  # categories compare by their text, as elsewhere
     tally = np.bincount(found[found >= 0], minlength=len(uniques)) if counts else None
-    return found, np.asarray(uniques, dtype=object), tally
+    return found, _category_values(series.dtype, uniques), tally
+
+
+def pandas_category_lookup(series: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``(codes, values)`` of a pandas categorical column for :func:`pandas_codes`: its own
+    codes (missing: -1) and all its categories, used or not, as :func:`pandas_factorize`
+    gives values. No pass over the rows (a factorisation hashed the codes again: 8.5 ms a
+    column at 1M rows); for a lookup, where an unused category does no harm."""
+    return series.cat.codes.to_numpy(), _category_values(series.dtype, series.cat.categories)
+
+
+def _category_values(dtype: Any, values: Any) -> np.ndarray:
+    """Distinct ``values`` of a column of ``dtype`` as Python objects; a categorical's by
+    their text when its categories are text (they compare by their text, as elsewhere)."""
+    import pandas as pd
+
+    if isinstance(dtype, pd.CategoricalDtype) and text_categories(dtype):
+        values = values.astype(str)
+    return np.asarray(values, dtype=object)
 
 
 def text_categories(dtype: Any) -> bool:
@@ -795,10 +835,15 @@ def vocabulary_codes(frame: NwFrame, backend: str, exprs: dict[str, nw.Expr],
     """
     names = {c: (names or {}).get(c, c) for c in vocabularies}
     if backend == "pandas":
+        import pandas as pd
+
         native = nw.to_native(frame)
 
         def codes(column: str) -> np.ndarray:
-            found, uniques, _ = pandas_factorize(native[column], counts=False)
+            if isinstance(native[column].dtype, pd.CategoricalDtype):
+                found, uniques = pandas_category_lookup(native[column])
+            else:
+                found, uniques, _ = pandas_factorize(native[column], counts=False)
             return pandas_codes(found, uniques, vocabularies[column], unseen, missing, start)
 
         columns = list(vocabularies)  # a column per thread, as in Categorify.fit_transform

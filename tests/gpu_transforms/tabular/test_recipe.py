@@ -143,6 +143,33 @@ def test_standardize_by_group_uses_group_statistics_and_global_for_unseen(table,
     assert out["volt"].iloc[2] == pytest.approx((2.0 - mean) / std)
 
 
+@pytest.mark.parametrize("rows", [3_000, 300_000])  # the short columns' 2-D blocks, and long columns
+def test_standardize_by_a_pandas_categorical_key_equals_the_same_key_as_text_bit_for_bit(rows):
+    # A categorical key is grouped by its codes (faster than pandas' own recoding): the same
+    # groups, statistics and outputs to the bit as the key as text, with a missing key first,
+    # categories in no sorted order and one never used; the transform codes rows by the
+    # categories (every category looked up once) as the text is coded.
+    rng = np.random.default_rng(5)
+    text = rng.choice(["north", "south", "east", "west"], rows).astype(object)
+    text[0] = None
+    text[rng.random(rows) < 0.02] = None
+    volt = rng.normal(1e3, 5.0, rows)
+    volt[rng.random(rows) < 0.05] = np.nan
+    as_text = pd.DataFrame({"volt": volt, "amps": rng.integers(0, 50, rows), "region": text})
+    as_category = as_text.assign(region=pd.Categorical(text, categories=["west", "unused", "south", "north", "east"]))
+    fitted = {}
+    for name, frame in (("text", as_text), ("category", as_category)):
+        recipe = Recipe([Standardize(["volt", "amps"], by="region")])
+        fitted[name] = (recipe.fit_transform(frame), recipe.ops[0].state)
+        later = frame.iloc[::-1].reset_index(drop=True)  # other rows first: codes by value, not by order
+        fitted[name] += (recipe.transform(later),)
+    assert fitted["category"][1] == fitted["text"][1]
+    assert [g[0] for g in fitted["category"][1]["groups"]["volt"]] == ["east", "north", "south", "west"]
+    for c in ("volt", "amps"):
+        for i in (0, 2):
+            np.testing.assert_array_equal(fitted["category"][i][c].to_numpy(), fitted["text"][i][c].to_numpy())
+
+
 @pytest.mark.parametrize("backend", ["pandas", "polars"])
 def test_minmax_of_integers_beyond_2_53_keeps_them_apart(tmp_path, backend):
     # Through float64 first, -2**60 + 0..4 all became 0, and nanosecond times one second
