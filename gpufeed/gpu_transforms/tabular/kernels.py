@@ -429,10 +429,10 @@ class PandasKey:
     def __init__(self, series: Any) -> None:
         import pandas as pd
 
-        self.categories: list[Any] | None = None
+        self.categories: Any = None
         if isinstance(series.dtype, pd.CategoricalDtype):
             self.values = series.cat.codes.to_numpy()
-            self.categories = series.cat.categories.tolist()
+            self.categories = series.cat.categories  # read for the groups found only
         else:
             self.values = series.to_numpy() if isinstance(series.dtype, np.dtype) else series.array
 
@@ -440,7 +440,8 @@ class PandasKey:
         """The keys of a group-by's result ``index`` (its groups, in its order)."""
         found = index.tolist()
         if self.categories is not None:
-            found = [self.categories[k] if k >= 0 else None for k in found]
+            labels = iter(self.categories.take([k for k in found if k >= 0]).tolist())
+            found = [next(labels) if k >= 0 else None for k in found]
         return _group_keys(found)
 
 
@@ -621,7 +622,8 @@ def pandas_category_lookup(series: Any) -> tuple[np.ndarray, np.ndarray]:
     """``(codes, values)`` of a pandas categorical column for :func:`pandas_codes`: its own
     codes (missing: -1) and all its categories, used or not, as :func:`pandas_factorize`
     gives values. No pass over the rows (a factorisation hashed the codes again: 8.5 ms a
-    column at 1M rows); for a lookup, where an unused category does no harm."""
+    column at 1M rows); for a lookup, where an unused category does no harm, of a column
+    with no more categories than rows (its categories are all looked up)."""
     return series.cat.codes.to_numpy(), _category_values(series.dtype, series.cat.categories)
 
 
@@ -840,8 +842,11 @@ def vocabulary_codes(frame: NwFrame, backend: str, exprs: dict[str, nw.Expr],
         native = nw.to_native(frame)
 
         def codes(column: str) -> np.ndarray:
-            if isinstance(native[column].dtype, pd.CategoricalDtype):
-                found, uniques = pandas_category_lookup(native[column])
+            series = native[column]
+            if isinstance(series.dtype, pd.CategoricalDtype) and len(series.dtype.categories) <= len(series):
+                # (more categories than rows: a batch of a large category set, whose
+                # categories would cost more to look up than its rows to factorise)
+                found, uniques = pandas_category_lookup(series)
             else:
                 found, uniques, _ = pandas_factorize(native[column], counts=False)
             return pandas_codes(found, uniques, vocabularies[column], unseen, missing, start)

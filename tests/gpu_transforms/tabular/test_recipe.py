@@ -170,6 +170,26 @@ def test_standardize_by_a_pandas_categorical_key_equals_the_same_key_as_text_bit
             np.testing.assert_array_equal(fitted["category"][i][c].to_numpy(), fitted["text"][i][c].to_numpy())
 
 
+def test_a_batch_of_a_large_pandas_category_set_is_coded_as_its_text():
+    # A batch sliced from a big categorical keeps every category: with more categories than
+    # rows the rows are factorised (looking every category up cost 10-100x more there);
+    # with fewer, the categories are looked up. Both give the codes of the same text.
+    rng = np.random.default_rng(2)
+    categories = [f"p{i:05d}" for i in range(3000)]
+    train = pd.DataFrame({"x": rng.normal(size=6000), "k": pd.Categorical.from_codes(
+        rng.integers(0, 40, 6000), categories=categories)})
+    recipe = Recipe([Standardize(["x"], by="k"), Categorify(["k"])])
+    as_text = Recipe([Standardize(["x"], by="k"), Categorify(["k"])]).fit(train.assign(k=train["k"].astype(str)))
+    recipe.fit(train)
+    for rows in (50, 5000):  # fewer rows than categories, then more
+        batch = train.iloc[-rows:].reset_index(drop=True)
+        batch.loc[0, "k"] = "p02999"  # a category unseen in training
+        out, expected = recipe.transform(batch), as_text.transform(batch.assign(k=batch["k"].astype(str)))
+        np.testing.assert_array_equal(out["k"].to_numpy(), expected["k"].to_numpy())
+        np.testing.assert_array_equal(out["x"].to_numpy(), expected["x"].to_numpy())
+        assert out["k"].iloc[0] == UNSEEN_INDEX
+
+
 @pytest.mark.parametrize("backend", ["pandas", "polars"])
 def test_minmax_of_integers_beyond_2_53_keeps_them_apart(tmp_path, backend):
     # Through float64 first, -2**60 + 0..4 all became 0, and nanosecond times one second

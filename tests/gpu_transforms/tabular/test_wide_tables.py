@@ -218,15 +218,17 @@ def test_a_write_into_any_column_of_a_recipe_output_leaves_the_input_as_it_was()
 def test_wrap_of_a_pandas_frame_skips_narwhals_name_loop_and_still_refuses_duplicates(monkeypatch):
     # narwhals checks names unique by iterating them in Python (4.5 ms for 2,000 Arrow-string
     # labels, twice or more per op); the kit's wrap checks with Index.is_unique instead.
+    # (both modules imported before either is patched: the second import would bind the
+    # patched function, and undo() would then restore it)
     from narwhals import _utils
+    from narwhals._pandas_like import dataframe as pandas_like
 
     from gpufeed.gpu_transforms.tabular.frames import wrap
 
     frame = pd.DataFrame(np.zeros((3, 50)), columns=[f"c{i}" for i in range(50)])
     calls = []
     monkeypatch.setattr(_utils, "check_column_names_are_unique", lambda columns: calls.append(columns))
-    monkeypatch.setattr("narwhals._pandas_like.dataframe.check_column_names_are_unique",
-                        lambda columns: calls.append(columns))
+    monkeypatch.setattr(pandas_like, "check_column_names_are_unique", lambda columns: calls.append(columns))
     wrapped = wrap(frame)
     assert calls == []
     assert nw.to_native(wrapped) is frame
