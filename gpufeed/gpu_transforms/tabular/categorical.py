@@ -51,6 +51,7 @@ from gpufeed.gpu_transforms.tabular.stats import (
     decimal_numbers,
     json_key,
     lookup,
+    sorted_keys,
 )
 from gpufeed.policies import OnUnseen
 
@@ -199,16 +200,7 @@ def _vocabulary(values: Any, column: str) -> list[Any]:
         ColumnTypeError: values JSON cannot hold, or a mix of text and numbers (an object
             column from a spreadsheet), which has no order: named, with the cast to text.
     """
-    keys = [json_key(v, column, "Categorify") for v in values]
-    try:
-        return sorted(keys)
-    except TypeError:
-        kinds = sorted({type(k).__name__ for k in keys})
-        raise ColumnTypeError(
-            f"Categorify: column {column!r} mixes {' and '.join(kinds)} values, e.g. "
-            f"{[next(k for k in keys if type(k).__name__ == t) for t in kinds]}; categories need "
-            f"one type: cast the column to text first (pandas: df[{column!r}].astype('string'))"
-        ) from None
+    return sorted_keys([json_key(v, column, "Categorify") for v in values], column, "Categorify")
 
 
 def _name_unhashable(frame: NwFrame, columns: Sequence[str], exc: TypeError) -> NoReturn:

@@ -85,6 +85,7 @@ from gpufeed.gpu_transforms.tabular.stats import (
     number,
     scale,
     scales,
+    sorted_keys,
     widened_integer,
 )
 
@@ -759,7 +760,11 @@ class Standardize(TableOp):
             # Rows with a missing group use the global statistics (as unseen groups do).
             present = [i for i, k in enumerate(groups.keys) if k is not None]
             keys = [json_key(groups.keys[i], self.by, "Standardize") for i in present]
-            order = sorted(range(len(present)), key=keys.__getitem__)
+            try:
+                order = sorted(range(len(present)), key=keys.__getitem__)
+            except TypeError:  # text and numbers: no order; named by sorted_keys
+                sorted_keys(keys, self.by, "Standardize")
+                raise
             rows = [present[j] for j in order]
             keys = [keys[j] for j in order]
             # Each group's [key, mean, std to divide by], a group with no value of a column

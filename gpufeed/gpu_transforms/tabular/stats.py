@@ -120,6 +120,24 @@ def exact_number(value: Any, column: str, op: str) -> float | int:
     return number(value, column, op)
 
 
+def sorted_keys(keys: list[Any], column: str, op: str) -> list[Any]:
+    """``keys`` (:func:`json_key` values: categories, groups) in order, as a recipe keeps them.
+
+    Raises:
+        ColumnTypeError: a mix of text and numbers (an object column from a spreadsheet),
+            which has no order: named, with the cast to text.
+    """
+    try:
+        return sorted(keys)
+    except TypeError:
+        kinds = sorted({type(k).__name__ for k in keys})
+        raise ColumnTypeError(
+            f"{op}: column {column!r} mixes {' and '.join(kinds)} values, e.g. "
+            f"{[next(k for k in keys if type(k).__name__ == t) for t in kinds]}; keys need "
+            f"one type: cast the column to text first (pandas: df[{column!r}].astype('string'))"
+        ) from None
+
+
 def json_key(value: Any, column: str, op: str) -> Any:
     """A fitted key (a category, a group) as the plain value a recipe's JSON stores: numpy
     scalars (a pandas boolean group's ``np.True_``) as Python's.

@@ -170,6 +170,16 @@ def test_standardize_by_a_pandas_categorical_key_equals_the_same_key_as_text_bit
             np.testing.assert_array_equal(fitted["category"][i][c].to_numpy(), fitted["text"][i][c].to_numpy())
 
 
+@pytest.mark.parametrize("categorical", [False, True])
+def test_standardize_by_a_key_mixing_text_and_numbers_names_the_column(categorical):
+    # Group keys are kept sorted, and text and numbers have no order: a bare TypeError
+    # ("'<' not supported between 'float' and 'str'") named neither the op nor the column.
+    key = pd.Series([1, "a", 2.5, 1, "a", 2.5], dtype=object)
+    frame = pd.DataFrame({"x": np.arange(6.0), "k": key.astype("category") if categorical else key})
+    with pytest.raises(ColumnTypeError, match=r"Standardize: column 'k' mixes float and int and str values.*astype"):
+        Recipe([Standardize(["x"], by="k")]).fit(frame)
+
+
 def test_a_batch_of_a_large_pandas_category_set_is_coded_as_its_text():
     # A batch sliced from a big categorical keeps every category: with more categories than
     # rows the rows are factorised (looking every category up cost 10-100x more there);
