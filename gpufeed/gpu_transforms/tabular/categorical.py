@@ -101,8 +101,10 @@ def _category_values(frame: NwFrame, backend: str, columns: Sequence[str]) -> Nw
 
 #: Marks the text :func:`_dask_category_values` gives a number of a categorical whose
 #: categories Dask does not know, with its kind (``i``: integer, ``f``: float, ``b``: boolean,
-#: ``t``: time); no text value of a column starts so.
-_MARK = "\x00gpufeed-category:"
+#: ``t``: time); no text value of a column starts so. Not with NUL: pandas 2.2 hashes text as
+#: C strings, cut at the first NUL, so Dask's value counts there made every marked value one
+#: (integer categories 9, 10, 100 fitted as [9]).
+_MARK = "\x1egpufeed-category:"
 
 
 def _marked_text(value: Any) -> Any:

@@ -550,9 +550,10 @@ def _apply_rules_numpy(frame: nw.DataFrame, rules: Sequence[Rule], base: Any) ->
 
 
 def _datetimes_typed(rule: Rule, column: Any) -> Any:
-    """A pandas rule output of datetimes as a datetime column (microseconds, as polars and
-    Dask's declared type give it), not the object column of Python datetimes and NaN that
-    the case-when left where no case held (``default=None``)."""
+    """A pandas rule output of datetimes as a datetime column, not the object column of
+    Python datetimes and NaN that the case-when left where no case held (``default=None``),
+    in the unit pandas gives Python datetimes (and so a rule with a default, and Dask's
+    declared type): microseconds on pandas 3, as polars; nanoseconds on pandas 2."""
     import datetime
 
     import pandas as pd
@@ -561,7 +562,8 @@ def _datetimes_typed(rule: Rule, column: Any) -> Any:
     if column.dtype != object or not all(isinstance(v, datetime.date) for v in values):
         return column
     typed = pd.to_datetime(column)
-    return typed.astype("datetime64[us]" if typed.dt.tz is None else f"datetime64[us, {typed.dt.tz}]")
+    unit = np.datetime_data(pd.Series([datetime.datetime(2000, 1, 1)]).dtype)[0]
+    return typed.astype(f"datetime64[{unit}]" if typed.dt.tz is None else f"datetime64[{unit}, {typed.dt.tz}]")
 
 
 def _with_missing(values: Any, missing: Any) -> Any:
