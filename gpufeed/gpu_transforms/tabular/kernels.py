@@ -334,7 +334,14 @@ class GroupStats:
         return cls(_group_keys([r[by] for r in rows]), values("m"), values("s"), values("n"))
 
     def beside(self, other: GroupStats) -> GroupStats:
-        """These columns, then ``other``'s (statistics of the same groups, in any order)."""
+        """These columns, then ``other``'s (statistics of the same groups, in any order).
+
+        Keys in the same order (one group-by's groups) are joined row by row: a key can come
+        twice there (pandas keeps a NaN apart from a null in an Arrow or nullable float key,
+        both read back as None), and joined by key the second group took the first's
+        statistics, which made the pooled global mean and std wrong."""
+        if self.keys == other.keys:
+            return GroupStats(self.keys, *(np.hstack([getattr(self, k), getattr(other, k)]) for k in "msn"))
         where = {k: i for i, k in enumerate(other.keys)}
         rows = [where[k] for k in self.keys]
         return GroupStats(self.keys, *(np.hstack([getattr(self, k), getattr(other, k)[rows]]) for k in "msn"))

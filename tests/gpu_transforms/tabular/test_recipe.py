@@ -180,6 +180,21 @@ def test_standardize_by_a_key_mixing_text_and_numbers_names_the_column(categoric
         Recipe([Standardize(["x"], by="k")]).fit(frame)
 
 
+def test_standardize_by_a_float_key_holding_null_and_nan_pools_the_true_global_statistics():
+    # pandas groups a NaN apart from a null in an Arrow float key, both read back as None:
+    # joining the statistics of runs of columns by key gave the second group the first's,
+    # and the global mean and std (used for missing and unseen keys) came out wrong.
+    import pyarrow as pa
+
+    key = pd.arrays.ArrowExtensionArray(pa.array([1.0, None, float("nan"), 1.0, None, float("nan")], from_pandas=False))
+    frame = pd.DataFrame({"k": key, "a": [1.0, 2, 3, 4, 5, 6],
+                          "b": pd.array([10.0, 20, 30, 40, 50, 60], dtype="double[pyarrow]")})
+    state = Recipe([Standardize(["a", "b"], by="k")]).fit(frame).ops[0].state["global"]
+    for c in ("a", "b"):
+        values = frame[c].to_numpy(dtype=float)
+        assert state[c] == pytest.approx([values.mean(), values.std()], rel=1e-12), c
+
+
 def test_a_batch_of_a_large_pandas_category_set_is_coded_as_its_text():
     # A batch sliced from a big categorical keeps every category: with more categories than
     # rows the rows are factorised (looking every category up cost 10-100x more there);
