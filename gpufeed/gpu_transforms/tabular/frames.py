@@ -79,8 +79,7 @@ def _unchecked_pandas(df: Frame) -> nw.DataFrame | None:
     Built the way narwhals builds it, through its compliant frame (not public API): if a
     narwhals release changes that, the plain wrap is used.
     """
-    if type(df).__name__ != "DataFrame" or type(df).__module__.split(".")[0] != "pandas" \
-            or not df.columns.is_unique:
+    if type(df).__name__ != "DataFrame" or not df.columns.is_unique:  # (pandas' own: wrap checked)
         return None
     try:
         from narwhals._pandas_like.dataframe import PandasLikeDataFrame

@@ -377,26 +377,27 @@ def group_stats_f64(frame: NwFrame, backend: str, by: str, columns: Sequence[str
     elif backend == "polars" and not is_lazy(frame):
         frame = frame.lazy()  # polars' lazy group-by: ~2x faster than an eager call
     key = PandasKey(nw.to_native(frame)[by]) if backend == "pandas" and chunks else None
+    if key is not None:
+        native = nw.to_native(frame)
+
+        def grouped_stats(run: list[str]) -> GroupStats:
+            part = native[run]
+            if casts := {c: "float64" for c in run if c in narrow}:
+                # Only when there is a cast: astype copies every column it is given, each
+                # into a block of its own (2,000 columns: 0.2 s, and a group-by 10x slower).
+                part = part.astype(casts)
+            grouped = part.groupby(key.values, dropna=False, sort=False)
+            stats = [grouped.mean(), grouped.std(ddof=0), grouped.count()]
+            return GroupStats(key.labels(stats[0].index), *(
+                v.to_numpy(dtype=np.float64, na_value=np.nan) for v in stats))
+
     for chunk in chunks:
         if key is not None:
-            native = nw.to_native(frame)
-
-            def grouped_stats(run: list[str], native: Any = native) -> GroupStats:
-                part = native[run]
-                if casts := {c: "float64" for c in run if c in narrow}:
-                    # Only when there is a cast: astype copies every column it is given, each
-                    # into a block of its own (2,000 columns: 0.2 s, and a group-by 10x slower).
-                    part = part.astype(casts)
-                grouped = part.groupby(key.values, dropna=False, sort=False)
-                stats = [grouped.mean(), grouped.std(ddof=0), grouped.count()]
-                return GroupStats(key.labels(stats[0].index), *(
-                    v.to_numpy(dtype=np.float64, na_value=np.nan) for v in stats))
-
             # A run of the columns per core, grouped by the key's codes: pandas' group-by
             # kernels release the GIL, and on one thread they were most of the fit (sensor,
             # 40 columns of 1M rows: 0.83 of 0.95 s). Column by column the same bits.
-            cores = min(usable_cpus(), len(chunk))
-            runs = [list(run) for run in np.array_split(np.array(chunk, dtype=object), cores)]
+            size = -(-len(chunk) // min(usable_cpus(), len(chunk)))
+            runs = [chunk[i:i + size] for i in range(0, len(chunk), size)]
             parts.append(functools.reduce(GroupStats.beside, spread(grouped_stats, runs)))
             continue
         # Cast before grouping: Dask's group-by takes plain column aggregations only
@@ -440,9 +441,10 @@ class PandasKey:
     A categorical groups by its codes (missing: -1), its categories labelling them: pandas
     recodes a categorical key for ``sort=False`` (16 ms a group-by at 1M rows) and groups
     numpy codes ~1.5x faster, with the groups in the same order of first appearance and the
-    same sums (the same bits as the categorical or the same key as text). Another column
-    groups by its numpy array or its extension array (Arrow text): pandas 2.2 warned that
-    factorising a numpy-backed ``.array`` is deprecated.
+    same sums (the same bits as the categorical or the same key as text). Another column is
+    factorised once into such codes (its numpy array, or its extension array: pandas 2.2
+    warned that factorising a numpy-backed ``.array`` is deprecated), so that group-bys of
+    runs of columns on several threads hash integers, not the key's values each.
     """
 
     def __init__(self, series: Any) -> None:
@@ -452,8 +454,6 @@ class PandasKey:
             self.values = series.cat.codes.to_numpy()
             self.categories: Any = series.cat.categories  # read for the groups found only
         else:
-            # Factorised once, so that group-bys over runs of columns on several threads
-            # hash integers, not the key's text each.
             self.values, uniques = pd.factorize(
                 series.to_numpy() if isinstance(series.dtype, np.dtype) else series.array)
             self.categories = pd.Index(uniques)  # dates read back as Timestamps, as a group-by's index
@@ -635,7 +635,7 @@ def pandas_factorize(series: Any, *, counts: bool = True) -> tuple[np.ndarray, n
 
     found, uniques = pd.factorize(series)
     tally = np.bincount(found[found >= 0], minlength=len(uniques)) if counts else None
-    return found, _category_values(series.dtype, uniques), tally
+    return found, _distinct_values(series.dtype, uniques), tally
 
 
 def pandas_category_lookup(series: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -644,10 +644,10 @@ def pandas_category_lookup(series: Any) -> tuple[np.ndarray, np.ndarray]:
     gives values. No pass over the rows (a factorisation hashed the codes again: 8.5 ms a
     column at 1M rows); for a lookup, where an unused category does no harm, of a column
     with no more categories than rows (its categories are all looked up)."""
-    return series.cat.codes.to_numpy(), _category_values(series.dtype, series.cat.categories)
+    return series.cat.codes.to_numpy(), _distinct_values(series.dtype, series.cat.categories)
 
 
-def _category_values(dtype: Any, values: Any) -> np.ndarray:
+def _distinct_values(dtype: Any, values: Any) -> np.ndarray:
     """Distinct ``values`` of a column of ``dtype`` as Python objects; a categorical's by
     their text when its categories are text (they compare by their text, as elsewhere)."""
     import pandas as pd
@@ -868,7 +868,7 @@ def vocabulary_codes(frame: NwFrame, backend: str, exprs: dict[str, nw.Expr],
                 # categories would cost more to look up than its rows to factorise)
                 found, uniques = pandas_category_lookup(series)
             else:
-                found, uniques, _ = pandas_factorize(native[column], counts=False)
+                found, uniques, _ = pandas_factorize(series, counts=False)
             return pandas_codes(found, uniques, vocabularies[column], unseen, missing, start)
 
         columns = list(vocabularies)  # a column per thread, as in Categorify.fit_transform
