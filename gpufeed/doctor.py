@@ -9,7 +9,9 @@ from typing import Any
 from gpufeed.backends import choose_dataframe_backend, choose_image_backend, resolve_device
 from gpufeed.bench.provenance import SourceCommit, gpufeed_version, source_commit
 from gpufeed.machine import (
+    cpu_details,
     cpu_model,
+    cpu_words,
     cuda_available,
     gpu_metadata,
     installed,
@@ -48,7 +50,7 @@ def report() -> dict[str, Any]:
     commit = source_commit()
     return {
         "gpufeed": {"version": gpufeed_version(), "commit": commit.commit, "commit_note": commit.note},
-        "cpu": {"model": cpu_model(), "usable_cores": usable_cpus()},
+        "cpu": {"model": cpu_model(), "details": cpu_details(), "usable_cores": usable_cpus()},
         "gpu": gpu_metadata(),
         "versions": versions,
         "choices": {
@@ -70,7 +72,7 @@ def run(as_json: bool = False) -> int:
     print("gpufeed doctor")
     own = r["gpufeed"]
     print(f"  gpufeed  {own['version']}, commit {SourceCommit(own['commit'], own['commit_note']).text(markdown=False)}")
-    print(f"  CPU      {r['cpu']['model']}, {r['cpu']['usable_cores']} usable cores")
+    print(f"  CPU      {cpu_words(r['cpu']['model'], r['cpu']['details'])}, {r['cpu']['usable_cores']} usable cores")
     if gpu:
         print(f"  GPU      {gpu['name']} x{gpu['count']}, driver {gpu.get('driver')}, "
               f"CUDA runtime {gpu['cuda_runtime']}, {gpu.get('memory', '?')}")

@@ -192,13 +192,76 @@ def peak_rss_bytes() -> int:
 
 def cpu_model() -> str:
     """The CPU model name."""
+    return _cpuinfo().get("model name") or platform.processor() or platform.machine()
+
+
+def _cpuinfo() -> dict[str, str]:
+    """The first processor's entries of ``/proc/cpuinfo`` (empty where there is none)."""
+    info: dict[str, str] = {}
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+            if not line.strip():
+                break  # the first processor only
+            key, _, value = line.partition(":")
+            info[key.strip()] = value.strip()
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    return info
+
+
+#: x86 vector extensions, widest first, as ``/proc/cpuinfo`` flags name them.
+_X86_SIMD = (("avx512f", "AVX-512"), ("avx2", "AVX2"), ("avx", "AVX"), ("sse4_2", "SSE4.2"))
+
+
+def cpu_details() -> dict[str, Any]:
+    """What tells two CPUs of one model name apart: ``{"family", "model_number", "simd"}``
+    (the CPU's family and model numbers, its widest vector extension), the entries known here.
+
+    Why: a cloud CPU's name is often only its line ("AMD EPYC"), and this project's 2-core
+    boxes of that name were of two generations, with and without AVX-512. numpy's float64
+    ``log`` has SIMD kernels for AVX-512 only: 1M values took ~1 ms on one box and 6-8.5 ms
+    on the other, so a ratio with a log in it moved with the box, not the code.
+    """
+    info = _cpuinfo()
+    out: dict[str, Any] = {name: int(info[key]) for key, name in (("cpu family", "family"), ("model", "model_number"))
+                           if info.get(key, "").isdigit()}
+    flags = set(info.get("flags", "").split())
+    simd = next((name for flag, name in _X86_SIMD if flag in flags), None)
+    if simd is None and not flags:
+        simd = _numpy_simd()
+    if simd:
+        out["simd"] = simd
+    return out
+
+
+def _numpy_simd() -> str | None:
+    """The widest vector extension numpy found on this CPU (no ``/proc/cpuinfo``: macOS),
+    or None."""
+    try:
+        from numpy._core._multiarray_umath import __cpu_features__ as found
+    except ImportError:  # numpy 1.x kept it in numpy.core
+        try:
+            from numpy.core._multiarray_umath import __cpu_features__ as found
+        except ImportError:
+            return None
+    names = {"AVX512F": "AVX-512", "AVX2": "AVX2", "AVX": "AVX", "SSE42": "SSE4.2", "SVE": "SVE",
+             "ASIMD": "NEON", "NEON": "NEON"}
+    return next((name for key, name in names.items() if found.get(key)), None)
+
+
+def cpu_words(name: str, details: dict[str, Any] | None) -> str:
+    """A CPU in words from its name and :func:`cpu_details`: ``"AMD EPYC (family 25 model 1,
+    AVX2)"`` (no details, as results written before they were recorded: the name)."""
+    details = details or {}
+    parts = [f"family {details['family']} model {details['model_number']}"] \
+        if "family" in details and "model_number" in details else []
+    parts += [details["simd"]] if details.get("simd") else []
+    return f"{name} ({', '.join(parts)})" if parts else name
+
+
+def cpu_text(meta: dict[str, Any]) -> str:
+    """A result's CPU in words, from its metadata: ``"AMD EPYC (family 25 model 1, AVX2) × 2"``."""
+    return f"{cpu_words(meta.get('cpu_model', '?'), meta.get('cpu_details'))} × {meta.get('cpu_count', '?')}"
 
 
 def gpu_metadata() -> dict[str, Any] | None:

@@ -36,6 +36,27 @@ def test_doctor_names_gpufeeds_own_version_and_commit(capsys):
     assert f"  gpufeed  {version('gpufeed')}, commit {commit.text(markdown=False)}" in capsys.readouterr().out
 
 
+def test_doctor_and_results_tell_cpus_of_one_name_apart(tmp_path, monkeypatch, capsys):
+    """Two 2-core boxes both named "AMD EPYC", one with AVX-512 and one without, gave
+    numpy's log 6x apart: the family, model and widest vector extension are recorded."""
+    from gpufeed import machine
+
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\n"
+                       "model name\t: AMD EPYC\nflags\t\t: fpu sse4_2 avx avx2 avx512f avx512bw\n\n"
+                       "processor\t: 1\nmodel name\t: other\nflags\t\t: fpu\n")
+    real = machine.Path
+    monkeypatch.setattr(machine, "Path", lambda p: real(cpuinfo) if p == "/proc/cpuinfo" else real(p))
+    assert machine.cpu_model() == "AMD EPYC"  # the first processor's, not the last's
+    assert machine.cpu_details() == {"family": 25, "model_number": 17, "simd": "AVX-512"}
+    assert main(["doctor"]) == 0
+    assert "  CPU      AMD EPYC (family 25 model 17, AVX-512), " in capsys.readouterr().out
+    cpuinfo.write_text("model name\t: AMD EPYC\ncpu family\t: 25\nmodel\t\t: 1\nflags\t\t: sse4_2 avx avx2\n")
+    assert machine.cpu_text({"cpu_model": machine.cpu_model(), "cpu_details": machine.cpu_details(),
+                             "cpu_count": 2}) == "AMD EPYC (family 25 model 1, AVX2) × 2"
+    assert machine.cpu_text({"cpu_model": "AMD EPYC", "cpu_count": 2}) == "AMD EPYC × 2"  # an older result
+
+
 def test_data_images_writes_an_image_folder(tmp_path, capsys):
     assert main(["data", "images", str(tmp_path / "d"), "--images", "6", "--classes", "2"]) == 0
     assert len(list((tmp_path / "d").rglob("*.jpg"))) == 6

@@ -20,8 +20,9 @@ from gpufeed.bench.harness import markdown_table, some_of
 from gpufeed.bench.results import (
     RunResults,
     failed_checks,
-    machine_kind,
+    machine_text,
     read_results,
+    same_machine,
     suite_ratios,
 )
 
@@ -247,10 +248,15 @@ def run(args: argparse.Namespace) -> int:
               + ", ".join(f"{s} (now {RETIRED_SUITES[s]})" for s in retired))
     if new.keys() - old.keys():
         print(f"\nOnly in the new run (not compared): {', '.join(sorted(new.keys() - old.keys()))}")
-    across = [f"{s} ({machine_kind(old[s])} → {machine_kind(new[s])})" for s in sorted(old.keys() & new.keys())
-              if machine_kind(old[s]) != machine_kind(new[s])]
+    both = sorted(old.keys() & new.keys())
+    across = [f"{s} ({machine_text(old[s])} → {machine_text(new[s])})" for s in both
+              if same_machine(old[s], new[s]) is False]
     if across:
         print(f"\nCompared across different machines (ratios may differ for that reason): {', '.join(across)}")
+    unknown = [s for s in both if same_machine(old[s], new[s]) is None]
+    if unknown:
+        print(f"\nNot known to be the same machine (a run predates recording the CPU's generation and vector "
+              f"extensions; CPUs of one name have differed in them, and ratios with them): {', '.join(unknown)}")
     settings = {s: setup_differences(old[s], new[s]) for s in sorted(old.keys() & new.keys())}
     if any(settings.values()):
         print("\nCompared runs with different settings (ratios may differ for that reason): "

@@ -26,7 +26,9 @@ from gpufeed.bench.provenance import commit_text, gpufeed_version, source_commit
 from gpufeed.bench.results import machine_kind
 from gpufeed.machine import (
     PACKAGES,
+    cpu_details,
     cpu_model,
+    cpu_text,
     cuda_available,
     die_with_parent,
     gpu_metadata,
@@ -323,6 +325,7 @@ def machine_metadata() -> dict[str, Any]:
         "python": platform.python_version(),
         "platform": platform.platform(),
         "cpu_model": cpu_model(),
+        "cpu_details": cpu_details(),
         "cpu_count": os.cpu_count(),
         "cpu_affinity": usable_cpus(),
         "gpu": gpu_metadata(),
@@ -383,7 +386,7 @@ def write_results(
     md = (
         f"# {command} {suite}\n\n{summary_md}\n\n"
         f"- gpufeed {meta['gpufeed']}, commit: {commit_text(meta)}\n- when: {meta['timestamp']}\n"
-        f"- CPU: {meta['cpu_model']} × {meta['cpu_count']}\n- GPU: {gpu_line}\n"
+        f"- CPU: {cpu_text(meta)}\n- GPU: {gpu_line}\n"
         f"- packages: {', '.join(f'{k} {v}' for k, v in meta['packages'].items())}\n"
         f"- raw numbers: `{json_path.name}`\n"
         + "".join(f"\n![{name}]({name})\n" for name in doc["figures"])

@@ -27,6 +27,7 @@ from gpufeed.arguments import device_name
 from gpufeed.bench.harness import add_out_argument, markdown_table
 from gpufeed.bench.provenance import commit_text
 from gpufeed.bench.results import RUN_KEY
+from gpufeed.machine import cpu_text
 from gpufeed.progress import stage
 
 #: The steps of the report: name -> (suite module, arguments always given, arguments with --quick).
@@ -251,7 +252,7 @@ def write_summary(folder: Path, outcomes: Sequence[dict[str, Any]], *, manifest:
         if row.get("ratio"):
             row["ratio"] = f"**{row['ratio']:.2f}×**"
     when = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-    machine = (f"{meta['cpu_model']} × {meta['cpu_count']}, GPU: {(meta.get('gpu') or {}).get('name', 'none')}, "
+    machine = (f"{cpu_text(meta)}, GPU: {(meta.get('gpu') or {}).get('name', 'none')}, "
                f"gpufeed {meta.get('gpufeed', '?')}, commit {commit_text(meta)}" if meta
                else "no suite wrote a result")
     done = RunManifest.finished([{"state": o.get("state", "ok")} for o in outcomes])

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpufeed.machine import cpu_words
+
 
 def machine_kind(doc: dict[str, Any]) -> str:
     """``"gpu16"``, ``"cpu2"``...: the kind of machine a result came from (as in its file name).
@@ -29,6 +31,26 @@ def machine_kind(doc: dict[str, Any]) -> str:
     """
     meta = doc.get("metadata", {})
     return f"{'gpu' if meta.get('gpu') else 'cpu'}{meta.get('cpu_count', '')}"
+
+
+def same_machine(old: dict[str, Any], new: dict[str, Any]) -> bool | None:
+    """Whether two results came from the same kind of machine: the same kind (cores, GPU or
+    none), CPU name and, where both recorded them, the CPU's family, model and vector
+    extensions (:func:`gpufeed.machine.cpu_details`; two boxes named "AMD EPYC" differed in
+    AVX-512, and numpy's log with it). None: the kind and name agree and one run recorded
+    the details, the other (written before they were) not, so it cannot be told."""
+    a, b = old.get("metadata", {}), new.get("metadata", {})
+    if machine_kind(old) != machine_kind(new) or a.get("cpu_model") != b.get("cpu_model"):
+        return False
+    if (a.get("cpu_details") is None) != (b.get("cpu_details") is None):
+        return None
+    return a.get("cpu_details") == b.get("cpu_details")
+
+
+def machine_text(doc: dict[str, Any]) -> str:
+    """A result's machine in a few words: ``"cpu2, AMD EPYC (family 25 model 1, AVX2)"``."""
+    meta = doc.get("metadata", {})
+    return f"{machine_kind(doc)}, {cpu_words(meta.get('cpu_model', '?'), meta.get('cpu_details'))}"
 
 
 #: The key that marks a run manifest: ``gpufeed bench all`` writes one per run into its folder

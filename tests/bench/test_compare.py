@@ -210,3 +210,26 @@ def test_augment_is_judged_against_the_tuned_loop_and_references_are_not(tmp_pat
     old = _write(tmp_path / "old", "augment-a.json", doc(200.0, 100.0))
     new = _write(tmp_path / "new", "augment-b.json", doc(200.0, 60.0))  # only a reference moved
     assert main(["bench", "compare", str(old), str(new)]) == 0
+
+
+def test_runs_from_cpus_of_one_name_but_another_generation_are_compared_with_a_note(tmp_path, capsys):
+    def doc(when: str, details: dict | None) -> dict:
+        meta = {"timestamp": when, "gpu": None, "cpu_count": 2, "cpu_model": "AMD EPYC"}
+        return _images_doc(2.6, 1.8, when) | {"metadata": meta | ({"cpu_details": details} if details else {})}
+
+    zen4 = {"family": 25, "model_number": 17, "simd": "AVX-512"}
+    zen3 = {"family": 25, "model_number": 1, "simd": "AVX2"}
+    old = _write(tmp_path / "old", "images-train-a.json", doc("2026-01-01T00:00:00+00:00", zen4))
+    new = _write(tmp_path / "new", "images-train-b.json", doc("2026-01-02T00:00:00+00:00", zen3))
+    assert main(["bench", "compare", str(old), str(new)]) == 0
+    out = capsys.readouterr().out
+    assert ("across different machines (ratios may differ for that reason): images-train (cpu2, AMD EPYC "
+            "(family 25 model 17, AVX-512) → cpu2, AMD EPYC (family 25 model 1, AVX2))") in out
+    same = _write(tmp_path / "same", "images-train-c.json", doc("2026-01-03T00:00:00+00:00", zen4))
+    assert main(["bench", "compare", str(old), str(same)]) == 0
+    out = capsys.readouterr().out
+    assert "different machines" not in out and "Not known" not in out
+    # A run written before the details were recorded: it cannot be told, and the comparison says so.
+    older = _write(tmp_path / "older", "images-train-d.json", doc("2025-12-01T00:00:00+00:00", None))
+    assert main(["bench", "compare", str(older), str(new)]) == 0
+    assert "Not known to be the same machine" in capsys.readouterr().out
