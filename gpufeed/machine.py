@@ -218,9 +218,10 @@ def cpu_details() -> dict[str, Any]:
     (the CPU's family and model numbers, its widest vector extension), the entries known here.
 
     Why: a cloud CPU's name is often only its line ("AMD EPYC"), and this project's 2-core
-    boxes of that name were of two generations, with and without AVX-512. numpy's float64
-    ``log`` has SIMD kernels for AVX-512 only: 1M values took ~1 ms on one box and 6-8.5 ms
-    on the other, so a ratio with a log in it moved with the box, not the code.
+    boxes of that name differ from session to session: numpy's float64 ``log`` of 1M values
+    took ~1 ms on one and 6-8.5 ms on another (family 25 model 1, AVX2; numpy has a SIMD
+    float64 log for AVX-512 only), so a ratio with a log in it moved with the box, not
+    the code.
     """
     info = _cpuinfo()
     out: dict[str, Any] = {name: int(info[key]) for key, name in (("cpu family", "family"), ("model", "model_number"))
