@@ -33,6 +33,7 @@ from typing import Any
 from gpufeed.arguments import at_least, number_at_least, output_folder, table_format_problem
 from gpufeed.bench.harness import (
     add_out_argument,
+    add_rounds_argument,
     markdown_table,
     results_line,
     run_isolated,
@@ -46,6 +47,7 @@ from gpufeed.bench.tabular_ops import (
     column_checksums,
     load_table,
     output_check,
+    pool_recipe_rounds,
     recipe_worker,
     section,
     sensor_columns,
@@ -147,6 +149,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--min-seconds", type=number_at_least(0), default=0.5,
                         help="time each variant and op on past --repeats until its repeats add up to this "
                              "many seconds (a median of 3 millisecond runs moves by 20%% on a shared machine)")
+    add_rounds_argument(parser)  # the recipe part's; the rule and downcast parts run once
     parser.add_argument("--data-dir", default=None, type=output_folder,
                         help="where generated tables, and your tables at each size as Parquet, are cached "
                              "(default: $GPUFEED_CACHE/tables; delete them when done)")
@@ -335,8 +338,13 @@ def _table_name(table: str | OwnTable) -> str:
 
 def _repeats(args: argparse.Namespace) -> str:
     """How each figure was timed, for the report."""
-    return (f"median of at least {counted(args.repeats, 'repeat')} and at least {args.min_seconds:g} s of them, "
+    each = (f"median of at least {counted(args.repeats, 'repeat')} and at least {args.min_seconds:g} s of them, "
             f"after {args.warmup} warm-up")
+    rounds = getattr(args, "rounds", 1)
+    if rounds == 1:
+        return each
+    return (f"{rounds} rounds, each variant in a fresh process per round, taking turns; per round the {each}; "
+            "medians over the rounds' repeats pooled; in brackets: the ratio's range over the rounds")
 
 
 def _run_rule_on(table: str, args: argparse.Namespace, data_dir: str | None) -> tuple[dict, str]:
@@ -404,13 +412,22 @@ def _run_recipe(args: argparse.Namespace, data_dir: str | None,
             per: dict[str, dict] = {b: {"skipped": why} for b, why in skipped.items()}
             need = {b: rows * _bytes_per_row(table, b) / 2**30 for b in backends}
             path = table_file(table, rows, data_dir) if any(n <= limit for n in need.values()) else ""
+            rounds: dict[str, list[dict[str, Any]]] = {}
             for b in backends:
                 if need[b] > limit:
                     per[b] = {"skipped": f"needs ~{need[b]:.1f} GB RAM, {limit:.1f} GB allowed (--max-ram-gb)"}
-                    continue
-                stage(f"[tabular] recipe on {name}: {b}, {rows:,} rows ...")
-                per[b] = run_isolated(recipe_worker, path, table, b, args.warmup, args.repeats,
-                                             args.min_seconds)
+                else:
+                    rounds[b] = []
+            # The variants take turns, round after round, each in a fresh process: a slow
+            # spell of this shared machine then hits them alike (one round each in turn had
+            # moved the 1M-row transactions ops' ratios by up to 25 % from run to run).
+            for turn in range(1, args.rounds + 1):
+                for b, done in rounds.items():
+                    of = f", round {turn} of {args.rounds}" if args.rounds > 1 else ""
+                    stage(f"[tabular] recipe on {name}: {b}, {rows:,} rows{of} ...")
+                    done.append(run_isolated(recipe_worker, path, table, b, args.warmup, args.repeats,
+                                             args.min_seconds))
+            per.update({b: pool_recipe_rounds(done) for b, done in rounds.items()})
             # The output check in the results too (not only the Markdown): compare and the
             # exit status read it there.
             base = per.get(BASELINE, {})

@@ -26,7 +26,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from gpufeed.bench.harness import markdown_table, measure
+from gpufeed.bench.harness import Timing, markdown_table, measure, spread
 from gpufeed.bench.own_table import OwnTable, sized_file
 from gpufeed.machine import peak_rss_bytes
 
@@ -318,6 +318,26 @@ def total_timing(per_op: list[dict[str, Any]], rows: int) -> dict[str, Any]:
             "rate_min": rows / slowest, "rate_max": rows / fastest}
 
 
+def pool_recipe_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """One variant's result from its rounds (:func:`recipe_worker` results, a fresh process
+    each): each op's repeats pooled (median, fastest and slowest over all of them), each
+    round's own median kept as ``round_medians`` for the per-round ratios; the whole recipe
+    the sum of the pooled medians; the highest peak RSS; the last round's outputs, for the
+    output check. A failed round makes the result that failure: a variant that crashed
+    once is not reported from its other rounds."""
+    failed = next((r for r in rounds if "per_op" not in r), None)
+    if failed is not None:
+        return dict(failed)
+    last = rounds[-1]
+    per_op = [{**step, **Timing([s for r in rounds for s in r["per_op"][i]["seconds"]], step["work"]).as_dict(),
+               "round_medians": [r["per_op"][i]["median_s"] for r in rounds]}
+              for i, step in enumerate(last["per_op"])]
+    timing = {**total_timing(per_op, int(last["timing"]["work"])),
+              "round_medians": [r["timing"]["median_s"] for r in rounds]}
+    return {**last, "per_op": per_op, "timing": timing, "peak_rss_gb": max(r["peak_rss_gb"] for r in rounds),
+            "rounds": len(rounds)}
+
+
 # ------------------------------------------------------------------------- the report
 
 def output_check(result: dict[str, Any], base: dict[str, Any]) -> str:
@@ -333,6 +353,16 @@ def output_check(result: dict[str, Any], base: dict[str, Any]) -> str:
     return "DIFFERS in " + ", ".join(f"`{c}`" for c in wrong[:5]) + (f" and {len(wrong) - 5} more" * (len(wrong) > 5))
 
 
+def _ratio(base: dict[str, Any], kit: dict[str, Any]) -> float | str:
+    """The baseline's median over the kit's, and with rounds, the range of the rounds' own
+    ratios in brackets (``"2.35 (2.21–2.50)"``): how far this machine's noise moved it."""
+    ratio = base["median_s"] / kit["median_s"]
+    mine, theirs = kit.get("round_medians") or [], base.get("round_medians") or []
+    if len(mine) < 2 or len(mine) != len(theirs):
+        return ratio
+    return f"{ratio:.2f} ({spread([b / k for b, k in zip(theirs, mine, strict=True)])})"
+
+
 def section(title: str, results: dict[str, dict[str, Any]]) -> str:
     """Markdown of one table and size: per-op seconds and ratios to the baseline, the whole
     recipe, peak RSS and the output check, one column pair per backend."""
@@ -346,12 +376,11 @@ def section(title: str, results: dict[str, dict[str, Any]]) -> str:
         cols = step["columns"]
         row: dict[str, Any] = {"op": f"{step['op']} ({cols} col{'s' * (cols != 1)})", "base": step["median_s"]}
         for b, r in kit.items():
-            s = r["per_op"][i]["median_s"]
-            row[b], row[f"x{b}"] = s, step["median_s"] / s
+            row[b], row[f"x{b}"] = r["per_op"][i]["median_s"], _ratio(step, r["per_op"][i])
         lines.append(row)
     total = {"op": "**whole recipe**", "base": base["timing"]["median_s"]}
     for b, r in kit.items():
-        total[b], total[f"x{b}"] = r["timing"]["median_s"], total["base"] / r["timing"]["median_s"]
+        total[b], total[f"x{b}"] = r["timing"]["median_s"], _ratio(base["timing"], r["timing"])
     lines.append(total)
     lines.append({"op": "peak RSS GB", "base": base["peak_rss_gb"], **{b: r["peak_rss_gb"] for b, r in kit.items()}})
     lines.append({"op": "output check", **{b: r.get("check") or output_check(r, base) for b, r in kit.items()}})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -55,7 +56,7 @@ def test_recipe_part_reports_per_op_both_tables_and_skips_what_does_not_fit(tmp_
     args = argparse.Namespace(
         parts="recipe", tables="sensor,transactions", rows="2000,100000000", rule_rows=2000, loop_rows=200,
         downcast_rows=2000, backends="polars", repeats=1, warmup=0, min_seconds=0.0, data_dir=str(tmp_path / "data"),
-        max_ram_gb=4.0, out=str(tmp_path / "out"),
+        max_ram_gb=4.0, out=str(tmp_path / "out"), rounds=2,
     )
     assert tabular.run(args) == 0
     doc = json.loads(next((tmp_path / "out").glob("tabular-*.json")).read_text())
@@ -67,12 +68,19 @@ def test_recipe_part_reports_per_op_both_tables_and_skips_what_does_not_fit(tmp_
                 "FillMissing", "Clip", "Log", "Standardize", "MinMax", "Categorify"]
             assert result["timing"]["median_s"] == pytest.approx(sum(s["median_s"] for s in result["per_op"]))
             assert result["peak_rss_gb"] > 0
+            # Two rounds, each a process of its own: every op's repeats of both pooled, each
+            # round's median kept for the per-round ratios.
+            assert result["rounds"] == 2
+            assert all(len(s["seconds"]) == 2 and len(s["round_medians"]) == 2 for s in result["per_op"])
+            assert len(result["timing"]["round_medians"]) == 2
         assert all("skipped" in r for r in doc["recipe"][name]["100000000"].values())
     ratios = suite_ratios(doc)
     assert {"recipe sensor 2,000: polars", "recipe transactions 2,000: polars"} <= set(ratios)
     assert headline(doc)["ratio"] is not None
     md = next((tmp_path / "out").glob("tabular-*.md")).read_text()
     assert "transactions, 2,000 rows" in md and "Categorify (4 cols)" in md and "same as baseline" in md
+    assert "2 rounds, each variant in a fresh process per round" in md
+    assert re.search(r"\| Categorify \(4 cols\) \| [^|]+ \| [^|]+ \| \d+\.\d\d \(\d+\.\d\d(–\d+\.\d\d)?\) \|", md)
     assert "DIFFERS" not in md
     # The check is in the JSON too (compare reads it there), and each op's ratio is judged.
     assert doc["recipe"]["sensor"]["2000"]["polars"]["check"] == "same as baseline"
@@ -84,7 +92,7 @@ def test_a_kit_output_other_than_the_baselines_fails_the_run(tmp_path, monkeypat
     args = argparse.Namespace(
         parts="recipe", tables="transactions", rows="2000", rule_rows=2000, loop_rows=200, downcast_rows=2000,
         backends="polars", repeats=1, warmup=0, min_seconds=0.0, data_dir=str(tmp_path / "data"), max_ram_gb=4.0,
-        out=str(tmp_path / "out"),
+        out=str(tmp_path / "out"), rounds=1,
     )
     assert tabular.run(args) == 1  # recorded, but no success: it had exited 0
     doc = json.loads(next((tmp_path / "out").glob("tabular-*.json")).read_text())
@@ -226,7 +234,7 @@ def test_recipe_part_runs_on_a_users_table_file(tmp_path):
         parser.parse_args(["--tables", f"sensor,{tmp_path / 'missing.csv'}"])
     args = parser.parse_args(["--tables", str(path), "--rows", "400,1000", "--downcast-rows", "300",
                               "--backends", "pandas,polars", "--repeats", "1", "--warmup", "0",
-                              "--min-seconds", "0", "--data-dir", str(tmp_path / "data"),
+                              "--min-seconds", "0", "--data-dir", str(tmp_path / "data"), "--rounds", "1",
                               "--out", str(tmp_path / "out")])
     assert tabular.run(args) == 0
     doc = json.loads(next((tmp_path / "out").glob("tabular-*.json")).read_text())
