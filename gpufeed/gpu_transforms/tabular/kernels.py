@@ -571,15 +571,30 @@ def _take_codes(codes: np.ndarray) -> np.ndarray:
     return codes.astype(np.intp, copy=False)
 
 
+#: Below this many rows, and from two columns, :func:`_short_float64_blocks` reads columns
+#: as 2-D blocks.
+SHORT_BLOCK_ROWS = 1 << 16
+
+
 def _short_float64_blocks(frame: NwFrame, backend: str,
                           columns: Sequence[str]) -> Iterator[tuple[int, np.ndarray]] | None:
     """``columns`` as 2-D float64 blocks (:func:`.pandas_kernels.float64_blocks`) when they
-    are short (under :data:`PIECE` rows) in an eager pandas or polars frame, else None: a
-    wide table's cost there is per column or per expression, not per row."""
+    are short (under :data:`SHORT_BLOCK_ROWS` rows) and two or more, in an eager pandas or
+    polars frame, else None: a wide table's cost there is per column or per expression,
+    not per row.
+
+    Why those bounds: ``Standardize(by=)`` fit and transform, 2-core box, block against
+    column by column: one column, 2,000 rows, 19 against 8 ms on pandas; 32 columns of
+    100,000 rows, 103 against 81 ms on pandas and 92 against 54 ms on polars; 2 to 32
+    columns of 2,000 to 50,000 rows, the blocks as fast or faster on pandas, even on
+    polars (the block's copy in and out costs per row, the columns' fixed costs per
+    column)."""
     native = nw.to_native(frame)
-    if backend == "pandas" and len(native) < PIECE and block_readable(native, columns):
+    if len(columns) < 2 or len(native) >= SHORT_BLOCK_ROWS:
+        return None
+    if backend == "pandas" and block_readable(native, columns):
         return float64_blocks(native, columns)
-    if backend == "polars" and not is_lazy(frame) and native.height < PIECE:
+    if backend == "polars" and not is_lazy(frame):
         return _polars_float64_blocks(native, columns)
     return None
 
@@ -636,6 +651,27 @@ def pandas_factorize(series: Any, *, counts: bool = True) -> tuple[np.ndarray, n
     found, uniques = pd.factorize(series)
     tally = np.bincount(found[found >= 0], minlength=len(uniques)) if counts else None
     return found, _distinct_values(series.dtype, uniques), tally
+
+
+def pandas_text_codes(series: Any, missing: int, start: int = 2) -> tuple[list[str], np.ndarray] | None:
+    """``(sorted vocabulary, int32 codes)`` of a pandas text column (a ``StringDtype``:
+    pandas 3's ``str``, ``string``) from one sorted factorisation: ``start + i`` for the
+    ``i``-th distinct value in sorted order, ``missing`` for a missing value; None for a
+    column of another dtype. Every value joins the vocabulary (``min_count`` 1).
+
+    Why: the unsorted factorisation, then the distinct values sorted in Python, checked one
+    by one as JSON keys and looked up again, cost ~0.4 us a distinct value beside pandas'
+    own sort: 20,000 transactions rows (5,000 cities) took 17.7 ms for 4 columns against
+    7.2 ms for ``pd.factorize(sort=True)`` by hand. pandas sorts text by code point (Arrow
+    by UTF-8 bytes, which is the same order), as Python's ``sorted`` does.
+    """
+    import pandas as pd
+
+    if not isinstance(series.dtype, pd.StringDtype):
+        return None
+    found, uniques = pd.factorize(series, sort=True)  # missing: -1
+    table = np.append(np.arange(start, start + len(uniques), dtype=np.int32), np.int32(missing))
+    return [str(v) for v in uniques.tolist()], table[found]
 
 
 def pandas_category_lookup(series: Any) -> tuple[np.ndarray, np.ndarray]:

@@ -1476,3 +1476,23 @@ def test_an_ops_own_parameters_follow_its_columns():
     assert Log(["x"], 2.0).offset == 2.0
     with pytest.raises(TypeError):
         HashBucket(["c"], 64, "canonical", {})
+
+
+@pytest.mark.parametrize("dtype", ["str", "string", "object"])
+def test_categorify_of_pandas_text_numbers_values_in_code_point_order_as_on_polars(dtype):
+    # A pandas text column is fitted and coded from one sorted factorisation (object
+    # columns, which may mix types, by the general path): the same vocabulary in Python's
+    # code-point order (upper case before lower, accents and CJK after ASCII), the same
+    # codes for missing values (None and NaN alike), as polars and an object column give.
+    values = ["b", "B", "é", None, "a", "中", "a", np.nan, "", "Zürich", "b"] * 3
+    frame = pd.DataFrame({"t": pd.Series(values, dtype=dtype), "x": range(len(values))})
+    recipe = Recipe([Categorify(["t"])])
+    out = recipe.fit_transform(frame)
+    vocabulary = sorted({v for v in values if isinstance(v, str)})
+    assert recipe.ops[0].state["t"] == vocabulary == ["", "B", "Zürich", "a", "b", "é", "中"]
+    expected = [MISSING_INDEX if not isinstance(v, str) else vocabulary.index(v) + 2 for v in values]
+    assert out["t"].dtype == np.int32 and out["t"].tolist() == expected
+    on_polars = Recipe([Categorify(["t"])])
+    assert on_polars.fit_transform(to_backend(frame, "polars"))["t"].to_list() == expected
+    assert on_polars.ops[0].state == recipe.ops[0].state
+    assert recipe.transform(frame.iloc[::-1])["t"].tolist() == expected[::-1]  # fitted codes, any rows

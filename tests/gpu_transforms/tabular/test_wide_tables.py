@@ -135,11 +135,12 @@ def test_standardize_by_group_in_2d_blocks_equals_column_by_column_bit_for_bit(m
     columns = [c for c in frame.columns if c != "g"]
 
     def run(piece: int, block: int) -> pd.DataFrame:
-        monkeypatch.setattr(kernels, "PIECE", piece)
+        monkeypatch.setattr(kernels, "PIECE", max(piece, 1))
+        monkeypatch.setattr(kernels, "SHORT_BLOCK_ROWS", 1 << 16 if piece else 0)  # 0: every column "long"
         monkeypatch.setattr(pandas_kernels, "BLOCK_VALUES", block)
         return Recipe([Standardize(columns, by="g")]).fit_transform(frame)
 
-    by_column = run(0, 1 << 24)  # PIECE 0: every column is "long"
+    by_column = run(0, 1 << 24)
     for piece, block in [(300 * 4, 300 * 7), (1 << 18, 1 << 24), (1, 1)]:
         blocks = run(piece, block)
         assert list(blocks.columns) == list(frame.columns) and blocks.columns.name == "features"
@@ -149,7 +150,8 @@ def test_standardize_by_group_in_2d_blocks_equals_column_by_column_bit_for_bit(m
     # ones polars' own group-by and gathers: the same to rounding.
     on_polars = to_backend(frame, "polars")
     for piece, block, exact in [(300 * 4, 300 * 7, True), (0, 1 << 24, False)]:
-        monkeypatch.setattr(kernels, "PIECE", piece)
+        monkeypatch.setattr(kernels, "PIECE", max(piece, 1))
+        monkeypatch.setattr(kernels, "SHORT_BLOCK_ROWS", 1 << 16 if piece else 0)
         monkeypatch.setattr(pandas_kernels, "BLOCK_VALUES", block)
         polars = Recipe([Standardize(columns, by="g")]).fit_transform(on_polars).to_pandas()
         for c in columns:
