@@ -201,7 +201,9 @@ def _cpuinfo() -> dict[str, str]:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if not line.strip():
-                break  # the first processor only
+                if info:
+                    break  # the first processor only
+                continue
             key, _, value = line.partition(":")
             info[key.strip()] = value.strip()
     except OSError:
@@ -225,7 +227,7 @@ def cpu_details() -> dict[str, Any]:
     """
     info = _cpuinfo()
     out: dict[str, Any] = {name: int(info[key]) for key, name in (("cpu family", "family"), ("model", "model_number"))
-                           if info.get(key, "").isdigit()}
+                           if info.get(key, "").isascii() and info[key].isdigit()}
     flags = set(info.get("flags", "").split())
     simd = next((name for flag, name in _X86_SIMD if flag in flags), None)
     if simd is None and not flags:

@@ -340,6 +340,12 @@ def some_of(names: Sequence[str], most: int) -> str:
     return shown + (f" and {len(names) - most} more" if len(names) > most else "")
 
 
+def number_text(value: float) -> str:
+    """A figure as report tables write it: two decimals (thousands separated), three
+    significant digits below 0.1."""
+    return f"{value:,.2f}" if abs(value) >= 0.1 else f"{value:.3g}"
+
+
 def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]]) -> str:
     """Render ``rows`` as a Markdown table; ``columns`` are ``(key, header)`` pairs."""
 
@@ -347,7 +353,7 @@ def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, 
         if v is None:
             return "—"
         if isinstance(v, float):
-            return f"{v:,.2f}" if abs(v) >= 0.1 else f"{v:.3g}"
+            return number_text(v)
         return str(v)
 
     head = "| " + " | ".join(h for _, h in columns) + " |"

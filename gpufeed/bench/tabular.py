@@ -344,7 +344,7 @@ def _repeats(args: argparse.Namespace) -> str:
     if rounds == 1:
         return each
     return (f"{rounds} rounds, each variant in a fresh process per round, taking turns; per round the {each}; "
-            "medians over the rounds' repeats pooled; in brackets: the ratio's range over the rounds")
+            "each figure the median of its rounds' medians; in brackets: the ratio's range over the rounds")
 
 
 def _run_rule_on(table: str, args: argparse.Namespace, data_dir: str | None) -> tuple[dict, str]:

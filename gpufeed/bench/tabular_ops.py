@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import copy
 import math
+import statistics
 from collections.abc import Callable
 from typing import Any
 
-from gpufeed.bench.harness import Timing, markdown_table, measure, spread
+from gpufeed.bench.harness import Timing, markdown_table, measure, number_text
 from gpufeed.bench.own_table import OwnTable, sized_file
 from gpufeed.machine import peak_rss_bytes
 
@@ -320,18 +321,23 @@ def total_timing(per_op: list[dict[str, Any]], rows: int) -> dict[str, Any]:
 
 def pool_recipe_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     """One variant's result from its rounds (:func:`recipe_worker` results, a fresh process
-    each): each op's repeats pooled (median, fastest and slowest over all of them), each
-    round's own median kept as ``round_medians`` for the per-round ratios; the whole recipe
-    the sum of the pooled medians; the highest peak RSS; the last round's outputs, for the
-    output check. A failed round makes the result that failure: a variant that crashed
-    once is not reported from its other rounds."""
+    each): each op's median the median of its rounds' medians (each round counts once,
+    however many repeats its ``--min-seconds`` took: pooled repeats leaned to the fastest
+    round, and a ratio fell outside its own rounds' range), its fastest and slowest repeat
+    over all rounds, each round's median kept as ``round_medians`` for the per-round ratios;
+    the whole recipe the sum of the ops' medians; the highest peak RSS; the last round's
+    outputs, for the output check. A failed round makes the result that failure: a variant
+    that crashed once is not reported from its other rounds."""
     failed = next((r for r in rounds if "per_op" not in r), None)
     if failed is not None:
         return dict(failed)
     last = rounds[-1]
-    per_op = [{**step, **Timing([s for r in rounds for s in r["per_op"][i]["seconds"]], step["work"]).as_dict(),
-               "round_medians": [r["per_op"][i]["median_s"] for r in rounds]}
-              for i, step in enumerate(last["per_op"])]
+    per_op = []
+    for i, step in enumerate(last["per_op"]):
+        medians = [r["per_op"][i]["median_s"] for r in rounds]
+        pooled = Timing([s for r in rounds for s in r["per_op"][i]["seconds"]], step["work"]).as_dict()
+        median = statistics.median(medians)
+        per_op.append({**step, **pooled, "median_s": median, "rate": step["work"] / median, "round_medians": medians})
     timing = {**total_timing(per_op, int(last["timing"]["work"])),
               "round_medians": [r["timing"]["median_s"] for r in rounds]}
     return {**last, "per_op": per_op, "timing": timing, "peak_rss_gb": max(r["peak_rss_gb"] for r in rounds),
@@ -360,7 +366,9 @@ def _ratio(base: dict[str, Any], kit: dict[str, Any]) -> float | str:
     mine, theirs = kit.get("round_medians") or [], base.get("round_medians") or []
     if len(mine) < 2 or len(mine) != len(theirs):
         return ratio
-    return f"{ratio:.2f} ({spread([b / k for b, k in zip(theirs, mine, strict=True)])})"
+    rounds = [b / k for b, k in zip(theirs, mine, strict=True)]
+    low, high = number_text(min(rounds)), number_text(max(rounds))
+    return f"{number_text(ratio)} ({low if low == high else f'{low}–{high}'})"
 
 
 def section(title: str, results: dict[str, dict[str, Any]]) -> str:

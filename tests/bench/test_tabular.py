@@ -302,3 +302,25 @@ def test_column_checksums_of_a_cudf_frame_with_nulls_equal_pandas_ones():
 
     pdf = pd.DataFrame({"n": pd.array([1, None, 3], dtype="Int16"), "x": [0.5, np.nan, 2.0], "s": ["a", "b", None]})
     assert column_checksums(cudf.from_pandas(pdf)) == column_checksums(pdf)
+
+
+def test_rounds_count_once_each_and_the_ratio_lies_within_its_rounds():
+    # A fast round timed more repeats (--min-seconds) than a slow one: pooled repeats had
+    # leaned to it, and a ratio of 0.33 was shown beside its rounds' 1.00.
+    from gpufeed.bench.tabular_ops import _ratio, pool_recipe_rounds
+
+    def result(*rounds_seconds: list[float]) -> dict:
+        rounds = []
+        for seconds in rounds_seconds:
+            step = {"op": "Log", "columns": 1, "seconds": seconds, "median_s": float(np.median(seconds)), "work": 10.0}
+            rounds.append({"per_op": [step], "timing": {"median_s": step["median_s"], "work": 10.0},
+                           "peak_rss_gb": 0.1 * len(seconds), "checksum": {}, "rows_out": 10})
+        return pool_recipe_rounds(rounds)
+
+    base, kit = result([1.0, 1.0, 1.0], [3.0]), result([1.0], [3.0, 3.0, 3.0])
+    step = base["per_op"][0]
+    assert step["median_s"] == 2.0 and step["round_medians"] == [1.0, 3.0] and len(step["seconds"]) == 4
+    assert (min(step["seconds"]), max(step["seconds"])) == (1.0, 3.0)
+    assert _ratio(step, kit["per_op"][0]) == "1.00 (1.00)"
+    assert base["peak_rss_gb"] == pytest.approx(0.3) and base["rounds"] == 2
+    assert pool_recipe_rounds([{"per_op": []}, {"error": "boom"}]) == {"error": "boom"}  # a failed round fails it

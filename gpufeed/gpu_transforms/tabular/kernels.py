@@ -590,11 +590,12 @@ def _short_float64_blocks(frame: NwFrame, backend: str,
     polars (the block's copy in and out costs per row, the columns' fixed costs per
     column)."""
     native = nw.to_native(frame)
-    if len(columns) < 2 or len(native) >= SHORT_BLOCK_ROWS:
+    # The backend first: a lazy polars frame has no length, and Dask's computes the graph.
+    if backend not in ("pandas", "polars") or is_lazy(frame) or len(columns) < 2 or len(native) >= SHORT_BLOCK_ROWS:
         return None
     if backend == "pandas" and block_readable(native, columns):
         return float64_blocks(native, columns)
-    if backend == "polars" and not is_lazy(frame):
+    if backend == "polars":
         return _polars_float64_blocks(native, columns)
     return None
 

@@ -559,3 +559,16 @@ def test_standardize_by_a_polars_categorical_key_equals_pandas():
                           "country": pl.Series(["es", None], dtype=pl.Categorical)})
     mean, std = on["polars"].ops[0].state["global"]["amount"]
     assert on["polars"].transform(later)["amount"].to_list() == pytest.approx([(10.0 - mean) / std] * 2)
+
+
+def test_standardize_by_group_of_several_columns_on_a_lazy_polars_frame_stays_lazy():
+    # A lazy frame has no length: the short-columns check asked for one first and failed
+    # ("object of type 'LazyFrame' has no len()"), in fit and in transform.
+    df = pl.DataFrame({"g": ["a", "b", None] * 10, "x": np.arange(30.0), "y": np.arange(30.0) ** 2})
+    eager = Recipe([Standardize(["x", "y"], by="g")]).fit_transform(df)
+    out = Recipe([Standardize(["x", "y"], by="g")]).fit_transform(df.lazy())
+    assert isinstance(out, pl.LazyFrame)
+    np.testing.assert_allclose(out.collect()["y"].to_numpy(), eager["y"].to_numpy(), rtol=1e-12)
+    fitted = Recipe([Standardize(["x", "y"], by="g")]).fit(df)
+    np.testing.assert_allclose(fitted.transform(df.lazy()).collect()["x"].to_numpy(), eager["x"].to_numpy(),
+                               rtol=1e-12)
