@@ -79,7 +79,8 @@ def _collector_paused() -> Iterator[None]:
     walked the whole heap, finding nothing to free: 130-250 ms of collections in a 450-630
     ms ``Standardize(by=)`` of the 500-row, 2,000-column table. Reference counting still
     frees everything as usual; a cycle made during the op is collected by the first
-    collection after it (the op's objects are all young then)."""
+    collection after it (the op's objects are all young then). The collector is the
+    process's: other threads run without it while an op runs."""
     if not gc.isenabled():
         yield
         return
