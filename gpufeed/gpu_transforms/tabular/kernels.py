@@ -311,12 +311,25 @@ class GroupStats:
     """Per-group statistics of some columns, from :func:`group_stats_f64`: group
     ``keys[i]``'s mean, population std and count of values of the ``j``-th column are
     ``m[i, j]``, ``s[i, j]`` and ``n[i, j]`` (float64, NaN where a group has no value of
-    the column); the group of rows without a key has the key None."""
+    the column); the group of rows without a key has the key None. ``key``: on pandas,
+    the factorised key the groups came from (:meth:`row_codes` reads each row's group
+    from it), else None."""
 
     keys: list[Any]
     m: np.ndarray
     s: np.ndarray
     n: np.ndarray
+    key: PandasKey | None = None
+
+    def row_codes(self, positions: dict[Any, int], other: int) -> np.ndarray | None:
+        """Each row's ``positions[its group's key]`` as int32 (``other`` for a row without
+        a key, or whose key ``positions`` lacks), from the factorisation the groups came
+        from: a gather per row instead of hashing the key again. None without ``key``."""
+        if self.key is None:
+            return None
+        labels = _group_keys(self.key.categories.tolist())
+        table = np.array([positions.get(label, other) for label in labels] + [other], dtype=np.int32)
+        return table[self.key.values]  # a missing key's -1: the last slot
 
     @classmethod
     def from_rows(cls, rows: list[dict[str, Any]], by: str, columns: Sequence[str]) -> GroupStats:
@@ -367,13 +380,15 @@ def group_stats_f64(frame: NwFrame, backend: str, by: str, columns: Sequence[str
         wide = [c for c in columns if c not in narrow]
         chunks = [wide] * bool(wide) + [narrow[i:i + _CAST_CHUNK] for i in range(0, len(narrow), _CAST_CHUNK)]
     parts = []
+    block_key: PandasKey | None = None
     if (blocks := _short_float64_blocks(frame, backend, columns)) is not None:
         # Short columns: grouped as 2-D float64 blocks by pandas' group-by, one call per
         # statistic and block (pandas runs its kernel per block of the frame, one per column
         # on a frame that ops left one block per column, 6,000 calls for 2,000 columns;
         # polars' group-by costs ~60 us per aggregation whatever the rows), the same values
         # on both bit for bit.
-        parts, chunks = _grouped_blocks(blocks, PandasKey(frame.get_column(by).to_pandas())), []
+        block_key = PandasKey(frame.get_column(by).to_pandas())
+        parts, chunks = _grouped_blocks(blocks, block_key), []
     elif backend == "polars" and not is_lazy(frame):
         frame = frame.lazy()  # polars' lazy group-by: ~2x faster than an eager call
     key = PandasKey(nw.to_native(frame)[by]) if backend == "pandas" and chunks else None
@@ -430,6 +445,8 @@ def group_stats_f64(frame: NwFrame, backend: str, by: str, columns: Sequence[str
         at = {c: j for j, c in enumerate(c for chunk in chunks for c in chunk)}
         order = [at[c] for c in columns]
         out = GroupStats(out.keys, out.m[:, order], out.s[:, order], out.n[:, order])
+    if backend == "pandas":
+        out.key = key if key is not None else block_key
     return out
 
 

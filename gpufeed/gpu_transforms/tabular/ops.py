@@ -52,6 +52,8 @@ from gpufeed.gpu_transforms.tabular.kernels import (
     with_category,
 )
 from gpufeed.gpu_transforms.tabular.pandas_kernels import (
+    as_column,
+    assign,
     clip_columns,
     column_lows,
     column_moments,
@@ -717,7 +719,25 @@ class Standardize(TableOp):
         return self.by is not None
 
     def fit(self, frame: NwFrame, backend: str) -> None:
+        self._fit(frame, backend)
+
+    def fit_transform(self, frame: NwFrame, backend: str) -> NwFrame:
+        """With ``by=`` on pandas, each row's group is read from the fit's own factorisation
+        of the key (a gather per row) instead of the key hashed again by ``transform``:
+        the same codes, so the same output bit for bit."""
+        groups = self._fit(frame, backend)
+        if groups is None or groups.key is None:
+            return self.transform(frame, backend)
+        keys = self._group_keys()
+        codes = groups.row_codes({k: i for i, k in enumerate(keys)}, len(keys))
+        native = nw.to_native(frame)
+        return standardize_by_code(wrap(assign(native, {GROUP_CODE: as_column(native, codes)})), backend,
+                                   self._tables(keys))
+
+    def _fit(self, frame: NwFrame, backend: str) -> GroupStats | None:
+        """:meth:`fit`, returning the group statistics (None without ``by=``)."""
         schema = schema_of(frame)
+        groups = None
         if self.by:
             # The global statistics (for unseen groups) pooled from the groups' own: one
             # pass over the table instead of two.
@@ -778,6 +798,7 @@ class Standardize(TableOp):
             state["groups"] = {c: [list(g) for g in zip(keys, m, d, strict=True)] for c, m, d in
                                zip(self.columns, means.T.tolist(), divisors.T.tolist(), strict=True)}
         self.state = state
+        return groups
 
     def _huge_group_stats(self, keyed: NwFrame, backend: str, columns: list[str],
                           groups: GroupStats) -> dict[str, tuple[float, float, float] | None]:
@@ -806,12 +827,21 @@ class Standardize(TableOp):
         # Look each row's group up once (text keys hash slowly) as a small integer code;
         # code k (after the k known groups) stands for unseen or missing groups and picks
         # the global statistics appended at the end of each table.
-        keys = sorted({g[0] for c in self.columns for g in self.state["groups"][c]})
+        keys = self._group_keys()
         key = nw.col(self.by)
         if cast := decimal_numbers(frame, [self.by]).get(self.by):
             key = decimal_number(frame, self.by, cast)  # by its numbers, as fitted
         frame = vocabulary_codes(frame, backend, {self.by: key}, {self.by: keys}, len(keys), len(keys),
                                  start=0, names={self.by: GROUP_CODE})
+        return standardize_by_code(frame, backend, self._tables(keys))
+
+    def _group_keys(self) -> list[Any]:
+        """The fitted groups' keys, sorted: group code ``i`` is ``keys[i]``'s."""
+        return sorted({g[0] for c in self.columns for g in self.state["groups"][c]})
+
+    def _tables(self, keys: list[Any]) -> dict[str, tuple[list[float], list[float]]]:
+        """Each column's means and stds by group code (``keys``' order), the global ones
+        last (for unseen and missing groups)."""
         tables = {}
         for c in self.columns:
             overall, fitted = self.state["global"][c], self.state["groups"][c]
@@ -821,7 +851,7 @@ class Standardize(TableOp):
                 means, stds = (list(v) for v in zip(*[stats.get(k, overall) for k in keys], strict=True)) \
                     if keys else ([], [])
             tables[c] = ([*means, overall[0]], [*stds, overall[1]])
-        return standardize_by_code(frame, backend, tables)
+        return tables
 
     def inverse(self, column: str, values: Any, groups: Any = None) -> Any:
         """Undo the standardisation of ``column``: ``values * std + mean`` with the fitted

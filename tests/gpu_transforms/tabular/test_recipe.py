@@ -1525,3 +1525,34 @@ def test_a_recipe_leaves_the_garbage_collector_as_it_found_it_even_when_an_op_fa
         assert seen == [False] * 4  # paused inside the op either way
     finally:
         (gc.enable if was else gc.disable)()
+
+
+@pytest.mark.parametrize("kind", ["text", "nullable-int", "bool", "categorical", "float", "object-mixed-numbers"])
+def test_standardize_by_fit_transform_reads_groups_from_the_fit_and_equals_fit_then_transform(kind):
+    # On pandas, fit_transform takes each row's group from the fit's factorisation of the
+    # key instead of hashing the key again: the same codes, so the same bits as fit then
+    # transform, with missing keys (the global statistics) and a short and a long frame.
+    rng = np.random.default_rng(7)
+    for rows in (300, 70_000):  # 2-D blocks, then column by column
+        raw = rng.integers(0, 5, rows)
+        missing = rng.random(rows) < 0.05
+        if kind == "text":
+            key = pd.Series(np.where(missing, None, np.array(["b", "a", "é", "Z", ""])[raw]), dtype="str")
+        elif kind == "nullable-int":
+            key = pd.Series(pd.array(np.where(missing, None, raw * 10 - 20), dtype="Int64"))
+        elif kind == "bool":
+            key = pd.Series(raw % 2 == 0)
+        elif kind == "categorical":
+            key = pd.Series(pd.Categorical(np.where(missing, None, np.array(["x", "y", "z", "w", "v"])[raw]),
+                                           categories=["v", "w", "x", "y", "z", "unused"]))
+        elif kind == "float":
+            key = pd.Series(np.where(missing, np.nan, np.array([0.0, -0.0, 1.5, 2.5, 1e300])[raw]))
+        else:
+            key = pd.Series(np.where(missing, None, np.array([1, 2.5, 3, 4.0, 5], dtype=object)[raw]), dtype=object)
+        frame = pd.DataFrame({"a": rng.normal(5, 2, rows), "b": rng.integers(0, 100, rows), "k": key})
+        frame.loc[rng.random(rows) < 0.03, "a"] = np.nan
+        together = Recipe([Standardize(["a", "b"], by="k")])
+        out = together.fit_transform(frame)
+        apart = Recipe([Standardize(["a", "b"], by="k")]).fit(frame)
+        assert together.ops[0].state == apart.ops[0].state
+        pd.testing.assert_frame_equal(out, apart.transform(frame), check_exact=True)
