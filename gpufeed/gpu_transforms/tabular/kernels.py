@@ -380,19 +380,20 @@ def group_stats_f64(frame: NwFrame, backend: str, by: str, columns: Sequence[str
         wide = [c for c in columns if c not in narrow]
         chunks = [wide] * bool(wide) + [narrow[i:i + _CAST_CHUNK] for i in range(0, len(narrow), _CAST_CHUNK)]
     parts = []
-    block_key: PandasKey | None = None
+    key: PandasKey | None = None  # the key factorised once: pandas' group-bys below take its codes
     if (blocks := _short_float64_blocks(frame, backend, columns)) is not None:
         # Short columns: grouped as 2-D float64 blocks by pandas' group-by, one call per
         # statistic and block (pandas runs its kernel per block of the frame, one per column
         # on a frame that ops left one block per column, 6,000 calls for 2,000 columns;
         # polars' group-by costs ~60 us per aggregation whatever the rows), the same values
         # on both bit for bit.
-        block_key = PandasKey(frame.get_column(by).to_pandas())
-        parts, chunks = _grouped_blocks(blocks, block_key), []
+        key = PandasKey(frame.get_column(by).to_pandas())
+        parts, chunks = _grouped_blocks(blocks, key), []
     elif backend == "polars" and not is_lazy(frame):
         frame = frame.lazy()  # polars' lazy group-by: ~2x faster than an eager call
-    key = PandasKey(nw.to_native(frame)[by]) if backend == "pandas" and chunks else None
-    if key is not None:
+    elif backend == "pandas":
+        key = PandasKey(nw.to_native(frame)[by])
+    if backend == "pandas" and chunks:
         native = nw.to_native(frame)
 
         def grouped_stats(run: list[str]) -> GroupStats:
@@ -407,7 +408,7 @@ def group_stats_f64(frame: NwFrame, backend: str, by: str, columns: Sequence[str
                 v.to_numpy(dtype=np.float64, na_value=np.nan) for v in stats))
 
     for chunk in chunks:
-        if key is not None:
+        if backend == "pandas":
             # A run of the columns per core, grouped by the key's codes: pandas' group-by
             # kernels release the GIL, and on one thread they were most of the fit (sensor,
             # 40 columns of 1M rows: 0.83 of 0.95 s). Column by column the same bits.
@@ -446,7 +447,7 @@ def group_stats_f64(frame: NwFrame, backend: str, by: str, columns: Sequence[str
         order = [at[c] for c in columns]
         out = GroupStats(out.keys, out.m[:, order], out.s[:, order], out.n[:, order])
     if backend == "pandas":
-        out.key = key if key is not None else block_key
+        out.key = key
     return out
 
 
