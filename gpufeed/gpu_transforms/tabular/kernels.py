@@ -77,11 +77,13 @@ from gpufeed.gpu_transforms.tabular.frames import (
 )
 from gpufeed.gpu_transforms.tabular.numpy_kernels import (
     PIECE,
+    affine,
     clip_to,
     log_offset,
     log_offset_lows,
     pooled_empty,
     spread,
+    standardize_gathered,
 )
 from gpufeed.gpu_transforms.tabular.pandas_kernels import (
     as_column,
@@ -156,11 +158,34 @@ def polars_clip(frame: NwFrame, bounds: dict[str, Sequence[float | None]]) -> Nw
     high]`` (None: no bound) by numpy's clip (:func:`.numpy_kernels.clip_to`, as on pandas),
     missing values kept missing. Why: polars' own ``clip`` took 85 ms over 40 columns of 1M
     values, this 21 ms (2-core AMD EPYC, polars 2.1, numpy 2.4)."""
+    return _per_column_kernel(frame, bounds, clip_to)
+
+
+def polars_affine(frame: NwFrame, params: Mapping[str, Sequence[float]]) -> NwFrame | None:
+    """Each column ``c`` of an eager polars frame as float64 ``(x - sub) * (1 / div)`` for
+    ``params[c] = (sub, div)`` by :func:`.numpy_kernels.affine`, the kernel pandas runs (the
+    same bits), missing values kept missing; None when a column is not of a numpy type.
+
+    Why: polars' expression writes a new column per step (the difference, then the
+    product: 1M values, one step 1.6 ms, both 3.8-5.0 ms) on one core per column, where
+    the kernel writes one pooled output in place on every core: ``MinMax`` over 37
+    columns of 1M values took 122 ms by the expression, 64 ms here; one column 4.0
+    against 2.2 ms (2-core AMD EPYC Zen 3, polars 2.1, numpy 2.4; an earlier box had
+    measured them even)."""
+    if is_lazy(frame) or not _numpy_readable(nw.to_native(frame), list(params)):
+        return None
+    return _per_column_kernel(frame, params, affine)
+
+
+def _per_column_kernel(frame: NwFrame, params: Mapping[str, Any],
+                       kernel: Callable[[list[np.ndarray], list[Any]], Sequence[np.ndarray]]) -> NwFrame:
+    """The columns ``params`` names of an eager polars frame replaced by ``kernel(values,
+    per_chunk)`` through :func:`_numpy_series`, which hands the kernel every chunk of every
+    column: ``per_chunk`` holds each chunk's column's parameters."""
     native = nw.to_native(frame)
-    series = [native.get_column(c) for c in bounds]
-    # _numpy_series hands the kernel every chunk of every column: each chunk its column's bounds
-    per_chunk = [bounds[s.name] for s in series for _ in range(s.n_chunks())]
-    return wrap(native.with_columns(_numpy_series(series, lambda values: clip_to(values, per_chunk))))
+    series = [native.get_column(c) for c in params]
+    per_chunk = [params[s.name] for s in series for _ in range(s.n_chunks())]
+    return wrap(native.with_columns(_numpy_series(series, lambda values: kernel(values, per_chunk))))
 
 
 def polars_min_max(frame: NwFrame, columns: Sequence[str]) -> dict[str, list[float]] | None:
@@ -537,13 +562,28 @@ def standardize_by_code(frame: NwFrame, backend: str,
         native = nw.to_native(frame)
         if backend == "pandas":
             return wrap(with_block(native, columns, out, drop=[GROUP_CODE]))
-        import polars as pl
+        return wrap(native.with_columns([_polars_float64(native.get_column(c), out[j]) for j, c in enumerate(
+            columns)]).drop(GROUP_CODE))
+    if backend == "polars" and not is_lazy(frame) and _numpy_readable(nw.to_native(frame), columns):
+        # numpy's gathers on the columns' buffers, the pandas kernel (polars_affine says why
+        # not polars' expression: a new column per step, one core per column). Sensor, 40
+        # columns of 1M rows, fit + transform: 571 -> 470 ms; transactions (2): 94 -> 84.
+        native = nw.to_native(frame)
+        codes = _take_codes(native.get_column(GROUP_CODE).to_numpy())
+        series = [native.get_column(c) for c in columns]
+        tabled = [(np.asarray(m, dtype=np.float64), np.asarray(sd, dtype=np.float64)) for m, sd in tables.values()]
+        chunks = _buffer_rows(series)
 
-        return wrap(native.with_columns([pl.Series(c, out[j]) for j, c in enumerate(columns)]).drop(GROUP_CODE))
+        def kernel(values: list[np.ndarray]) -> list[np.ndarray]:
+            return standardize_gathered(values, [_codes_from(codes, start, len(v)) for (_, start), v in zip(
+                chunks, values, strict=True)], *zip(*[tabled[i] for i, _ in chunks], strict=True))
+
+        return wrap(native.with_columns(_numpy_series(series, kernel)).drop(GROUP_CODE))
     if backend == "polars":
         import polars as pl
 
-        # Gather takes polars' index type (UInt32); Int32 codes would be cast for every gather.
+        # Booleans, Int128, decimals: polars' gathers. Gather takes polars' index type
+        # (UInt32); Int32 codes would be cast for every gather.
         native = nw.to_native(frame).with_columns(pl.col(GROUP_CODE).cast(pl.get_index_type()))
         code = pl.col(GROUP_CODE)
         return wrap(native.with_columns(*[
@@ -552,24 +592,12 @@ def standardize_by_code(frame: NwFrame, backend: str,
     if backend == "pandas":
         native = nw.to_native(frame)
         codes = _take_codes(native[GROUP_CODE].to_numpy())
-
-        def standardized(item: tuple[str, tuple[list[float], list[float]]]) -> Any:
-            # The same arithmetic as polars' (a gathered mean subtracted, a gathered std
-            # divided by), column by column on the usable cores (numpy's take and ufuncs
-            # release the GIL), into one pooled output with one temporary: on one thread
-            # with four temporaries it was as slow as pandas by hand (sensor, 40 columns).
-            # mode="clip": no bounds check and no buffered output (the codes index the
-            # tables by construction: 0 .. k, k the unseen and missing groups' slot).
-            column, (means, stds) = item
-            out, gathered = pooled_empty(len(codes)), pooled_empty(len(codes))
-            np.take(np.asarray(means, dtype=np.float64), codes, out=gathered, mode="clip")
-            np.subtract(native[column].to_numpy(dtype=np.float64, na_value=np.nan), gathered, out=out)
-            np.take(np.asarray(stds, dtype=np.float64), codes, out=gathered, mode="clip")
-            np.divide(out, gathered, out=out)
-            return as_column(native, out)
-
-        out = assign(native, dict(zip(tables, spread(standardized, tables.items()), strict=True)))
-        return wrap(out).drop(GROUP_CODE)
+        values = [native[c].to_numpy(dtype=np.float64, na_value=np.nan) for c in columns]
+        outs = standardize_gathered(values, [codes] * len(columns), *zip(*[
+            (np.asarray(m, dtype=np.float64), np.asarray(sd, dtype=np.float64)) for m, sd in tables.values()],
+            strict=True))
+        return wrap(assign(native, {c: as_column(native, out) for c, out in zip(columns, outs, strict=True)})).drop(
+            GROUP_CODE)
     if backend == "cudf":
         # The tables gathered on the GPU by cupy (cudf_kernels says why not narwhals)
         import cupy
@@ -587,6 +615,41 @@ def _take_codes(codes: np.ndarray) -> np.ndarray:
     """Group codes as numpy's index type, converted once for all the gathers: ``np.take``
     converts int32 codes on every call (1M rows: 2.1 ms a gather against 1.1)."""
     return codes.astype(np.intp, copy=False)
+
+
+def _polars_float64(source: Any, values: np.ndarray) -> Any:
+    """``values`` (float64, computed from the polars Series ``source``) as a polars Series
+    named as ``source``, missing where ``source`` is: polars tells a missing value from
+    NaN, and a block read with missing as NaN gave NaN where a null belonged."""
+    import polars as pl
+
+    if not source.null_count():
+        return pl.Series(source.name, values)
+    import pyarrow as pa
+
+    return pl.from_arrow(pa.array(values, mask=source.is_null().to_numpy())).alias(source.name)
+
+
+def _buffer_rows(series: Sequence[Any]) -> list[tuple[int, int]]:
+    """``(i, row)`` for each chunk of each of ``series`` in :func:`_numpy_series`' order:
+    ``i`` the Series, ``row`` the row (in it) of the first value of the chunk's buffer,
+    which :func:`_numpy_series` hands over from the buffer's start (a sliced chunk's
+    buffer starts its Arrow offset before its first row, before row 0 even)."""
+    out = []
+    for i, s in enumerate(series):
+        row = 0
+        for chunk in s.get_chunks():
+            out.append((i, row - chunk.to_arrow().offset))
+            row += len(chunk)
+    return out
+
+
+def _codes_from(codes: np.ndarray, row: int, length: int) -> np.ndarray:
+    """``length`` of ``codes`` from ``row`` on; before row 0 (the slots of a slice's buffer
+    before its first row, never read back) code 0."""
+    if row >= 0:
+        return codes[row:row + length]
+    return np.concatenate([np.zeros(-row, dtype=codes.dtype), codes[:row + length]])
 
 
 #: Below this many rows, and from two columns, :func:`_short_float64_blocks` reads columns

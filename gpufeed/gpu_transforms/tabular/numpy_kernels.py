@@ -208,6 +208,33 @@ def affine(arrays: Sequence[np.ndarray], params: Sequence[tuple[float, float]],
     return float64_pieces(arrays, compute, block)
 
 
+def standardize_gathered(arrays: Sequence[np.ndarray], codes: Sequence[np.ndarray], means: Sequence[np.ndarray],
+                         stds: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """``(a - means[i][c]) / stds[i][c]`` of each array ``a = arrays[i]``, ``c`` its rows'
+    group codes ``codes[i]`` (as long, numpy's index type), as new float64 arrays
+    (``Standardize(by=)``), in pieces of at most :data:`PIECE` values on the usable cores.
+
+    The gathered mean subtracted, the gathered std divided by, as polars' expression and
+    cuDF compute it (the same bits); the codes index the tables by construction, so the
+    gathers skip numpy's bounds check (``mode="clip"``: no buffered output either). Per
+    piece one output and one temporary: with four temporaries on one thread, pandas' path
+    was as slow as pandas by hand (sensor, 40 columns)."""
+    outs = [pooled_empty(len(a)) for a in arrays]
+    pieces = [(i, lo, min(lo + PIECE, len(a))) for i, a in enumerate(arrays) for lo in range(0, len(a), PIECE)]
+
+    def run(piece: tuple[int, int, int]) -> None:
+        i, lo, hi = piece
+        out, at = outs[i][lo:hi], codes[i][lo:hi]
+        gathered = np.take(means[i], at, mode="clip")
+        with np.errstate(divide="ignore", invalid="ignore"):  # masked-out slots may hold anything
+            np.subtract(arrays[i][lo:hi], gathered, out=out, dtype=np.float64)
+            np.take(stds[i], at, out=gathered, mode="clip")
+            np.divide(out, gathered, out=out)
+
+    spread(run, pieces)
+    return outs
+
+
 def clip_to(arrays: Sequence[np.ndarray], bounds: Sequence[Sequence[float | None]],
             block: bool = False) -> Sequence[np.ndarray]:
     """Each float array clipped to its ``bounds[i] = [low, high]`` (None: no bound; a

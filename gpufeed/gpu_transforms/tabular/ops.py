@@ -42,6 +42,7 @@ from gpufeed.gpu_transforms.tabular.kernels import (
     GroupStats,
     cudf_log,
     group_stats_f64,
+    polars_affine,
     polars_clip,
     polars_log,
     polars_min_max,
@@ -1029,19 +1030,19 @@ class MinMax(TableOp):
 
 def affine_columns(frame: NwFrame, backend: str, params: Mapping[str, Sequence[float]]) -> NwFrame:
     """Each column ``c`` as float64 ``(x - sub) * (1 / div)`` for ``params[c] = (sub, div)``:
-    numpy's kernel on pandas' numpy columns, the expression elsewhere (times the reciprocal
-    on every backend, so the bits agree: see :func:`.numpy_kernels.affine`). Why not numpy
-    on polars too: reading polars' buffers in place with the kept pool and pooled outputs,
-    ``MinMax`` still took 23 ms over 37 columns of 1M rows against 21 ms for polars' own
-    expression, and 0.9 against 0.8 ms for one column (a 30-run A/B, 2 cores)."""
+    numpy's kernel on pandas' numpy columns and on an eager polars frame's buffers
+    (:func:`.kernels.polars_affine` says why), the expression elsewhere (times the
+    reciprocal on every backend, so the bits agree: see :func:`.numpy_kernels.affine`)."""
     native = numpy_columns(frame, list(params)) if backend == "pandas" else None
     if native is not None:
         return scale_columns(native, params)
+    if backend == "polars" and (scaled := polars_affine(frame, params)) is not None:
+        return scaled
     schema = schema_of(frame)
     if backend == "polars":
-        # polars' own expressions, the same query narwhals builds: narwhals' parsing of the
-        # expressions cost ~0.13 ms a call (MinMax of 2 columns: 0.53 -> 0.40 ms at 1,000
-        # rows), a twentieth of the sensor table's MinMax at 1M rows.
+        # polars' own expressions (a lazy frame, booleans), the same query narwhals builds:
+        # narwhals' parsing of the expressions cost ~0.13 ms a call (MinMax of 2 columns:
+        # 0.53 -> 0.40 ms at 1,000 rows).
         import polars as pl
 
         def column(c: str) -> Any:

@@ -124,6 +124,29 @@ def test_minmax_on_polars_fits_on_present_values_only_in_chunks_and_slices():
         Recipe([MinMax(["x"])]).fit(_with_values_under_nulls([1.0, 2.0], [False, False]).to_frame())
 
 
+def test_minmax_on_polars_scales_by_the_pandas_kernel_across_types_pieces_and_lazy_frames(monkeypatch):
+    # An eager polars frame is scaled by numpy on its buffers (each chunk's piece on its
+    # own thread), a lazy one by polars' expression: both give pandas' bits, missing
+    # values stay missing, and the chunks stay as they were.
+    monkeypatch.setattr(nk, "PIECE", 64)
+    rng = np.random.default_rng(11)
+    n = 1000
+    x = rng.normal(0, 5, n)
+    x[rng.random(n) < 0.1] = np.nan
+    df = pd.DataFrame({"x": x, "u": rng.integers(0, 255, n).astype("uint8"),
+                       "f": rng.random(n).astype("float32"), "b": rng.random(n) < 0.5})
+    frame = pl.from_pandas(df, nan_to_null=True)
+    frame = pl.concat([frame[:7], frame[7:400], frame[400:]], rechunk=False)
+    columns = ["x", "u", "f", "b"]
+    want = Recipe([MinMax(columns)]).fit_transform(df)
+    for got in (Recipe([MinMax(columns)]).fit_transform(frame),
+                Recipe([MinMax(columns)]).fit_transform(frame.lazy()).collect()):
+        for c in columns:
+            np.testing.assert_array_equal(got[c].to_numpy(), want[c].to_numpy(), err_msg=c)
+        assert got["x"].null_count() == int(np.isnan(x).sum())
+    assert Recipe([MinMax(columns)]).fit_transform(frame)["x"].n_chunks() == 3
+
+
 @pytest.mark.parametrize("bounds", [{"quantiles": (0.05, 0.95)}, {"lower": 0.2}, {"upper": 0.7}])
 def test_clip_on_pandas_keeps_missing_values_and_gives_pandas_clip_to_the_bit(bounds, monkeypatch):
     monkeypatch.setattr(nk, "PIECE", 64)  # many pieces on two threads

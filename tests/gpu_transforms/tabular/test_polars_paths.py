@@ -261,6 +261,30 @@ def test_standardize_by_text_on_polars_equals_pandas_with_missing_and_unseen_gro
     assert moved["amount"].to_list() == pytest.approx([(10.0 - mean) / std] * 2)
 
 
+@pytest.mark.parametrize("short", [True, False])
+def test_standardize_by_group_on_polars_keeps_missing_values_missing_and_equals_pandas(monkeypatch, short):
+    # Short columns go as 2-D blocks (missing read as NaN), long ones through numpy's
+    # gathers on each chunk's buffer (a slice's buffer starts before its first row): either
+    # way a missing value comes out missing, not NaN; the rest are pandas' bits (long
+    # columns: to rounding, their statistics from polars' own group-by).
+    from gpufeed.gpu_transforms.tabular import kernels, numpy_kernels
+
+    monkeypatch.setattr(numpy_kernels, "PIECE", 64)
+    monkeypatch.setattr(kernels, "SHORT_BLOCK_ROWS", 1 << 16 if short else 0)
+    df = _gappy(1000, 5)
+    df["visits"] = df["visits"].astype("Int64").mask(df.index % 9 == 0)
+    frame = pl.concat([_chunked(df, 3)[:5], _chunked(df, 3)[5:]], rechunk=False)
+    assert frame["amount"].n_chunks() == 4 and frame["visits"].null_count() == 112
+    columns = ["amount", "days", "visits"]
+    got = Recipe([Standardize(columns, by="country")]).fit_transform(frame)
+    want = Recipe([Standardize(columns, by="country")]).fit_transform(df)
+    for c in columns:
+        assert got[c].null_count() == frame[c].null_count(), c
+        assert not got[c].is_nan().any(), c
+        np.testing.assert_allclose(got[c].to_numpy(), want[c].to_numpy(dtype=float, na_value=np.nan),
+                                   rtol=0 if short else 1e-12, atol=0 if short else 1e-12, err_msg=c)
+
+
 @pytest.mark.parametrize("pieces", [1, 4])
 def test_native_polars_rules_equal_the_row_by_row_reference(pieces):
     # Short isin lists compile to == chains, long ones to is_in; `~` over a missing value,
