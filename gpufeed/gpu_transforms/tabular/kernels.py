@@ -336,15 +336,15 @@ class GroupStats:
     """Per-group statistics of some columns, from :func:`group_stats_f64`: group
     ``keys[i]``'s mean, population std and count of values of the ``j``-th column are
     ``m[i, j]``, ``s[i, j]`` and ``n[i, j]`` (float64, NaN where a group has no value of
-    the column); the group of rows without a key has the key None. ``key``: on pandas,
-    the factorised key the groups came from (:meth:`row_codes` reads each row's group
-    from it), else None."""
+    the column); the group of rows without a key has the key None. ``key``: the
+    factorised key the groups came from, where there is one (:meth:`row_codes` reads each
+    row's group from it), else None."""
 
     keys: list[Any]
     m: np.ndarray
     s: np.ndarray
     n: np.ndarray
-    key: PandasKey | None = None
+    key: PandasKey | CodedKey | None = None
 
     def row_codes(self, positions: dict[Any, int], other: int) -> np.ndarray | None:
         """Each row's ``positions[its group's key]`` as int32 (``other`` for a row without
@@ -352,8 +352,7 @@ class GroupStats:
         from: a gather per row instead of hashing the key again. None without ``key``."""
         if self.key is None:
             return None
-        labels = _group_keys(self.key.categories.tolist())
-        table = np.array([positions.get(label, other) for label in labels] + [other], dtype=np.int32)
+        table = np.array([positions.get(label, other) for label in self.key.distinct()] + [other], dtype=np.int32)
         return table[self.key.values]  # a missing key's -1: the last slot
 
     @classmethod
@@ -390,10 +389,16 @@ def _group_keys(keys: Sequence[Any]) -> list[Any]:
     return [None if is_missing(k) else (k.item() if isinstance(k, np.generic) else k) for k in keys]
 
 
-def group_stats_f64(frame: NwFrame, backend: str, by: str, columns: Sequence[str], schema: Any) -> GroupStats:
+def group_stats_f64(frame: NwFrame, backend: str, by: str, columns: Sequence[str], schema: Any,
+                    coded: bool = False) -> GroupStats:
     """Per-group mean, population std and count of values of ``columns``, accumulated in
     float64, one row per group (missing keys included). pandas calls its own group-by
     (``mean``/``std``/``count``: ~1.7x faster than the named aggregations narwhals builds).
+
+    ``coded`` (a caller that reads each row's group next, :meth:`GroupStats.row_codes`): an
+    eager polars frame's text or integer key is numbered in one pass first
+    (:class:`CodedKey`) and grouped by its codes, instead of grouped by its values and
+    hashed again for the rows' groups.
 
     The statistics come back as arrays, not a dict per group: 2,000 columns of 40 groups
     made 240,000 Python values, built and then read back, 0.2 s of a fit that pandas does
@@ -415,6 +420,11 @@ def group_stats_f64(frame: NwFrame, backend: str, by: str, columns: Sequence[str
         key = PandasKey(frame.get_column(by).to_pandas())
         parts, chunks = _grouped_blocks(blocks, key), []
     elif backend == "polars" and not is_lazy(frame):
+        if coded and (key := CodedKey.of(nw.to_native(frame), by)) is not None:
+            import polars as pl
+
+            frame = wrap(nw.to_native(frame).with_columns(pl.Series(GROUP_CODE, key.values)))
+            by = GROUP_CODE
         frame = frame.lazy()  # polars' lazy group-by: ~2x faster than an eager call
     elif backend == "pandas":
         key = PandasKey(nw.to_native(frame)[by])
@@ -459,7 +469,8 @@ def group_stats_f64(frame: NwFrame, backend: str, by: str, columns: Sequence[str
                                                     values.count().name.prefix("n:")))
         if backend == "polars":
             native = nw.to_native(table)
-            parts.append(GroupStats(_group_keys(native[by].to_list()), *(
+            found = native[by].to_list()
+            parts.append(GroupStats(key.labels(found) if isinstance(key, CodedKey) else _group_keys(found), *(
                 native.select([f"{k}:{c}" for c in chunk]).to_numpy().astype(np.float64, copy=False)
                 for k in "msn")))
         else:
@@ -471,8 +482,7 @@ def group_stats_f64(frame: NwFrame, backend: str, by: str, columns: Sequence[str
         at = {c: j for j, c in enumerate(c for chunk in chunks for c in chunk)}
         order = [at[c] for c in columns]
         out = GroupStats(out.keys, out.m[:, order], out.s[:, order], out.n[:, order])
-    if backend == "pandas":
-        out.key = key
+    out.key = key
     return out
 
 
@@ -506,6 +516,44 @@ class PandasKey:
         found = index.tolist()
         labels = iter(self.categories.take([k for k in found if k >= 0]).tolist())
         return _group_keys([next(labels) if k >= 0 else None for k in found])
+
+    def distinct(self) -> list[Any]:
+        """The key of each code (``values``), in code order, as Python values."""
+        return _group_keys(self.categories.tolist())
+
+
+class CodedKey:
+    """A text or integer column of an eager polars frame as a group-by key by its codes:
+    ``values`` (int32) each row's position in its sorted distinct values, -1 for a missing
+    key, numbered in one pass (:func:`.category_codes.polars_fit_codes`, ``Categorify``'s).
+
+    Why: ``Standardize(by=)``'s fit grouped by the text and its transform hashed every
+    row's text again (an ``Enum`` cast) for the rows' groups; numbering the key once and
+    grouping by the codes serves both (transactions, 1M rows, 60 countries: group-by 25.6
+    against 22.1 ms by the codes, the cast 30 ms against the numbering's 14)."""
+
+    def __init__(self, values: np.ndarray, sorted_keys: list[Any]) -> None:
+        self.values = values
+        self.sorted_keys = sorted_keys
+
+    @classmethod
+    def of(cls, native: Any, by: str) -> CodedKey | None:
+        """``native``'s column ``by`` numbered; None when it is not text or integers."""
+        from gpufeed.gpu_transforms.tabular.category_codes import polars_fit_codes
+
+        fitted = polars_fit_codes(wrap(native.select(by)), [by], missing=-1, start=0)
+        if fitted is None:
+            return None
+        vocabulary, coded = fitted
+        return cls(nw.to_native(coded).get_column(by).to_numpy(), vocabulary[by])
+
+    def labels(self, codes: Sequence[int]) -> list[Any]:
+        """The keys of a group-by's groups by their ``codes`` (-1: None)."""
+        return [self.sorted_keys[k] if k >= 0 else None for k in codes]
+
+    def distinct(self) -> list[Any]:
+        """The key of each code, in code order."""
+        return self.sorted_keys
 
 
 def _grouped_blocks(blocks: Iterable[tuple[int, np.ndarray]], key: PandasKey) -> list[GroupStats]:

@@ -723,20 +723,27 @@ class Standardize(TableOp):
         self._fit(frame, backend)
 
     def fit_transform(self, frame: NwFrame, backend: str) -> NwFrame:
-        """With ``by=`` on pandas, each row's group is read from the fit's own factorisation
-        of the key (a gather per row) instead of the key hashed again by ``transform``:
-        the same codes, so the same output bit for bit."""
-        groups = self._fit(frame, backend)
+        """With ``by=`` on pandas, and on an eager polars frame with a text or integer key
+        (or short columns), each row's group is read from the fit's own factorisation of
+        the key (a gather per row) instead of the key hashed again by ``transform``: the
+        same codes, so the same output bit for bit."""
+        groups = self._fit(frame, backend, coded=True)
         if groups is None or groups.key is None:
             return self.transform(frame, backend)
         keys = self._group_keys()
         codes = groups.row_codes({k: i for i, k in enumerate(keys)}, len(keys))
         native = nw.to_native(frame)
-        return standardize_by_code(wrap(assign(native, {GROUP_CODE: as_column(native, codes)})), backend,
-                                   self._tables(keys))
+        if backend == "polars":
+            import polars as pl
 
-    def _fit(self, frame: NwFrame, backend: str) -> GroupStats | None:
-        """:meth:`fit`, returning the group statistics (None without ``by=``)."""
+            coded = native.with_columns(pl.Series(GROUP_CODE, codes))
+        else:
+            coded = assign(native, {GROUP_CODE: as_column(native, codes)})
+        return standardize_by_code(wrap(coded), backend, self._tables(keys))
+
+    def _fit(self, frame: NwFrame, backend: str, coded: bool = False) -> GroupStats | None:
+        """:meth:`fit`, returning the group statistics (None without ``by=``); ``coded``:
+        as :func:`.kernels.group_stats_f64`."""
         schema = schema_of(frame)
         groups = None
         if self.by:
@@ -745,7 +752,7 @@ class Standardize(TableOp):
             # A decimal group column groups by its numbers, as pandas reads it (JSON cannot
             # store a Decimal key); the frame's own column is left as it is.
             keyed = decimals_as_numbers(frame, [self.by], schema)
-            groups = group_stats_f64(keyed, backend, self.by, self.columns, schema)
+            groups = group_stats_f64(keyed, backend, self.by, self.columns, schema, coded)
             pooled = pooled_stats(groups, self.columns)
             bad = [c for c, p in pooled.items() if p is None or not all(math.isfinite(v) for v in p)]
             if bad:
