@@ -602,7 +602,8 @@ def standardize_by_code(frame: NwFrame, backend: str,
     column (left out of the frame returned); ``tables`` maps each column to its per-code
     means and stds."""
     columns = list(tables)
-    if (blocks := _short_float64_blocks(frame, backend, columns)) is not None:
+    least = PANDAS_BLOCK_COLUMNS if backend == "pandas" else 2
+    if (blocks := _short_float64_blocks(frame, backend, columns, least)) is not None:
         # Short columns as 2-D blocks, the same bits on pandas and polars: column by column
         # the cost is per column (pandas) or per expression (polars: 2,000 columns, 4,000
         # gathers), whatever the rows.
@@ -703,14 +704,20 @@ def _codes_from(codes: np.ndarray, row: int, length: int) -> np.ndarray:
 #: Below this many rows, and from two columns, :func:`_short_float64_blocks` reads columns
 #: as 2-D blocks.
 SHORT_BLOCK_ROWS = 1 << 16
+#: From this many columns :func:`standardize_by_code` writes short columns back into a
+#: pandas frame as one 2-D block: placing a block (:func:`.pandas_kernels.with_block`)
+#: costs ~2 ms more than a few columns' own fixed costs. 20,000 rows, one process, the
+#: two forms alternating: 2 columns 3.8 against 2.7 ms, 4: 5.1 / 4.4, 8: 5.6 / 6.3, 32:
+#: 9.7 / 13.5 (the transactions table's 2: 3.8 / 1.7). On polars the block won from 2.
+PANDAS_BLOCK_COLUMNS = 8
 
 
-def _short_float64_blocks(frame: NwFrame, backend: str,
-                          columns: Sequence[str]) -> Iterator[tuple[int, np.ndarray]] | None:
+def _short_float64_blocks(frame: NwFrame, backend: str, columns: Sequence[str],
+                          least: int = 2) -> Iterator[tuple[int, np.ndarray]] | None:
     """``columns`` as 2-D float64 blocks (:func:`.pandas_kernels.float64_blocks`) when they
-    are short (under :data:`SHORT_BLOCK_ROWS` rows) and two or more, in an eager pandas or
-    polars frame, else None: a wide table's cost there is per column or per expression,
-    not per row.
+    are short (under :data:`SHORT_BLOCK_ROWS` rows) and ``least`` or more, in an eager
+    pandas or polars frame, else None: a wide table's cost there is per column or per
+    expression, not per row.
 
     Why those bounds: ``Standardize(by=)`` fit and transform, 2-core box, block against
     column by column: one column, 2,000 rows, 19 against 8 ms on pandas; 32 columns of
@@ -720,7 +727,8 @@ def _short_float64_blocks(frame: NwFrame, backend: str,
     column)."""
     native = nw.to_native(frame)
     # The backend first: a lazy polars frame has no length, and Dask's computes the graph.
-    if backend not in ("pandas", "polars") or is_lazy(frame) or len(columns) < 2 or len(native) >= SHORT_BLOCK_ROWS:
+    if (backend not in ("pandas", "polars") or is_lazy(frame) or len(columns) < max(least, 2)
+            or len(native) >= SHORT_BLOCK_ROWS):
         return None
     if backend == "pandas" and block_readable(native, columns):
         return float64_blocks(native, columns)
