@@ -84,6 +84,7 @@ from gpufeed.gpu_transforms.tabular.numpy_kernels import (
     pooled_empty,
     spread,
     standardize_gathered,
+    threads_for,
 )
 from gpufeed.gpu_transforms.tabular.pandas_kernels import (
     as_column,
@@ -214,7 +215,7 @@ def polars_min_max(frame: NwFrame, columns: Sequence[str]) -> dict[str, list[flo
         found = pc.min_max(pa.chunked_array([chunk.to_arrow() for chunk in series.get_chunks()]))
         return found["min"].as_py(), found["max"].as_py()
 
-    found = spread(bounds, columns)
+    found = spread(bounds, columns, threads_for(native.height * len(columns)))
     if not all(low is not None and high is not None and math.isfinite(low) and math.isfinite(high)
                for low, high in found):
         return None
