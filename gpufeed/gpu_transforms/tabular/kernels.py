@@ -418,7 +418,10 @@ def group_stats_f64(frame: NwFrame, backend: str, by: str, columns: Sequence[str
         # on a frame that ops left one block per column, 6,000 calls for 2,000 columns;
         # polars' group-by costs ~60 us per aggregation whatever the rows), the same values
         # on both bit for bit.
-        key = PandasKey(frame.get_column(by).to_pandas())
+        # On polars a text or integer key by its own codes: converted to pandas, an Int64
+        # key with a gap became float64, which merged the keys beyond 2**53.
+        key = ((CodedKey.of(nw.to_native(frame), by) if backend == "polars" else None)
+               or PandasKey(frame.get_column(by).to_pandas()))
         parts, chunks = _grouped_blocks(blocks, key), []
     elif backend == "polars" and not is_lazy(frame):
         if coded and (key := CodedKey.of(nw.to_native(frame), by)) is not None:
@@ -454,28 +457,29 @@ def group_stats_f64(frame: NwFrame, backend: str, by: str, columns: Sequence[str
             continue
         # Cast before grouping: Dask's group-by takes plain column aggregations only
         # (integers too there, and on cuDF: their group sums wrap round, .stats.f64).
-        part = frame.select(by, *[f64(c, schema, backend) for c in chunk])
+        # The key under a name of its own: it may be one of the columns too.
+        part = frame.select(nw.col(by).alias(_GROUPED), *[f64(c, schema, backend) for c in chunk])
         if backend == "dask":
             # Each group's std around its own mean (two passes): Dask's one-pass group
             # std cancels for values far from 0 (see group_moments).
             from gpufeed.gpu_transforms.tabular.dask import group_moments
 
-            parts.append(GroupStats.from_rows(group_moments(nw.to_native(part), by, chunk), by, chunk))
+            parts.append(GroupStats.from_rows(group_moments(nw.to_native(part), _GROUPED, chunk), _GROUPED, chunk))
             continue
         # One expression per statistic for all the columns (narwhals parses each
         # expression in ~0.3 ms: one per column took seconds on 2,000 columns).
         values = nw.col(*chunk)
-        table = collect_small(part.group_by(by).agg(values.mean().name.prefix("m:"),
-                                                    values.std(ddof=0).name.prefix("s:"),
-                                                    values.count().name.prefix("n:")))
+        table = collect_small(part.group_by(_GROUPED).agg(values.mean().name.prefix("m:"),
+                                                          values.std(ddof=0).name.prefix("s:"),
+                                                          values.count().name.prefix("n:")))
         if backend == "polars":
             native = nw.to_native(table)
-            found = native[by].to_list()
+            found = native[_GROUPED].to_list()
             parts.append(GroupStats(key.labels(found) if isinstance(key, CodedKey) else _group_keys(found), *(
                 native.select([f"{k}:{c}" for c in chunk]).to_numpy().astype(np.float64, copy=False)
                 for k in "msn")))
         else:
-            parts.append(GroupStats.from_rows(small_rows(table), by, chunk))
+            parts.append(GroupStats.from_rows(small_rows(table), _GROUPED, chunk))
     out = parts[0]
     for part_stats in parts[1:]:
         out = out.beside(part_stats)
@@ -483,8 +487,13 @@ def group_stats_f64(frame: NwFrame, backend: str, by: str, columns: Sequence[str
         at = {c: j for j, c in enumerate(c for chunk in chunks for c in chunk)}
         order = [at[c] for c in columns]
         out = GroupStats(out.keys, out.m[:, order], out.s[:, order], out.n[:, order])
-    out.key = key
+    # A polars key read through pandas is not handed on: its values may have changed type.
+    out.key = key if backend == "pandas" or isinstance(key, CodedKey) else None
     return out
+
+
+#: The group key's name inside :func:`group_stats_f64`'s group-by.
+_GROUPED = "__gpufeed_group_key"
 
 
 class PandasKey:
@@ -642,12 +651,17 @@ def standardize_by_code(frame: NwFrame, backend: str,
     if backend == "pandas":
         native = nw.to_native(frame)
         codes = _take_codes(native[GROUP_CODE].to_numpy())
-        values = [native[c].to_numpy(dtype=np.float64, na_value=np.nan) for c in columns]
-        outs = standardize_gathered(values, [codes] * len(columns), *zip(*[
-            (np.asarray(m, dtype=np.float64), np.asarray(sd, dtype=np.float64)) for m, sd in tables.values()],
-            strict=True))
-        return wrap(assign(native, {c: as_column(native, out) for c, out in zip(columns, outs, strict=True)})).drop(
-            GROUP_CODE)
+
+        def standardized(column: str) -> Any:
+            # Each column read as float64 in its own task: converted all at once, the
+            # copies of nullable or integer columns were held together.
+            means, stds = tables[column]
+            values = native[column].to_numpy(dtype=np.float64, na_value=np.nan)
+            return as_column(native, standardize_gathered(
+                [values], [codes], [np.asarray(means, dtype=np.float64)], [np.asarray(stds, dtype=np.float64)])[0])
+
+        placed_columns = spread(standardized, columns, threads_for(len(codes) * len(columns)))
+        return wrap(assign(native, dict(zip(columns, placed_columns, strict=True)))).drop(GROUP_CODE)
     if backend == "cudf":
         # The tables gathered on the GPU by cupy (cudf_kernels says why not narwhals)
         import cupy

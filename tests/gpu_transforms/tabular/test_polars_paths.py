@@ -285,6 +285,35 @@ def test_standardize_by_group_on_polars_keeps_missing_values_missing_and_equals_
                                    rtol=0 if short else 1e-12, atol=0 if short else 1e-12, err_msg=c)
 
 
+@pytest.mark.parametrize("rows", [2000, 70_000])  # 2-D blocks, then column by column
+def test_standardize_by_a_big_integer_key_with_gaps_on_polars_keeps_its_groups_apart(rows):
+    # An Int64 key beyond 2**53 with a gap: read through pandas it became float64, its
+    # three keys one group, and fit_transform then disagreed with transform (a review
+    # found it). Numbered by polars, the groups stay apart on both paths.
+    rng = np.random.default_rng(2)
+    key = pl.Series("k", [2**53 + 1, 2**53 + 2, 2**53 + 3, None] * (rows // 4), dtype=pl.Int64)
+    frame = pl.DataFrame({"k": key, "x": rng.normal(5, 2, rows), "y": rng.normal(0, 1, rows)})
+    recipe = Recipe([Standardize(["x", "y"], by="k")])
+    together = recipe.fit_transform(frame)
+    assert [g[0] for g in recipe.ops[0].state["groups"]["x"]] == [2**53 + 1, 2**53 + 2, 2**53 + 3]
+    again = recipe.transform(frame)
+    for c in ("x", "y"):
+        np.testing.assert_array_equal(together[c].to_numpy(), again[c].to_numpy(), err_msg=c)
+    apart = Recipe([Standardize(["x", "y"], by="k")]).fit(frame)
+    assert [g[0] for g in apart.ops[0].state["groups"]["x"]] == [2**53 + 1, 2**53 + 2, 2**53 + 3]
+
+
+@pytest.mark.parametrize("rows", [2000, 70_000])
+def test_standardize_of_its_own_group_key_fits_on_polars_as_on_pandas(rows):
+    # The key is one of the columns too (each group constant: 0 after): polars' group-by
+    # had refused the duplicate name at fit, where pandas fitted.
+    df = pd.DataFrame({"k": [1, 2, 3, 1] * (rows // 4), "x": np.arange(rows, dtype=float)})
+    want = Recipe([Standardize(["k", "x"], by="k")]).fit(df).transform(df)
+    got = Recipe([Standardize(["k", "x"], by="k")]).fit(to_backend(df, "polars")).transform(to_backend(df, "polars"))
+    assert got["k"].to_list() == [0.0] * rows
+    np.testing.assert_allclose(got["x"].to_numpy(), want["x"].to_numpy(), rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("pieces", [1, 4])
 def test_native_polars_rules_equal_the_row_by_row_reference(pieces):
     # Short isin lists compile to == chains, long ones to is_in; `~` over a missing value,
