@@ -204,14 +204,16 @@ def test_scaling_on_polars_and_pandas_gives_the_same_bits_in_pieces_chunks_and_s
         np.testing.assert_array_equal(lazy[c].to_numpy(), on_polars[c].to_numpy(), err_msg=c)
 
 
+@pytest.mark.parametrize("few_seen", [1024, 0])  # merged in Python, or by Arrow
 @pytest.mark.parametrize("cores", [1, 2, 3, 8])
-def test_categorify_on_polars_cut_into_slices_codes_like_pandas(monkeypatch, cores):
+def test_categorify_on_polars_cut_into_slices_codes_like_pandas(monkeypatch, cores, few_seen):
     """A text column cut into slices, each over its own category set, merges to the one
     sorted vocabulary: values only some slices hold, missing values in some slices only,
     a slice with no value at all, and an integer column fitted beside the slices."""
     from gpufeed.gpu_transforms.tabular import category_codes
 
     monkeypatch.setattr(category_codes, "SLICE_ROWS", 7)
+    monkeypatch.setattr(category_codes, "_FEW_SEEN", few_seen)
     monkeypatch.setattr(category_codes, "usable_cpus", lambda: cores)
     n = 200
     rng = np.random.default_rng(cores)
@@ -231,6 +233,32 @@ def test_categorify_on_polars_cut_into_slices_codes_like_pandas(monkeypatch, cor
         assert out["polars"][c].to_list() == out["pandas"][c].tolist()
     assert out["polars"]["t"].to_list()[-30:] == [MISSING_INDEX] * 30
     assert out["polars"]["other"].to_list() == list(range(n))  # the columns beside untouched
+
+
+@pytest.mark.parametrize("cores", [1, 2])
+def test_categorify_of_mostly_distinct_ids_on_polars_codes_like_pandas(monkeypatch, cores):
+    # Ids (more than half of a sample distinct) are numbered whole by Arrow's dictionary,
+    # long ones (past a view's 12 bytes) and short ones (from their views), missing
+    # values and a chunked column included, beside a column of few values cut in slices.
+    from gpufeed.gpu_transforms.tabular import category_codes
+
+    monkeypatch.setattr(category_codes, "SLICE_ROWS", 500)
+    monkeypatch.setattr(category_codes, "usable_cpus", lambda: cores)
+    rng = np.random.default_rng(cores)
+    n = 6000
+    long_ids = np.array([f"customer-é-{i:08d}" for i in rng.integers(0, 9000, n)], dtype=object)
+    long_ids[rng.random(n) < 0.05] = None
+    short_ids = np.array([f"u{i:06d}" for i in rng.integers(0, 9000, n)], dtype=object)
+    few = rng.choice(["north", "south", "Zürich"], n).astype(object)
+    df = pd.DataFrame({"long": long_ids, "short": short_ids, "few": few})
+    frame = _chunked(df, 3)
+    assert category_codes._mostly_distinct(frame["long"]) and not category_codes._mostly_distinct(frame["few"])
+    recipes = {b: Recipe([Categorify(["long", "short", "few"])]) for b in ("pandas", "polars")}
+    out = {"pandas": recipes["pandas"].fit_transform(df), "polars": recipes["polars"].fit_transform(frame)}
+    assert recipes["polars"].ops[0].state == recipes["pandas"].ops[0].state
+    assert recipes["polars"].ops[0].state["long"] == sorted(set(long_ids) - {None})
+    for c in ("long", "short", "few"):
+        assert out["polars"][c].to_list() == out["pandas"][c].tolist(), c
 
 
 @pytest.mark.parametrize("min_count", [1, 2])
