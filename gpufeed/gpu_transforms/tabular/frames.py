@@ -264,6 +264,16 @@ def columns_of(frame: NwFrame) -> list[str]:
     return list(frame.collect_schema().names())
 
 
+def free_name(base: str, taken: Iterable[Any]) -> str:
+    """``base``, with underscores added until none of the names ``taken`` (a frame's
+    columns) is the same: a temporary column never overwrites or collides with a user's."""
+    taken = set(taken)
+    name = base
+    while name in taken:
+        name += "_"
+    return name
+
+
 def dtypes_of(frame: NwFrame, columns: Sequence[str]) -> dict[str, Any]:
     """The narwhals dtypes of ``columns``: an eager frame's few columns one by one, else
     from the whole schema. A recipe checks each op's columns: a 20-column pandas frame's

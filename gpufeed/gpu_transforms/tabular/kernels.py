@@ -70,6 +70,7 @@ from gpufeed.gpu_transforms.tabular.frames import (
     backend_of,
     collect_small,
     dtypes_of,
+    free_name,
     is_lazy,
     is_missing,
     small_rows,
@@ -427,8 +428,8 @@ def group_stats_f64(frame: NwFrame, backend: str, by: str, columns: Sequence[str
         if coded and (key := CodedKey.of(nw.to_native(frame), by)) is not None:
             import polars as pl
 
-            frame = wrap(nw.to_native(frame).with_columns(pl.Series(GROUP_CODE, key.values)))
-            by = GROUP_CODE
+            by = free_name(GROUP_CODE, schema)
+            frame = wrap(nw.to_native(frame).with_columns(pl.Series(by, key.values)))
         frame = frame.lazy()  # polars' lazy group-by: ~2x faster than an eager call
     elif backend == "pandas":
         key = PandasKey(nw.to_native(frame)[by])
@@ -458,28 +459,29 @@ def group_stats_f64(frame: NwFrame, backend: str, by: str, columns: Sequence[str
         # Cast before grouping: Dask's group-by takes plain column aggregations only
         # (integers too there, and on cuDF: their group sums wrap round, .stats.f64).
         # The key under a name of its own: it may be one of the columns too.
-        part = frame.select(nw.col(by).alias(_GROUPED), *[f64(c, schema, backend) for c in chunk])
+        grouped = free_name(_GROUPED, [*schema, by])
+        part = frame.select(nw.col(by).alias(grouped), *[f64(c, schema, backend) for c in chunk])
         if backend == "dask":
             # Each group's std around its own mean (two passes): Dask's one-pass group
             # std cancels for values far from 0 (see group_moments).
             from gpufeed.gpu_transforms.tabular.dask import group_moments
 
-            parts.append(GroupStats.from_rows(group_moments(nw.to_native(part), _GROUPED, chunk), _GROUPED, chunk))
+            parts.append(GroupStats.from_rows(group_moments(nw.to_native(part), grouped, chunk), grouped, chunk))
             continue
         # One expression per statistic for all the columns (narwhals parses each
         # expression in ~0.3 ms: one per column took seconds on 2,000 columns).
         values = nw.col(*chunk)
-        table = collect_small(part.group_by(_GROUPED).agg(values.mean().name.prefix("m:"),
-                                                          values.std(ddof=0).name.prefix("s:"),
-                                                          values.count().name.prefix("n:")))
+        table = collect_small(part.group_by(grouped).agg(values.mean().name.prefix("m:"),
+                                                         values.std(ddof=0).name.prefix("s:"),
+                                                         values.count().name.prefix("n:")))
         if backend == "polars":
             native = nw.to_native(table)
-            found = native[_GROUPED].to_list()
+            found = native[grouped].to_list()
             parts.append(GroupStats(key.labels(found) if isinstance(key, CodedKey) else _group_keys(found), *(
                 native.select([f"{k}:{c}" for c in chunk]).to_numpy().astype(np.float64, copy=False)
                 for k in "msn")))
         else:
-            parts.append(GroupStats.from_rows(small_rows(table), _GROUPED, chunk))
+            parts.append(GroupStats.from_rows(small_rows(table), grouped, chunk))
     out = parts[0]
     for part_stats in parts[1:]:
         out = out.beside(part_stats)
@@ -492,7 +494,8 @@ def group_stats_f64(frame: NwFrame, backend: str, by: str, columns: Sequence[str
     return out
 
 
-#: The group key's name inside :func:`group_stats_f64`'s group-by.
+#: The group key's name inside :func:`group_stats_f64`'s group-by (underscores added while
+#: a column of the frame has it: :func:`.frames.free_name`).
 _GROUPED = "__gpufeed_group_key"
 
 
@@ -566,7 +569,7 @@ class CodedKey:
         return self.sorted_keys
 
 
-def _grouped_blocks(blocks: Iterable[tuple[int, np.ndarray]], key: PandasKey) -> list[GroupStats]:
+def _grouped_blocks(blocks: Iterable[tuple[int, np.ndarray]], key: PandasKey | CodedKey) -> list[GroupStats]:
     """Per-group mean, population std and count of each run of columns read as 2-D float64
     ``blocks`` (:func:`.pandas_kernels.float64_blocks`), grouped by ``key`` (missing keys
     one group) with pandas' group-by, one call per statistic and block: the values pandas
@@ -606,29 +609,29 @@ def pooled_stats(groups: GroupStats, columns: Sequence[str]) -> dict[str, tuple[
     return {c: None if bad[j] else (float(mean[j]), float(std[j]), float(total[j])) for j, c in enumerate(columns)}
 
 
-def standardize_by_code(frame: NwFrame, backend: str,
-                        tables: dict[str, tuple[list[float], list[float]]]) -> NwFrame:
-    """``(x - mean[code]) / std[code]`` per column, ``code`` being the :data:`GROUP_CODE`
-    column (left out of the frame returned); ``tables`` maps each column to its per-code
-    means and stds."""
+def standardize_by_code(frame: NwFrame, backend: str, tables: dict[str, tuple[list[float], list[float]]],
+                        code: str = GROUP_CODE) -> NwFrame:
+    """``(x - mean[c]) / std[c]`` per column, ``c`` each row's group code, in the column
+    named ``code`` (left out of the frame returned); ``tables`` maps each column to its
+    per-code means and stds."""
     columns = list(tables)
     least = PANDAS_BLOCK_COLUMNS if backend == "pandas" else 2
     if (blocks := _short_float64_blocks(frame, backend, columns, least)) is not None:
         # Short columns as 2-D blocks, the same bits on pandas and polars: column by column
         # the cost is per column (pandas) or per expression (polars: 2,000 columns, 4,000
         # gathers), whatever the rows.
-        out = _standardized_blocks(blocks, _take_codes(frame.get_column(GROUP_CODE).to_numpy()), tables)
+        out = _standardized_blocks(blocks, _take_codes(frame.get_column(code).to_numpy()), tables)
         native = nw.to_native(frame)
         if backend == "pandas":
-            return wrap(with_block(native, columns, out, drop=[GROUP_CODE]))
+            return wrap(with_block(native, columns, out, drop=[code]))
         return wrap(native.with_columns([_polars_float64(native.get_column(c), out[j]) for j, c in enumerate(
-            columns)]).drop(GROUP_CODE))
+            columns)]).drop(code))
     if backend == "polars" and not is_lazy(frame) and _numpy_readable(nw.to_native(frame), columns):
         # numpy's gathers on the columns' buffers, the pandas kernel (polars_affine says why
         # not polars' expression: a new column per step, one core per column). Sensor, 40
         # columns of 1M rows, fit + transform: 571 -> 470 ms; transactions (2): 94 -> 84.
         native = nw.to_native(frame)
-        codes = _take_codes(native.get_column(GROUP_CODE).to_numpy())
+        codes = _take_codes(native.get_column(code).to_numpy())
         series = [native.get_column(c) for c in columns]
         tabled = [(np.asarray(m, dtype=np.float64), np.asarray(sd, dtype=np.float64)) for m, sd in tables.values()]
         chunks = _buffer_rows(series)
@@ -637,20 +640,20 @@ def standardize_by_code(frame: NwFrame, backend: str,
             return standardize_gathered(values, [_codes_from(codes, start, len(v)) for (_, start), v in zip(
                 chunks, values, strict=True)], *zip(*[tabled[i] for i, _ in chunks], strict=True))
 
-        return wrap(native.with_columns(_numpy_series(series, kernel)).drop(GROUP_CODE))
+        return wrap(native.with_columns(_numpy_series(series, kernel)).drop(code))
     if backend == "polars":
         import polars as pl
 
         # Booleans, Int128, decimals: polars' gathers. Gather takes polars' index type
         # (UInt32); Int32 codes would be cast for every gather.
-        native = nw.to_native(frame).with_columns(pl.col(GROUP_CODE).cast(pl.get_index_type()))
-        code = pl.col(GROUP_CODE)
+        native = nw.to_native(frame).with_columns(pl.col(code).cast(pl.get_index_type()))
+        index = pl.col(code)
         return wrap(native.with_columns(*[
-            ((pl.col(c) - pl.lit(pl.Series(m)).gather(code)) / pl.lit(pl.Series(sd)).gather(code))
-            .cast(pl.Float64).alias(c) for c, (m, sd) in tables.items()]).drop(GROUP_CODE))
+            ((pl.col(c) - pl.lit(pl.Series(m)).gather(index)) / pl.lit(pl.Series(sd)).gather(index))
+            .cast(pl.Float64).alias(c) for c, (m, sd) in tables.items()]).drop(code))
     if backend == "pandas":
         native = nw.to_native(frame)
-        codes = _take_codes(native[GROUP_CODE].to_numpy())
+        codes = _take_codes(native[code].to_numpy())
 
         def standardized(column: str) -> Any:
             # Each column read as float64 in its own task: converted all at once, the
@@ -661,18 +664,18 @@ def standardize_by_code(frame: NwFrame, backend: str,
                 [values], [codes], [np.asarray(means, dtype=np.float64)], [np.asarray(stds, dtype=np.float64)])[0])
 
         placed_columns = spread(standardized, columns, threads_for(len(codes) * len(columns)))
-        return wrap(assign(native, dict(zip(columns, placed_columns, strict=True)))).drop(GROUP_CODE)
+        return wrap(assign(native, dict(zip(columns, placed_columns, strict=True)))).drop(code)
     if backend == "cudf":
         # The tables gathered on the GPU by cupy (cudf_kernels says why not narwhals)
         import cupy
 
-        return wrap(cudf_kernels.standardize_by_code(nw.to_native(frame), GROUP_CODE, tables, cupy)).drop(GROUP_CODE)
-    code = nw.col(GROUP_CODE)
+        return wrap(cudf_kernels.standardize_by_code(nw.to_native(frame), code, tables, cupy)).drop(code)
+    index = nw.col(code)
     ids = list(range(len(next(iter(tables.values()))[0])))
     return frame.with_columns(*[
-        ((nw.col(c) - code.replace_strict(ids, m, default=m[-1], return_dtype=nw.Float64))
-         / code.replace_strict(ids, sd, default=sd[-1], return_dtype=nw.Float64)).cast(nw.Float64).alias(c)
-        for c, (m, sd) in tables.items()]).drop(GROUP_CODE)
+        ((nw.col(c) - index.replace_strict(ids, m, default=m[-1], return_dtype=nw.Float64))
+         / index.replace_strict(ids, sd, default=sd[-1], return_dtype=nw.Float64)).cast(nw.Float64).alias(c)
+        for c, (m, sd) in tables.items()]).drop(code)
 
 
 def _take_codes(codes: np.ndarray) -> np.ndarray:

@@ -26,8 +26,10 @@ from gpufeed.gpu_transforms.tabular.errors import ColumnTypeError, NonFiniteErro
 from gpufeed.gpu_transforms.tabular.frames import (
     NwFrame,
     backend_of,
+    columns_of,
     dtypes_of,
     first_value,
+    free_name,
     is_lazy,
     is_missing,
     nan_as_null,
@@ -733,13 +735,14 @@ class Standardize(TableOp):
         keys = self._group_keys()
         codes = groups.row_codes({k: i for i, k in enumerate(keys)}, len(keys))
         native = nw.to_native(frame)
+        name = free_name(GROUP_CODE, columns_of(frame))  # beside the user's columns
         if backend == "polars":
             import polars as pl
 
-            coded = native.with_columns(pl.Series(GROUP_CODE, codes))
+            coded = native.with_columns(pl.Series(name, codes))
         else:
-            coded = assign(native, {GROUP_CODE: as_column(native, codes)})
-        return standardize_by_code(wrap(coded), backend, self._tables(keys))
+            coded = assign(native, {name: as_column(native, codes)})
+        return standardize_by_code(wrap(coded), backend, self._tables(keys), name)
 
     def _fit(self, frame: NwFrame, backend: str, coded: bool = False) -> GroupStats | None:
         """:meth:`fit`, returning the group statistics (None without ``by=``); ``coded``:
@@ -839,9 +842,10 @@ class Standardize(TableOp):
         key = nw.col(self.by)
         if cast := decimal_numbers(frame, [self.by]).get(self.by):
             key = decimal_number(frame, self.by, cast)  # by its numbers, as fitted
+        name = free_name(GROUP_CODE, columns_of(frame))  # beside the user's columns
         frame = vocabulary_codes(frame, backend, {self.by: key}, {self.by: keys}, len(keys), len(keys),
-                                 start=0, names={self.by: GROUP_CODE})
-        return standardize_by_code(frame, backend, self._tables(keys))
+                                 start=0, names={self.by: name})
+        return standardize_by_code(frame, backend, self._tables(keys), name)
 
     def _group_keys(self) -> list[Any]:
         """The fitted groups' keys, sorted: group code ``i`` is ``keys[i]``'s."""

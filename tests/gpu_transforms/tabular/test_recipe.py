@@ -1568,3 +1568,32 @@ def test_standardize_by_fit_transform_reads_groups_from_the_fit_and_equals_fit_t
             assert [g[0] for g in together.ops[0].state["groups"][c]] == [g[0] for g in apart.ops[0].state["groups"][c]]
             assert out[c].null_count() == expected[c].null_count() == on_polars[c].null_count()
             np.testing.assert_allclose(out[c].to_numpy(), expected[c].to_numpy(), rtol=1e-12, atol=1e-12, err_msg=c)
+
+
+@pytest.mark.parametrize("rows", [2_000, 70_000])  # 2-D blocks, then column by column
+@pytest.mark.parametrize("backend", ["pandas", "polars", "polars-lazy", "dask"])
+def test_standardize_by_group_of_columns_named_as_its_temporary_columns_standardises_them(backend, rows):
+    # The kit's temporary columns (the key under its own name, the rows' group codes) take
+    # names no column of the frame has: a user's column named as one of them was refused,
+    # lost, or fitted on the codes instead of its values (two reviews found them).
+    rng = np.random.default_rng(5)
+    names = ["__gpufeed_group_key", "__gpufeed_group_code", "__gpufeed_group_code_"]
+    df = pd.DataFrame({**{c: rng.normal(100 + 10 * i, 5, rows) for i, c in enumerate(names)},
+                       "k": rng.choice(["a", "b", "c"], rows)})
+    plain = df.rename(columns={c: f"v{i}" for i, c in enumerate(names)})
+    want = Recipe([Standardize([f"v{i}" for i in range(3)], by="k")]).fit_transform(plain)
+    frame = {"pandas": df, "polars": to_backend(df, "polars"), "polars-lazy": to_backend(df, "polars").lazy(),
+             "dask": to_dask(df, npartitions=2)}[backend]
+    together = Recipe([Standardize(names, by="k")])
+    out = together.fit_transform(frame)
+    apart = Recipe([Standardize(names, by="k")]).fit(frame)
+    again = apart.transform(frame)
+    out, again = ((x.collect() if hasattr(x, "collect") else x.compute() if hasattr(x, "compute") else x)
+                  for x in (out, again))
+    for i, c in enumerate(names):
+        assert together.ops[0].state["global"][c] == pytest.approx(apart.ops[0].state["global"][c], rel=1e-12)
+        assert apart.ops[0].state["global"][c][0] == pytest.approx(100 + 10 * i, abs=1.0)  # the values' mean
+        for got in (out, again):
+            np.testing.assert_allclose(np.asarray(got[c], dtype=float), want[f"v{i}"].to_numpy(), rtol=1e-9,
+                                       atol=1e-9, err_msg=c)
+    assert list(out.columns) == list(df.columns)
