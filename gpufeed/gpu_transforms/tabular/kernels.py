@@ -624,8 +624,7 @@ def standardize_by_code(frame: NwFrame, backend: str, tables: dict[str, tuple[li
         native = nw.to_native(frame)
         if backend == "pandas":
             return wrap(with_block(native, columns, out, drop=[code]))
-        return wrap(native.with_columns([_polars_float64(native.get_column(c), out[j]) for j, c in enumerate(
-            columns)]).drop(code))
+        return wrap(_with_float64_rows(native, columns, out).drop(code))
     if backend == "polars" and not is_lazy(frame) and _numpy_readable(nw.to_native(frame), columns):
         # numpy's gathers on the columns' buffers, the pandas kernel (polars_affine says why
         # not polars' expression: a new column per step, one core per column). Sensor, 40
@@ -684,17 +683,31 @@ def _take_codes(codes: np.ndarray) -> np.ndarray:
     return codes.astype(np.intp, copy=False)
 
 
-def _polars_float64(source: Any, values: np.ndarray) -> Any:
-    """``values`` (float64, computed from the polars Series ``source``) as a polars Series
-    named as ``source``, missing where ``source`` is: polars tells a missing value from
-    NaN, and a block read with missing as NaN gave NaN where a null belonged."""
+def _with_float64_rows(native: Any, columns: Sequence[str], out: np.ndarray) -> Any:
+    """The polars frame ``native`` with each of ``columns`` replaced by its row of ``out``
+    (float64, computed from the column read with missing values as NaN), missing where
+    the column is: polars tells a missing value from NaN, and the rows had given NaN where
+    a null belonged.
+
+    A row with as many NaN as its column has missing values has them exactly there (a
+    missing value gives NaN, and the statistics are finite), so polars makes them missing
+    as it builds the column; a row with more (the column held NaN too) gets the column's
+    mask. Built one by one from the masks, a wide table's 2,000 columns of 500 rows took
+    0.6 s; one query over them all, 0.12 s."""
     import polars as pl
 
-    if not source.null_count():
-        return pl.Series(source.name, values)
-    import pyarrow as pa
+    nans = np.count_nonzero(np.isnan(out), axis=1)
 
-    return pl.from_arrow(pa.array(values, mask=source.is_null().to_numpy())).alias(source.name)
+    def column(j: int, name: str) -> Any:
+        source = native.get_column(name)
+        missing = source.null_count()
+        if nans[j] == missing:
+            return pl.Series(name, out[j], nan_to_null=bool(missing))
+        import pyarrow as pa
+
+        return pl.from_arrow(pa.array(out[j], mask=source.is_null().to_numpy())).alias(name)
+
+    return native.with_columns([column(j, c) for j, c in enumerate(columns)])
 
 
 def _buffer_rows(series: Sequence[Any]) -> list[tuple[int, int]]:

@@ -313,6 +313,29 @@ def test_standardize_by_group_on_polars_keeps_missing_values_missing_and_equals_
                                    rtol=0 if short else 1e-12, atol=0 if short else 1e-12, err_msg=c)
 
 
+def test_standardize_by_group_of_short_polars_columns_tells_nan_from_missing():
+    # The 2-D blocks read a missing value as NaN: a column without NaN has its NaN made
+    # missing as it is built, one that holds NaN too (an op called on its own, past the
+    # recipe's NaN-as-missing edge) keeps each where it was.
+    import narwhals as nw
+
+    rng = np.random.default_rng(8)
+    n = 1000
+    clean = pl.DataFrame({"k": rng.choice(["a", "b"], n), "x": rng.normal(0, 1, n), "y": rng.normal(5, 2, n)})
+    recipe = Recipe([Standardize(["x", "y"], by="k")]).fit(clean)
+    x = clean["x"].to_numpy().copy()
+    x[::7] = np.nan
+    row = pl.int_range(n)
+    later = clean.with_columns(pl.Series("x", x)).with_columns(
+        pl.when(row % 11 == 0).then(None).otherwise(pl.col("x")).alias("x"),
+        pl.when(row % 5 == 0).then(None).otherwise(pl.col("y")).alias("y"))
+    out = recipe.ops[0].transform(nw.from_native(later), "polars").to_native()
+    for c in ("x", "y"):
+        assert out[c].is_null().to_list() == later[c].is_null().to_list(), c
+        assert out[c].is_nan().fill_null(False).to_list() == later[c].is_nan().fill_null(False).to_list(), c
+    assert out["x"].is_nan().sum() > 0 and out["y"].null_count() == n // 5
+
+
 @pytest.mark.parametrize("rows", [2000, 70_000])  # 2-D blocks, then column by column
 def test_standardize_by_a_big_integer_key_with_gaps_on_polars_keeps_its_groups_apart(rows):
     # An Int64 key beyond 2**53 with a gap: read through pandas it became float64, its
