@@ -412,7 +412,7 @@ def group_stats_f64(frame: NwFrame, backend: str, by: str, columns: Sequence[str
         wide = [c for c in columns if c not in narrow]
         chunks = [wide] * bool(wide) + [narrow[i:i + _CAST_CHUNK] for i in range(0, len(narrow), _CAST_CHUNK)]
     parts = []
-    key: PandasKey | None = None  # the key factorised once: pandas' group-bys below take its codes
+    key: PandasKey | CodedKey | None = None  # the key factorised once: the group-bys below take its codes
     if (blocks := _short_float64_blocks(frame, backend, columns)) is not None:
         # Short columns: grouped as 2-D float64 blocks by pandas' group-by, one call per
         # statistic and block (pandas runs its kernel per block of the frame, one per column
@@ -447,6 +447,8 @@ def group_stats_f64(frame: NwFrame, backend: str, by: str, columns: Sequence[str
             return GroupStats(key.labels(stats[0].index), *(
                 v.to_numpy(dtype=np.float64, na_value=np.nan) for v in stats))
 
+    # The key under a name of its own in the group-bys below: it may be one of the columns too.
+    grouped = free_name(_GROUPED, [*schema, by])
     for chunk in chunks:
         if backend == "pandas":
             # A run of the columns per core, grouped by the key's codes: pandas' group-by
@@ -458,8 +460,6 @@ def group_stats_f64(frame: NwFrame, backend: str, by: str, columns: Sequence[str
             continue
         # Cast before grouping: Dask's group-by takes plain column aggregations only
         # (integers too there, and on cuDF: their group sums wrap round, .stats.f64).
-        # The key under a name of its own: it may be one of the columns too.
-        grouped = free_name(_GROUPED, [*schema, by])
         part = frame.select(nw.col(by).alias(grouped), *[f64(c, schema, backend) for c in chunk])
         if backend == "dask":
             # Each group's std around its own mean (two passes): Dask's one-pass group

@@ -127,23 +127,25 @@ def threads_for(values: int) -> int:
     return max(1, min(usable_cpus(), values // PIECE))
 
 
-def float64_pieces(arrays: Sequence[np.ndarray], compute: Callable[[int, np.ndarray, np.ndarray], object],
-                   block: bool = False) -> Sequence[np.ndarray]:
+def float64_pieces(arrays: Sequence[np.ndarray], compute: Callable[..., object], block: bool = False,
+                   beside: Sequence[np.ndarray] = ()) -> Sequence[np.ndarray]:
     """A new float64 array per input, ``compute(i, values, out)`` filling each piece of
     ``arrays[i]`` (at most :data:`PIECE` values) into the same piece of its output, the
     pieces of every array spread over the usable cores. With ``block`` (arrays of one
     length), the outputs are the rows of one 2-D array, returned as it is, for a caller that
     hands a wide table's columns over as one block (:func:`.pandas_kernels.placed`).
+    ``beside``: one more array per input, as long, whose same piece is handed over too,
+    ``compute(i, values, out, beside_piece)`` (each row's group code).
 
     Floating-point warnings are off (an Arrow buffer's masked-out slots may hold anything;
     the callers check the values they keep). One output per input and no temporary: each
     step after the first works in place in ``out``.
     """
-    return _pieces(arrays, compute, block)[0]
+    return _pieces(arrays, compute, block, beside)[0]
 
 
-def _pieces(arrays: Sequence[np.ndarray], compute: Callable[[int, np.ndarray, np.ndarray], _Result],
-            block: bool = False) -> tuple[Sequence[np.ndarray], list[list[_Result]]]:
+def _pieces(arrays: Sequence[np.ndarray], compute: Callable[..., _Result], block: bool = False,
+            beside: Sequence[np.ndarray] = ()) -> tuple[Sequence[np.ndarray], list[list[_Result]]]:
     """:func:`float64_pieces`, with what ``compute`` returned for each piece, per array."""
     if block:
         rows = len(arrays[0]) if len(arrays) else 0
@@ -155,7 +157,7 @@ def _pieces(arrays: Sequence[np.ndarray], compute: Callable[[int, np.ndarray, np
     def run(piece: tuple[int, int, int]) -> _Result:
         i, lo, hi = piece
         with np.errstate(divide="ignore", invalid="ignore"):  # per thread: errstate is thread-local
-            return compute(i, arrays[i][lo:hi], outs[i][lo:hi])
+            return compute(i, arrays[i][lo:hi], outs[i][lo:hi], *([beside[i][lo:hi]] if beside else []))
 
     done = spread(run, pieces, threads_for(sum(len(a) for a in arrays)))
     results: list[list[_Result]] = [[] for _ in arrays]
@@ -218,30 +220,23 @@ def affine(arrays: Sequence[np.ndarray], params: Sequence[tuple[float, float]],
 
 
 def standardize_gathered(arrays: Sequence[np.ndarray], codes: Sequence[np.ndarray], means: Sequence[np.ndarray],
-                         stds: Sequence[np.ndarray]) -> list[np.ndarray]:
+                         stds: Sequence[np.ndarray]) -> Sequence[np.ndarray]:
     """``(a - means[i][c]) / stds[i][c]`` of each array ``a = arrays[i]``, ``c`` its rows'
     group codes ``codes[i]`` (as long, numpy's index type), as new float64 arrays
-    (``Standardize(by=)``), in pieces of at most :data:`PIECE` values on the usable cores.
+    (``Standardize(by=)``), in pieces on the usable cores (:func:`float64_pieces`).
 
     The gathered mean subtracted, the gathered std divided by, as polars' expression and
     cuDF compute it (the same bits); the codes index the tables by construction, so the
     gathers skip numpy's bounds check (``mode="clip"``: no buffered output either). Per
     piece one output and one temporary: with four temporaries on one thread, pandas' path
     was as slow as pandas by hand (sensor, 40 columns)."""
-    outs = [pooled_empty(len(a)) for a in arrays]
-    pieces = [(i, lo, min(lo + PIECE, len(a))) for i, a in enumerate(arrays) for lo in range(0, len(a), PIECE)]
-
-    def run(piece: tuple[int, int, int]) -> None:
-        i, lo, hi = piece
-        out, at = outs[i][lo:hi], codes[i][lo:hi]
+    def compute(i: int, values: np.ndarray, out: np.ndarray, at: np.ndarray) -> None:
         gathered = np.take(means[i], at, mode="clip")
-        with np.errstate(divide="ignore", invalid="ignore"):  # masked-out slots may hold anything
-            np.subtract(arrays[i][lo:hi], gathered, out=out, dtype=np.float64)
-            np.take(stds[i], at, out=gathered, mode="clip")
-            np.divide(out, gathered, out=out)
+        np.subtract(values, gathered, out=out, dtype=np.float64)
+        np.take(stds[i], at, out=gathered, mode="clip")
+        np.divide(out, gathered, out=out)
 
-    spread(run, pieces, threads_for(sum(len(a) for a in arrays)))
-    return outs
+    return float64_pieces(arrays, compute, beside=codes)
 
 
 def clip_to(arrays: Sequence[np.ndarray], bounds: Sequence[Sequence[float | None]],
