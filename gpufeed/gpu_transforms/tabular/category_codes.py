@@ -22,7 +22,8 @@ slower per text column, and for 500 station ids ``replace_strict`` took 51 ms, `
   only) before the gather. (Four slices on two cores were no faster than two.) With a
   text column per core or more, one polars query casts them all and one more gathers
   the codes (:func:`_fit_whole_columns`), which beat the slices' threads there; columns
-  numbered from their views go one per thread instead.
+  numbered from their views go one per thread instead. A column of views in several
+  chunks (row groups) is sliced at its chunks' edges (:func:`_slice_bounds`).
 - An integer column over a narrow range (ids, codes) marks the values present in a table
   as long as the range and gathers each row's code from its running
   count; a wide one takes its sorted distinct values and ``np.searchsorted``. It is
@@ -72,14 +73,11 @@ def polars_fit_codes(frame: NwFrame, columns: Sequence[str], missing: int,
     # 10 -> 12 ms).
     many = {c for c in texts if rows >= SLICE_ROWS and _mostly_distinct(native.get_column(c))}
     # A text column per core or more: one polars query casts them all, unless every column
-    # is one chunk of inline views. Columns in several chunks stay with the query there:
-    # copying each into one chunk first made the 10M-row flights table's 4 columns 0.40 s
-    # against the query's 0.30 s (with fewer columns than cores, the copy pays: below).
-    if cuts == 1 and not many and not all(_chunk_views(native.get_column(c)) is not None for c in texts):
+    # is inline views (numbered from them, a slice per chunk: :func:`_slice_bounds`).
+    if cuts == 1 and not many and not all(_all_inline(native.get_column(c)) for c in texts):
         return _fit_whole_columns(native, columns, texts, missing, start)
-    bounds = [rows * i // cuts for i in range(cuts + 1)]
     slices = [(c, lo, hi) for c in texts
-              for lo, hi in ([(0, rows)] if c in many else zip(bounds, bounds[1:], strict=False))]
+              for lo, hi in ([(0, rows)] if c in many else _slice_bounds(native.get_column(c), cuts))]
     integers = [c for c in columns if c not in texts]
 
     def fit(task: tuple[str, int, int] | str) -> Any:
@@ -122,6 +120,31 @@ def polars_fit_codes(frame: NwFrame, columns: Sequence[str], missing: int,
     # numpy's buffers, not copies
     return ({c: vocabularies[c] for c in columns},
             wrap(native.with_columns(*[pl.Series(c, coded[c]) for c in columns])))
+
+
+def _slice_bounds(series: Any, cuts: int) -> list[tuple[int, int]]:
+    """The row ranges a text column is numbered in: ``cuts`` equal slices, or where the
+    column is several chunks of inline views (a Parquet file's row groups) and they make as
+    many slices at least, its chunks' (joined up to :data:`SLICE_ROWS` rows): a slice
+    within a chunk is numbered from that chunk's views in place.
+
+    Why: numbering from the views needs one chunk, and copying each column into one first
+    took 95 ms of the 10M-row transactions table's 4 text columns (10 chunks each), a
+    sixth of their numbering; before that, the ``Categorical`` cast served them, 0.85 s
+    against 0.37 s by chunks (2 cores)."""
+    rows = len(series)
+    if series.n_chunks() > 1 and _all_inline(series):
+        bounds, end = [0], 0
+        for chunk in series.get_chunks():
+            end += len(chunk)
+            if end - bounds[-1] >= SLICE_ROWS:  # long enough: the slice ends with this chunk
+                bounds.append(end)
+        if len(bounds) > 1:
+            bounds[-1] = rows  # a short tail joins the last slice
+        if len(bounds) > cuts:
+            return list(zip(bounds, bounds[1:], strict=False))
+    bounds = [rows * i // cuts for i in range(cuts + 1)]
+    return list(zip(bounds, bounds[1:], strict=False))
 
 
 def _fit_whole_columns(native: Any, columns: Sequence[str], texts: Sequence[str], missing: int,

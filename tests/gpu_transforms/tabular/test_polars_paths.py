@@ -495,6 +495,36 @@ def test_categorify_from_inline_views_codes_like_pandas(monkeypatch, cores, layo
     assert moved["short"].to_list()[:2] == [UNSEEN_INDEX, MISSING_INDEX]
 
 
+def test_text_in_chunks_of_inline_views_is_numbered_a_slice_per_chunk(monkeypatch):
+    """A column in row groups of short text is cut at its chunks' edges (small chunks
+    joined up to SLICE_ROWS, a short tail joining the last slice), not copied into one
+    chunk nor cast, with as many text columns as cores too; it codes as pandas does."""
+    from gpufeed.gpu_transforms.tabular import category_codes
+
+    monkeypatch.setattr(category_codes, "SLICE_ROWS", 100)
+    rng = np.random.default_rng(5)
+    df = pd.DataFrame({"a": rng.choice(["x", "yy", None, "zürich"], 1000).astype(object),
+                       "b": rng.choice([f"code-{i:03d}" for i in range(300)], 1000).astype(object)})
+    frame = pl.concat([to_backend(df[lo:hi], "polars") for lo, hi in
+                       [(0, 60), (60, 130), (130, 400), (400, 450), (450, 990), (990, 1000)]], rechunk=False)
+    assert category_codes._slice_bounds(frame["a"], 2) == [(0, 130), (130, 400), (400, 1000)]
+    assert category_codes._slice_bounds(frame["a"], 3) == [(0, 130), (130, 400), (400, 1000)]
+    assert category_codes._slice_bounds(frame["a"], 4) == [(0, 250), (250, 500), (500, 750), (750, 1000)]  # too few
+    long = pl.Series("t", ["a value longer than twelve bytes"] * 500 + ["b"] * 500).rechunk()
+    assert category_codes._slice_bounds(pl.concat([long[:500], long[500:]], rechunk=False), 1) == [(0, 1000)]
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the cast's query, not the views")
+
+    monkeypatch.setattr(category_codes, "_fit_whole_columns", refuse)
+    monkeypatch.setattr(category_codes, "usable_cpus", lambda: 2)
+    recipes = {b: Recipe([Categorify(["a", "b"])]) for b in ("pandas", "polars")}
+    out = {"pandas": recipes["pandas"].fit_transform(df), "polars": recipes["polars"].fit_transform(frame)}
+    assert recipes["polars"].ops[0].state == recipes["pandas"].ops[0].state
+    for c in ("a", "b"):
+        assert out["polars"][c].to_list() == out["pandas"][c].tolist(), c
+
+
 def test_categorify_from_views_with_a_missing_values_view_left_anything():
     """A missing value's view may hold another value's bytes (Arrow leaves it to the writer):
     it joins no vocabulary and codes as missing."""
