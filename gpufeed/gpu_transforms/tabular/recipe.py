@@ -44,6 +44,7 @@ from gpufeed.gpu_transforms.tabular.frames import (
     is_missing,
     nan_as_null,
     per_partition,
+    polars_columns,
     require_columns,
     wrap,
     write_back,
@@ -110,7 +111,7 @@ def _step(frame: NwFrame, backend: str, op: TableOp, run: Callable[[NwFrame, str
     """
     columns = op.needs()
     if backend != "polars" or not is_lazy(frame):
-        read = frame.select(*dict.fromkeys(columns)) if backend == "polars" else frame
+        read = wrap(polars_columns(nw.to_native(frame), columns)) if backend == "polars" else frame
         if backend != "polars" or not op.polars_finds_nan:
             read = nan_as_null(read, columns, backend=backend)
     if backend == "pandas":

@@ -83,6 +83,30 @@ def test_a_recipe_on_a_chunked_polars_frame_keeps_every_column_in_the_same_chunk
             assert got.tolist() == want.tolist(), c
 
 
+def test_with_series_replaces_columns_in_place_adds_new_ones_last_and_leaves_the_input_as_it_was():
+    from gpufeed.gpu_transforms.tabular.frames import polars_columns, with_series
+
+    frame = pl.DataFrame({"a": [1, 2], "b": [3.0, 4.0], "c": ["x", "y"]})
+    out = with_series(frame, [pl.Series("b", [0.5, 0.25]), pl.Series("new", [7, 8]), pl.Series("a", [9, 9])])
+    assert out.columns == ["a", "b", "c", "new"]
+    assert out.rows() == [(9, 0.5, "x", 7), (9, 0.25, "y", 8)]
+    assert frame.columns == ["a", "b", "c"] and frame.rows() == [(1, 3.0, "x"), (2, 4.0, "y")]
+    assert polars_columns(frame, ["c", "a", "c"]).columns == ["c", "a"]
+
+
+def test_a_recipe_on_polars_leaves_its_input_frame_as_it_was():
+    # Each op's columns are written over a shallow copy of the frame (with_series): the
+    # caller's frame keeps its columns, values and order, also where an op adds a column.
+    rng = np.random.default_rng(3)
+    frame = pl.DataFrame({"x": [1.0, None, 3.0, 4.0] * 5, "g": rng.choice(["a", "b"], 20).tolist(),
+                          "y": rng.normal(size=20), "n": rng.integers(0, 9, 20)})
+    before = frame.clone()
+    out = Recipe([FillMissing(["x"]), Log(["n"]), Standardize(["y"], by="g"), MinMax(["x"]),
+                  Categorify(["g"])]).fit_transform(frame)
+    assert out.columns == frame.columns and out["g"].dtype == pl.Int32
+    assert frame.equals(before) and frame.schema == before.schema
+
+
 def test_fill_missing_on_pandas_fills_in_pieces_and_keeps_a_gapless_column_uncopied(monkeypatch):
     from gpufeed.gpu_transforms.tabular import numpy_kernels, pandas_kernels
 
