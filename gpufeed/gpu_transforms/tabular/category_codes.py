@@ -40,7 +40,7 @@ from typing import Any
 import narwhals as nw
 import numpy as np
 
-from gpufeed.gpu_transforms.tabular.frames import NwFrame, wrap
+from gpufeed.gpu_transforms.tabular.frames import NwFrame, with_series, wrap
 from gpufeed.gpu_transforms.tabular.numpy_kernels import PIECE, pooled_empty, spread
 from gpufeed.machine import usable_cpus
 
@@ -119,7 +119,7 @@ def polars_fit_codes(frame: NwFrame, columns: Sequence[str], missing: int,
     coded.update(outs)
     # numpy's buffers, not copies
     return ({c: vocabularies[c] for c in columns},
-            wrap(native.with_columns(*[pl.Series(c, coded[c]) for c in columns])))
+            wrap(with_series(native, [pl.Series(c, coded[c]) for c in columns])))
 
 
 def _slice_bounds(series: Any, cuts: int) -> list[tuple[int, int]]:

@@ -74,6 +74,7 @@ from gpufeed.gpu_transforms.tabular.frames import (
     is_lazy,
     is_missing,
     small_rows,
+    with_series,
     wrap,
 )
 from gpufeed.gpu_transforms.tabular.numpy_kernels import (
@@ -152,7 +153,7 @@ def polars_log(frame: NwFrame, columns: Sequence[str], offset: float, *, checked
     logged = _numpy_series([native.get_column(c) for c in columns], kernel)
     if checked and not all(low > -math.inf for low in lows):  # NaN or -inf: a NaN or x <= -offset somewhere
         return None
-    return wrap(native.with_columns(logged))
+    return wrap(with_series(native, logged))
 
 
 def polars_clip(frame: NwFrame, bounds: dict[str, Sequence[float | None]]) -> NwFrame:
@@ -187,7 +188,7 @@ def _per_column_kernel(frame: NwFrame, params: Mapping[str, Any],
     native = nw.to_native(frame)
     series = [native.get_column(c) for c in params]
     per_chunk = [params[s.name] for s in series for _ in range(s.n_chunks())]
-    return wrap(native.with_columns(_numpy_series(series, lambda values: kernel(values, per_chunk))))
+    return wrap(with_series(native, _numpy_series(series, lambda values: kernel(values, per_chunk))))
 
 
 def polars_min_max(frame: NwFrame, columns: Sequence[str]) -> dict[str, list[float]] | None:
@@ -707,7 +708,7 @@ def _with_float64_rows(native: Any, columns: Sequence[str], out: np.ndarray) -> 
 
         return pl.from_arrow(pa.array(out[j], mask=source.is_null().to_numpy())).alias(name)
 
-    return native.with_columns([column(j, c) for j, c in enumerate(columns)])
+    return with_series(native, [column(j, c) for j, c in enumerate(columns)])
 
 
 def _buffer_rows(series: Sequence[Any]) -> list[tuple[int, int]]:
