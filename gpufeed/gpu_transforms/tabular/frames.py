@@ -29,6 +29,7 @@ from gpufeed.gpu_transforms.tabular.errors import (
     ColumnTypeError,
     MissingColumnError,
     MixedTypeError,
+    TabularError,
 )
 
 Frame = Any  # a native pandas / polars / cuDF / Dask dataframe
@@ -234,7 +235,8 @@ def write_back(frame: nw.DataFrame, out: nw.DataFrame) -> nw.DataFrame:
     starts = [sum(layout[:i]) for i in range(len(layout))]
     written = []
     for series in new.get_columns():
-        if len(layout) > 1 and [len(c) for c in series.get_chunks()] != layout:
+        # (a Series of another length goes to with_series as it is, which names it)
+        if len(layout) > 1 and len(series) == native.height and [len(c) for c in series.get_chunks()] != layout:
             whole = series.rechunk()
             series = pl.concat([whole.slice(s, n) for s, n in zip(starts, layout, strict=True)], rechunk=False)
         elif len(layout) == 1 and series.n_chunks() > 1:
@@ -254,6 +256,9 @@ def with_series(native: Any, series: Sequence[Any]) -> Any:
     # 2,000-column frame (writing all of its columns back: 0.36 s; 2.7 ms so).
     index = {name: i for i, name in enumerate(out.columns)}
     for s in series:
+        if len(s) != out.height:  # polars' own error named neither the column nor the cause
+            raise TabularError(f"column {s.name!r} came out of an op with {len(s):,} rows where the frame has "
+                               f"{out.height:,}: an op must keep every row, in order")
         if s.name in index:
             out.replace_column(index[s.name], s)
         else:

@@ -94,6 +94,19 @@ def test_with_series_replaces_columns_in_place_adds_new_ones_last_and_leaves_the
     assert polars_columns(frame, ["c", "a", "c"]).columns == ["c", "a"]
 
 
+@pytest.mark.parametrize("chunks", [1, 2])
+def test_an_op_output_of_another_length_is_refused_naming_its_column(chunks):
+    # On a frame in chunks, the write-back had cut a longer output to the frame's chunks
+    # silently; in one chunk polars' error named neither the column nor the cause.
+    from gpufeed.gpu_transforms.tabular.errors import TabularError
+    from gpufeed.gpu_transforms.tabular.frames import wrap, write_back
+
+    frame = pl.concat([pl.DataFrame({"x": [1.0, 2.0], "y": [0, 1]})] * chunks, rechunk=False)
+    longer = pl.DataFrame({"x": [0.0] * (2 * chunks + 2)})
+    with pytest.raises(TabularError, match=r"column 'x' came out of an op with \d+ rows where the frame has"):
+        write_back(wrap(frame), wrap(longer))
+
+
 def test_a_recipe_on_polars_leaves_its_input_frame_as_it_was():
     # Each op's columns are written over a shallow copy of the frame (with_series): the
     # caller's frame keeps its columns, values and order, also where an op adds a column.
