@@ -430,7 +430,7 @@ def group_stats_f64(frame: NwFrame, backend: str, by: str, columns: Sequence[str
             import polars as pl
 
             by = free_name(GROUP_CODE, schema)
-            frame = wrap(nw.to_native(frame).with_columns(pl.Series(by, key.values)))
+            frame = wrap(with_series(nw.to_native(frame), [pl.Series(by, key.values)]))
         frame = frame.lazy()  # polars' lazy group-by: ~2x faster than an eager call
     elif backend == "pandas":
         key = PandasKey(nw.to_native(frame)[by])
@@ -640,7 +640,7 @@ def standardize_by_code(frame: NwFrame, backend: str, tables: dict[str, tuple[li
             return standardize_gathered(values, [_codes_from(codes, start, len(v)) for (_, start), v in zip(
                 chunks, values, strict=True)], *zip(*[tabled[i] for i, _ in chunks], strict=True))
 
-        return wrap(native.with_columns(_numpy_series(series, kernel)).drop(code))
+        return wrap(with_series(native, _numpy_series(series, kernel)).drop(code))
     if backend == "polars":
         import polars as pl
 

@@ -37,6 +37,7 @@ from gpufeed.gpu_transforms.tabular.frames import (
     repeated,
     schema_of,
     time_value,
+    with_series,
     wrap,
 )
 from gpufeed.gpu_transforms.tabular.kernels import (
@@ -739,7 +740,7 @@ class Standardize(TableOp):
         if backend == "polars":
             import polars as pl
 
-            coded = native.with_columns(pl.Series(name, codes))
+            coded = with_series(native, [pl.Series(name, codes)])
         else:
             coded = assign(native, {name: as_column(native, codes)})
         return standardize_by_code(wrap(coded), backend, self._tables(keys), name)
